@@ -1,0 +1,38 @@
+/* The `tpusim` command line: one function per subcommand and the helpers they share.
+ * Only the CLI prints; it turns the library's status codes and diagnostics into messages
+ * on stderr and exit codes:
+ *   0  success
+ *   1  the work failed (a file could not be read, a value was rejected by the library)
+ *   2  the command line itself was wrong (unknown flag, bad number, missing argument)
+ * Every error is one line, "tpusim <subcommand>: error: <sentence>", and the sentence names
+ * the value, the rule and the fix. */
+#ifndef TPUSIM_HOST_CLI_H
+#define TPUSIM_HOST_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tpusim/error.h"
+
+#define TPU_CLI_OK 0
+#define TPU_CLI_FAIL 1
+#define TPU_CLI_USAGE 2
+
+/* Each takes argv as it follows the subcommand name (argv[0] is the subcommand). */
+int tpu__cli_config(int argc, char **argv);
+int tpu__cli_gemm(int argc, char **argv);
+
+/* Prints "tpusim <cmd>: error: <formatted>" on stderr. Returns `code` (an exit code). */
+int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parses a whole decimal integer in [min, max] for option `opt`; on failure prints an error
+ * naming the option, the text and the range, and returns TPU_CLI_USAGE. */
+int tpu__cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min,
+                       uint64_t max, uint64_t *out);
+
+/* Prints a JSON string literal (quoted, escaped) to f. */
+void tpu__cli_json_string(FILE *f, const char *s);
+
+#endif

@@ -1,0 +1,40 @@
+/* tpusim: the command-line tool. Subcommands in the style of git. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"config", tpu__cli_config, "print or check a chip configuration"},
+    {"gemm", tpu__cli_gemm, "simulate a matrix multiply (or a SCALE-Sim layer table) on the matrix unit"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tpusim <command> [options]   (tpusim <command> --help for each)\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return TPU_CLI_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return TPU_CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "tpusim: error: '%s' is not a command; run 'tpusim --help' for the list\n",
+            argv[1]);
+    return TPU_CLI_USAGE;
+}
