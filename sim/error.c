@@ -8,6 +8,8 @@
 const char *tpu_err_name(int code)
 {
     switch (code) {
+    case TPU_OK:
+        return "TPU_OK";
 #define TPU__ERR_NAME(name, value, msg)                                                        \
     case (value):                                                                              \
         return "TPU_E" #name;
@@ -20,6 +22,8 @@ const char *tpu_err_name(int code)
 const char *tpu_strerror(int code)
 {
     switch (code) {
+    case TPU_OK:
+        return "success";
 #define TPU__ERR_MSG(name, value, msg)                                                         \
     case (value):                                                                              \
         return msg;

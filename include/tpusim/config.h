@@ -1,7 +1,7 @@
 /* Chip configuration: what a simulated chip is made of, read from JSON data (configs/).
  *
  * A configuration is plain data; nothing in the simulator is sized by a #define. Presets
- * (tpu-v1 .. tpu-v4, tiny) are compiled into the library from configs/*.json so that
+ * (tpu-v1 .. tpu-v4, tiny) are compiled into the library from the JSON files in configs/ so that
  * `--chip tpu-v4` works from any directory; a user's own file is read with
  * tpu_config_load_file(). Every loader validates the whole document: an unknown field, a
  * wrong type, a zero or negative size, or values that contradict each other are rejected with

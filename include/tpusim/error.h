@@ -16,7 +16,6 @@ extern "C" {
 
 /* X(name, value, generic message) */
 #define TPU_ERROR_TABLE(X)                                                                    \
-    X(OK, 0, "success")                                                                       \
     X(INVAL, -1, "invalid argument")                                                          \
     X(NOMEM, -2, "out of memory")                                                             \
     X(IO, -3, "input/output error")                                                           \
@@ -30,12 +29,14 @@ extern "C" {
     X(BACKEND, -11, "backend error")
 
 enum tpu_error {
+    TPU_OK = 0,
 #define TPU__ERR_ENUM(name, value, msg) TPU_E##name = (value),
     TPU_ERROR_TABLE(TPU__ERR_ENUM)
 #undef TPU__ERR_ENUM
 };
 
-/* "TPU_EINVAL" for TPU_EINVAL; "TPU_E?" for an unknown code. Static storage. */
+/* "TPU_EINVAL" for TPU_EINVAL, "TPU_OK" for 0, "TPU_E?" for an unknown code. Static
+ * storage. */
 const char *tpu_err_name(int code);
 /* The generic one-line message for a code. Static storage. */
 const char *tpu_strerror(int code);

@@ -119,6 +119,21 @@ uint64_t tpu_mxu_seq_cycles(uint32_t rows, uint32_t cols, uint64_t n_tiles, uint
 uint64_t tpu_mxu_schedule(uint32_t rows, uint32_t cols, const uint64_t *m_rows, size_t n_tiles,
                           uint64_t *load_start, uint64_t *stream_start);
 
+/* The same recurrence, fed one tile at a time (for long sequences built on the fly). */
+struct tpu_mxu_sched {
+    uint32_t rows, cols;
+    uint64_t n;                       /* tiles pushed so far */
+    uint64_t load_prev, stream_prev;  /* L_{t-1}, s_{t-1} */
+    uint64_t stream_prev2;            /* s_{t-2} */
+    uint64_t m_prev, m_prev2;         /* M_{t-1}, M_{t-2} */
+};
+void tpu_mxu_sched_init(struct tpu_mxu_sched *s, uint32_t rows, uint32_t cols);
+/* Schedules the next tile of m_rows rows; writes its load and stream starts if not NULL. */
+void tpu_mxu_sched_push(struct tpu_mxu_sched *s, uint64_t m_rows, uint64_t *load_start,
+                        uint64_t *stream_start);
+/* Total cycles of the tiles pushed so far (0 if none). */
+uint64_t tpu_mxu_sched_total(const struct tpu_mxu_sched *s);
+
 /* ---- numerics: one tile, as the array computes it ----------------------------------- */
 
 /* One weight tile streaming m_rows input rows (bf16).

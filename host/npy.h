@@ -1,0 +1,39 @@
+/* NumPy .npy files: the 2-D arrays `tpusim gemm` reads operands from and dumps results to.
+ *
+ * Reads format versions 1.0, 2.0 and 3.0 with C order and dtypes float32 ('<f4'), int8
+ * ('|i1' or '<i1') and int32 ('<i4'); writes version 1.0. Anything else (Fortran order,
+ * big-endian, other dtypes, not 2-D, a truncated or overlong data section) is rejected with
+ * a sentence naming the file, what it holds and what would be accepted. */
+#ifndef TPUSIM_HOST_NPY_H
+#define TPUSIM_HOST_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpusim/error.h"
+
+enum tpu__npy_dtype {
+    TPU__NPY_F32,
+    TPU__NPY_I8,
+    TPU__NPY_I32,
+};
+
+struct tpu__npy {
+    enum tpu__npy_dtype dtype;
+    size_t rows, cols;
+    void *data; /* [rows][cols] row-major; owned by the struct, freed by tpu__npy_free */
+};
+
+const char *tpu__npy_dtype_name(enum tpu__npy_dtype t);
+
+/* Reads a 2-D array. On failure *out is untouched and nothing stays allocated. */
+int tpu__npy_read(const char *path, struct tpu__npy *out, struct tpu_diag *d);
+
+/* Writes [rows][cols] from data atomically (temporary file, fsync, rename). */
+int tpu__npy_write(const char *path, enum tpu__npy_dtype dtype, size_t rows, size_t cols,
+                   const void *data, struct tpu_diag *d);
+
+/* Frees the data and zeroes the struct. Accepts NULL. */
+void tpu__npy_free(struct tpu__npy *a);
+
+#endif

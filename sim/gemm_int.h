@@ -1,0 +1,115 @@
+/* Internal interface of the GEMM kernels (sim/gemm*.c): the blocking driver in gemm.c and the
+ * per-instruction-set packing routines and micro-kernels in gemm_avx512.c, gemm_avx2.c.
+ * Not part of the public API; tests use it to force an instruction set, a kernel variant or
+ * an allocation failure. The numerics are defined in include/tpusim/mxu.h.
+ *
+ * Buffers (all 32-bit words: fp32 for bf16 GEMMs, int32 for int8 GEMMs):
+ *   packed A block  [mc rounded up to mr][lda]  row-major; row i holds the block's K-slice of
+ *                   A row i, converted (bf16 -> fp32) or, for int8, as pairs of int16
+ *                   (k, k+1) in one word; rows past mc and words past the K-slice are zero.
+ *   packed B block  [nc rounded up to nr / nr][kwords][nr]  column panels of nr columns; within
+ *                   a panel, word (p, j) holds B[k0 + p][j] (bf16 -> fp32) or, for int8, the
+ *                   int16 pair (B[k0 + 2p][j], B[k0 + 2p + 1][j]); columns past nc are zero.
+ *   C               the caller's Y, row-major with row stride ldc words. */
+#ifndef TPUSIM_SIM_GEMM_INT_H
+#define TPUSIM_SIM_GEMM_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpusim/mxu.h"
+
+/* Instruction sets a GEMM can run on. AUTO picks the best the CPU supports. */
+enum tpu__gemm_isa {
+    TPU__GEMM_ISA_AUTO = 0,
+    TPU__GEMM_ISA_SCALAR = 1, /* portable C, any CPU */
+    TPU__GEMM_ISA_AVX2 = 2,   /* x86-64 AVX2 + FMA */
+    TPU__GEMM_ISA_AVX512 = 3, /* x86-64 AVX-512F (+ BW for int8) */
+};
+
+/* Which bf16 micro-kernel runs a block. */
+enum tpu__gemm_fma {
+    TPU__GEMM_FMA_AUTO = 0,   /* FMA where the exponent ranges prove it exact (the default) */
+    TPU__GEMM_FMA_NEVER = 1,  /* always the separate multiply + add kernel */
+    TPU__GEMM_FMA_ALWAYS = 2, /* always FMA, even where it is not exact: tests only, to show
+                               * that their data tells the two apart */
+};
+
+/* Options of the internal entry points. Zero-initialised means the public behaviour. */
+struct tpu__gemm_opts {
+    enum tpu__gemm_isa isa;
+    enum tpu__gemm_fma fma;
+    size_t max_alloc_bytes; /* 0: no limit; else fail with TPU_ENOMEM above it (tests) */
+};
+
+/* What a run did (for tests). */
+struct tpu__gemm_report {
+    enum tpu__gemm_isa isa;   /* the instruction set that ran */
+    unsigned threads_used;    /* threads that had work, caller's included */
+    uint64_t fma_blocks;      /* bf16: (A block, B block) pairs run with the FMA kernel */
+    uint64_t plain_blocks;    /* bf16: ... with the multiply + add kernel */
+};
+
+/* True if this CPU can run `isa` (SCALAR always). */
+bool tpu__gemm_isa_supported(enum tpu__gemm_isa isa);
+
+/* The public GEMMs with options; `opts` and `report` may be NULL. An unsupported forced
+ * instruction set gives TPU_EUNSUPPORTED. */
+int tpu__gemm_bf16_impl(const tpu_bf16 *a, const tpu_bf16 *b, float *y, size_t m, size_t k,
+                        size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
+                        const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report);
+int tpu__gemm_int8_impl(const int8_t *a, const int8_t *b, int32_t *y, size_t m, size_t k,
+                        size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
+                        const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report);
+int tpu__gemm_f32_impl(const float *a, const float *b, float *y, size_t m, size_t k, size_t n,
+                       uint32_t tile_rows, unsigned passes, unsigned n_threads,
+                       const struct tpu__gemm_opts *opts);
+
+/* Exponent statistics of a block of bf16 values, gathered while packing it; they decide
+ * whether the FMA kernel is exact for a pair of blocks (see gemm.c). Fields are biased
+ * exponent fields (0..255) with subnormals counted as 1 (their scale is 2^-126). */
+struct tpu__exp_stats {
+    unsigned max_field;         /* over all values; 255 if any Inf or NaN; 0 if all zero */
+    unsigned min_nonzero_field; /* over nonzero values; 255 if all are zero */
+};
+
+/* One instruction set's kernels for one data type. */
+struct tpu__gemm_kernel {
+    unsigned mr, nr;     /* micro-tile: mr rows x nr columns of C per micro-kernel call */
+    unsigned k_per_word; /* K values per packed word: 1 (fp32) or 2 (int16 pairs) */
+    /* Packs rows [0, mc) x K-slice [0, kc) of the source (row stride ld elements) into the
+     * packed A layout with row stride lda words; fills *st for bf16 (may be NULL for int8). */
+    void (*pack_a)(const void *src, size_t ld, size_t mc, size_t kc, void *dst, size_t lda,
+                   struct tpu__exp_stats *st);
+    /* Packs K-slice [0, kc) x columns [0, nc) of the source (row stride ld elements) into
+     * column panels of kwords x nr words each. */
+    void (*pack_b)(const void *src, size_t ld, size_t kc, size_t nc, void *dst,
+                   struct tpu__exp_stats *st);
+    /* C[mr][nr] (row stride ldc words) combined with the product of an A micro-panel
+     * (mr rows of stride lda words) and a B panel over a K-chunk of kc values.
+     * bf16: the chunk is cut into tiles of `tile` rows (the last may be shorter); each tile's
+     * column sums start at +0, then C = t for the chunk's first tile if `store_first`, else
+     * C = C + t. int8: C = sum (store_first) or C + sum, wrapping; `tile` is unused. */
+    void (*micro)(size_t kc, size_t tile, const void *ap, size_t lda, const void *bp, void *c,
+                  size_t ldc, bool store_first);
+    /* bf16 only: the same with separate multiply and add (exact for every input); the
+     * `micro` of a bf16 kernel uses FMA. NULL for int8. */
+    void (*micro_plain)(size_t kc, size_t tile, const void *ap, size_t lda, const void *bp,
+                        void *c, size_t ldc, bool store_first);
+};
+
+/* Tables of the x86 kernels (defined only where the compiler targets x86-64). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TPU__GEMM_HAVE_X86 1
+#else
+#define TPU__GEMM_HAVE_X86 0
+#endif
+#if TPU__GEMM_HAVE_X86
+extern const struct tpu__gemm_kernel tpu__gemm_bf16_avx512;
+extern const struct tpu__gemm_kernel tpu__gemm_int8_avx512;
+extern const struct tpu__gemm_kernel tpu__gemm_bf16_avx2;
+extern const struct tpu__gemm_kernel tpu__gemm_int8_avx2;
+#endif
+
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what tpusim needs, builds it with every optional part, and runs the whole test
+# suite twice: a plain optimised build, then under AddressSanitizer + UndefinedBehavior-
+# Sanitizer (which fail the test on the first report). Ends with "N passed, N failed" and
+# exits non-zero if anything failed.
+#
+#   bash tests/run.sh            everything
+#   bash tests/run.sh --quick    the plain build only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+bash tests/install-deps.sh || exit 1
+
+jobs=$(nproc 2>/dev/null || echo 2)
+options=(-Drtl=enabled)
+
+run_suite() { # label, build dir, extra meson options...
+  local label=$1 dir=$2
+  shift 2
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "${options[@]}" "$@" >"$dir.setup.log" 2>&1 || {
+      cat "$dir.setup.log"; echo "$label: meson setup failed"; return 1; }
+  fi
+  rm -f "$dir/meson-logs/testlog.json" # a failed build must not count an old run
+  ninja -C "$dir" >"$dir.build.log" 2>&1 || {
+    tail -50 "$dir.build.log"; echo "$label: build failed"; return 1; }
+  meson test -C "$dir" --print-errorlogs --num-processes "$jobs" || true
+}
+
+labels=()
+run_suite plain build-tests --buildtype=debugoptimized
+labels+=("plain=build-tests")
+if [ $quick -eq 0 ]; then
+  run_suite asan+ubsan build-asan --buildtype=debug -Db_sanitize=address,undefined \
+    -Db_lundef=false
+  labels+=("asan+ubsan=build-asan")
+fi
+python3 tests/summarize.py "${labels[@]}"
