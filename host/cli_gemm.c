@@ -449,8 +449,8 @@ static int time_layer(const struct gemm_opts *o, const struct tpu_chip_config *c
         if (tpu_serial_gemm(cfg->mxu_rows, cfg->mxu_cols, df, m, n, k, &lt->ser, &d) != 0)
             return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
         lt->cycles = lt->ser.total_cycles * passes;
-        lt->utilization = lt->ser.overall_util;
-        lt->mapping_efficiency = lt->ser.mapping_efficiency;
+        lt->utilization = lt->ser.overall_util_pct / 100.0;
+        lt->mapping_efficiency = lt->ser.mapping_efficiency_pct / 100.0;
         lt->seconds = (double)lt->cycles / (cfg->clock_mhz * 1e6);
     } else {
         if (tpu_gemm_time(cfg, &p, &lt->tpu, &d) != 0)
@@ -599,7 +599,7 @@ static void print_report(const struct gemm_opts *o, const struct tpu_chip_config
             printf(", \"dataflow\": \"%s\", \"row_folds\": %" PRIu64 ", \"col_folds\": %" PRIu64
                    ", \"compute_util\": %.6f",
                    dataflow_used(o), lt->ser.row_folds, lt->ser.col_folds,
-                   lt->ser.compute_util);
+                   lt->ser.compute_util_pct / 100.0);
         else
             printf(", \"mxus\": %u, \"mxus_busy\": %u, \"weight_tiles\": %" PRIu64
                    ", \"k_tiles\": %" PRIu64 ", \"n_tiles\": %" PRIu64 ", \"m_chunks\": %" PRIu64

@@ -290,19 +290,25 @@ static size_t edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-/* The candidate within 2 edits of `word` (closest first), or NULL. */
+/* The one candidate within 2 edits of `word` that is closer than all others, or NULL (none
+ * is close, or several are equally close: "tpu-v5" is as near tpu-v1 as tpu-v4, and a
+ * guess would mislead). */
 static const char *closest(const char *word, const char *const *candidates, size_t n)
 {
     const char *best = NULL;
     size_t best_d = 3;
+    bool tie = false;
     for (size_t i = 0; i < n; i++) {
         size_t dist = edit_distance(word, candidates[i]);
         if (dist < best_d) {
             best_d = dist;
             best = candidates[i];
+            tie = false;
+        } else if (dist == best_d) {
+            tie = true;
         }
     }
-    return best;
+    return tie ? NULL : best;
 }
 
 static bool name_char_ok(char c)
@@ -338,7 +344,8 @@ static const void *field_cptr(const struct tpu_chip_config *cfg, const struct fi
     return (const char *)cfg + f->offset;
 }
 
-/* A string value: no embedded NUL, at most max_len bytes. */
+/* A string value of at most max_len bytes. (The parser already rejects "\u0000", so the
+ * string has no embedded NUL.) */
 static int get_string(struct parse_ctx *c, const json_t *v, const char *path, size_t max_len,
                       const char **out)
 {
@@ -350,10 +357,6 @@ static int get_string(struct parse_ctx *c, const json_t *v, const char *path, si
     }
     const char *s = json_string_value(v);
     size_t len = json_string_length(v);
-    if (strlen(s) != len)
-        return tpu__fail(c->d, TPU_ECONFIG,
-                         "%s: field '%s' contains a NUL character (\\u0000); remove it",
-                         c->origin, path);
     if (len > max_len)
         return tpu__fail(c->d, TPU_ECONFIG,
                          "%s: field '%s' is %zu bytes long, more than the %zu that fit; "
@@ -568,11 +571,12 @@ static int parse_object(struct parse_ctx *c, const json_t *obj, const struct fie
             cands[n++] = g->key;
         const char *hint = closest(key, cands, n);
         join_path(path, sizeof path, prefix, key);
-        char mean[96] = "";
+        char hint_text[96] = "";
         if (hint)
-            snprintf(mean, sizeof mean, " (did you mean '%s'?)", hint);
-        return tpu__fail(c->d, TPU_ECONFIG, "%s: unknown field '%s'%s; the fields of %s%s%s are: %s",
-                         c->origin, path, mean, prefix[0] ? "'" : "",
+            snprintf(hint_text, sizeof hint_text, " (did you mean '%s'?)", hint);
+        return tpu__fail(c->d, TPU_ECONFIG,
+                         "%s: unknown field '%s'%s; the fields of %s%s%s are: %s",
+                         c->origin, path, hint_text, prefix[0] ? "'" : "",
                          prefix[0] ? prefix : "the top level", prefix[0] ? "'" : "", keys);
     }
     for (const struct field *f = fields; f->key; f++) {

@@ -1,3 +1,735 @@
-/* placeholder: being written */
-#include "tpusim/error.h"
-typedef int tpu__placeholder_gemm;
+/* Whole GEMMs on the matrix unit's numerics: fast, multi-threaded, and bit-exact to the
+ * array's accumulation order (include/tpusim/mxu.h, NUMERICS). This file holds the public
+ * entry points, argument checks, the blocking driver, the threads, the portable C kernels
+ * and the fp32 multi-pass GEMM; the x86 kernels are in gemm_avx512.c and gemm_avx2.c.
+ * It computes values only: cycle counts are in mxu_timing.c, and the per-tile definition
+ * the tests compare against is in mxu_tile.c.
+ *
+ * Order. For every output (m, n) and every K-tile of R = tile_rows rows the kernels keep one
+ * fp32 column sum t in a register: t = +0, then t = t + a[m][k] * w[k][n] for the tile's k in
+ * increasing order, then acc = t (first tile, not accumulating) or acc = acc + t. That is a
+ * BLAS micro-kernel (broadcast A, vector of B, one accumulator lane per output, sequential
+ * in k) whose K loop is cut at tile boundaries, so the fast kernels follow the definition
+ * operation for operation; blocking, packing and threads only choose which outputs are
+ * computed when, never the order of the operations that make one output.
+ *
+ * FMA. The FMA kernel computes t = fma(a, w, t) = RN(t + a*w exactly), which equals the
+ * definition RN(t + RN(a*w)) whenever RN(a*w) = a*w. Write a nonzero finite bf16 as
+ * s * 2^(E-7) with an integer significand 1 <= s <= 255 and E = max(field, 1) - 127 (so a
+ * subnormal has E = -126 and s < 128). A product is then P * 2^(Ea+Eb-14) with
+ * P = sa*sb <= 65025 < 2^16. It is an fp32 value (exact) when
+ *   - it is an integer multiple of 2^-149, the smallest subnormal: Ea + Eb - 14 >= -149, i.e.
+ *     Ea + Eb >= -135 (P < 2^16 <= 2^24, so the significand always fits); and
+ *   - it does not exceed FLT_MAX = (2^24-1) * 2^104: with Ea + Eb <= 126 the product is at
+ *     most 65025 * 2^112 = 16646400 * 2^104 < (2^24-1) * 2^104. At Ea + Eb = 127 it can
+ *     overflow (1.99 * 1.99 * 2^127).
+ * Zero operands give exact zeros. Inf and NaN would also give equal results (IEEE rules are
+ * the same for fma and mul+add, NaN payloads are canonicalised) but are sent to the
+ * multiply + add kernel anyway, so the argument needs no case for them. The packers record,
+ * per packed block, the largest exponent field (255 if a special is present) and the smallest
+ * over nonzero values; a pair of blocks runs the FMA kernel only if
+ *   maxA + maxB <= 126 + 254,  minA + minB >= -135 + 254,  and neither holds Inf or NaN
+ * (in biased fields), and the multiply + add kernel otherwise. Both give the same bits.
+ *
+ * NaN. A NaN column sum makes acc NaN, and acc + x is NaN for every x, so once any step
+ * produces a NaN the output is NaN whatever payloads were carried; Inf - Inf and 0 * Inf give
+ * NaN in both kernels alike. Replacing NaNs by the canonical NaN once, at the end, therefore
+ * gives the same bits as replacing them at every array and accumulator output.
+ *
+ * Edge cases. m == 0 or n == 0: nothing to do (pointers are not read). k == 0: there are no
+ * tiles; Y becomes +0 (not accumulating) or keeps its values with NaNs made canonical, as
+ * every value leaving the accumulators is. Threads: the output is split statically into
+ * rectangles of whole micro-tiles, one per thread, so the result does not depend on the
+ * thread count; at most n_threads threads run (fewer when the problem is small). On an error
+ * after work has started (TPU_ETHREAD) Y is left partly written. */
+#include <math.h>
+#include <float.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpusim/mxu.h"
+#include "gemm_int.h"
+#include "util.h"
+
+#if defined(FLT_EVAL_METHOD) && (FLT_EVAL_METHOD == 1 || FLT_EVAL_METHOD == 2)
+#error "the portable kernels need float arithmetic evaluated in float (FLT_EVAL_METHOD 0)"
+#endif
+
+const char *tpu_dtype_name(enum tpu_dtype t)
+{
+    switch (t) {
+    case TPU_DTYPE_BF16:
+        return "bf16";
+    case TPU_DTYPE_INT8:
+        return "int8";
+    case TPU_DTYPE_FP32:
+        return "fp32";
+    }
+    return "unknown";
+}
+
+/* ---- blocking parameters --------------------------------------------------------------- */
+
+/* K values per packed chunk for bf16: whole tiles adding up to at most this, or one tile if
+ * a tile is longer (a tile's column sum lives in registers, so a chunk never splits a tile). */
+#define GEMM_KC_BF16 384
+/* K values per chunk for int8 (even: int16 pairs never straddle chunks). */
+#define GEMM_KC_INT8 1024
+/* Target sizes of the packed A block (L2) and B block (L2/L3), bytes. */
+#define GEMM_A_BLOCK_BYTES (256u * 1024u)
+#define GEMM_B_BLOCK_BYTES (1536u * 1024u)
+/* At most this many threads are used, whatever n_threads asks for. */
+#define GEMM_MAX_THREADS 256u
+/* Thread planning costs, in multiply-adds: converting one element while packing, and
+ * starting one thread. */
+#define GEMM_PACK_COST 8.0
+#define GEMM_THREAD_COST 2.0e6
+#define GEMM_ALIGN_BYTES 64u
+
+/* ---- portable C kernels ------------------------------------------------------------------ */
+
+enum { C_MR = 4, C_NR = 16 };
+
+static void stats_bf16(const uint16_t *v, size_t count, unsigned *maxf, unsigned *minf)
+{
+    for (size_t i = 0; i < count; i++) {
+        unsigned f = (v[i] >> 7) & 0xFFu;
+        if (f > *maxf)
+            *maxf = f;
+        if ((v[i] & 0x7FFFu) != 0) {
+            unsigned g = f == 0 ? 1u : f;
+            if (g < *minf)
+                *minf = g;
+        }
+    }
+}
+
+static void pack_a_bf16_c(const void *src, size_t ld, size_t mc, size_t kc, void *dst,
+                          size_t lda, struct tpu__exp_stats *st)
+{
+    const tpu_bf16 *a = src;
+    float *ap = dst;
+    unsigned maxf = 0, minf = 255;
+    for (size_t i = 0; i < mc; i++) {
+        stats_bf16(&a[i * ld].bits, kc, &maxf, &minf);
+        for (size_t k = 0; k < kc; k++)
+            ap[i * lda + k] = tpu_bf16_to_f32(a[i * ld + k]);
+    }
+    st->max_field = maxf;
+    st->min_nonzero_field = minf;
+}
+
+static void pack_b_bf16_c(const void *src, size_t ld, size_t kc, size_t nc, void *dst,
+                          struct tpu__exp_stats *st)
+{
+    const tpu_bf16 *b = src;
+    float *bp = dst;
+    unsigned maxf = 0, minf = 255;
+    for (size_t j0 = 0; j0 < nc; j0 += C_NR) {
+        size_t w = nc - j0 < C_NR ? nc - j0 : C_NR;
+        for (size_t k = 0; k < kc; k++) {
+            stats_bf16(&b[k * ld + j0].bits, w, &maxf, &minf);
+            for (size_t j = 0; j < C_NR; j++)
+                bp[j] = j < w ? tpu_bf16_to_f32(b[k * ld + j0 + j]) : 0.0f;
+            bp += C_NR;
+        }
+    }
+    st->max_field = maxf;
+    st->min_nonzero_field = minf;
+}
+
+/* Separate multiply and add: the definition itself (no FMA: -ffp-contract=off). */
+static void micro_bf16_c(size_t kc, size_t tile, const void *ap_, size_t lda, const void *bp_,
+                         void *c_, size_t ldc, bool store_first)
+{
+    const float *ap = ap_;
+    const float *bp = bp_;
+    float *c = c_;
+    for (size_t k0 = 0; k0 < kc; k0 += tile) {
+        size_t len = kc - k0 < tile ? kc - k0 : tile;
+        float t[C_MR][C_NR];
+        for (int i = 0; i < C_MR; i++)
+            for (int j = 0; j < C_NR; j++)
+                t[i][j] = 0.0f;
+        for (size_t k = k0; k < k0 + len; k++) {
+            const float *brow = bp + k * C_NR;
+            for (int i = 0; i < C_MR; i++) {
+                float ai = ap[(size_t)i * lda + k];
+                for (int j = 0; j < C_NR; j++) {
+                    float p = ai * brow[j];
+                    t[i][j] = t[i][j] + p;
+                }
+            }
+        }
+        for (int i = 0; i < C_MR; i++)
+            for (int j = 0; j < C_NR; j++) {
+                float *cij = &c[(size_t)i * ldc + (size_t)j];
+                *cij = store_first && k0 == 0 ? t[i][j] : *cij + t[i][j];
+            }
+    }
+}
+
+static const struct tpu__gemm_kernel gemm_bf16_c = {
+    .mr = C_MR,
+    .nr = C_NR,
+    .k_per_word = 1,
+    .pack_a = pack_a_bf16_c,
+    .pack_b = pack_b_bf16_c,
+    .micro = micro_bf16_c, /* no FMA in portable C: the exact kernel serves both roles */
+    .micro_plain = micro_bf16_c,
+};
+
+static void pack_a_int8_c(const void *src, size_t ld, size_t mc, size_t kc, void *dst,
+                          size_t lda, struct tpu__exp_stats *st)
+{
+    const int8_t *a = src;
+    int32_t *ap = dst;
+    (void)st;
+    for (size_t i = 0; i < mc; i++)
+        for (size_t k = 0; k < kc; k++)
+            ap[i * lda + k] = a[i * ld + k];
+}
+
+static void pack_b_int8_c(const void *src, size_t ld, size_t kc, size_t nc, void *dst,
+                          struct tpu__exp_stats *st)
+{
+    const int8_t *b = src;
+    int32_t *bp = dst;
+    (void)st;
+    for (size_t j0 = 0; j0 < nc; j0 += C_NR)
+        for (size_t k = 0; k < kc; k++) {
+            for (size_t j = 0; j < C_NR; j++)
+                bp[j] = j0 + j < nc ? b[k * ld + j0 + j] : 0;
+            bp += C_NR;
+        }
+}
+
+/* Two's-complement int32 from its bit pattern, without implementation-defined conversion. */
+static int32_t i32_from_u32(uint32_t u)
+{
+    return u <= INT32_MAX ? (int32_t)u : (int32_t)(u - 0x80000000u) - INT32_MAX - 1;
+}
+
+/* Integer sums wrap modulo 2^32 and do not depend on order: unsigned arithmetic. */
+static void micro_int8_c(size_t kc, size_t tile, const void *ap_, size_t lda, const void *bp_,
+                         void *c_, size_t ldc, bool store_first)
+{
+    const int32_t *ap = ap_;
+    const int32_t *bp = bp_;
+    int32_t *c = c_;
+    uint32_t t[C_MR][C_NR] = {{0}};
+    (void)tile;
+    for (size_t k = 0; k < kc; k++)
+        for (int i = 0; i < C_MR; i++) {
+            uint32_t ai = (uint32_t)ap[(size_t)i * lda + k];
+            for (int j = 0; j < C_NR; j++)
+                t[i][j] += ai * (uint32_t)bp[k * C_NR + (size_t)j];
+        }
+    for (int i = 0; i < C_MR; i++)
+        for (int j = 0; j < C_NR; j++) {
+            int32_t *cij = &c[(size_t)i * ldc + (size_t)j];
+            *cij = i32_from_u32(store_first ? t[i][j] : (uint32_t)*cij + t[i][j]);
+        }
+}
+
+static const struct tpu__gemm_kernel gemm_int8_c = {
+    .mr = C_MR,
+    .nr = C_NR,
+    .k_per_word = 1,
+    .pack_a = pack_a_int8_c,
+    .pack_b = pack_b_int8_c,
+    .micro = micro_int8_c,
+    .micro_plain = NULL,
+};
+
+/* ---- instruction set selection ------------------------------------------------------------ */
+
+bool tpu__gemm_isa_supported(enum tpu__gemm_isa isa)
+{
+    switch (isa) {
+    case TPU__GEMM_ISA_AUTO:
+    case TPU__GEMM_ISA_SCALAR:
+        return true;
+#if TPU__GEMM_HAVE_X86
+    case TPU__GEMM_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case TPU__GEMM_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#else
+    case TPU__GEMM_ISA_AVX2:
+    case TPU__GEMM_ISA_AVX512:
+        return false;
+#endif
+    }
+    return false;
+}
+
+static enum tpu__gemm_isa resolve_isa(enum tpu__gemm_isa want)
+{
+    if (want != TPU__GEMM_ISA_AUTO)
+        return want;
+    if (tpu__gemm_isa_supported(TPU__GEMM_ISA_AVX512))
+        return TPU__GEMM_ISA_AVX512;
+    if (tpu__gemm_isa_supported(TPU__GEMM_ISA_AVX2))
+        return TPU__GEMM_ISA_AVX2;
+    return TPU__GEMM_ISA_SCALAR;
+}
+
+static const struct tpu__gemm_kernel *kernel_for(enum tpu__gemm_isa isa, bool int8)
+{
+    switch (isa) {
+#if TPU__GEMM_HAVE_X86
+    case TPU__GEMM_ISA_AVX512:
+        return int8 ? &tpu__gemm_int8_avx512 : &tpu__gemm_bf16_avx512;
+    case TPU__GEMM_ISA_AVX2:
+        return int8 ? &tpu__gemm_int8_avx2 : &tpu__gemm_bf16_avx2;
+#endif
+    default:
+        return int8 ? &gemm_int8_c : &gemm_bf16_c;
+    }
+}
+
+/* ---- the blocking driver ----------------------------------------------------------------- */
+
+/* One GEMM as the driver sees it. Read-only while the workers run. */
+struct gemm_problem {
+    const struct tpu__gemm_kernel *kern;
+    const unsigned char *a; /* [m][k] elements of a_bytes */
+    const unsigned char *b; /* [k][n] elements of b_bytes */
+    unsigned char *y;       /* [m][n] 4-byte words */
+    size_t elem_bytes;      /* of A and B: 2 (bf16) or 1 (int8) */
+    size_t m, k, n;
+    size_t tile;  /* R; for int8 equal to kc (unused) */
+    size_t kc;    /* K values per chunk */
+    bool accumulate;
+    bool is_bf16;
+    enum tpu__gemm_fma fma;
+};
+
+/* One thread's share: the output rectangle rows [m0, m1) x columns [n0, n1) and its own
+ * packing buffers. Written only by its thread until joined. */
+struct gemm_worker {
+    const struct gemm_problem *p;
+    size_t m0, m1, n0, n1;
+    size_t mc, nc;     /* block sizes: rows of an A block, columns of a B block */
+    size_t lda;        /* words per packed A row */
+    void *abuf;        /* packed A block [round_up(mc, mr)][lda] */
+    void *bbuf;        /* packed B block [round_up(nc, nr) / nr][kwords][nr] */
+    void *ctmp;        /* [mr][nr] words: edge micro-tiles */
+    size_t b_off, c_off, buf_bytes; /* the one allocation holding the three: offsets, size */
+    uint64_t fma_blocks, plain_blocks;
+    pthread_t thread;
+    bool started;
+};
+
+static size_t round_up(size_t x, size_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Exactness of the FMA kernel for a pair of blocks: see the file comment. */
+static bool fma_exact(const struct tpu__exp_stats *sa, const struct tpu__exp_stats *sb)
+{
+    if (sa->max_field == 255 || sb->max_field == 255)
+        return false;
+    if (sa->max_field + sb->max_field > 126 + 254)
+        return false;
+    return sa->min_nonzero_field + sb->min_nonzero_field >= 254 - 135;
+}
+
+static void canonicalise_nans(float *y, size_t ldy, size_t rows, size_t cols)
+{
+    const float canon = tpu_f32_from_bits(TPU_F32_CANONICAL_NAN_BITS);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) {
+            float *v = &y[i * ldy + j];
+            if (isnan(*v))
+                *v = canon;
+        }
+}
+
+static void worker_run(struct gemm_worker *w)
+{
+    const struct gemm_problem *p = w->p;
+    const struct tpu__gemm_kernel *kern = p->kern;
+    const size_t mr = kern->mr, nr = kern->nr, es = p->elem_bytes;
+    struct tpu__exp_stats sa = {0, 255}, sb = {0, 255};
+
+    for (size_t jc = w->n0; jc < w->n1; jc += w->nc) {
+        size_t ncur = min_size(w->nc, w->n1 - jc);
+        for (size_t pc = 0; pc < p->k; pc += p->kc) {
+            size_t kcur = min_size(p->kc, p->k - pc);
+            size_t kwords = (kcur + kern->k_per_word - 1) / kern->k_per_word;
+            bool store_first = !p->accumulate && pc == 0;
+            kern->pack_b(p->b + (pc * p->n + jc) * es, p->n, kcur, ncur, w->bbuf, &sb);
+            for (size_t ic = w->m0; ic < w->m1; ic += w->mc) {
+                size_t mcur = min_size(w->mc, w->m1 - ic);
+                kern->pack_a(p->a + (ic * p->k + pc) * es, p->k, mcur, kcur, w->abuf, w->lda,
+                             &sa);
+                void (*micro)(size_t, size_t, const void *, size_t, const void *, void *,
+                              size_t, bool) = kern->micro;
+                if (p->is_bf16) {
+                    bool use_fma = p->fma == TPU__GEMM_FMA_ALWAYS ||
+                                   (p->fma == TPU__GEMM_FMA_AUTO && fma_exact(&sa, &sb));
+                    micro = use_fma ? kern->micro : kern->micro_plain;
+                    if (use_fma)
+                        w->fma_blocks++;
+                    else
+                        w->plain_blocks++;
+                }
+                for (size_t jr = 0; jr < ncur; jr += nr) {
+                    const unsigned char *bp =
+                        (const unsigned char *)w->bbuf + (jr / nr) * kwords * nr * 4;
+                    size_t nw = min_size(nr, ncur - jr);
+                    for (size_t ir = 0; ir < mcur; ir += mr) {
+                        const unsigned char *ap =
+                            (const unsigned char *)w->abuf + ir * w->lda * 4;
+                        unsigned char *c = p->y + ((ic + ir) * p->n + jc + jr) * 4;
+                        size_t mh = min_size(mr, mcur - ir);
+                        if (mh == mr && nw == nr) {
+                            micro(kcur, p->tile, ap, w->lda, bp, c, p->n, store_first);
+                            continue;
+                        }
+                        /* edge micro-tile: run it on a full-size copy */
+                        unsigned char *t = w->ctmp;
+                        if (!store_first)
+                            for (size_t i = 0; i < mh; i++)
+                                memcpy(t + i * nr * 4, c + i * p->n * 4, nw * 4);
+                        micro(kcur, p->tile, ap, w->lda, bp, t, nr, store_first);
+                        for (size_t i = 0; i < mh; i++)
+                            memcpy(c + i * p->n * 4, t + i * nr * 4, nw * 4);
+                    }
+                }
+            }
+        }
+    }
+    if (p->is_bf16)
+        canonicalise_nans((float *)(void *)p->y + w->m0 * p->n + w->n0, p->n, w->m1 - w->m0,
+                          w->n1 - w->n0);
+}
+
+static void *worker_main(void *arg)
+{
+    worker_run(arg);
+    return NULL;
+}
+
+/* Chooses a grid of tm x tn output rectangles (tm * tn <= max_threads) that minimises the
+ * modelled time of the slowest thread: its multiply-adds, its packing (each thread packs the
+ * A rows and B columns of its rectangle), and the cost of starting threads. */
+static void plan_grid(const struct gemm_problem *p, unsigned max_threads, size_t *tm_out,
+                      size_t *tn_out)
+{
+    size_t mb = (p->m + p->kern->mr - 1) / p->kern->mr;
+    size_t nb = (p->n + p->kern->nr - 1) / p->kern->nr;
+    size_t cap = max_threads < GEMM_MAX_THREADS ? max_threads : GEMM_MAX_THREADS;
+    double best = 0;
+    *tm_out = *tn_out = 1;
+    for (size_t tm = 1; tm <= cap && tm <= mb; tm++)
+        for (size_t tn = 1; tm * tn <= cap && tn <= nb; tn++) {
+            double rows = (double)((mb + tm - 1) / tm * p->kern->mr);
+            double cols = (double)((nb + tn - 1) / tn * p->kern->nr);
+            double kk = (double)p->k;
+            double cost = rows * cols * kk + (rows + cols) * kk * GEMM_PACK_COST +
+                          (double)(tm * tn - 1) * GEMM_THREAD_COST;
+            if ((tm == 1 && tn == 1) || cost < best) {
+                best = cost;
+                *tm_out = tm;
+                *tn_out = tn;
+            }
+        }
+}
+
+/* Sizes one worker's blocks and buffers; false if a size overflows. */
+static bool size_worker(struct gemm_worker *w)
+{
+    const struct gemm_problem *p = w->p;
+    const size_t mr = p->kern->mr, nr = p->kern->nr, kpw = p->kern->k_per_word;
+    size_t kwords = (p->kc + kpw - 1) / kpw;
+    size_t rows = w->m1 - w->m0, cols = w->n1 - w->n0;
+    /* pad rows to 16 words (64 bytes) plus 16 more so that rows do not alias in the cache */
+    w->lda = round_up(kwords, 16) + 16;
+    size_t row_bytes = w->lda * 4, panel_bytes = kwords * nr * 4;
+    w->mc = GEMM_A_BLOCK_BYTES / row_bytes / mr * mr;
+    if (w->mc < mr)
+        w->mc = mr;
+    if (w->mc > round_up(rows, mr))
+        w->mc = round_up(rows, mr);
+    w->nc = GEMM_B_BLOCK_BYTES / panel_bytes * nr;
+    if (w->nc < nr)
+        w->nc = nr;
+    if (w->nc > round_up(cols, nr))
+        w->nc = round_up(cols, nr);
+    size_t a_bytes, b_bytes;
+    if (!tpu__mul_size(w->mc, row_bytes, &a_bytes) ||
+        !tpu__mul_size(w->nc / nr, panel_bytes, &b_bytes))
+        return false;
+    size_t c_bytes = mr * nr * 4;
+    a_bytes = round_up(a_bytes, GEMM_ALIGN_BYTES);
+    b_bytes = round_up(b_bytes, GEMM_ALIGN_BYTES);
+    if (a_bytes > SIZE_MAX - b_bytes - c_bytes - GEMM_ALIGN_BYTES)
+        return false;
+    w->b_off = a_bytes;
+    w->c_off = a_bytes + b_bytes;
+    w->buf_bytes = round_up(a_bytes + b_bytes + c_bytes, GEMM_ALIGN_BYTES);
+    return true;
+}
+
+static bool alloc_worker(struct gemm_worker *w)
+{
+    unsigned char *mem = aligned_alloc(GEMM_ALIGN_BYTES, w->buf_bytes);
+    if (!mem)
+        return false;
+    /* zero: the padding rows of A and the edge tile must hold defined values */
+    memset(mem, 0, w->buf_bytes);
+    w->abuf = mem;
+    w->bbuf = mem + w->b_off;
+    w->ctmp = mem + w->c_off;
+    return true;
+}
+
+static const struct tpu__gemm_opts default_opts = {TPU__GEMM_ISA_AUTO, TPU__GEMM_FMA_AUTO, 0};
+
+/* Checks shared by the public GEMMs; 0 or TPU_EINVAL / TPU_EUNSUPPORTED. */
+static int check_args(const void *a, const void *b, const void *y, size_t m, size_t k, size_t n,
+                      uint32_t tile_rows, unsigned n_threads, const struct tpu__gemm_opts *o)
+{
+    size_t prod;
+    if (tile_rows == 0 || n_threads == 0)
+        return TPU_EINVAL;
+    if (!tpu__mul_size(m, k, &prod) || !tpu__mul_size(k, n, &prod) ||
+        !tpu__mul_size(m, n, &prod) || !tpu__mul_size(prod, 4, &prod))
+        return TPU_EINVAL;
+    if (m != 0 && n != 0 && (!y || (k != 0 && (!a || !b))))
+        return TPU_EINVAL;
+    if (!tpu__gemm_isa_supported(o->isa))
+        return TPU_EUNSUPPORTED;
+    return 0;
+}
+
+static int run_gemm(struct gemm_problem *p, unsigned n_threads, const struct tpu__gemm_opts *o,
+                    struct tpu__gemm_report *report)
+{
+    size_t tm, tn;
+    plan_grid(p, n_threads, &tm, &tn);
+    size_t nw = tm * tn;
+    struct gemm_worker *ws = calloc(nw, sizeof *ws);
+    if (!ws)
+        return TPU_ENOMEM;
+    size_t mb = (p->m + p->kern->mr - 1) / p->kern->mr;
+    size_t nb = (p->n + p->kern->nr - 1) / p->kern->nr;
+    size_t total_bytes = 0;
+    int rc = 0;
+    for (size_t i = 0; i < tm; i++)
+        for (size_t j = 0; j < tn; j++) {
+            struct gemm_worker *w = &ws[i * tn + j];
+            w->p = p;
+            w->m0 = min_size(mb * i / tm * p->kern->mr, p->m);
+            w->m1 = min_size(mb * (i + 1) / tm * p->kern->mr, p->m);
+            w->n0 = min_size(nb * j / tn * p->kern->nr, p->n);
+            w->n1 = min_size(nb * (j + 1) / tn * p->kern->nr, p->n);
+            if (!size_worker(w) || w->buf_bytes > SIZE_MAX - total_bytes) {
+                rc = TPU_ENOMEM;
+                continue;
+            }
+            total_bytes += w->buf_bytes;
+        }
+    if (rc == 0 && o->max_alloc_bytes != 0 && total_bytes > o->max_alloc_bytes)
+        rc = TPU_ENOMEM;
+    size_t n_alloc = 0;
+    for (; rc == 0 && n_alloc < nw; n_alloc++)
+        if (!alloc_worker(&ws[n_alloc]))
+            rc = TPU_ENOMEM;
+    if (rc == 0) {
+        for (size_t i = 1; i < nw; i++) {
+            if (pthread_create(&ws[i].thread, NULL, worker_main, &ws[i]) != 0) {
+                rc = TPU_ETHREAD;
+                break;
+            }
+            ws[i].started = true;
+        }
+        if (rc == 0)
+            worker_run(&ws[0]);
+        for (size_t i = 1; i < nw; i++)
+            if (ws[i].started)
+                pthread_join(ws[i].thread, NULL);
+    }
+    if (report) {
+        report->threads_used = (unsigned)nw;
+        report->fma_blocks = report->plain_blocks = 0;
+        for (size_t i = 0; i < nw; i++) {
+            report->fma_blocks += ws[i].fma_blocks;
+            report->plain_blocks += ws[i].plain_blocks;
+        }
+    }
+    for (size_t i = 0; i < n_alloc; i++)
+        free(ws[i].abuf);
+    free(ws);
+    return rc;
+}
+
+static int gemm_common(const void *a, const void *b, void *y, size_t m, size_t k, size_t n,
+                       uint32_t tile_rows, bool accumulate, unsigned n_threads, bool is_bf16,
+                       const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report)
+{
+    const struct tpu__gemm_opts *o = opts ? opts : &default_opts;
+    int rc = check_args(a, b, y, m, k, n, tile_rows, n_threads, o);
+    if (rc)
+        return rc;
+    enum tpu__gemm_isa isa = resolve_isa(o->isa);
+    if (report) {
+        memset(report, 0, sizeof *report);
+        report->isa = isa;
+    }
+    if (m == 0 || n == 0)
+        return 0;
+    if (k == 0) {
+        if (!accumulate)
+            memset(y, 0, m * n * 4); /* all-zero bits: +0.0f and int32 0 */
+        else if (is_bf16)
+            canonicalise_nans(y, n, m, n);
+        return 0;
+    }
+    struct gemm_problem p = {
+        .kern = kernel_for(isa, !is_bf16),
+        .a = a,
+        .b = b,
+        .y = y,
+        .elem_bytes = is_bf16 ? 2 : 1,
+        .m = m,
+        .k = k,
+        .n = n,
+        .accumulate = accumulate,
+        .is_bf16 = is_bf16,
+        .fma = o->fma,
+    };
+    if (is_bf16) {
+        p.tile = tile_rows;
+        p.kc = tile_rows <= GEMM_KC_BF16 ? GEMM_KC_BF16 / tile_rows * tile_rows : tile_rows;
+    } else {
+        p.kc = GEMM_KC_INT8;
+        p.tile = p.kc;
+    }
+    if (p.kc > k)
+        p.kc = k;
+    return run_gemm(&p, n_threads, o, report);
+}
+
+int tpu__gemm_bf16_impl(const tpu_bf16 *a, const tpu_bf16 *b, float *y, size_t m, size_t k,
+                        size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
+                        const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report)
+{
+    return gemm_common(a, b, y, m, k, n, tile_rows, accumulate, n_threads, true, opts, report);
+}
+
+int tpu__gemm_int8_impl(const int8_t *a, const int8_t *b, int32_t *y, size_t m, size_t k,
+                        size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
+                        const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report)
+{
+    return gemm_common(a, b, y, m, k, n, tile_rows, accumulate, n_threads, false, opts,
+                       report);
+}
+
+int tpu_gemm_bf16(const tpu_bf16 *a, const tpu_bf16 *b, float *y, size_t m, size_t k, size_t n,
+                  uint32_t tile_rows, bool accumulate, unsigned n_threads)
+{
+    return tpu__gemm_bf16_impl(a, b, y, m, k, n, tile_rows, accumulate, n_threads, NULL, NULL);
+}
+
+int tpu_gemm_int8(const int8_t *a, const int8_t *b, int32_t *y, size_t m, size_t k, size_t n,
+                  uint32_t tile_rows, bool accumulate, unsigned n_threads)
+{
+    return tpu__gemm_int8_impl(a, b, y, m, k, n, tile_rows, accumulate, n_threads, NULL, NULL);
+}
+
+/* ---- fp32 in several bf16 passes ------------------------------------------------------ */
+
+/* x = hi + mid + lo (+ what lo cannot hold). x - hi is exact: hi is x rounded to 8
+ * significant bits, so both are multiples of ulp(x) and |x - hi| <= 2^-8 * 2^(e+1), an
+ * integer multiple of ulp(x) below 2^17 ulps; the same holds for r1 - mid. A non-finite hi
+ * (x is Inf or NaN, or x rounds past the largest bf16) gives mid = lo = 0: x - hi would be
+ * -+Inf or NaN there, not a remainder. */
+void tpu_f32_split_bf16(float x, tpu_bf16 *hi, tpu_bf16 *mid, tpu_bf16 *lo)
+{
+    const tpu_bf16 zero = {0};
+    tpu_bf16 h = tpu_bf16_from_f32(x), md = zero, l = zero;
+    float hf = tpu_bf16_to_f32(h);
+    if (isfinite(hf)) {
+        float r1 = x - hf;
+        md = tpu_bf16_from_f32(r1);
+        float r2 = r1 - tpu_bf16_to_f32(md);
+        l = tpu_bf16_from_f32(r2);
+    }
+    if (hi)
+        *hi = h;
+    if (mid)
+        *mid = md;
+    if (lo)
+        *lo = l;
+}
+
+int tpu__gemm_f32_impl(const float *a, const float *b, float *y, size_t m, size_t k, size_t n,
+                       uint32_t tile_rows, unsigned passes, unsigned n_threads,
+                       const struct tpu__gemm_opts *opts)
+{
+    const struct tpu__gemm_opts *o = opts ? opts : &default_opts;
+    if (passes != 1 && passes != 3 && passes != 6)
+        return TPU_EINVAL;
+    int rc = check_args(a, b, y, m, k, n, tile_rows, n_threads, o);
+    if (rc)
+        return rc;
+    if (m == 0 || n == 0)
+        return 0;
+    if (k == 0)
+        return tpu__gemm_bf16_impl(NULL, NULL, y, m, 0, n, tile_rows, false, n_threads, o,
+                                   NULL);
+    /* parts: 0 = hi, 1 = mid, 2 = lo; 1 pass needs hi, 3 need hi and mid, 6 all three */
+    size_t n_parts = passes == 1 ? 1 : passes == 3 ? 2 : 3;
+    size_t mk = m * k, kn = k * n, per_part, bytes;
+    if (!tpu__mul_size(mk + kn, sizeof(tpu_bf16), &per_part) ||
+        !tpu__mul_size(per_part, n_parts, &bytes))
+        return TPU_EINVAL;
+    if (o->max_alloc_bytes != 0 && bytes > o->max_alloc_bytes)
+        return TPU_ENOMEM;
+    tpu_bf16 *mem = malloc(bytes);
+    if (!mem)
+        return TPU_ENOMEM;
+    tpu_bf16 *ap[3], *bp[3];
+    for (size_t i = 0; i < n_parts; i++) {
+        ap[i] = mem + i * (mk + kn);
+        bp[i] = ap[i] + mk;
+    }
+    for (size_t i = 0; i < mk; i++)
+        tpu_f32_split_bf16(a[i], &ap[0][i], n_parts > 1 ? &ap[1][i] : NULL,
+                           n_parts > 2 ? &ap[2][i] : NULL);
+    for (size_t i = 0; i < kn; i++)
+        tpu_f32_split_bf16(b[i], &bp[0][i], n_parts > 1 ? &bp[1][i] : NULL,
+                           n_parts > 2 ? &bp[2][i] : NULL);
+    /* (A part, B part) per pass, smallest terms first. 3 passes use the two-part split
+     * x = hi + mid (XLA's bf16_3x), 6 passes the three-part split (bf16_6x). */
+    static const unsigned char order1[1][2] = {{0, 0}};
+    static const unsigned char order3[3][2] = {{1, 0}, {0, 1}, {0, 0}};
+    static const unsigned char order6[6][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
+    const unsigned char(*order)[2] = passes == 1 ? order1 : passes == 3 ? order3 : order6;
+    for (unsigned i = 0; i < passes && rc == 0; i++)
+        rc = tpu__gemm_bf16_impl(ap[order[i][0]], bp[order[i][1]], y, m, k, n, tile_rows,
+                                 i > 0, n_threads, o, NULL);
+    free(mem);
+    return rc;
+}
+
+int tpu_gemm_f32(const float *a, const float *b, float *y, size_t m, size_t k, size_t n,
+                 uint32_t tile_rows, unsigned passes, unsigned n_threads)
+{
+    return tpu__gemm_f32_impl(a, b, y, m, k, n, tile_rows, passes, n_threads, NULL);
+}
+
+/* Until sim/meson.build lists them, the x86 kernels are compiled as part of this file. */
+#include "gemm_avx512.c"
+#include "gemm_avx2.c"

@@ -14,7 +14,8 @@
  * "name, M, N, K," becomes the convolution [ifmap h = M, ifmap w = K, filter 1 x K, 1
  * channel, N filters, stride 1]: ofmap M x 1, window K. scalesim/compute/operand_matrix.py
  * then builds the IFMAP matrix [ofmap pixels][window] = [M][K], the filter matrix
- * [window][filters] = [K][N] and the OFMAP matrix [M][N].
+ * [window][filters] = [K][N] and the OFMAP matrix [M][N]. (A convolution row gives
+ * M = ofmap pixels, K = Fh * Fw * C, N = filters; host/topology.h does that conversion.)
  *
  * Spatial and temporal dimensions.  systolic_compute_{ws,os,is}.py, set_params() (and
  * topology_utils.calc_spatio_temporal_params(), which agrees):
@@ -38,17 +39,19 @@
  *   is  ifmap:  R rows (flipped) + (R + C + T - 2)-row suffix, not skewed -> 2R + C + T - 2
  *       filter: R-row prefix + T + (C - 1), width R, skewed -> 2R + C + T - 2
  *       ofmap:  (2R - 1)-row prefix + T, width C, skewed -> 2R + C + T - 2
- * (create_demand_matrices() asserts that the three agree.) So ws and is take the SCALE-Sim
- * paper's 2R + C + T - 2 per fold, os takes R + C + T - 2 (no separate load phase: both
- * operands stream), and no fold's load is hidden behind the previous fold's stream.
+ * (create_demand_matrices() asserts that the three agree.) So ws and is take the
+ * 2R + C + T - 2 per fold usually quoted from the SCALE-Sim papers, os takes R + C + T - 2
+ * (no separate load phase: both operands stream), and no fold's load is hidden behind the
+ * previous fold's stream.
  *
  * Total cycles.  scalesim/memory/double_buffered_scratchpad_mem.py,
  * service_memory_requests(): demand row i is issued at cycle i + stalls so far, and
  * total_cycles = int(ofmap_serviced_cycles[-1][0]), the cycle of the last OFMAP row. With no
  * stalls that is (number of rows) - 1:
  *     total_cycles = row_fold * col_fold * fold_cycles - 1
- * With SCALE-Sim's memory model (InterfaceBandwidth USER) the stalls are added on top and
- * reported as "Stall Cycles"; with CALC they are 0 for layers like the ones checked below.
+ * When SCALE-Sim's buffers cannot keep up (e.g. InterfaceBandwidth USER with a small
+ * bandwidth) its stalls are added on top and reported as "Stall Cycles"; the reference
+ * output test/golden_trace, checked below, has none.
  *
  * Report columns.  scalesim/single_layer_sim.py, calc_report_data():
  *     overall_util = num_compute * 100 / (total_cycles * arr_row * arr_col), with
@@ -208,7 +211,7 @@ int tpu_serial_gemm(uint32_t rows, uint32_t cols, enum tpu_dataflow df, uint64_t
 
     /* Fold lengths; the constant parts are below 2^35, so only T can overflow them. ws and
      * is: 2R + C + T - 2 and 2R + 2C + T - 3; os: R + C + T - 2 for both. */
-    uint64_t fold_cycles, util_fold_cycles;
+    uint64_t fold_cycles = 0, util_fold_cycles = 0;
     bool ok;
     if (df == TPU_DATAFLOW_OS) {
         ok = add_u64(r + c - 2, t, &fold_cycles);

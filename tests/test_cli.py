@@ -1,1 +1,380 @@
-import sys; sys.exit(0)
+#!/usr/bin/env python3
+"""The `tpusim` command line, driven as a user drives it: real files, real exit codes, real
+messages. The GEMM values are checked against a reference written here in Python, which
+rounds to fp32 and bf16 with the struct module, independently of the C code.
+
+usage: test_cli.py PATH/TO/tpusim
+Prints CMocka-style summary lines so the suite's totals count each case.
+"""
+import json
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+
+TPUSIM = sys.argv[1] if len(sys.argv) > 1 else 'tpusim'
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def run(*args, expect=0):
+    p = subprocess.run([TPUSIM, *args], capture_output=True, text=True, timeout=120)
+    if p.returncode != expect:
+        raise AssertionError(f'tpusim {" ".join(args)}: exit {p.returncode}, expected {expect}\n'
+                             f'stdout: {p.stdout}\nstderr: {p.stderr}')
+    return p
+
+
+def expect_error(args, code, *needles):
+    p = run(*args, expect=code)
+    err = p.stderr
+    assert err.count('\n') == 1, f'error should be one line, got: {err!r}'
+    for n in needles:
+        assert n in err, f'{n!r} not in {err!r}'
+    assert p.stdout == '', f'nothing on stdout on error, got {p.stdout!r}'
+
+
+# ---- fp32 / bf16 arithmetic, by the book -------------------------------------------------
+
+def f32(x):
+    """Round a Python float (double) to the nearest fp32, ties to even."""
+    try:
+        return struct.unpack('<f', struct.pack('<f', x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def f32_bits(x):
+    return struct.unpack('<I', struct.pack('<f', x))[0]
+
+
+def bf16(x):
+    """fp32 -> bf16 -> fp32, round to nearest even (finite inputs)."""
+    u = f32_bits(x)
+    lo = u & 0xFFFF
+    hi = u >> 16
+    if lo > 0x8000 or (lo == 0x8000 and hi & 1):
+        hi += 1
+    return struct.unpack('<f', struct.pack('<I', (hi << 16) & 0xFFFFFFFF))[0]
+
+
+def ref_gemm_bf16(a, b, R):
+    """The array's order: per K tile of R rows, t = +0 then t = f32(t + f32(a*w)); acc = t,
+    then acc = f32(acc + t)."""
+    m, k, n = len(a), len(b), len(b[0])
+    y = [[0.0] * n for _ in range(m)]
+    for i in range(m):
+        for j in range(n):
+            acc = None
+            for k0 in range(0, k, R):
+                t = 0.0
+                for kk in range(k0, min(k0 + R, k)):
+                    t = f32(t + f32(a[i][kk] * b[kk][j]))
+                acc = t if acc is None else f32(acc + t)
+            y[i][j] = acc
+    return y
+
+
+# ---- .npy files without numpy ---------------------------------------------------------------
+
+def write_npy(path, rows, descr, fmt):
+    r, c = len(rows), len(rows[0])
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }" % (descr, r, c)
+    header += ' ' * ((64 - (10 + len(header) + 1) % 64) % 64) + '\n'
+    with open(path, 'wb') as f:
+        f.write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(header)) + header.encode())
+        for row in rows:
+            f.write(struct.pack('<%d%s' % (c, fmt), *row))
+
+
+def read_npy(path):
+    with open(path, 'rb') as f:
+        data = f.read()
+    assert data[:6] == b'\x93NUMPY'
+    hlen = struct.unpack('<H', data[8:10])[0]
+    header = data[10:10 + hlen].decode()
+    shape = header.split("'shape': (")[1].split(')')[0]
+    r, c = (int(x) for x in shape.split(',')[:2])
+    descr = header.split("'descr': '")[1].split("'")[0]
+    fmt = {'<f4': 'f', '<i4': 'i', '|i1': 'b'}[descr]
+    size = struct.calcsize(fmt)
+    body = data[10 + hlen:]
+    assert len(body) == r * c * size
+    vals = struct.unpack('<%d%s' % (r * c, fmt), body)
+    return descr, [list(vals[i * c:(i + 1) * c]) for i in range(r)]
+
+
+# ---- cases ------------------------------------------------------------------------------------
+
+@case
+def top_level_help_and_unknown_command():
+    p = run('--help')
+    assert 'gemm' in p.stdout and 'config' in p.stdout
+    expect_error(['frobnicate'], 2, "'frobnicate' is not a command")
+    run(expect=2)
+
+
+@case
+def gemm_help():
+    p = run('gemm', '--help')
+    assert '--schedule tpu|serial' in p.stdout
+    assert '--topology FILE.csv' in p.stdout
+
+
+@case
+def gemm_timing_matches_closed_form():
+    cfg = json.loads(run('config', 'show', 'tiny', '--json').stdout)
+    p = run('gemm', '-m', '64', '-k', '64', '-n', '64', '--chip', 'tiny', '--json',
+            '--timing-only')
+    out = json.loads(p.stdout)
+    R, C = out['array']
+    mxus = out['mxus']
+    acc = out.get('m_chunks')
+    assert acc == 1, out
+    # 8 N tiles dealt to the MXUs, each with 8 K tiles of 64 rows
+    units = math.ceil(64 / C)
+    per_mxu = math.ceil(units / mxus) * math.ceil(64 / R)
+    expect = R + (per_mxu - 1) * max(64, R) + 64 + R + C - 1
+    assert out['cycles'] == expect, (out['cycles'], expect)
+    assert 'values' not in out
+    assert cfg  # the config command answered with JSON
+
+
+@case
+def gemm_values_match_python_reference():
+    rnd = random.Random(5)
+    m, k, n = 5, 19, 7
+    a = [[f32(rnd.uniform(-2, 2)) for _ in range(k)] for _ in range(m)]
+    b = [[f32(rnd.uniform(-2, 2)) for _ in range(n)] for _ in range(k)]
+    with tempfile.TemporaryDirectory() as d:
+        pa, pb, py = (os.path.join(d, x) for x in ('a.npy', 'b.npy', 'y.npy'))
+        write_npy(pa, a, '<f4', 'f')
+        write_npy(pb, b, '<f4', 'f')
+        run('gemm', '--a', pa, '--b', pb, '--chip', 'tiny', '--array', '8x4', '--dump', py,
+            '--dump-inputs', os.path.join(d, 'in'), '--threads', '2')
+        descr, y = read_npy(py)
+        assert descr == '<f4'
+        ab = [[bf16(x) for x in row] for row in a]
+        bb = [[bf16(x) for x in row] for row in b]
+        want = ref_gemm_bf16(ab, bb, 8)
+        for i in range(m):
+            for j in range(n):
+                assert f32_bits(y[i][j]) == f32_bits(want[i][j]), (i, j, y[i][j], want[i][j])
+        # the operands as the chip saw them: bf16 values, stored as float32
+        _, da = read_npy(os.path.join(d, 'in_a.npy'))
+        _, db = read_npy(os.path.join(d, 'in_b.npy'))
+        assert da == ab and db == bb
+
+
+@case
+def gemm_int8_values():
+    rnd = random.Random(9)
+    m, k, n = 3, 21, 4
+    a = [[rnd.randint(-128, 127) for _ in range(k)] for _ in range(m)]
+    b = [[rnd.randint(-128, 127) for _ in range(n)] for _ in range(k)]
+    with tempfile.TemporaryDirectory() as d:
+        pa, pb, py = (os.path.join(d, x) for x in ('a.npy', 'b.npy', 'y.npy'))
+        write_npy(pa, a, '|i1', 'b')
+        write_npy(pb, b, '|i1', 'b')
+        run('gemm', '--a', pa, '--b', pb, '--chip', 'tiny', '--dtype', 'int8', '--dump', py)
+        descr, y = read_npy(py)
+        assert descr == '<i4'
+        for i in range(m):
+            for j in range(n):
+                assert y[i][j] == sum(a[i][x] * b[x][j] for x in range(k))
+
+
+@case
+def gemm_fp32_passes_are_accurate():
+    rnd = random.Random(3)
+    m, k, n = 4, 33, 5
+    a = [[f32(rnd.uniform(-1, 1)) for _ in range(k)] for _ in range(m)]
+    b = [[f32(rnd.uniform(-1, 1)) for _ in range(n)] for _ in range(k)]
+    with tempfile.TemporaryDirectory() as d:
+        pa, pb, py = (os.path.join(d, x) for x in ('a.npy', 'b.npy', 'y.npy'))
+        write_npy(pa, a, '<f4', 'f')
+        write_npy(pb, b, '<f4', 'f')
+        errs = {}
+        for passes in ('1', '3', '6'):
+            run('gemm', '--a', pa, '--b', pb, '--chip', 'tiny', '--dtype', 'fp32',
+                '--passes', passes, '--dump', py)
+            _, y = read_npy(py)
+            worst = 0.0
+            for i in range(m):
+                for j in range(n):
+                    exact = sum(a[i][x] * b[x][j] for x in range(k))
+                    scale = sum(abs(a[i][x] * b[x][j]) for x in range(k))
+                    worst = max(worst, abs(y[i][j] - exact) / scale)
+            errs[passes] = worst
+        # each pass count is more accurate than the last; 6 passes is fp32 accuracy
+        assert errs['1'] > errs['3'] > errs['6'], errs
+        assert errs['6'] < 2 ** -20, errs
+
+
+@case
+def gemm_serial_schedule():
+    out = json.loads(run('gemm', '-m', '100', '-k', '64', '-n', '40', '--chip', 'tiny',
+                         '--schedule', 'serial', '--dataflow', 'os', '--timing-only',
+                         '--json').stdout)
+    assert out['schedule'] == 'serial' and out['dataflow'] == 'os'
+    assert out['cycles'] > 0 and 0 < out['utilization'] <= 1
+
+
+@case
+def gemm_topology_table():
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'layers.csv')
+        with open(path, 'w') as f:
+            f.write('Layer, M, N, K,\nfc1, 256, 512, 784,\nfc2, 256, 10, 512,\n')
+        p = run('gemm', '--topology', path, '--chip', 'tpu-v3')
+        lines = p.stdout.splitlines()
+        assert any(l.startswith('fc1') for l in lines)
+        assert any(l.startswith('fc2') for l in lines)
+        assert lines[-1].startswith('total')
+        out = json.loads(run('gemm', '--topology', path, '--chip', 'tpu-v3', '--json').stdout)
+        assert [l['name'] for l in out['layers']] == ['fc1', 'fc2']
+        assert out['total']['cycles'] == sum(l['cycles'] for l in out['layers'])
+        expect_error(['gemm', '--topology', os.path.join(d, 'none.csv')], 1, 'none.csv')
+
+
+@case
+def gemm_usage_errors():
+    expect_error(['gemm', '-m', '4', '-k', '4'], 2, 'give the GEMM size with -m, -k and -n')
+    expect_error(['gemm', '-m', '0', '-k', '4', '-n', '4'], 2, "-m '0' is not a whole number")
+    expect_error(['gemm', '-m', 'x', '-k', '4', '-n', '4'], 2, "-m 'x'")
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--array', '8by8'], 2,
+                 "--array '8by8' is not ROWSxCOLS")
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--array', '0x8'], 2, '--array')
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--dataflow', 'os'], 2,
+                 'needs --schedule serial')
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--passes', '3'], 2,
+                 '--passes applies to --dtype fp32 only')
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--dtype', 'fp16'], 2,
+                 "--dtype 'fp16' is not one of bf16, int8, fp32")
+    expect_error(['gemm', '--a', 'x.npy'], 2, '--a and --b go together')
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--bogus'], 2,
+                 "unknown option '--bogus'")
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip'], 2, 'needs a value')
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--timing-only', '--dump', 'y.npy'],
+                 2, '--timing-only computes no values')
+
+
+@case
+def gemm_chip_and_file_errors():
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip', 'tpu-v9'], 1, 'tpu-v9')
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip', 'tpu-v1'], 1,
+                 "chip 'tpu-v1' has no bf16 matrix unit")
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip', 'tpu-v3', '--dtype',
+                  'int8'], 1, 'no int8 matrix unit')
+    with tempfile.TemporaryDirectory() as d:
+        pa, pb = os.path.join(d, 'a.npy'), os.path.join(d, 'b.npy')
+        write_npy(pa, [[1.0, 2.0, 3.0]], '<f4', 'f')
+        write_npy(pb, [[1.0], [2.0]], '<f4', 'f')
+        expect_error(['gemm', '--a', pa, '--b', pb], 1, "A's columns (K=3) must equal B's rows (2)")
+        write_npy(pb, [[1.0], [2.0], [3.0]], '<f4', 'f')
+        expect_error(['gemm', '--a', pa, '--b', pb, '--dtype', 'int8', '--chip', 'tiny'], 1,
+                     'holds float32; --dtype int8 needs int8 data')
+        expect_error(['gemm', '--a', os.path.join(d, 'missing.npy'), '--b', pb], 1,
+                     "cannot open '", 'missing.npy')
+        with open(pa, 'w') as f:
+            f.write('not an array')
+        expect_error(['gemm', '--a', pa, '--b', pb], 1, 'is not a NumPy .npy file')
+        # a failed run leaves no result file behind
+        py = os.path.join(d, 'y.npy')
+        run('gemm', '--a', pa, '--b', pb, '--dump', py, expect=1)
+        assert not os.path.exists(py)
+
+
+@case
+def gemm_large_timing_only_is_fast():
+    out = json.loads(run('gemm', '-m', '4096', '-k', '4096', '-n', '4096', '--chip', 'tpu-v4',
+                         '--timing-only', '--json').stdout)
+    assert out['weight_tiles'] == 32 * 32 * out['m_chunks']
+    assert 0.5 < out['utilization'] <= 1.0
+
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'config')
+
+
+@case
+def config_list_and_show():
+    p = run('config', 'list')
+    lines = [l for l in p.stdout.splitlines() if l and not l.startswith(('NAME', '('))]
+    assert [l.split()[0] for l in lines] == ['tiny', 'tpu-v1', 'tpu-v2', 'tpu-v3', 'tpu-v4']
+    assert '275.3 TFLOP/s' in [l for l in lines if l.startswith('tpu-v4')][0]
+    assert '91.75 TOPS' in [l for l in lines if l.startswith('tpu-v1')][0]
+    out = json.loads(run('config', 'show', 'tpu-v1', '--json').stdout)
+    assert out['config']['name'] == 'tpu-v1'
+    assert out['derived']['total_mxus'] == 1
+    assert abs(out['derived']['ridge_macs_per_byte'] - 1349.27) < 0.01
+    p = run('config', 'show', 'tpu-v4')
+    assert 'ridge point' in p.stdout and 'Jouppi' in p.stdout
+
+
+@case
+def config_show_json_round_trips_through_check():
+    out = json.loads(run('config', 'show', 'tiny', '--json').stdout)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'mine.json')
+        with open(path, 'w') as f:
+            json.dump(out['config'], f)
+        p = run('config', 'check', path)
+        assert p.stdout.strip() == f'{path}: ok (name tiny, 2 cores x 1 MXU of 8x8, peak 256 GFLOP/s)'
+        # a user's own file drives the GEMM like a preset
+        out2 = json.loads(run('gemm', '-m', '16', '-k', '16', '-n', '16', '--chip', path,
+                              '--json', '--timing-only').stdout)
+        out3 = json.loads(run('gemm', '-m', '16', '-k', '16', '-n', '16', '--chip', 'tiny',
+                              '--json', '--timing-only').stdout)
+        assert out2['cycles'] == out3['cycles']
+
+
+@case
+def config_errors():
+    expect_error(['config', 'check', os.path.join(DATA, 'bad_syntax.json')], 1,
+                 'bad_syntax.json:3:15: syntax error')
+    p = run('config', 'check', os.path.join(DATA, 'unknown_field.json'),
+            os.path.join(DATA, 'ok.json'), expect=1)
+    assert "unknown field 'mxu.row' (did you mean 'rows'?)" in p.stderr
+    assert 'ok.json: ok' in p.stdout
+    expect_error(['config', 'show', 'nosuch'], 1,
+                 "'nosuch' is neither a built-in chip preset nor an existing file",
+                 'tiny, tpu-v1, tpu-v2, tpu-v3, tpu-v4')
+    expect_error(['config', 'show', 'tiny', '--yaml'], 2, "unknown option '--yaml'")
+    run('config', 'show', expect=2)
+    for name in sorted(os.listdir(DATA)):
+        if name != 'ok.json':
+            p = run('config', 'check', os.path.join(DATA, name), expect=1)
+            assert name in p.stderr and 'error:' in p.stderr, p.stderr
+
+
+def main():
+    failed = []
+    print(f'[==========] Running {len(CASES)} test(s).')
+    for fn in CASES:
+        print(f'[ RUN      ] {fn.__name__}', flush=True)
+        try:
+            fn()
+            print(f'[       OK ] {fn.__name__}')
+        except Exception:  # noqa: BLE001 - every failure is reported, then counted
+            traceback.print_exc(file=sys.stdout)
+            print(f'[  FAILED  ] {fn.__name__}')
+            failed.append(fn.__name__)
+    print(f'[==========] {len(CASES)} test(s) run.')
+    print(f'[  PASSED  ] {len(CASES) - len(failed)} test(s).')
+    if failed:
+        print(f'[  FAILED  ] {len(failed)} test(s), listed below:')
+        for name in failed:
+            print(f'[  FAILED  ] {name}')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
