@@ -399,7 +399,7 @@ static int parse_number(struct parse_ctx *c, const struct field *f, const json_t
 
 static int parse_name(struct parse_ctx *c, const json_t *v, const char *path)
 {
-    const char *s;
+    const char *s = NULL;
     int rc = get_string(c, v, path, TPU_CONFIG_NAME_MAX - 1, &s);
     if (rc)
         return rc;
@@ -434,7 +434,7 @@ static int parse_sources(struct parse_ctx *c, const json_t *v, const char *path,
                          "some, or move details to 'notes'",
                          c->origin, path, n, TPU_CONFIG_MAX_SOURCES);
     for (size_t i = 0; i < n; i++) {
-        const char *s;
+        const char *s = NULL;
         snprintf(item, sizeof item, "%s[%zu]", path, i);
         int rc = get_string(c, json_array_get(v, i), item,
                             store ? TPU_CONFIG_TEXT_MAX - 1 : SIZE_MAX, &s);
@@ -465,7 +465,7 @@ static int parse_dtypes(struct parse_ctx *c, const json_t *v, const char *path)
                          c->origin, path);
     uint32_t bits = 0;
     for (size_t i = 0; i < json_array_size(v); i++) {
-        const char *s;
+        const char *s = NULL;
         snprintf(item, sizeof item, "%s[%zu]", path, i);
         int rc = get_string(c, json_array_get(v, i), item, 64, &s);
         if (rc)
@@ -490,7 +490,7 @@ static int parse_dtypes(struct parse_ctx *c, const json_t *v, const char *path)
 
 static int parse_topology(struct parse_ctx *c, const json_t *v, const char *path)
 {
-    const char *s;
+    const char *s = NULL;
     int rc = get_string(c, v, path, 64, &s);
     if (rc)
         return rc;
@@ -519,7 +519,7 @@ static int parse_field(struct parse_ctx *c, const struct field *f, const json_t 
     case F_NAME:
         return parse_name(c, v, path);
     case F_TEXT: {
-        const char *s;
+        const char *s = NULL;
         int rc = get_string(c, v, path, TPU_CONFIG_TEXT_MAX - 1, &s);
         if (!rc)
             memcpy(field_ptr(c->cfg, f), s, strlen(s) + 1);

@@ -14,7 +14,8 @@
  * computed when, never the order of the operations that make one output.
  *
  * FMA. The FMA kernel computes t = fma(a, w, t) = RN(t + a*w exactly), which equals the
- * definition RN(t + RN(a*w)) whenever RN(a*w) = a*w. Write a nonzero finite bf16 as
+ * definition RN(t + RN(a*w)) whenever RN(a*w) = a*w (IEEE gives an exact zero sum of fma the
+ * sign that the same addition would have, so even the sign of zero agrees). Write a nonzero finite bf16 as
  * s * 2^(E-7) with an integer significand 1 <= s <= 255 and E = max(field, 1) - 127 (so a
  * subnormal has E = -126 and s < 128). A product is then P * 2^(Ea+Eb-14) with
  * P = sa*sb <= 65025 < 2^16. It is an fp32 value (exact) when
@@ -176,7 +177,7 @@ static const struct tpu__gemm_kernel gemm_bf16_c = {
     .k_per_word = 1,
     .pack_a = pack_a_bf16_c,
     .pack_b = pack_b_bf16_c,
-    .micro = micro_bf16_c, /* no FMA in portable C: the exact kernel serves both roles */
+    .micro = NULL, /* no FMA kernel in portable C (fmaf may be a slow library call) */
     .micro_plain = micro_bf16_c,
 };
 
@@ -375,8 +376,9 @@ static void worker_run(struct gemm_worker *w)
                 void (*micro)(size_t, size_t, const void *, size_t, const void *, void *,
                               size_t, bool) = kern->micro;
                 if (p->is_bf16) {
-                    bool use_fma = p->fma == TPU__GEMM_FMA_ALWAYS ||
-                                   (p->fma == TPU__GEMM_FMA_AUTO && fma_exact(&sa, &sb));
+                    bool use_fma = kern->micro != NULL &&
+                                   (p->fma == TPU__GEMM_FMA_ALWAYS ||
+                                    (p->fma == TPU__GEMM_FMA_AUTO && fma_exact(&sa, &sb)));
                     micro = use_fma ? kern->micro : kern->micro_plain;
                     if (use_fma)
                         w->fma_blocks++;
@@ -730,6 +732,3 @@ int tpu_gemm_f32(const float *a, const float *b, float *y, size_t m, size_t k, s
     return tpu__gemm_f32_impl(a, b, y, m, k, n, tile_rows, passes, n_threads, NULL);
 }
 
-/* Until sim/meson.build lists them, the x86 kernels are compiled as part of this file. */
-#include "gemm_avx512.c"
-#include "gemm_avx2.c"

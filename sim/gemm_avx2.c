@@ -148,12 +148,13 @@ INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t 
 #pragma GCC unroll 6
         for (int i = 0; i < Y_MR; i++) {
             float *ci = c + (size_t)i * ldc;
-            if (!(store_first && k0 == 0)) {
-                t0[i] = _mm256_add_ps(_mm256_loadu_ps(ci), t0[i]);
-                t1[i] = _mm256_add_ps(_mm256_loadu_ps(ci + 8), t1[i]);
+            if (store_first && k0 == 0) {
+                _mm256_storeu_ps(ci, t0[i]);
+                _mm256_storeu_ps(ci + 8, t1[i]);
+            } else {
+                _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), t0[i]));
+                _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), t1[i]));
             }
-            _mm256_storeu_ps(ci, t0[i]);
-            _mm256_storeu_ps(ci + 8, t1[i]);
         }
     }
 }
@@ -242,12 +243,13 @@ TARGET_Y static void micro_int8_y(size_t kc, size_t tile, const void *ap_, size_
 #pragma GCC unroll 4
     for (int i = 0; i < Y_MR_INT8; i++) {
         __m256i *ci = (__m256i *)(void *)(c + (size_t)i * ldc);
-        if (!store_first) {
-            t0[i] = _mm256_add_epi32(t0[i], _mm256_loadu_si256(ci));
-            t1[i] = _mm256_add_epi32(t1[i], _mm256_loadu_si256(ci + 1));
+        if (store_first) {
+            _mm256_storeu_si256(ci, t0[i]);
+            _mm256_storeu_si256(ci + 1, t1[i]);
+        } else {
+            _mm256_storeu_si256(ci, _mm256_add_epi32(_mm256_loadu_si256(ci), t0[i]));
+            _mm256_storeu_si256(ci + 1, _mm256_add_epi32(_mm256_loadu_si256(ci + 1), t1[i]));
         }
-        _mm256_storeu_si256(ci, t0[i]);
-        _mm256_storeu_si256(ci + 1, t1[i]);
     }
 }
 

@@ -16,7 +16,7 @@
 #define TARGET_Z __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define INLINE_Z static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl")))
 
-enum { Z_MR = 12, Z_NR = 32 };
+enum { Z_MR = 12, Z_NR = 32, Z_MR_INT8 = 8 };
 
 /* ---- exponent statistics on 32 bf16 in one zmm --------------------------------------- */
 
@@ -242,10 +242,10 @@ TARGET_Z static void micro_int8_z(size_t kc, size_t tile, const void *ap_, size_
     const int32_t *b = bp_;
     int32_t *c = c_;
     size_t kwords = (kc + 1) / 2;
-    __m512i t0[Z_MR], t1[Z_MR];
+    __m512i t0[Z_MR_INT8], t1[Z_MR_INT8];
     (void)tile;
-#pragma GCC unroll 12
-    for (int i = 0; i < Z_MR; i++) {
+#pragma GCC unroll 8
+    for (int i = 0; i < Z_MR_INT8; i++) {
         t0[i] = _mm512_setzero_si512();
         t1[i] = _mm512_setzero_si512();
     }
@@ -253,27 +253,31 @@ TARGET_Z static void micro_int8_z(size_t kc, size_t tile, const void *ap_, size_
         __m512i b0 = _mm512_load_si512(b);
         __m512i b1 = _mm512_load_si512(b + 16);
         b += Z_NR;
-#pragma GCC unroll 12
-        for (int i = 0; i < Z_MR; i++) {
+#pragma GCC unroll 8
+        for (int i = 0; i < Z_MR_INT8; i++) {
             __m512i ai = _mm512_broadcastd_epi32(_mm_loadu_si32(ap + 2 * ((size_t)i * lda + p)));
             t0[i] = _mm512_add_epi32(t0[i], _mm512_madd_epi16(ai, b0));
             t1[i] = _mm512_add_epi32(t1[i], _mm512_madd_epi16(ai, b1));
         }
     }
-#pragma GCC unroll 12
-    for (int i = 0; i < Z_MR; i++) {
-        int32_t *ci = c + (size_t)i * ldc;
-        if (!store_first) {
-            t0[i] = _mm512_add_epi32(t0[i], _mm512_loadu_si512(ci));
-            t1[i] = _mm512_add_epi32(t1[i], _mm512_loadu_si512(ci + 16));
+    if (store_first) {
+#pragma GCC unroll 8
+        for (int i = 0; i < Z_MR_INT8; i++) {
+            _mm512_storeu_si512(c + (size_t)i * ldc, t0[i]);
+            _mm512_storeu_si512(c + (size_t)i * ldc + 16, t1[i]);
         }
-        _mm512_storeu_si512(ci, t0[i]);
-        _mm512_storeu_si512(ci + 16, t1[i]);
+    } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < Z_MR_INT8; i++) {
+            int32_t *ci = c + (size_t)i * ldc;
+            _mm512_storeu_si512(ci, _mm512_add_epi32(_mm512_loadu_si512(ci), t0[i]));
+            _mm512_storeu_si512(ci + 16, _mm512_add_epi32(_mm512_loadu_si512(ci + 16), t1[i]));
+        }
     }
 }
 
 const struct tpu__gemm_kernel tpu__gemm_int8_avx512 = {
-    .mr = Z_MR,
+    .mr = Z_MR_INT8,
     .nr = Z_NR,
     .k_per_word = 2,
     .pack_a = pack_a_int8_z,

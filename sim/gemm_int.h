@@ -1,7 +1,7 @@
 /* Internal interface of the GEMM kernels (sim/gemm*.c): the blocking driver in gemm.c and the
  * per-instruction-set packing routines and micro-kernels in gemm_avx512.c, gemm_avx2.c.
- * Not part of the public API; tests use it to force an instruction set, a kernel variant or
- * an allocation failure. The numerics are defined in include/tpusim/mxu.h.
+ * Not part of the public API; the tests and the benchmark use it to force an instruction set,
+ * a kernel variant or an allocation failure. The numerics are defined in include/tpusim/mxu.h.
  *
  * Buffers (all 32-bit words: fp32 for bf16 GEMMs, int32 for int8 GEMMs):
  *   packed A block  [mc rounded up to mr][lda]  row-major; row i holds the block's K-slice of
@@ -90,11 +90,13 @@ struct tpu__gemm_kernel {
      * (mr rows of stride lda words) and a B panel over a K-chunk of kc values.
      * bf16: the chunk is cut into tiles of `tile` rows (the last may be shorter); each tile's
      * column sums start at +0, then C = t for the chunk's first tile if `store_first`, else
-     * C = C + t. int8: C = sum (store_first) or C + sum, wrapping; `tile` is unused. */
+     * C = C + t. int8: C = sum (store_first) or C + sum, wrapping; `tile` is unused.
+     * For bf16 this is the FMA kernel, exact only under the driver's exponent test (NULL if
+     * the instruction set has none); for int8 the only kernel. */
     void (*micro)(size_t kc, size_t tile, const void *ap, size_t lda, const void *bp, void *c,
                   size_t ldc, bool store_first);
-    /* bf16 only: the same with separate multiply and add (exact for every input); the
-     * `micro` of a bf16 kernel uses FMA. NULL for int8. */
+    /* bf16 only: the same with separate multiply and add, exact for every input. NULL for
+     * int8. */
     void (*micro_plain)(size_t kc, size_t tile, const void *ap, size_t lda, const void *bp,
                         void *c, size_t ldc, bool store_first);
 };

@@ -264,7 +264,7 @@ static void check_int8_all_paths(const int8_t *a, const int8_t *b, const int32_t
                                  const int32_t *want, size_t m, size_t k, size_t n, uint32_t r,
                                  const char *label)
 {
-    int32_t *y = malloc((m * n ? m * n : 1) * sizeof *y);
+    int32_t *y = malloc((m * n != 0 ? m * n : 1) * sizeof *y);
     assert_non_null(y);
     for (size_t ii = 0; ii < sizeof all_isas / sizeof all_isas[0]; ii++) {
         if (!tpu__gemm_isa_supported(all_isas[ii]))
@@ -319,7 +319,7 @@ static void run_bf16_case(struct rng *rg, size_t m, size_t k, size_t n, uint32_t
 
 static void run_int8_case(struct rng *rg, size_t m, size_t k, size_t n, uint32_t r)
 {
-    int8_t *a = malloc(m * k ? m * k : 1), *b = malloc(k * n ? k * n : 1);
+    int8_t *a = malloc(m * k != 0 ? m * k : 1), *b = malloc(k * n != 0 ? k * n : 1);
     int32_t *want = malloc(m * n * sizeof *want), *y_in = malloc(m * n * sizeof *y_in);
     assert_true(a && b && want && y_in);
     for (size_t i = 0; i < m * k; i++)
@@ -371,6 +371,17 @@ static void test_bf16_small_array(void **state)
     run_bf16_case(&rg, 3, 40, 5, 1, false);        /* R = 1: every product is its own tile */
 }
 
+/* Shapes past the driver's block sizes (A blocks of ~160 rows, B blocks of ~1000 columns,
+ * K chunks of 384), so that every block loop runs more than once and ends partially. */
+static void test_bf16_blocking(void **state)
+{
+    (void)state;
+    struct rng rg = {2024};
+    run_bf16_case(&rg, 9, 300, 1100, 128, false);
+    run_bf16_case(&rg, 700, 40, 50, 128, false);
+    run_bf16_case(&rg, 170, 1000, 70, 128, false);
+}
+
 /* Every corner of bf16, with the products that overflow and underflow. */
 static void test_bf16_edge_values(void **state)
 {
@@ -391,9 +402,16 @@ static void fma_bound_case(int ea, int eb, bool inside)
     const size_t m = 24, k = 64, n = 64;
     tpu_bf16 *a = alloc_bf16(m * k), *b = alloc_bf16(k * n);
     float *want = alloc_f32(m * n), *y = alloc_f32(m * n);
-    for (size_t i = 0; i < m * k; i++) /* odd significands: every product bit matters */
-        a[i].bits = (uint16_t)((rnd_below(&rg, 2) << 15) | ((unsigned)(ea + 127) << 7) |
+    /* Odd significands: every product bit matters. Outside the bounds half of A is one
+     * step inside them, so that column sums take odd multiples of the last bit and a fused
+     * rounding can differ from the separate one (with only products below 2^-149, every sum
+     * would stay a multiple of 2^-148 and both roundings would agree by parity). */
+    int step = inside ? 0 : ea < 0 ? 1 : -1;
+    for (size_t i = 0; i < m * k; i++) {
+        int e = ea + step * (int)rnd_below(&rg, 2);
+        a[i].bits = (uint16_t)((rnd_below(&rg, 2) << 15) | ((unsigned)(e + 127) << 7) |
                                (2 * rnd_below(&rg, 64) + 1));
+    }
     for (size_t i = 0; i < k * n; i++)
         b[i].bits = (uint16_t)((rnd_below(&rg, 2) << 15) | ((unsigned)(eb + 127) << 7) |
                                (2 * rnd_below(&rg, 64) + 1));
@@ -455,7 +473,7 @@ static void test_bf16_overflow_by_hand(void **state)
             o.fma = TPU__GEMM_FMA_ALWAYS;
             assert_int_equal(tpu__gemm_bf16_impl(a, b, &y, 1, 2, 1, 128, false, 1, &o, NULL),
                              0);
-            assert_true(y == 0x1.8p125f); /* 0.75 * 2^127: what a fused kernel would give */
+            assert_true(y == 0x1.8p126f); /* 0.75 * 2^127: what a fused kernel would give */
         }
     }
 }
@@ -572,6 +590,8 @@ static void test_int8_sizes(void **state)
     }
     run_int8_case(&rg, 13, 61, 35, 8);
     run_int8_case(&rg, 13, 2049, 35, 8); /* odd K across int8 chunks */
+    run_int8_case(&rg, 5, 1100, 900, 128); /* more than one B block */
+    run_int8_case(&rg, 400, 33, 20, 128);  /* more than one A block */
 }
 
 /* -128 * -128 * K wraps past INT32_MAX: 16384 * 140000 = 2293760000 = 2^31 + 146276352. */
@@ -645,12 +665,13 @@ static void test_f32_split(void **state)
 {
     (void)state;
     tpu_bf16 h, md, l;
-    /* 1 + 2^-9 + 2^-17 + 2^-23: hi = 1, mid = 2^-9, lo = 2^-17 + 2^-23 (needs 7 bits) */
-    float x = 1.0f + 0x1p-9f + 0x1p-17f + 0x1p-23f;
+    /* 1 + 2^-9 + 2^-18 + 2^-23: hi = 1, mid = 2^-9 (2^-18 + 2^-23 is below half of mid's
+     * ulp 2^-16), lo = 2^-18 + 2^-23 */
+    float x = 1.0f + 0x1p-9f + 0x1p-18f + 0x1p-23f;
     tpu_f32_split_bf16(x, &h, &md, &l);
     assert_true(tpu_bf16_to_f32(h) == 1.0f);
     assert_true(tpu_bf16_to_f32(md) == 0x1p-9f);
-    assert_true(tpu_bf16_to_f32(l) == 0x1p-17f + 0x1p-23f);
+    assert_true(tpu_bf16_to_f32(l) == 0x1p-18f + 0x1p-23f);
     /* rounding up in hi gives a negative remainder: 1 + 255 * 2^-15 -> hi = 1 + 2^-7 */
     x = 1.0f + 255 * 0x1p-15f;
     tpu_f32_split_bf16(x, &h, &md, &l);
@@ -672,7 +693,7 @@ static void test_f32_split(void **state)
     /* every part of a random normal value: x == hi + mid + lo exactly (24 = 8 + 8 + 8 bits) */
     struct rng rg = {8};
     for (int i = 0; i < 10000; i++) {
-        float v = tpu_f32_from_bits((uint32_t)(rnd(&rg) >> 32) & 0xBFFFFFFFu | 0x20000000u);
+        float v = tpu_f32_from_bits(((uint32_t)(rnd(&rg) >> 32) & 0xBFFFFFFFu) | 0x20000000u);
         tpu_f32_split_bf16(v, &h, &md, &l);
         double sum = (double)tpu_bf16_to_f32(h) + tpu_bf16_to_f32(md) + tpu_bf16_to_f32(l);
         assert_true(sum == (double)v);
@@ -918,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_bf16_order_by_hand),
         cmocka_unit_test(test_bf16_sizes),
         cmocka_unit_test(test_bf16_small_array),
+        cmocka_unit_test(test_bf16_blocking),
         cmocka_unit_test(test_bf16_edge_values),
         cmocka_unit_test(test_bf16_fma_bounds),
         cmocka_unit_test(test_bf16_overflow_by_hand),

@@ -26,7 +26,9 @@ extern "C" {
     X(UNSUPPORTED, -8, "operation not supported by this configuration")                       \
     X(NOTFOUND, -9, "not found")                                                              \
     X(THREAD, -10, "thread error")                                                            \
-    X(BACKEND, -11, "backend error")
+    X(BACKEND, -11, "backend error")                                                          \
+    X(CANCELED, -12, "the run was canceled")                                                  \
+    X(TIMEOUT, -13, "timed out")
 
 enum tpu_error {
     TPU_OK = 0,

@@ -74,9 +74,10 @@
  *
  *   fp32 x fp32 in several bf16 passes (XLA's precision settings on TPU). Each fp32 x is
  *   split as  hi = bf16(x),  mid = bf16(x - hi),  lo = bf16(x - hi - mid)  (the subtractions
- *   are exact in fp32; a non-finite x gives hi = x, mid = lo = 0). The passes are bf16 GEMMs
- *   run one after another into the same accumulators, smallest terms first:
- *       3 passes (XLA HIGH, "bf16_3x"):   lo*hi, hi*lo, hi*hi
+ *   are exact in fp32). A non-finite x, or a finite x that rounds past the largest bf16 (so
+ *   hi = +-Inf), gives mid = lo = 0. The passes are bf16 GEMMs run one after another into the
+ *   same accumulators, smallest terms first:
+ *       3 passes (XLA HIGH, "bf16_3x"):   mid*hi, hi*mid, hi*hi
  *       6 passes (XLA HIGHEST, "bf16_6x"): lo*hi, mid*mid, hi*lo, mid*hi, hi*mid, hi*hi
  *   where "x*y" means A-part x times B-part y. 1 pass is plain bf16 (XLA DEFAULT).
  * ---------------------------------------------------------------------------------------
@@ -154,8 +155,10 @@ void tpu_mxu_tile_int8(uint32_t rows, uint32_t cols, const int8_t *w, const int8
  * array of `tile_rows` rows (R; the column count does not change values).
  * If `accumulate`, Y holds prior values and the tiles are added to them; otherwise Y is
  * overwritten. `n_threads` >= 1 worker threads (1: run on the caller's thread); results are
- * identical for any thread count. Returns 0, TPU_EINVAL (a zero R or thread count, a size
- * whose product overflows), TPU_ENOMEM or TPU_ETHREAD. Caller owns all buffers. */
+ * identical for any thread count. M or N = 0 does nothing; K = 0 writes +0 (or, when
+ * accumulating, keeps Y with its NaNs made canonical). Returns 0, TPU_EINVAL (a zero R or
+ * thread count, a NULL buffer, a size whose product overflows), TPU_ENOMEM or TPU_ETHREAD.
+ * Caller owns all buffers. */
 int tpu_gemm_bf16(const tpu_bf16 *a, const tpu_bf16 *b, float *y, size_t m, size_t k, size_t n,
                   uint32_t tile_rows, bool accumulate, unsigned n_threads);
 

@@ -1,0 +1,182 @@
+/* The device API: the one way the host reaches a simulated chip.
+ *
+ * A device is the chips one host drives (chips_per_host of a configuration, or as many as
+ * asked), each with its cores. The host loads one verified program (program.h), writes
+ * parameters, feeds the per-core infeed queues, launches the program on every core, and
+ * drains the outfeed queues. A launch runs the program's loop as many times as its loop
+ * variable says, without the host.
+ *
+ * Threads. tpu_device_run blocks the caller while the cores run on the device's worker
+ * threads. Other host threads may meanwhile push infeed and pop outfeed; those calls block
+ * (in real time) while a queue is full or empty, exactly as a core does. tpu_device_cancel,
+ * callable from any thread, ends a run promptly: every blocked call returns TPU_ECANCELED.
+ * An error inside a core (a label out of range, say) cancels the run the same way and is
+ * what tpu_device_run returns.
+ *
+ * Two clocks. Every core keeps its own cycle count. Host-side calls that move data take the
+ * host's time expressed in device cycles (`host_cycle`): the runtime decides what the host's
+ * time is (measured or modeled); the device never reads a wall clock, so device time is a
+ * deterministic function of the program, the data sizes and the host_cycle arguments, for
+ * any number of worker threads.
+ *
+ * Timing model (sim/timing.c documents every formula): per core an in-order scoreboard over
+ * units; an op starts when its inputs are ready and its units are free. Units: the matrix
+ * units (MXU; the core's MXUs work on one matmul together), the vector unit (VPU), DMA between
+ * HBM and on-chip memory, the infeed and outfeed ports on the host link, and the
+ * interconnect (ICI). Params live in HBM and stream through on-chip memory; temps live in
+ * on-chip memory while they fit. */
+#ifndef TPUSIM_DEVICE_H
+#define TPUSIM_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpusim/bf16.h"
+#include "tpusim/config.h"
+#include "tpusim/error.h"
+#include "tpusim/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The units of a core, for counters and the timeline. */
+#define TPU_UNIT_TABLE(X)                                                                      \
+    X(MXU, "mxu")                                                                              \
+    X(VPU, "vpu")                                                                              \
+    X(DMA, "dma")                                                                              \
+    X(INFEED, "infeed")                                                                        \
+    X(OUTFEED, "outfeed")                                                                      \
+    X(ICI, "ici")                                                                              \
+    X(CTRL, "ctrl")
+
+enum tpu_unit {
+#define TPU__UNIT_ENUM(e, name) TPU_UNIT_##e,
+    TPU_UNIT_TABLE(TPU__UNIT_ENUM)
+#undef TPU__UNIT_ENUM
+        TPU_UNIT_COUNT
+};
+
+/* Why a core waited. */
+#define TPU_STALL_TABLE(X)                                                                     \
+    X(INFEED_EMPTY, "infeed_empty")   /* an infeed op waited for data from the host */       \
+    X(OUTFEED_FULL, "outfeed_full")   /* an outfeed op waited for the host to drain */       \
+    X(SYNC, "sync")                   /* a collective waited for the other cores */          \
+    X(MEMORY, "memory")               /* compute waited for operands from HBM */
+
+enum tpu_stall {
+#define TPU__STALL_ENUM(e, name) TPU_STALL_##e,
+    TPU_STALL_TABLE(TPU__STALL_ENUM)
+#undef TPU__STALL_ENUM
+        TPU_STALL_COUNT
+};
+
+const char *tpu_unit_name(enum tpu_unit u);
+const char *tpu_stall_name(enum tpu_stall s);
+
+struct tpu_core_counters {
+    uint64_t cycles;                   /* the core's clock */
+    uint64_t busy[TPU_UNIT_COUNT];     /* cycles each unit was occupied */
+    uint64_t stall[TPU_STALL_COUNT];   /* cycles the core's next op waited, by cause */
+    uint64_t hbm_read_bytes, hbm_write_bytes;
+    uint64_t infeed_bytes, outfeed_bytes, ici_bytes;
+    uint64_t mxu_mac_slots;            /* MXU busy cycles x R x C x MXUs: what it could do */
+    uint64_t macs;                     /* MACs done, bf16 passes included */
+    uint64_t ops, iterations;
+};
+
+/* A matrix-unit implementation other than the built-in one (the RTL backend). It computes
+ * the values of one weight tile streaming rows, exactly as mxu.h defines, and reports the
+ * cycles it took; the device checks them against the closed form. */
+struct tpu_mxu_provider {
+    void *ctx;
+    uint32_t rows, cols; /* the array it simulates; must equal the chip's */
+    int (*tile_bf16)(void *ctx, const tpu_bf16 *w, const tpu_bf16 *in, uint64_t m_rows,
+                     float *out, uint64_t *cycles);
+    int (*tile_int8)(void *ctx, const int8_t *w, const int8_t *in, uint64_t m_rows,
+                     int32_t *out, uint64_t *cycles);
+};
+
+enum tpu_log_level { TPU_LOG_ERROR, TPU_LOG_WARN, TPU_LOG_INFO, TPU_LOG_DEBUG };
+
+struct tpu_device_settings {
+    struct tpu_chip_config chip;  /* copied at open */
+    uint32_t n_chips;             /* default: chip.chips_per_host */
+    uint32_t cores_per_replica;   /* model parallelism: 1 (default), 2, 4, ... */
+    unsigned n_threads;           /* worker threads simulating cores; 0: min(cores, CPUs) */
+    unsigned kernel_threads;      /* host threads inside one matmul kernel; default 1 */
+    bool timing_only;             /* count cycles, compute no values */
+    bool trace;                   /* record the timeline (tpu_device_write_trace) */
+    const struct tpu_mxu_provider *mxu; /* NULL: the built-in matrix unit */
+    void (*log)(void *ctx, enum tpu_log_level level, const char *msg);
+    void *log_ctx;
+};
+
+/* Fills settings with documented defaults for a chip (copied). */
+void tpu_device_default_settings(struct tpu_device_settings *s,
+                                 const struct tpu_chip_config *chip);
+
+struct tpu_device;
+
+/* Opens a device. The caller owns it; close with tpu_device_close (NULLs the pointer). */
+int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out,
+                    struct tpu_diag *d);
+void tpu_device_close(struct tpu_device **dev);
+
+uint32_t tpu_device_n_cores(const struct tpu_device *dev);
+uint32_t tpu_device_n_replicas(const struct tpu_device *dev);
+const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev);
+
+/* Verifies the program against the chip and gives every core its buffers (params zeroed,
+ * variables 0). The device keeps its own copy. Replaces any earlier program. */
+int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, struct tpu_diag *d);
+
+/* Host access to a param buffer of one core (bytes must be the buffer's size). Not during a
+ * run. Writing charges no device time (weights are set up before training). */
+int tpu_device_write(struct tpu_device *dev, uint32_t core, uint32_t buf, const void *data,
+                     size_t bytes, struct tpu_diag *d);
+int tpu_device_read(const struct tpu_device *dev, uint32_t core, uint32_t buf, void *data,
+                    size_t bytes, struct tpu_diag *d);
+/* Sets a device variable on every core / reads one core's. */
+int tpu_device_set_var(struct tpu_device *dev, uint32_t var, int64_t value);
+int64_t tpu_device_get_var(const struct tpu_device *dev, uint32_t core, uint32_t var);
+
+/* Queues one tensor for core's next infeed op. Blocks while the queue is full (returns
+ * TPU_ECANCELED if the run is canceled meanwhile). `data` is copied; it may be NULL in
+ * timing-only mode. The transfer starts at device cycle max(host_cycle, the host link free,
+ * the queue slot free) and the data is ready after latency + bytes / bandwidth. */
+int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, size_t bytes,
+                      uint64_t host_cycle, struct tpu_diag *d);
+/* Takes the next outfeed tensor of core (copied to data; bytes must match). Blocks while
+ * the queue is empty; returns TPU_ECANCELED if canceled, or TPU_ENOTFOUND when the run has
+ * ended and nothing more will come. *ready_cycle (if not NULL) gets the device cycle at which
+ * it reached the host. `host_cycle` is when the host takes it (frees the slot). */
+int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t bytes,
+                       uint64_t host_cycle, uint64_t *ready_cycle, struct tpu_diag *d);
+
+/* Runs the loaded program once on every core (the loop as many times as its variable says),
+ * starting no earlier than start_cycle. Blocks until every core is done; returns 0 or the
+ * first error. *end_cycle (if not NULL) gets the latest core clock. */
+int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_cycle,
+                   struct tpu_diag *d);
+/* Ends a run from any thread; blocked calls return TPU_ECANCELED. Idempotent. */
+void tpu_device_cancel(struct tpu_device *dev);
+/* Clears the canceled state before the next run. */
+void tpu_device_reset_cancel(struct tpu_device *dev);
+
+int tpu_device_counters(const struct tpu_device *dev, uint32_t core,
+                        struct tpu_core_counters *out);
+
+/* Adds an event of the host's own to the timeline (a loop phase: "hooks", "launch"). */
+int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t start_cycle,
+                          uint64_t end_cycle);
+/* Writes the recorded timeline as Chrome trace event JSON (opens in Perfetto):
+ * one process per chip, one track per unit per core, queue depths as counters, host
+ * phases on a host track. Atomically (temporary file, rename). */
+int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struct tpu_diag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

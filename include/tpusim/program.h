@@ -1,0 +1,308 @@
+/* Device programs: the static-shape programs a chip runs, built by the host, printed and
+ * parsed as text, and verified before they run.
+ *
+ * A program is SPMD: every core (replica) runs the same program on its own copies of the
+ * buffers. It is a list of buffers, device variables and ops. One `loop` over a device
+ * variable may enclose the ops of a training step: at each launch the chip reads the
+ * variable and runs the body that many times without the host (TPUEstimator's
+ * iterations_per_loop). Ops before the loop run once per launch, ops after it once at the
+ * end.
+ *
+ * Buffers are 2-D ([rows][cols], row-major; a scalar is [1][1]) and live in the core's HBM.
+ *   param  persistent across launches, readable and writable by the host (weights, optimizer
+ *          state); defined from the start
+ *   temp   scratch for one pass through the ops; must be written before it is read
+ * Device variables are int64 scalars (loop counts, the step counter), set by the host or by
+ * `var_add`.
+ *
+ * The op set is one table (TPU_OP_TABLE below) from which the enum, the names used by the
+ * text form, and the operand counts come. Operand roles and rules per op:
+ *
+ *   infeed   out y                        dequeue the next tensor of the core's infeed queue
+ *   outfeed  in x                         enqueue x on the core's outfeed queue
+ *   matmul   out y; in a, b               y = op(a) * op(b), op = transpose if trans_a/_b;
+ *                                         passes 1 (inputs rounded to bf16: mixed precision),
+ *                                         3 or 6 (fp32 in bf16 passes); int8 inputs give int32;
+ *                                         accumulate: y += ...
+ *   add, sub, mul, max   out y; in a, b   elementwise; b may be [1][cols] (broadcast over rows)
+ *                                         or [1][1]
+ *   scale    out y; in x                  y = alpha * x + beta
+ *   relu     out y; in x                  y = max(x, 0)
+ *   relu_grad out y; in dy, x             y = x > 0 ? dy : 0
+ *   exp      out y; in x
+ *   convert  out y; in x                  dtype conversion, same shape: f32 -> bf16 (rounds
+ *                                         to nearest even), bf16 -> f32, int8 -> f32 or bf16,
+ *                                         int32 -> f32 (nearest even); same dtype: a copy
+ *   reduce_sum, reduce_max  out y; in x   over axis 0 (y is [1][cols]) or 1 (y is [rows][1])
+ *   softmax_xent out loss, dlogits; in logits, labels
+ *                                         labels int32 [rows][1]; a label < 0 marks a padding
+ *                                         row that adds nothing. loss [1][1] = alpha * sum over
+ *                                         rows of -log softmax(logits)[label];
+ *                                         dlogits = alpha * (softmax - onehot), 0 on padding
+ *   classify_count out y; in logits, labels   y [1][2] f32 = (rows whose argmax == label,
+ *                                         rows with label >= 0)
+ *   sgd_momentum out param, velocity; in grad
+ *                                         g = grad + gamma * param (L2); v = beta * v + g;
+ *                                         param -= alpha * v      (alpha lr, beta momentum)
+ *   adam     out param, m, v; in grad     g = grad + gamma * param; step t from variable `var`
+ *                                         (1-based); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *                                         param -= alpha * mhat / (sqrt(vhat) + eps)
+ *                                         (alpha lr, beta b1, delta b2, eps)
+ *   all_reduce  out y; in x               sum (reduce 0) or mean (reduce 1) of x over all
+ *                                         replicas, in replica order; y may be x
+ *   collective_permute  out y; in x       y on core i = x from core (i - shift) mod group,
+ *                                         group = all replicas (group 0) or the cores of one
+ *                                         replica (group 1: halo exchange)
+ *   var_add  (no buffers)                 variable `var` += imm
+ *   loop_begin / loop_end                 the loop over variable `var`
+ *
+ * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert and
+ * collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
+ * also reads (in place) only where that is safe while streaming: the elementwise ops (add,
+ * sub, mul, max, scale, relu, relu_grad, exp) and all_reduce; the optimizers update their
+ * outputs in place by definition. A temp holds one value per pass: it is written once by an
+ * op that does not read it, then possibly updated in place (or by matmul accumulate).
+ * tpu_program_verify enforces these and the rest; sim/program_verify.c lists every rule.
+ *
+ * Text form (sim/program_text.c has the grammar):
+ *     program mlp_step
+ *     var iterations
+ *     param w1: f32[784, 128]
+ *     temp  x: f32[32, 784]
+ *     loop iterations {
+ *       x = infeed
+ *       h = matmul x, w1 passes=3
+ *       w1, v1 = sgd_momentum g1 alpha=0.1 beta=0.9
+ *       var_add step 1
+ *     }
+ * Attributes are written name=value after the inputs with the names of the fields of
+ * struct tpu_op_attrs (flags trans_a, trans_b, accumulate stand alone; reduce=sum|mean,
+ * group=replicas|replica_cores); var_add's variable and imm are positional. */
+#ifndef TPUSIM_PROGRAM_H
+#define TPUSIM_PROGRAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tpusim/config.h"
+#include "tpusim/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tpu_buf_dtype {
+    TPU_BUF_F32 = 0,
+    TPU_BUF_BF16,
+    TPU_BUF_INT8,
+    TPU_BUF_INT32,
+};
+
+enum tpu_buf_kind {
+    TPU_BUF_TEMP = 0,
+    TPU_BUF_PARAM,
+};
+
+/* X(ENUM, "text name", n_out, n_in, unit)
+ * unit: the unit that computes it (see device.h): MXU, VPU, INFEED, OUTFEED, ICI, CTRL */
+#define TPU_OP_TABLE(X)                                                                        \
+    X(INFEED, "infeed", 1, 0, INFEED)                                                          \
+    X(OUTFEED, "outfeed", 0, 1, OUTFEED)                                                       \
+    X(MATMUL, "matmul", 1, 2, MXU)                                                             \
+    X(ADD, "add", 1, 2, VPU)                                                                   \
+    X(SUB, "sub", 1, 2, VPU)                                                                   \
+    X(MUL, "mul", 1, 2, VPU)                                                                   \
+    X(MAX, "max", 1, 2, VPU)                                                                   \
+    X(SCALE, "scale", 1, 1, VPU)                                                               \
+    X(RELU, "relu", 1, 1, VPU)                                                                 \
+    X(RELU_GRAD, "relu_grad", 1, 2, VPU)                                                       \
+    X(EXP, "exp", 1, 1, VPU)                                                                   \
+    X(CONVERT, "convert", 1, 1, VPU)                                                           \
+    X(REDUCE_SUM, "reduce_sum", 1, 1, VPU)                                                     \
+    X(REDUCE_MAX, "reduce_max", 1, 1, VPU)                                                     \
+    X(SOFTMAX_XENT, "softmax_xent", 2, 2, VPU)                                                 \
+    X(CLASSIFY_COUNT, "classify_count", 1, 2, VPU)                                             \
+    X(SGD_MOMENTUM, "sgd_momentum", 2, 1, VPU)                                                 \
+    X(ADAM, "adam", 3, 1, VPU)                                                                 \
+    X(ALL_REDUCE, "all_reduce", 1, 1, ICI)                                                     \
+    X(COLLECTIVE_PERMUTE, "collective_permute", 1, 1, ICI)                                     \
+    X(VAR_ADD, "var_add", 0, 0, CTRL)                                                          \
+    X(LOOP_BEGIN, "loop_begin", 0, 0, CTRL)                                                    \
+    X(LOOP_END, "loop_end", 0, 0, CTRL)
+
+enum tpu_opcode {
+#define TPU__OP_ENUM(e, name, nout, nin, unit) TPU_OP_##e,
+    TPU_OP_TABLE(TPU__OP_ENUM)
+#undef TPU__OP_ENUM
+        TPU_OP_COUNT
+};
+
+#define TPU_OP_MAX_OUT 3
+#define TPU_OP_MAX_IN 2
+#define TPU_NO_BUF UINT32_MAX
+
+enum tpu_reduce_kind {
+    TPU_REDUCE_SUM = 0,
+    TPU_REDUCE_MEAN = 1,
+};
+
+enum tpu_permute_group {
+    TPU_GROUP_REPLICAS = 0,      /* all replicas: cross-replica */
+    TPU_GROUP_REPLICA_CORES = 1, /* the cores of one replica: halo exchange */
+};
+
+/* Attributes; each op reads the ones its description above names (tpu_opcode_attrs), the
+ * rest stay zero. */
+struct tpu_op_attrs {
+    bool trans_a, trans_b;  /* matmul */
+    bool accumulate;        /* matmul */
+    uint8_t passes;         /* matmul with f32 inputs: 1, 3, 6 */
+    int32_t axis;           /* reduce_*: 0 or 1 */
+    int32_t reduce;         /* all_reduce: enum tpu_reduce_kind */
+    int32_t shift, group;   /* collective_permute */
+    uint32_t var;           /* var_add, adam, loop_begin: a variable id */
+    int64_t imm;            /* var_add */
+    float alpha, beta, gamma, delta, eps;
+};
+
+/* One bit per field of struct tpu_op_attrs, for tpu_opcode_attrs. */
+enum tpu_op_attr_bits {
+    TPU_ATTR_TRANS_A = 1u << 0,
+    TPU_ATTR_TRANS_B = 1u << 1,
+    TPU_ATTR_ACCUMULATE = 1u << 2,
+    TPU_ATTR_PASSES = 1u << 3,
+    TPU_ATTR_AXIS = 1u << 4,
+    TPU_ATTR_REDUCE = 1u << 5,
+    TPU_ATTR_SHIFT = 1u << 6,
+    TPU_ATTR_GROUP = 1u << 7,
+    TPU_ATTR_VAR = 1u << 8,
+    TPU_ATTR_IMM = 1u << 9,
+    TPU_ATTR_ALPHA = 1u << 10,
+    TPU_ATTR_BETA = 1u << 11,
+    TPU_ATTR_GAMMA = 1u << 12,
+    TPU_ATTR_DELTA = 1u << 13,
+    TPU_ATTR_EPS = 1u << 14,
+};
+
+struct tpu_op {
+    enum tpu_opcode code;
+    uint32_t out[TPU_OP_MAX_OUT]; /* buffer ids, TPU_NO_BUF where unused */
+    uint32_t in[TPU_OP_MAX_IN];
+    struct tpu_op_attrs attrs;
+};
+
+struct tpu_buffer_desc {
+    char name[48];
+    enum tpu_buf_dtype dtype;
+    enum tpu_buf_kind kind;
+    uint32_t rows, cols;
+};
+
+struct tpu_program;
+
+/* Creates an empty program named `name` (an identifier, as for buffers). The caller owns it;
+ * free with tpu_program_destroy. Returns 0, TPU_EINVAL (bad name) or TPU_ENOMEM. */
+int tpu_program_create(const char *name, struct tpu_program **out);
+/* Frees the program and sets *p to NULL. Accepts NULL and *p == NULL. */
+void tpu_program_destroy(struct tpu_program **p);
+
+/* Adds a buffer; its id (0, 1, ...) goes to *id (may be NULL). Names are identifiers
+ * ([A-Za-z_][A-Za-z0-9_.]*, at most 47 characters), unique across buffers and variables.
+ * rows and cols are at least 1. Returns 0, TPU_EINVAL (name, dtype, kind, zero size),
+ * TPU_ERANGE (byte size overflows 64 bits) or TPU_ENOMEM. The program copies the name. */
+int tpu_program_add_buffer(struct tpu_program *p, const char *name, enum tpu_buf_dtype dtype,
+                           enum tpu_buf_kind kind, uint32_t rows, uint32_t cols, uint32_t *id,
+                           struct tpu_diag *d);
+/* Adds a device variable (int64, initially 0); name rules as for buffers. */
+int tpu_program_add_var(struct tpu_program *p, const char *name, uint32_t *id,
+                        struct tpu_diag *d);
+/* Appends an op (copied). Checks only that the opcode exists and that the buffer ids of the
+ * operands the op has (tpu_opcode_n_out/_n_in) and its variable (if it reads `var`) exist;
+ * the unused slots of out[] and in[] are stored as TPU_NO_BUF whatever they held. Everything
+ * else is checked by tpu_program_verify. Returns 0, TPU_EINVAL or TPU_ENOMEM. */
+int tpu_program_add_op(struct tpu_program *p, const struct tpu_op *op, struct tpu_diag *d);
+
+/* Fills *op for `code`: every buffer id TPU_NO_BUF, every attribute zero except passes = 1
+ * for matmul. */
+void tpu_op_init(struct tpu_op *op, enum tpu_opcode code);
+
+/* Convenience builders for the common ops (all append; return 0 or a TPU_E code).
+ * tpu_program_binary takes any op with one output and two inputs and no attributes it must
+ * set (add, sub, mul, max, relu_grad, classify_count); tpu_program_unary any op with one
+ * output and one input (attributes zero: set them with tpu_program_add_op instead where they
+ * matter). Other codes give TPU_EINVAL. */
+int tpu_program_matmul(struct tpu_program *p, uint32_t y, uint32_t a, uint32_t b, bool trans_a,
+                       bool trans_b, unsigned passes, bool accumulate);
+int tpu_program_binary(struct tpu_program *p, enum tpu_opcode code, uint32_t y, uint32_t a,
+                       uint32_t b);
+int tpu_program_unary(struct tpu_program *p, enum tpu_opcode code, uint32_t y, uint32_t x);
+
+/* Accessors. Pointers stay valid until the program is changed or destroyed; an id or index
+ * out of range gives NULL. */
+const char *tpu_program_name(const struct tpu_program *p);
+size_t tpu_program_n_buffers(const struct tpu_program *p);
+const struct tpu_buffer_desc *tpu_program_buffer(const struct tpu_program *p, uint32_t id);
+size_t tpu_program_n_vars(const struct tpu_program *p);
+const char *tpu_program_var_name(const struct tpu_program *p, uint32_t id);
+size_t tpu_program_n_ops(const struct tpu_program *p);
+const struct tpu_op *tpu_program_op(const struct tpu_program *p, size_t i);
+/* Looks up a buffer or variable by name: 0 and the id, or TPU_ENOTFOUND. */
+int tpu_program_find_buffer(const struct tpu_program *p, const char *name, uint32_t *id);
+int tpu_program_find_var(const struct tpu_program *p, const char *name, uint32_t *id);
+
+/* Checks that the program is well formed for a chip: ids valid, shapes and dtypes agree for
+ * every op, temps written before read and written once per pass (matmul with accumulate
+ * excepted), at most one loop and properly closed, and all buffers fit in one core's share of
+ * HBM. The message names the op by index and its text form. cfg may be NULL (no memory check
+ * and no check of the matrix unit's data types). Returns 0, TPU_EINVAL (structure, attribute,
+ * dataflow), TPU_ESHAPE (shapes and dtypes), TPU_EUNSUPPORTED (a dtype the chip's matrix unit
+ * lacks) or TPU_ERANGE (memory). */
+int tpu_program_verify(const struct tpu_program *p, const struct tpu_chip_config *cfg,
+                       struct tpu_diag *d);
+
+/* Text form: prints the program so that tpu_program_parse gives it back op for op (for any
+ * program whose loops are closed and not nested, and whose ops set only the attributes they
+ * read). Returns 0, TPU_EIO or TPU_ENOMEM. */
+int tpu_program_print(const struct tpu_program *p, FILE *f);
+/* Prints into a malloc'd string the caller frees (*out NULL on failure). */
+int tpu_program_to_string(const struct tpu_program *p, char **out);
+/* Parses the text form; `origin` names it in messages ("file:line:col: ..."; NULL gives
+ * "<text>"). The caller owns *out (left NULL on failure). Parsing does not verify: call
+ * tpu_program_verify. Returns 0, TPU_EPARSE or TPU_ENOMEM. */
+int tpu_program_parse(const char *text, const char *origin, struct tpu_program **out,
+                      struct tpu_diag *d);
+
+/* One op's line of the text form, without indentation ("h = matmul x, w1 trans_b"), into
+ * buf (always NUL-terminated; a line longer than size ends in "..."). Returns 0 or TPU_EINVAL
+ * (i out of range, or size < 4). */
+int tpu_program_format_op(const struct tpu_program *p, size_t i, char *buf, size_t size);
+
+/* Op table queries. Names are static storage; an unknown code gives "unknown" and zeros. */
+const char *tpu_opcode_name(enum tpu_opcode code);
+/* 0 and the code, or TPU_ENOTFOUND. */
+int tpu_opcode_parse(const char *name, enum tpu_opcode *out);
+unsigned tpu_opcode_n_out(enum tpu_opcode code);
+unsigned tpu_opcode_n_in(enum tpu_opcode code);
+/* The role name of output (is_output) or input i, as in the list above ("a", "dlogits"), or
+ * NULL if the op has no such operand. */
+const char *tpu_opcode_operand_name(enum tpu_opcode code, bool is_output, unsigned i);
+/* The attributes the op reads: TPU_ATTR_* bits. */
+unsigned tpu_opcode_attrs(enum tpu_opcode code);
+
+/* "f32", "bf16", "int8", "int32"; "unknown" otherwise. */
+const char *tpu_buf_dtype_name(enum tpu_buf_dtype t);
+/* 0 and the dtype, or TPU_ENOTFOUND. */
+int tpu_buf_dtype_parse(const char *name, enum tpu_buf_dtype *out);
+/* 4, 2, 1, 4; 0 for an unknown dtype. */
+size_t tpu_buf_dtype_bytes(enum tpu_buf_dtype t);
+/* "param", "temp"; "unknown" otherwise. */
+const char *tpu_buf_kind_name(enum tpu_buf_kind k);
+/* rows * cols * element size (the builder rejects buffers whose size would overflow). */
+uint64_t tpu_buffer_bytes(const struct tpu_buffer_desc *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,476 @@
+/* Running a core: each op's values (through ops.c, or here for the ops that involve the host
+ * or other cores) and its place on the core's unit timelines.
+ *
+ * The scoreboard. Ops issue in program order: no op starts before the previous op started.
+ * An op starts when its inputs are ready (buf_ready), the buffers it writes are no longer
+ * being read or written (buf_read_done, buf_ready: WAR and WAW), and its unit is free. A
+ * local op is cut into n chunks that stream through on-chip memory (timing.h); its DMA and
+ * its compute form a pipeline on the core's DMA and compute-unit timelines:
+ *
+ *     DMA:      in0  in1  out0  in2  out1 ... out(n-1)
+ *     MXU/VPU:       c0   c1    c2   ...
+ *
+ *   in_i   HBM-resident inputs' chunk i (params are in HBM; temps in on-chip memory when
+ *          they fit, see chip.c), no earlier than the inputs are ready, and not before
+ *          compute chunk i-2 is done with the buffer half it reuses;
+ *   c_i    after in_i, the unit free, and the on-chip inputs ready; time waited only for
+ *          in_i is a MEMORY stall;
+ *   out_i  HBM-resident outputs' chunk i after c_i.
+ * The op's compute time is spread evenly over its chunks. Since the next op issues as soon
+ * as this one started, its weights stream in while this op computes (double buffering
+ * across ops), as on the TPU.
+ *
+ * Infeed completes when its data is in HBM (feed.c); waiting for it is an INFEED_EMPTY
+ * stall. Outfeed occupies the outfeed port for the transfer; waiting for a free slot is an
+ * OUTFEED_FULL stall. A collective starts when the last participant arrives (waits are SYNC
+ * stalls) and takes tpu__all_reduce_cycles / tpu__permute_cycles on every participant's ICI
+ * unit; its values are summed in replica order, so they do not depend on arrival order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "chip_int.h"
+#include "timing.h"
+#include "util.h"
+
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
+{
+    return tpu__max_u64(a, tpu__max_u64(b, c));
+}
+
+static uint64_t buf_bytes(const struct tpu_device *dev, uint32_t b)
+{
+    return tpu_buffer_bytes(tpu_program_buffer(dev->prog, b));
+}
+
+/* Earliest start allowed by the op's operands (RAW) and results (WAR, WAW). */
+static uint64_t operands_ready(const struct core *c, const struct tpu_op *op)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < TPU_OP_MAX_IN; i++)
+        if (op->in[i] != TPU_NO_BUF)
+            t = tpu__max_u64(t, c->buf_ready[op->in[i]]);
+    for (int i = 0; i < TPU_OP_MAX_OUT; i++)
+        if (op->out[i] != TPU_NO_BUF)
+            t = max3(t, c->buf_ready[op->out[i]], c->buf_read_done[op->out[i]]);
+    return t;
+}
+
+static void finish_op(struct core *c, const struct tpu_op *op, uint64_t start, uint64_t end)
+{
+    c->last_issue = tpu__max_u64(c->last_issue, start);
+    for (int i = 0; i < TPU_OP_MAX_IN; i++)
+        if (op->in[i] != TPU_NO_BUF)
+            c->buf_read_done[op->in[i]] = tpu__max_u64(c->buf_read_done[op->in[i]], end);
+    for (int i = 0; i < TPU_OP_MAX_OUT; i++)
+        if (op->out[i] != TPU_NO_BUF)
+            c->buf_ready[op->out[i]] = end;
+    c->ctr.ops++;
+}
+
+static void trace(struct tpu_device *dev, struct core *c, enum tpu_unit u, uint8_t kind,
+                  size_t op, uint64_t start, uint64_t end)
+{
+    if (dev->s.trace && end > start)
+        tpu__trace_event(&c->trace, (uint8_t)u, kind, (uint32_t)op, start, end);
+}
+
+/* The compute unit, compute cycles and MACs of a local op. */
+static enum tpu_unit local_cost(const struct tpu_device *dev, const struct tpu_op *op,
+                                uint64_t *cycles, uint64_t *mac_slots, uint64_t *macs)
+{
+    *mac_slots = *macs = 0;
+    if (op->code == TPU_OP_MATMUL) {
+        const struct tpu_buffer_desc *a = tpu_program_buffer(dev->prog, op->in[0]);
+        const struct tpu_buffer_desc *b = tpu_program_buffer(dev->prog, op->in[1]);
+        uint64_t m = op->attrs.trans_a ? a->cols : a->rows;
+        uint64_t k = op->attrs.trans_a ? a->rows : a->cols;
+        uint64_t n = op->attrs.trans_b ? b->rows : b->cols;
+        unsigned passes = a->dtype == TPU_BUF_F32 && op->attrs.passes > 1 ? op->attrs.passes : 1;
+        *cycles = tpu__matmul_cycles(&dev->cfg, m, k, n, passes, mac_slots);
+        *macs = m * k * n * passes;
+        return TPU_UNIT_MXU;
+    }
+    if (op->code == TPU_OP_VAR_ADD) {
+        *cycles = 1;
+        return TPU_UNIT_CTRL;
+    }
+    /* vector ops: the largest operand is the element count they sweep */
+    uint64_t elements = 0;
+    for (int i = 0; i < TPU_OP_MAX_IN; i++)
+        if (op->in[i] != TPU_NO_BUF) {
+            const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->in[i]);
+            elements = tpu__max_u64(elements, (uint64_t)bd->rows * bd->cols);
+        }
+    for (int i = 0; i < TPU_OP_MAX_OUT; i++)
+        if (op->out[i] != TPU_NO_BUF) {
+            const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->out[i]);
+            elements = tpu__max_u64(elements, (uint64_t)bd->rows * bd->cols);
+        }
+    *cycles = tpu__vpu_cycles(&dev->cfg, op->code, elements);
+    return TPU_UNIT_VPU;
+}
+
+static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
+                          const struct tpu_op *op)
+{
+    uint64_t cycles, mac_slots, macs;
+    enum tpu_unit u = local_cost(dev, op, &cycles, &mac_slots, &macs);
+
+    /* bytes from and to HBM; on-chip inputs gate compute, HBM inputs gate their DMA */
+    uint64_t in_bytes = 0, out_bytes = 0, hbm_ready = 0, vmem_ready = 0;
+    for (int i = 0; i < TPU_OP_MAX_IN; i++) {
+        uint32_t b = op->in[i];
+        if (b == TPU_NO_BUF)
+            continue;
+        if (dev->place[b] == IN_HBM) {
+            in_bytes += buf_bytes(dev, b);
+            hbm_ready = tpu__max_u64(hbm_ready, c->buf_ready[b]);
+        } else {
+            vmem_ready = tpu__max_u64(vmem_ready, c->buf_ready[b]);
+        }
+    }
+    for (int i = 0; i < TPU_OP_MAX_OUT; i++) {
+        uint32_t b = op->out[i];
+        if (b == TPU_NO_BUF)
+            continue;
+        uint64_t war = tpu__max_u64(c->buf_ready[b], c->buf_read_done[b]);
+        vmem_ready = tpu__max_u64(vmem_ready, war);
+        if (dev->place[b] == IN_HBM) {
+            out_bytes += buf_bytes(dev, b);
+            /* an accumulating matmul or an in-place update reads its result buffer too */
+            if (op->attrs.accumulate || op->code == TPU_OP_SGD_MOMENTUM ||
+                op->code == TPU_OP_ADAM) {
+                in_bytes += buf_bytes(dev, b);
+            }
+        }
+    }
+    const uint64_t n = tpu__stream_chunks(&dev->cfg, tpu__max_u64(in_bytes, out_bytes));
+    const uint64_t issue = c->last_issue;
+    uint64_t dma = c->unit_free[TPU_UNIT_DMA];
+    uint64_t unit = c->unit_free[u];
+    uint64_t op_start = UINT64_MAX, c_end_prev2 = 0, c_end_prev = 0;
+    uint64_t in_end_next = 0;
+    /* in_0 */
+    {
+        uint64_t din = tpu__dma_cycles(&dev->cfg, in_bytes / n + (in_bytes % n != 0));
+        uint64_t s = max3(dma, issue, hbm_ready);
+        in_end_next = s + din;
+        if (din) {
+            trace(dev, c, TPU_UNIT_DMA, 1, pc, s, in_end_next);
+            op_start = s;
+            dma = in_end_next;
+        } else {
+            in_end_next = s;
+        }
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t in_end = in_end_next;
+        uint64_t cc = cycles / n + (i < cycles % n);
+        uint64_t gate = max3(unit, vmem_ready, issue);
+        uint64_t cs = tpu__max_u64(gate, in_end);
+        if (cs > gate)
+            c->ctr.stall[TPU_STALL_MEMORY] += cs - gate;
+        uint64_t ce = cs + cc;
+        if (op_start > cs)
+            op_start = cs;
+        trace(dev, c, u, 0, pc, cs, ce);
+        unit = ce;
+        c->ctr.busy[u] += cc;
+        /* prefetch in_{i+1}: the buffer half compute i-1 used must be free */
+        if (i + 1 < n) {
+            uint64_t din = tpu__dma_cycles(&dev->cfg, in_bytes / n);
+            uint64_t s = max3(dma, hbm_ready, tpu__max_u64(issue, c_end_prev));
+            in_end_next = s + din;
+            if (din) {
+                trace(dev, c, TPU_UNIT_DMA, 1, pc, s, in_end_next);
+                dma = in_end_next;
+            }
+        }
+        uint64_t dout = tpu__dma_cycles(&dev->cfg, out_bytes / n + (i + 1 == n ? out_bytes % n : 0));
+        if (dout) {
+            uint64_t s = tpu__max_u64(dma, ce);
+            trace(dev, c, TPU_UNIT_DMA, 2, pc, s, s + dout);
+            dma = s + dout;
+        }
+        c_end_prev2 = c_end_prev;
+        c_end_prev = ce;
+    }
+    (void)c_end_prev2;
+    uint64_t end = tpu__max_u64(unit, dma);
+    c->ctr.busy[TPU_UNIT_DMA] += dma > c->unit_free[TPU_UNIT_DMA]
+                                     ? tpu__dma_cycles(&dev->cfg, in_bytes) +
+                                           tpu__dma_cycles(&dev->cfg, out_bytes)
+                                     : 0;
+    c->unit_free[TPU_UNIT_DMA] = dma;
+    c->unit_free[u] = unit;
+    c->ctr.hbm_read_bytes += in_bytes;
+    c->ctr.hbm_write_bytes += out_bytes;
+    c->ctr.mxu_mac_slots += mac_slots;
+    c->ctr.macs += macs;
+    if (op_start == UINT64_MAX)
+        op_start = issue;
+    finish_op(c, op, op_start, end);
+}
+
+/* ---- collectives ------------------------------------------------------------------------ */
+
+static struct coll_group *group_of(struct tpu_device *dev, const struct core *c,
+                                   const struct tpu_op *op)
+{
+    if (op->code == TPU_OP_COLLECTIVE_PERMUTE && op->attrs.group == 1)
+        return &dev->groups[dev->cores_per_replica + c->replica];
+    return &dev->groups[c->index_in_replica];
+}
+
+/* Values of a collective, done by the last arriver while the others wait. */
+static int collective_values(struct tpu_device *dev, const struct coll_group *g,
+                             const struct tpu_op *op, struct tpu_diag *d)
+{
+    if (dev->s.timing_only)
+        return 0;
+    const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->in[0]);
+    const size_t count = (size_t)bd->rows * bd->cols;
+    const size_t bytes = count * tpu_buf_dtype_bytes(bd->dtype);
+    if (op->code == TPU_OP_ALL_REDUCE) {
+        void *acc = malloc(bytes ? bytes : 1);
+        if (!acc)
+            return tpu__fail(d, TPU_ENOMEM, "out of memory for an all_reduce of %zu bytes", bytes);
+        memcpy(acc, dev->cores[g->members[0]].bufs[op->in[0]].data, bytes);
+        /* sum in replica order: ((x0 + x1) + x2) + ... */
+        if (bd->dtype == TPU_BUF_F32) {
+            float *s = acc;
+            for (uint32_t r = 1; r < g->n; r++) {
+                const float *x = dev->cores[g->members[r]].bufs[op->in[0]].data;
+                for (size_t i = 0; i < count; i++)
+                    s[i] = s[i] + x[i];
+            }
+            if (op->attrs.reduce == TPU_REDUCE_MEAN)
+                for (size_t i = 0; i < count; i++)
+                    s[i] = s[i] / (float)g->n;
+        } else { /* int32, wrapping */
+            uint32_t *s = acc;
+            for (uint32_t r = 1; r < g->n; r++) {
+                const uint32_t *x = dev->cores[g->members[r]].bufs[op->in[0]].data;
+                for (size_t i = 0; i < count; i++)
+                    s[i] += x[i];
+            }
+            if (op->attrs.reduce == TPU_REDUCE_MEAN)
+                for (size_t i = 0; i < count; i++)
+                    s[i] = (uint32_t)((int32_t)s[i] / (int32_t)g->n);
+        }
+        for (uint32_t r = 0; r < g->n; r++)
+            memcpy(dev->cores[g->members[r]].bufs[op->out[0]].data, acc, bytes);
+        free(acc);
+        return 0;
+    }
+    /* collective_permute: y on member i = x from member (i - shift) mod n */
+    void *all = malloc(bytes * g->n + 1);
+    if (!all)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory for a collective_permute");
+    for (uint32_t r = 0; r < g->n; r++)
+        memcpy((char *)all + r * bytes, dev->cores[g->members[r]].bufs[op->in[0]].data, bytes);
+    int64_t n = g->n;
+    for (uint32_t r = 0; r < g->n; r++) {
+        int64_t src = (((int64_t)r - op->attrs.shift) % n + n) % n;
+        memcpy(dev->cores[g->members[r]].bufs[op->out[0]].data, (char *)all + src * bytes, bytes);
+    }
+    free(all);
+    return 0;
+}
+
+/* Arrives at a collective. Returns 1 if this core is the last and has completed it for
+ * everyone, 0 if it waits, negative on error. */
+static int collective(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+                      struct tpu_diag *d)
+{
+    struct coll_group *g = group_of(dev, c, op);
+    c->coll_arrival = max3(c->last_issue, operands_ready(c, op), c->unit_free[TPU_UNIT_ICI]);
+    pthread_mutex_lock(&dev->lock);
+    if (++g->arrived < g->n) {
+        c->state = CORE_WAIT_COLL;
+        pthread_mutex_unlock(&dev->lock);
+        return 0;
+    }
+    g->arrived = 0;
+    pthread_mutex_unlock(&dev->lock);
+
+    /* everyone else waits in CORE_WAIT_COLL: their state is ours to change */
+    int rc = collective_values(dev, g, op, d);
+    if (rc)
+        return rc;
+    uint64_t start = 0;
+    bool cross_chip = false;
+    for (uint32_t r = 0; r < g->n; r++) {
+        const struct core *m = &dev->cores[g->members[r]];
+        start = tpu__max_u64(start, m->coll_arrival);
+        cross_chip = cross_chip || m->chip != dev->cores[g->members[0]].chip;
+    }
+    const uint64_t bytes = buf_bytes(dev, op->in[0]);
+    uint64_t dur;
+    if (op->code == TPU_OP_ALL_REDUCE) {
+        uint32_t per_chip = 1;
+        for (uint32_t r = 1; r < g->n; r++)
+            per_chip += dev->cores[g->members[r]].chip == dev->cores[g->members[0]].chip;
+        dur = tpu__all_reduce_cycles(&dev->cfg, dev->s.n_chips, g->n, per_chip, bytes);
+    } else {
+        dur = g->n > 1 ? tpu__permute_cycles(&dev->cfg, bytes, cross_chip) : 0;
+    }
+    for (uint32_t r = 0; r < g->n; r++) {
+        struct core *m = &dev->cores[g->members[r]];
+        m->ctr.stall[TPU_STALL_SYNC] += start - m->coll_arrival;
+        m->ctr.busy[TPU_UNIT_ICI] += dur;
+        m->ctr.ici_bytes += g->n > 1 ? bytes : 0;
+        m->unit_free[TPU_UNIT_ICI] = start + dur;
+        trace(dev, m, TPU_UNIT_ICI, 0, pc, start, start + dur);
+        finish_op(m, op, start, start + dur);
+        if (m != c)
+            m->pc++;
+    }
+    pthread_mutex_lock(&dev->lock);
+    for (uint32_t r = 0; r < g->n; r++) {
+        struct core *m = &dev->cores[g->members[r]];
+        if (m != c)
+            tpu__wake_core(dev, m, CORE_WAIT_COLL);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return 1;
+}
+
+/* ---- feeds ------------------------------------------------------------------------------- */
+
+static int do_infeed(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+                     struct tpu_diag *d)
+{
+    uint64_t issue = tpu__max_u64(c->last_issue, operands_ready(c, op));
+    struct feed_slot s;
+    uint64_t done;
+    if (!tpu__core_infeed_take(dev, c, issue, &s, &done))
+        return 0;
+    struct tpu__bufmem *b = &c->bufs[op->out[0]];
+    uint64_t want = buf_bytes(dev, op->out[0]);
+    if (s.bytes != want) {
+        free(s.data);
+        return tpu__fail(d, TPU_ESHAPE,
+                         "core %u: infeed op %zu into '%s' expects %llu bytes (%s[%u, %u]) but "
+                         "the host queued %zu bytes; queue tensors of the buffer's size",
+                         c->id, pc, tpu_program_buffer(dev->prog, op->out[0])->name,
+                         (unsigned long long)want, tpu_buf_dtype_name(b->dtype), b->rows,
+                         b->cols, s.bytes);
+    }
+    if (s.data && b->data)
+        memcpy(b->data, s.data, s.bytes);
+    free(s.data);
+    if (done > issue)
+        c->ctr.stall[TPU_STALL_INFEED_EMPTY] += done - issue;
+    c->ctr.infeed_bytes += s.bytes;
+    c->unit_free[TPU_UNIT_INFEED] = tpu__max_u64(c->unit_free[TPU_UNIT_INFEED], done);
+    finish_op(c, op, done, done);
+    return 1;
+}
+
+static int do_outfeed(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+                      struct tpu_diag *d)
+{
+    uint64_t earliest = max3(c->last_issue, operands_ready(c, op), c->unit_free[TPU_UNIT_OUTFEED]);
+    uint64_t start, end;
+    int err;
+    const struct tpu__bufmem *b = &c->bufs[op->in[0]];
+    size_t bytes = buf_bytes(dev, op->in[0]);
+    if (!tpu__core_outfeed_put(dev, c, b->data, bytes, earliest, &start, &end, &err))
+        return err ? tpu__fail(d, err, "out of memory queuing outfeed") : 0;
+    /* a wait past `earliest` for the host to free a slot (or the link) */
+    if (start > earliest)
+        c->ctr.stall[TPU_STALL_OUTFEED_FULL] += start - earliest;
+    c->ctr.outfeed_bytes += bytes;
+    c->ctr.busy[TPU_UNIT_OUTFEED] += end - start;
+    c->unit_free[TPU_UNIT_OUTFEED] = end;
+    trace(dev, c, TPU_UNIT_OUTFEED, 0, pc, start, end);
+    finish_op(c, op, start, end);
+    return 1;
+}
+
+/* ---- the core's run loop ----------------------------------------------------------------- */
+
+static bool canceled(struct tpu_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    bool x = dev->canceled;
+    pthread_mutex_unlock(&dev->lock);
+    return x;
+}
+
+int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu_diag *d)
+{
+    const size_t n_ops = tpu_program_n_ops(dev->prog);
+    while (c->pc < n_ops) {
+        if (canceled(dev))
+            return TPU_ECANCELED;
+        const size_t pc = c->pc;
+        const struct tpu_op *op = tpu_program_op(dev->prog, pc);
+        int rc = 1;
+        switch (op->code) {
+        case TPU_OP_LOOP_BEGIN:
+            c->loop_left = c->vars[op->attrs.var];
+            c->in_loop = true;
+            if (c->loop_left <= 0) { /* skip the body */
+                size_t e = pc + 1;
+                while (tpu_program_op(dev->prog, e)->code != TPU_OP_LOOP_END)
+                    e++;
+                c->pc = e + 1;
+                c->in_loop = false;
+                continue;
+            }
+            break;
+        case TPU_OP_LOOP_END:
+            c->ctr.iterations++;
+            if (--c->loop_left > 0) {
+                size_t b = pc;
+                while (tpu_program_op(dev->prog, b)->code != TPU_OP_LOOP_BEGIN)
+                    b--;
+                c->pc = b + 1;
+                continue;
+            }
+            c->in_loop = false;
+            break;
+        case TPU_OP_INFEED:
+            rc = do_infeed(dev, c, pc, op, d);
+            break;
+        case TPU_OP_OUTFEED:
+            rc = do_outfeed(dev, c, pc, op, d);
+            break;
+        case TPU_OP_ALL_REDUCE:
+        case TPU_OP_COLLECTIVE_PERMUTE:
+            rc = collective(dev, c, pc, op, d);
+            break;
+        default:
+            if (!dev->s.timing_only) {
+                int e = tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
+                                        dev->s.kernel_threads ? dev->s.kernel_threads : 1, d);
+                if (e) {
+                    char prefix[64];
+                    snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);
+                    if (d) {
+                        size_t pl = strlen(prefix), ml = strlen(d->msg);
+                        if (pl + ml < sizeof d->msg) {
+                            memmove(d->msg + pl, d->msg, ml + 1);
+                            memcpy(d->msg, prefix, pl);
+                        }
+                    }
+                    return e;
+                }
+            } else if (op->code == TPU_OP_VAR_ADD) {
+                c->vars[op->attrs.var] += op->attrs.imm;
+            }
+            time_local_op(dev, c, pc, op);
+            break;
+        }
+        if (rc <= 0)
+            return rc; /* blocked (0) or failed */
+        c->pc++;
+    }
+    uint64_t end = 0;
+    for (int u = 0; u < TPU_UNIT_COUNT; u++)
+        end = tpu__max_u64(end, c->unit_free[u]);
+    c->ctr.cycles = tpu__max_u64(end, c->last_issue);
+    return 1;
+}

@@ -1,0 +1,28 @@
+/* The values of the device program's local ops (everything a core computes on its own:
+ * matmul, vector ops, reductions, loss, optimizers, variables). Collectives, infeed and
+ * outfeed, and loops are the chip's business (chip.c) since they involve other cores or the
+ * host. Internal to sim/. */
+#ifndef TPUSIM_SIM_OPS_H
+#define TPUSIM_SIM_OPS_H
+
+#include <stdint.h>
+
+#include "tpusim/error.h"
+#include "tpusim/program.h"
+
+/* One buffer's memory on one core: [rows][cols] row-major of dtype. */
+struct tpu__bufmem {
+    void *data;
+    enum tpu_buf_dtype dtype;
+    uint32_t rows, cols;
+};
+
+/* Computes one local op on one core. `bufs` is indexed by buffer id (the op's attrs and
+ * buffer ids index into it); `vars` by variable id. `tile_rows` is the matrix unit's R (the
+ * accumulation order of matmul). `n_threads` >= 1 host threads for the matmul kernel.
+ * The program is verified, so shapes are right; returns 0, TPU_ENOMEM, or TPU_EINVAL for an
+ * op that is not local (infeed, outfeed, collectives, loops). */
+int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
+                    uint32_t tile_rows, unsigned n_threads, struct tpu_diag *d);
+
+#endif
