@@ -40,31 +40,31 @@ module mxu_fp32_add (
     wire y_zero = ~(|y[30:0]);
 
     // |hi| >= |lo|: the bit patterns of finite magnitudes order like their values.
-    wire        swap   = x[30:0] < y[30:0];
+    wire        swap  = x[30:0] < y[30:0];
     wire [31:0] hi    = swap ? y : x;
-    wire [31:0] lo  = swap ? x : y;
-    wire [7:0]  eb     = hi[30:23];
-    wire [7:0]  es     = lo[30:23];
-    wire [7:0]  eb_eff = (eb == 8'd0) ? 8'd1 : eb;
-    wire [7:0]  es_eff = (es == 8'd0) ? 8'd1 : es;
-    wire [7:0]  d      = eb_eff - es_eff;
-    wire [26:0] xb     = {|eb, hi[22:0], 3'd0};    // 1.f (or 0.f) and three extra bits
-    wire [26:0] ys     = {|es, lo[22:0], 3'd0};
+    wire [31:0] lo    = swap ? x : y;
+    wire [7:0]  eh    = hi[30:23];
+    wire [7:0]  el    = lo[30:23];
+    wire [7:0]  eh_ef = (eh == 8'd0) ? 8'd1 : eh;  // a subnormal has exponent 1, no hidden bit
+    wire [7:0]  el_ef = (el == 8'd0) ? 8'd1 : el;
+    wire [7:0]  d     = eh_ef - el_ef;
+    wire [26:0] xh    = {|eh, hi[22:0], 3'd0};    // 1.f (or 0.f) and three extra bits
+    wire [26:0] xl    = {|el, lo[22:0], 3'd0};
 
-    reg [26:0] ya;  // ys shifted right by d, the bits shifted out ORed into bit 0
+    reg [26:0] xa;  // xl shifted right by d, the bits shifted out ORed into bit 0
     always @* begin
         if (d >= 8'd27)
-            ya = {26'd0, |ys};
+            xa = {26'd0, |xl};
         else
-            ya = (ys >> d[4:0]) | {26'd0, |(ys & ~(27'h7FF_FFFF << d[4:0]))};
+            xa = (xl >> d[4:0]) | {26'd0, |(xl & ~(27'h7FF_FFFF << d[4:0]))};
     end
 
     wire        sub = hi[31] ^ lo[31];
-    wire [27:0] sum = sub ? ({1'b0, xb} - {1'b0, ya}) : ({1'b0, xb} + {1'b0, ya});
+    wire [27:0] sum = sub ? ({1'b0, xh} - {1'b0, xa}) : ({1'b0, xh} + {1'b0, xa});
     wire [4:0]  pos = msb28(sum);
     wire [31:0] sig = {4'd0, sum} << (5'd30 - pos);  // leading one at bit 30
-    // value = sum * 2^(eb_eff - 127 - 26); in the rounder's convention exp = eb_eff - 27 + pos
-    wire signed [11:0] exp = $signed({4'd0, eb_eff}) - 12'sd27 + $signed({7'd0, pos});
+    // value = sum * 2^(eh_ef - 127 - 26); in the rounder's convention exp = eh_ef - 27 + pos
+    wire signed [11:0] exp = $signed({4'd0, eh_ef}) - 12'sd27 + $signed({7'd0, pos});
 
     wire [31:0] rounded;
     mxu_fp32_round u_round (

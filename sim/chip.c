@@ -115,10 +115,8 @@ int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out
     dev->n_replicas = dev->n_cores / cpr;
     dev->n_groups = cpr + dev->n_replicas;
     dev->cores = calloc(dev->n_cores, sizeof *dev->cores);
-    dev->link_in_free = calloc(s->n_chips, sizeof *dev->link_in_free);
-    dev->link_out_free = calloc(s->n_chips, sizeof *dev->link_out_free);
     dev->groups = calloc(dev->n_groups, sizeof *dev->groups);
-    if (!dev->cores || !dev->link_in_free || !dev->link_out_free || !dev->groups)
+    if (!dev->cores || !dev->groups)
         goto nomem;
     pthread_mutex_init(&dev->lock, NULL);
     pthread_cond_init(&dev->work_cv, NULL);
@@ -175,8 +173,6 @@ void tpu_device_close(struct tpu_device **pdev)
     free(dev->host_names);
     free(dev->groups);
     free(dev->cores);
-    free(dev->link_in_free);
-    free(dev->link_out_free);
     free(dev->place);
     tpu_program_destroy(&dev->prog);
     free(dev);

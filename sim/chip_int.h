@@ -87,6 +87,7 @@ struct core {
 
     struct tpu_core_counters ctr;
     struct feed infeed, outfeed;        /* [L] */
+    uint64_t link_in_free, link_out_free; /* [L] this core's share of the host link */
     struct trace_log trace;
 };
 
@@ -106,9 +107,6 @@ struct tpu_device {
     struct tpu_program *prog;   /* the device's own copy */
     enum placement *place;      /* [n_buffers] */
     struct core *cores;         /* [n_cores] */
-
-    /* host link per chip: next free cycle in each direction [L] */
-    uint64_t *link_in_free, *link_out_free;
 
     struct coll_group *groups;  /* [cores_per_replica + n_replicas] */
     uint32_t n_groups;

@@ -10,7 +10,7 @@
  *        host: tpu_device_infeed            core: infeed op (chip_exec.c)
  *     full? wait host_cv                  empty? state = WAIT_INFEED, worker moves on
  *     start = max(host_cycle,             take the head slot; the op completes at
- *                 link_in_free[chip],        max(issue, ready_cycle) (the wait is an
+ *                 link_in_free,              max(issue, ready_cycle) (the wait is an
  *                 slot_free_cycle[tail])     INFEED_EMPTY stall); that cycle frees the slot
  *     ready = start + bytes/bandwidth        (slot_free_cycle)
  *             + latency
@@ -21,10 +21,14 @@
  *        core: outfeed op                   host: tpu_device_outfeed
  *     full? state = WAIT_OUTFEED          empty? wait host_cv
  *     start = max(x ready, issue,         take the head slot; the host has it at
- *                 link_out_free[chip],       max(host_cycle, ready_cycle), which frees
+ *                 link_out_free,             max(host_cycle, ready_cycle), which frees
  *                 slot_free_cycle[tail])     the slot; wake the core if it waits
  *     (waiting past issue for the slot is an OUTFEED_FULL stall)
  *     ready = start + bytes/bw + latency
+ *
+ * The chip's host link is shared evenly by its cores: each core's queues see 1/cores of its
+ * bandwidth in each direction, on a timeline of their own (link_in_free, link_out_free). A
+ * shared first-come timeline would make device time depend on which thread pushed first.
  *
  * Invariants (assert_feed): 0 <= count <= depth; head < depth; a slot outside
  * [head, head + count) holds no data. Everything here runs under dev->lock. */
@@ -121,13 +125,13 @@ int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, s
         return tpu__fail(d, TPU_ECANCELED, "infeed to core %u: the run was canceled", core);
     }
     uint32_t t = tail_index(f);
-    uint64_t start = tpu__max_u64(host_cycle, dev->link_in_free[c->chip]);
+    uint64_t start = tpu__max_u64(host_cycle, c->link_in_free);
     start = tpu__max_u64(start, f->slot_free_cycle[t]);
-    uint64_t occupy = tpu__host_link_cycles(&dev->cfg, bytes) -
-                      tpu__host_link_cycles(&dev->cfg, 0); /* bytes / bandwidth */
-    dev->link_in_free[c->chip] = start + occupy;
+    uint64_t occupy = tpu__host_link_share_cycles(&dev->cfg, bytes) -
+                      tpu__host_link_share_cycles(&dev->cfg, 0); /* bytes / bandwidth */
+    c->link_in_free = start + occupy;
     f->slots[t] = (struct feed_slot){.data = copy, .bytes = bytes,
-                                     .ready_cycle = start + tpu__host_link_cycles(&dev->cfg, bytes)};
+                                     .ready_cycle = start + tpu__host_link_share_cycles(&dev->cfg, bytes)};
     f->count++;
     f->pushes++;
     if (dev->s.trace)
@@ -190,12 +194,12 @@ int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *da
         memcpy(copy, data, bytes);
     }
     uint32_t t = tail_index(f);
-    uint64_t start = tpu__max_u64(earliest, dev->link_out_free[c->chip]);
+    uint64_t start = tpu__max_u64(earliest, c->link_out_free);
     start = tpu__max_u64(start, f->slot_free_cycle[t]);
-    uint64_t occupy = tpu__host_link_cycles(&dev->cfg, bytes) -
-                      tpu__host_link_cycles(&dev->cfg, 0);
-    dev->link_out_free[c->chip] = start + occupy;
-    uint64_t ready = start + tpu__host_link_cycles(&dev->cfg, bytes);
+    uint64_t occupy = tpu__host_link_share_cycles(&dev->cfg, bytes) -
+                      tpu__host_link_share_cycles(&dev->cfg, 0);
+    c->link_out_free = start + occupy;
+    uint64_t ready = start + tpu__host_link_share_cycles(&dev->cfg, bytes);
     f->slots[t] = (struct feed_slot){.data = copy, .bytes = bytes, .ready_cycle = ready};
     f->count++;
     f->pushes++;

@@ -90,7 +90,7 @@ int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *
 {
     const char *name = tpu__ops_op_name(op->code);
     if (dtype >= 0 && b->dtype != (enum tpu_buf_dtype)dtype)
-        return tpu__fail(d, TPU_EINVAL, "%s: operand %s is %s but must be %s", name, role,
+        return tpu__fail(d, TPU_ESHAPE, "%s: operand %s is %s but must be %s", name, role,
                          tpu__ops_dtype_name(b->dtype),
                          tpu__ops_dtype_name((enum tpu_buf_dtype)dtype));
     if ((rows != TPU__OPS_ANY && b->rows != rows) || (cols != TPU__OPS_ANY && b->cols != cols)) {
@@ -227,7 +227,7 @@ int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t 
     const bool int8 = a->dtype == TPU_BUF_INT8 && b->dtype == TPU_BUF_INT8;
 
     if (!int8 && !(is_float_dtype(a->dtype) && is_float_dtype(b->dtype)))
-        return tpu__fail(d, TPU_EINVAL,
+        return tpu__fail(d, TPU_ESHAPE,
                          "matmul: operands a (%s) and b (%s) do not go together; use int8 "
                          "with int8 (int32 result) or f32/bf16 with f32/bf16 (f32 result)",
                          tpu__ops_dtype_name(a->dtype), tpu__ops_dtype_name(b->dtype));

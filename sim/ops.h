@@ -20,8 +20,10 @@ struct tpu__bufmem {
 /* Computes one local op on one core. `bufs` is indexed by buffer id (the op's attrs and
  * buffer ids index into it); `vars` by variable id. `tile_rows` is the matrix unit's R (the
  * accumulation order of matmul). `n_threads` >= 1 host threads for the matmul kernel.
- * The program is verified, so shapes are right; returns 0, TPU_ENOMEM, or TPU_EINVAL for an
- * op that is not local (infeed, outfeed, collectives, loops). */
+ * The program is verified, so shapes are right (they are checked again cheaply: TPU_ESHAPE).
+ * Returns 0; TPU_ERANGE for bad data the verifier cannot see (a label out of range, Adam's
+ * step below 1, a variable overflowing); TPU_ENOMEM; TPU_ETHREAD; or TPU_EINVAL for an op
+ * that is not local (infeed, outfeed, collectives, loops). */
 int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
                     uint32_t tile_rows, unsigned n_threads, struct tpu_diag *d);
 

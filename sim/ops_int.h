@@ -26,9 +26,10 @@ size_t tpu__ops_count(const struct tpu__bufmem *b);
 
 /* Checks that buffer `b`, the op's operand `role`, has dtype `dtype` (or any dtype if dtype
  * is negative) and the shape [rows][cols] (TPU__OPS_ANY matches any size). Returns 0, or
- * TPU_EINVAL / TPU_ESHAPE with a sentence naming the op, the operand, what it is and what it
- * must be. These checks repeat part of what tpu_program_verify enforces, so that a program
- * that reaches a core unverified fails cleanly instead of reading past a buffer. */
+ * TPU_ESHAPE (wrong dtype or shape, the code the verifier uses) or TPU_EINVAL (no memory)
+ * with a sentence naming the op, the operand, what it is and what it must be. These checks
+ * repeat part of what tpu_program_verify enforces, so that a program that reaches a core
+ * unverified fails cleanly instead of reading past a buffer. */
 int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *role,
                        const struct tpu__bufmem *b, int dtype, uint32_t rows, uint32_t cols);
 

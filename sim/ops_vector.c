@@ -27,6 +27,8 @@
  *                     to int8 / int32 from f32 or bf16: truncated toward zero (C's and XLA's
  *                               convert), saturated to the type's range, NaN -> 0
  *                     int32 -> int8 saturates; int8 -> int32 exact; same dtype copies.
+ *                   Every pair is defined here; tpu_program_verify decides which of them a
+ *                   program may use.
  *   reduce_sum      axis 0: y[0][j] = x[0][j] + x[1][j] + ... + x[rows-1][j]
  *                   axis 1: y[i][0] = x[i][0] + x[i][1] + ... + x[i][cols-1]
  *                   sequential in index order, fp32, starting from the first element (so a
@@ -147,8 +149,10 @@ static int unary(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_d
         break;
     }
     case TPU_OP_RELU:
-        for (size_t i = 0; i < n; i++)
-            yv[i] = ((xv[i] > 0.0f) | (xv[i] != xv[i])) ? xv[i] : 0.0f;
+        for (size_t i = 0; i < n; i++) {
+            const float v = xv[i];
+            yv[i] = ((v > 0.0f) | (v != v)) ? v : 0.0f;
+        }
         break;
     default: /* TPU_OP_EXP */
         for (size_t i = 0; i < n; i++)
@@ -172,8 +176,10 @@ static int relu_grad(const struct tpu_op *op, struct tpu__bufmem *bufs, struct t
     const size_t n = tpu__ops_count(x);
     float *yv = y->data;                         /* [rows][cols] */
     const float *dyv = dy->data, *xv = x->data; /* [rows][cols] */
-    for (size_t i = 0; i < n; i++)
-        yv[i] = xv[i] > 0.0f ? dyv[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        const float g = dyv[i]; /* loaded unconditionally, so the loop has no branch */
+        yv[i] = xv[i] > 0.0f ? g : 0.0f;
+    }
     return 0;
 }
 

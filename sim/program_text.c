@@ -32,9 +32,10 @@
  *   INT       := [+-]? decimal digits, in the range of the attribute's field
  *   FLOAT     := a C decimal or hexadecimal float ("0.1", "1e-3", "0x1p-7"), "inf", "-inf",
  *                "nan" (the quiet NaN 0x7fc00000) or "nan:0x" and 8 hex digits (any other
- *                NaN, by its exact bits); it must be finite after rounding unless it says inf
+ *                NaN, by its exact bits); it may not overflow to infinity or underflow to 0
  *
- * Declarations come before the first op. Outputs are listed before '=' and inputs after the
+ * Declarations come before the first op. Loops do not nest; a second loop after the first
+ * parses (the verifier rejects it), as does anything else that is well formed but wrong. Outputs are listed before '=' and inputs after the
  * op name, in the order of program.h's operand roles; an op that updates buffers in place
  * (sgd_momentum, adam) lists them as outputs: "w1, v1 = sgd_momentum g1 alpha=0.1". The first
  * word after the op name is an input unless it is one of the op's flags and no buffer has
@@ -46,8 +47,10 @@
  * (passes to 1) and are printed only when they differ. An attribute the op does not read is
  * printed if it is not zero, so that nothing is hidden, but the parser rejects it.
  *
- * Floats print as the shortest "%.6g" .. "%.9g" that reads back to the same bits (strtof in
- * the C locale), so "0.1" stays "0.1". */
+ * Printing lays the program out as: the header; the variables; the buffers ("temp " padded to
+ * the width of "param"); the ops, a loop's body indented by two spaces; a blank line between
+ * these groups. Floats print as the shortest "%.6g" .. "%.9g" that reads back to the same bits
+ * (strtof in the C locale), so "0.1" stays "0.1". */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -442,7 +445,6 @@ struct parser {
     size_t header_line;
     size_t first_op_line; /* 0 until an op is seen */
     size_t loop_line;     /* the open loop's line, 0 when none is open */
-    const char *loop_col;
 };
 
 static int perr(struct parser *ps, const char *at, const char *fmt, ...) TPU__PRINTF(3, 4);
@@ -457,6 +459,15 @@ static int perr(struct parser *ps, const char *at, const char *fmt, ...)
     va_end(ap);
     size_t col = (size_t)(at - ps->line_start) + 1;
     return tpu__fail(ps->d, TPU_EPARSE, "%s:%zu:%zu: %s", ps->origin, ps->line, col, msg);
+}
+
+/* A failure of the builder while parsing: out of memory stays TPU_ENOMEM, the rest (a name or
+ * size the builder refuses) is a parse error at `at`. */
+static int builder_fail(struct parser *ps, const char *at, int rc, const struct tpu_diag *d)
+{
+    if (rc == TPU_ENOMEM)
+        return tpu__fail(ps->d, TPU_ENOMEM, "%s:%zu: out of memory", ps->origin, ps->line);
+    return perr(ps, at, "%s", d->msg);
 }
 
 static bool is_ident_start(char c)
@@ -679,7 +690,8 @@ static int parse_header(struct parser *ps)
         return rc;
     rc = tpu_program_create(name, &ps->p);
     if (rc)
-        return perr(ps, at, "out of memory creating program '%s'", name);
+        return tpu__fail(ps->d, TPU_ENOMEM, "%s:%zu: out of memory creating program '%s'",
+                         ps->origin, ps->line, name);
     ps->header_line = ps->line;
     return 0;
 }
@@ -704,12 +716,12 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
         if (rc)
             return rc;
         if (grow_lines(&ps->var_line, &ps->cap_var_line, tpu_program_n_vars(ps->p)))
-            return perr(ps, name_at, "out of memory declaring '%s'", name);
+            return builder_fail(ps, name_at, TPU_ENOMEM, NULL);
         struct tpu_diag d;
         uint32_t id;
         rc = tpu_program_add_var(ps->p, name, &id, &d);
         if (rc)
-            return perr(ps, name_at, "%s", d.msg);
+            return builder_fail(ps, name_at, rc, &d);
         ps->var_line[id] = ps->line;
         return 0;
     }
@@ -774,14 +786,14 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
     if (rc)
         return rc;
     if (grow_lines(&ps->buf_line, &ps->cap_buf_line, tpu_program_n_buffers(ps->p)))
-        return perr(ps, name_at, "out of memory declaring '%s'", name);
+        return builder_fail(ps, name_at, TPU_ENOMEM, NULL);
     struct tpu_diag d;
     uint32_t id;
     rc = tpu_program_add_buffer(ps->p, name, dtype,
                                 strcmp(kw, "param") == 0 ? TPU_BUF_PARAM : TPU_BUF_TEMP,
                                 dims[0], dims[1], &id, &d);
     if (rc)
-        return perr(ps, name_at, "%s", d.msg);
+        return builder_fail(ps, name_at, rc, &d);
     ps->buf_line[id] = ps->line;
     return 0;
 }
@@ -915,7 +927,7 @@ static int parse_float(struct parser *ps, const char *at, const char *tok, const
 }
 
 /* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
-static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen)
+static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
 {
     const char *opname = tpu_opcode_name(op->code);
     const char *at = ps->cur;
@@ -933,6 +945,14 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen)
                 return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
             return perr(ps, at, "'%s' is a buffer, not an attribute of %s; separate inputs "
                         "with ','", name, opname);
+        }
+        unsigned n_in = tpu_opcode_n_in(op->code);
+        if (!ad && n_ins < n_in) {
+            char roles[96];
+            role_list(op->code, false, roles);
+            return perr(ps, at, "'%s' is not an attribute of %s, and %s takes %u inputs%s but "
+                        "got %u: separate inputs with ','", name, opname, opname, n_in, roles,
+                        n_ins);
         }
         if (!used)
             return perr(ps, at, "%s takes no attributes, got '%s'", opname, name);
@@ -1173,7 +1193,7 @@ static int parse_op(struct parser *ps, const char *word, const char *word_at)
                 return perr(ps, ps->cur, "expected an attribute or the end of the line after "
                             "%s's operands, found %s", opname, found);
             }
-            rc = parse_attr(ps, &op, &seen);
+            rc = parse_attr(ps, &op, &seen, n_ins);
             if (rc)
                 return rc;
         }
@@ -1195,7 +1215,7 @@ static int parse_op(struct parser *ps, const char *word, const char *word_at)
     struct tpu_diag d;
     rc = tpu_program_add_op(ps->p, &op, &d);
     if (rc)
-        return perr(ps, op_at, "%s", d.msg);
+        return builder_fail(ps, op_at, rc, &d);
     return 0;
 }
 
@@ -1223,9 +1243,8 @@ static int parse_loop(struct parser *ps, const char *kw_at)
     struct tpu_diag d;
     rc = tpu_program_add_op(ps->p, &op, &d);
     if (rc)
-        return perr(ps, kw_at, "%s", d.msg);
+        return builder_fail(ps, kw_at, rc, &d);
     ps->loop_line = ps->line;
-    ps->loop_col = kw_at;
     return 0;
 }
 
@@ -1243,7 +1262,7 @@ static int parse_close(struct parser *ps)
     struct tpu_diag d;
     rc = tpu_program_add_op(ps->p, &op, &d);
     if (rc)
-        return perr(ps, at, "%s", d.msg);
+        return builder_fail(ps, at, rc, &d);
     ps->loop_line = 0;
     return 0;
 }

@@ -17,7 +17,8 @@
  * Attributes
  *   A1  An op leaves the attributes it does not read at zero (tpu_opcode_attrs).
  *   A2  Float attributes the op reads are finite.
- *   A3  matmul passes is 1, 3 or 6; 3 and 6 need both inputs f32. reduce_* axis is 0 or 1.
+ *   A3  matmul passes is 1, 3 or 6; 3 and 6 need an f32 input (they split f32 values into
+ *       bf16 parts; bf16 x bf16 and int8 x int8 are exact in one pass). reduce_* axis is 0 or 1.
  *       all_reduce reduce is sum or mean. collective_permute group is replicas or
  *       replica_cores (any shift). adam: 0 <= beta < 1, 0 <= delta < 1 (the bias
  *       corrections divide by 1 - beta^t), eps > 0.
@@ -29,8 +30,9 @@
  *   T2  add, sub, mul, max: a, b, y f32; y has a's shape; b has a's shape, [1, cols]
  *       (broadcast over rows) or [1, 1]. scale, relu, exp: x, y f32 of one shape. relu_grad:
  *       dy, x, y f32 of one shape. The vector unit computes in f32 only.
- *   T3  convert: one shape; f32 -> bf16, bf16 -> f32, int8 -> f32 or bf16, int32 -> f32, or
- *       the same dtype (a copy). Conversions to int8 and int32 are not defined.
+ *   T3  convert: one shape; any pair of dtypes except f32 or bf16 to int8 or int32 (that
+ *       truncates and saturates, never a quantization: quantize with a scale on the host).
+ *       The same dtype is a copy.
  *   T4  reduce_sum, reduce_max: x, y f32; axis 0 gives [1, cols], axis 1 [rows, 1].
  *   T5  softmax_xent: logits f32 [B, C], labels int32 [B, 1], loss f32 [1, 1], dlogits f32
  *       [B, C]. classify_count: logits and labels likewise, y f32 [1, 2].
@@ -159,16 +161,18 @@ static int need_f32_same_shape(struct verifier *v)
     for (unsigned k = 0; k < n_out + n_in; k++) {
         bool is_out = k < n_out;
         uint32_t id = is_out ? v->op->out[k] : v->op->in[k - n_out];
-        const char *role = is_out ? out_role(v, k) : in_role(v, k - n_out);
+        char role[48];
+        snprintf(role, sizeof role, "%s %s", is_out ? "output" : "input",
+                 is_out ? out_role(v, k) : in_role(v, k - n_out));
         int rc = need_f32(v, role, id);
         if (rc)
             return rc;
         const struct tpu_buffer_desc *b = buf(v, id), *r = buf(v, ref);
         if (b->rows != r->rows || b->cols != r->cols) {
             char s1[96], s2[96];
-            return fail_op(v, TPU_ESHAPE, "%s %s and %s %s differ in shape; %s needs one "
-                           "shape for all its operands", role, bdesc(v, id, s1), ref_role,
-                           bdesc(v, ref, s2), v->opname);
+            return fail_op(v, TPU_ESHAPE, "%s %s and %s %s %s differ in shape; %s needs one "
+                           "shape for all its operands", role, bdesc(v, id, s1),
+                           n_in ? "input" : "output", ref_role, bdesc(v, ref, s2), v->opname);
         }
     }
     return 0;
@@ -251,10 +255,11 @@ static int check_matmul(struct verifier *v)
         return fail_op(v, TPU_EINVAL, "passes=%u; matmul runs in 1 pass (bf16 inputs: mixed "
                        "precision), or 3 or 6 bf16 passes (f32 precision)",
                        (unsigned)at->passes);
-    if (at->passes != 1 && (a->dtype != TPU_BUF_F32 || b->dtype != TPU_BUF_F32))
-        return fail_op(v, TPU_EINVAL, "passes=%u needs f32 inputs (it splits each f32 into bf16 "
-                       "parts), but a is %s and b is %s; use passes=1 or f32 inputs",
-                       (unsigned)at->passes, bdesc(v, ia, s1), bdesc(v, ib, s2));
+    if (at->passes != 1 && a->dtype != TPU_BUF_F32 && b->dtype != TPU_BUF_F32)
+        return fail_op(v, TPU_EINVAL, "passes=%u needs an f32 input (it splits f32 values into "
+                       "bf16 parts; %s inputs are exact in one pass), but a is %s and b is %s; "
+                       "use passes=1", (unsigned)at->passes, int8 ? "int8" : "bf16",
+                       bdesc(v, ia, s1), bdesc(v, ib, s2));
     uint32_t m = at->trans_a ? a->cols : a->rows, ka = at->trans_a ? a->rows : a->cols;
     uint32_t kb = at->trans_b ? b->cols : b->rows, n = at->trans_b ? b->rows : b->cols;
     if (ka != kb)
@@ -315,16 +320,11 @@ static int check_convert(struct verifier *v)
     const struct tpu_buffer_desc *x = buf(v, ix), *y = buf(v, iy);
     char s1[96], s2[96];
     enum tpu_buf_dtype from = x->dtype, to = y->dtype;
-    bool ok = from == to || (from == TPU_BUF_F32 && to == TPU_BUF_BF16) ||
-              (from == TPU_BUF_BF16 && to == TPU_BUF_F32) ||
-              (from == TPU_BUF_INT8 && is_float(to)) ||
-              (from == TPU_BUF_INT32 && to == TPU_BUF_F32);
-    if (!ok)
-        return fail_op(v, TPU_ESHAPE, "convert from %s to %s is not defined (x %s, y %s); "
-                       "convert does f32->bf16, bf16->f32, int8->f32, int8->bf16, int32->f32 or "
-                       "a copy (same dtype)%s", tpu_buf_dtype_name(from), tpu_buf_dtype_name(to),
-                       bdesc(v, ix, s1), bdesc(v, iy, s2),
-                       is_float(from) ? "; quantize to integers on the host" : "");
+    if (is_float(from) && !is_float(to))
+        return fail_op(v, TPU_ESHAPE, "convert from %s to %s (x %s, y %s) would truncate and "
+                       "saturate, which is not a quantization; quantize with a scale on the "
+                       "host, or keep the values in floating point", tpu_buf_dtype_name(from),
+                       tpu_buf_dtype_name(to), bdesc(v, ix, s1), bdesc(v, iy, s2));
     return need_shape(v, "output y", iy, x->rows, x->cols, "the shape of x");
 }
 
@@ -341,8 +341,8 @@ static int check_reduce(struct verifier *v)
     if (rc)
         return rc;
     const struct tpu_buffer_desc *x = buf(v, ix);
-    return axis == 0 ? need_shape(v, "output y", iy, 1, x->cols, "axis 0 sums over the rows")
-                     : need_shape(v, "output y", iy, x->rows, 1, "axis 1 sums over the columns");
+    return axis == 0 ? need_shape(v, "output y", iy, 1, x->cols, "axis 0 reduces the rows")
+                     : need_shape(v, "output y", iy, x->rows, 1, "axis 1 reduces the columns");
 }
 
 /* logits f32 [B, C], labels int32 [B, 1] (softmax_xent and classify_count). */
@@ -383,7 +383,7 @@ static int check_classify_count(struct verifier *v)
     if (!rc)
         rc = need_f32(v, "output y", v->op->out[0]);
     if (!rc)
-        rc = need_shape(v, "output y", v->op->out[0], 1, 2, "(correct rows, labelled rows)");
+        rc = need_shape(v, "output y", v->op->out[0], 1, 2, "correct rows, labelled rows");
     return rc;
 }
 

@@ -44,6 +44,13 @@ uint64_t tpu__host_link_cycles(const struct tpu_chip_config *cfg, uint64_t bytes
            bytes_to_cycles(cfg, (double)bytes, cfg->host_link_gbytes_per_s * 1e9);
 }
 
+uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t bytes)
+{
+    return ns_to_cycles(cfg, cfg->host_link_latency_ns) +
+           bytes_to_cycles(cfg, (double)bytes,
+                           cfg->host_link_gbytes_per_s * 1e9 / cfg->cores_per_chip);
+}
+
 /* ALU operations per element, per op. */
 unsigned tpu__vpu_ops_per_element(enum tpu_opcode code)
 {

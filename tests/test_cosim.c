@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -501,6 +502,72 @@ static void test_two_instances(void **state)
     tpu_mxu_rtl_destroy(b);
 }
 
+/* Arrays on parallel threads, one each: every run's values and cycles still match. The work
+ * is made on the main thread (the CMocka assertions are not thread-safe); each thread only
+ * runs and counts differences, which the main thread asserts. */
+#define THREAD_RUNS 12
+
+struct thread_job {
+    struct work wk[THREAD_RUNS];
+    int rc;            /* first failing return code, or 0 */
+    size_t bad_values; /* outputs that differ from the C model */
+    size_t bad_cycles; /* runs whose count differs from tpu_mxu_schedule */
+};
+
+static void *thread_main(void *arg)
+{
+    struct thread_job *tj = arg;
+    struct tpu_mxu_rtl *rtl = NULL;
+    tj->rc = tpu_mxu_rtl_create(8, 8, &rtl, NULL);
+    for (int k = 0; k < THREAD_RUNS && tj->rc == 0; k++) {
+        struct work *wk = &tj->wk[k];
+        uint64_t cycles = 0;
+        tj->rc = tpu_mxu_rtl_run_bf16(rtl, wk->n_tiles, (const tpu_bf16 *const *)wk->w_bf16,
+                                      (const tpu_bf16 *const *)wk->in_bf16, wk->m_rows,
+                                      wk->out_f32, &cycles, NULL);
+        tj->bad_cycles += cycles != tpu_mxu_schedule(8, 8, wk->m_rows, wk->n_tiles, NULL, NULL);
+        for (size_t t = 0; t < wk->n_tiles; t++) {
+            tpu_mxu_tile_bf16(8, 8, wk->w_bf16[t], wk->in_bf16[t], wk->m_rows[t],
+                              wk->ref_f32[t]);
+            for (uint64_t i = 0; i < wk->m_rows[t] * 8; i++)
+                tj->bad_values +=
+                    tpu_f32_bits(wk->out_f32[t][i]) != tpu_f32_bits(wk->ref_f32[t][i]);
+        }
+    }
+    tpu_mxu_rtl_destroy(rtl);
+    return NULL;
+}
+
+static void test_parallel_threads(void **state)
+{
+    (void)state;
+    struct rng r = {0x5EED000B};
+    static struct thread_job jobs[2];
+    memset(jobs, 0, sizeof jobs);
+    for (int th = 0; th < 2; th++)
+        for (int k = 0; k < THREAD_RUNS; k++) {
+            struct work *wk = &jobs[th].wk[k];
+            *wk = (struct work){.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16,
+                                .n_tiles = 1 + rnd_below(&r, 6)};
+            for (size_t t = 0; t < wk->n_tiles; t++)
+                work_tile(wk, &r, t, 1 + rnd_below(&r, 24), 8, 8,
+                          (enum fill)rnd_below(&r, FILL_COUNT),
+                          (enum fill)rnd_below(&r, FILL_COUNT));
+        }
+    pthread_t tid[2];
+    for (int th = 0; th < 2; th++)
+        assert_int_equal(pthread_create(&tid[th], NULL, thread_main, &jobs[th]), 0);
+    for (int th = 0; th < 2; th++)
+        assert_int_equal(pthread_join(tid[th], NULL), 0);
+    for (int th = 0; th < 2; th++) {
+        assert_int_equal(jobs[th].rc, 0);
+        assert_int_equal(jobs[th].bad_values, 0);
+        assert_int_equal(jobs[th].bad_cycles, 0);
+        for (int k = 0; k < THREAD_RUNS; k++)
+            work_free(&jobs[th].wk[k]);
+    }
+}
+
 /* Runs `wk` with a forced schedule; returns the hazard flag, and in *bad the number of
  * outputs that differ from the C model. */
 static bool forced_run(struct tpu_mxu_rtl *rtl, struct work *wk, const uint64_t *L,
@@ -679,6 +746,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_edge_values, setup_8x8, teardown_rtl),
         cmocka_unit_test(test_other_shapes),
         cmocka_unit_test_setup_teardown(test_two_instances, setup_8x8, teardown_rtl),
+        cmocka_unit_test(test_parallel_threads),
         cmocka_unit_test_setup_teardown(test_schedule_is_tight, setup_8x8, teardown_rtl),
         cmocka_unit_test(test_trace),
         cmocka_unit_test_setup_teardown(test_errors, setup_8x8, teardown_rtl),

@@ -24,7 +24,7 @@
 #include "tpusim/program.h"
 #include "ops.h"
 
-/* ---- data ------------------------------------------------------------------------------ */
+/* ---- data ------------------------------------------------------------------------------------ */
 
 struct rng {
     uint64_t s;
@@ -137,7 +137,7 @@ static void expect_error(int rc, const struct tpu_diag *d, int code, ...)
     va_end(ap);
 }
 
-/* ---- comparison ---------------------------------------------------------------------------- */
+/* ---- comparison ------------------------------------------------------------------------------ */
 
 static bool same_f32(float a, float b)
 {
@@ -203,8 +203,10 @@ static tpu_bf16 *opnd_bf16(const struct tpu__bufmem *s, bool trans)
     for (size_t i = 0; i < r; i++)
         for (size_t j = 0; j < c; j++) {
             size_t src = trans ? j * s->cols + i : i * s->cols + j;
-            o[i * c + j] = s->dtype == TPU_BUF_BF16 ? ((const tpu_bf16 *)s->data)[src]
-                                                    : tpu_bf16_from_f32(((const float *)s->data)[src]);
+            if (s->dtype == TPU_BUF_BF16)
+                o[i * c + j] = ((const tpu_bf16 *)s->data)[src];
+            else
+                o[i * c + j] = tpu_bf16_from_f32(((const float *)s->data)[src]);
         }
     return o;
 }
@@ -454,6 +456,29 @@ static void test_matmul_passes(void **state)
         }
 }
 
+/* An f32 operand with a bf16 one in 3 or 6 passes: the bf16 values split as hi = x,
+ * mid = lo = 0, so the product is tpu_gemm_f32 of the widened operand. */
+static void test_matmul_mixed_passes(void **state)
+{
+    (void)state;
+    struct rng r = {31};
+    for (unsigned passes = 3; passes <= 6; passes += 3) {
+        struct bufs s = {0};
+        setup_matmul(&s, &r, TPU_BUF_F32, TPU_BUF_BF16, false, true, TPU_BUF_F32);
+        float *a = opnd_f32(&s.b[0], false), *b = opnd_f32(&s.b[1], true);
+        float *want = malloc((size_t)M_ * N_ * sizeof *want);
+        assert_non_null(want);
+        assert_int_equal(tpu_gemm_f32(a, b, want, M_, K_, N_, 8, passes, 1), 0);
+        struct tpu_op op = matmul_op(false, true, passes, false);
+        assert_int_equal(run_ok(&op, &s), 0);
+        expect_same(s.b[2].data, want, (size_t)M_ * N_, "f32 x bf16 in passes");
+        free(a);
+        free(b);
+        free(want);
+        bfree(&s);
+    }
+}
+
 static void test_matmul_errors(void **state)
 {
     (void)state;
@@ -463,7 +488,7 @@ static void test_matmul_errors(void **state)
     bset(&s, 1, TPU_BUF_INT8, 3, 4);
     bset(&s, 2, TPU_BUF_F32, 2, 4);
     struct tpu_op op = matmul_op(false, false, 1, false);
-    expect_error(run(&op, &s, NULL, &d), &d, TPU_EINVAL, "operands a (f32) and b (int8)", NULL);
+    expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "operands a (f32) and b (int8)", NULL);
     bset(&s, 1, TPU_BUF_F32, 4, 3);
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "op(a) is [2][3] and op(b) is [4][3]",
                  NULL);
@@ -481,7 +506,7 @@ static void test_matmul_errors(void **state)
     bfree(&s);
 }
 
-/* ---- elementwise ------------------------------------------------------------------------------ */
+/* ---- elementwise ----------------------------------------------------------------------------- */
 
 static float ref_binary(enum tpu_opcode code, float a, float b)
 {
@@ -680,16 +705,16 @@ static void test_vector_errors(void **state)
                  "[1][5] (broadcast over rows) or [1][1]", NULL);
     bset(&s, 2, TPU_BUF_INT32, 4, 5);
     op.code = TPU_OP_MUL;
-    expect_error(run(&op, &s, NULL, &d), &d, TPU_EINVAL, "mul: operand b is int32 but must be f32",
+    expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "mul: operand b is int32 but must be f32",
                  NULL);
     bset(&s, 0, TPU_BUF_F32, 5, 4);
     op = mkop(TPU_OP_EXP, 0, X, X, 1, X);
-    expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "exp: operand y is [5][4] but must be [4][5]",
-                 NULL);
+    expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE,
+                 "exp: operand y is [5][4] but must be [4][5]", NULL);
     bfree(&s);
 }
 
-/* ---- convert ------------------------------------------------------------------------------- */
+/* ---- convert --------------------------------------------------------------------------------- */
 
 /* int32 -> bf16 reference: one rounding in double (|v| * 2^-shift is exact, nearbyint rounds
  * to nearest even in the default mode). */
@@ -811,7 +836,7 @@ static void test_convert(void **state)
     bfree(&s);
 }
 
-/* ---- reductions ------------------------------------------------------------------------------- */
+/* ---- reductions ------------------------------------------------------------------------------ */
 
 static void test_reduce(void **state)
 {
@@ -1090,12 +1115,12 @@ static void test_softmax_xent_padding_and_range(void **state)
     assert_true(*(float *)s.b[0].data == 42.0f && g[0] == 42.0f && g[5 * XC] == 42.0f);
     /* wrong label dtype */
     bset(&s, 3, TPU_BUF_F32, XR, 1);
-    expect_error(run(&op, &s, NULL, &d), &d, TPU_EINVAL,
+    expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE,
                  "softmax_xent: operand labels is f32 but must be int32", NULL);
     bfree(&s);
 }
 
-/* ---- classify_count ---------------------------------------------------------------------------- */
+/* ---- classify_count -------------------------------------------------------------------------- */
 
 static void test_classify_count(void **state)
 {
@@ -1150,7 +1175,7 @@ static void test_classify_count(void **state)
     bfree(&s);
 }
 
-/* ---- optimizers ---------------------------------------------------------------------------------- */
+/* ---- optimizers ------------------------------------------------------------------------------ */
 
 static void test_sgd_momentum(void **state)
 {
@@ -1379,6 +1404,7 @@ int main(void)
         cmocka_unit_test(test_matmul_bf16),
         cmocka_unit_test(test_matmul_int8),
         cmocka_unit_test(test_matmul_passes),
+        cmocka_unit_test(test_matmul_mixed_passes),
         cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_binary_broadcast),
         cmocka_unit_test(test_max_and_relu_by_hand),

@@ -22,7 +22,8 @@
  *   outfeed  in x                         enqueue x on the core's outfeed queue
  *   matmul   out y; in a, b               y = op(a) * op(b), op = transpose if trans_a/_b;
  *                                         passes 1 (inputs rounded to bf16: mixed precision),
- *                                         3 or 6 (fp32 in bf16 passes); int8 inputs give int32;
+ *                                         3 or 6 (fp32 in bf16 passes; needs an f32 input);
+ *                                         f32/bf16 inputs give f32, int8 x int8 gives int32;
  *                                         accumulate: y += ...
  *   add, sub, mul, max   out y; in a, b   elementwise; b may be [1][cols] (broadcast over rows)
  *                                         or [1][1]
@@ -30,9 +31,10 @@
  *   relu     out y; in x                  y = max(x, 0)
  *   relu_grad out y; in dy, x             y = x > 0 ? dy : 0
  *   exp      out y; in x
- *   convert  out y; in x                  dtype conversion, same shape: f32 -> bf16 (rounds
- *                                         to nearest even), bf16 -> f32, int8 -> f32 or bf16,
- *                                         int32 -> f32 (nearest even); same dtype: a copy
+ *   convert  out y; in x                  dtype conversion, same shape (f32 -> bf16 rounds
+ *                                         to nearest even; sim/ops_vector.c defines every
+ *                                         pair); programs may not convert f32 or bf16 to int8
+ *                                         or int32; same dtype: a copy
  *   reduce_sum, reduce_max  out y; in x   over axis 0 (y is [1][cols]) or 1 (y is [rows][1])
  *   softmax_xent out loss, dlogits; in logits, labels
  *                                         labels int32 [rows][1]; a label < 0 marks a padding

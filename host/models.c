@@ -1,0 +1,281 @@
+/* The MLP lowered to device programs (include/tpusim/models.h).
+ *
+ * Training step, per replica, for layers l = 0 .. L-1 (h_{-1} = x):
+ *     a_l = h_{l-1} W_l            matmul
+ *     z_l = a_l + b_l              add, bias broadcast over rows
+ *     h_l = relu(z_l)              (not for the last layer: its z is the logits)
+ *     loss, g = softmax_xent(z_{L-1}, labels, alpha = 1/global_batch)
+ *   backward, l = L-1 .. 0 (g = dL/dz_l):
+ *     gW_l = h_{l-1}^T g           matmul trans_a
+ *     gb_l = sum over rows of g    reduce_sum axis 0
+ *     dh   = g W_l^T               matmul trans_b    (not for l = 0)
+ *     g    = relu_grad(dh, z_{l-1})
+ *   then every gradient is all_reduce'd (sum: the 1/global_batch scale makes it the mean
+ *   loss's gradient), the optimizer updates each param, `step` advances, and the replica's
+ *   loss is all_reduce'd too and outfed (so every replica outfeeds the global loss). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpusim/models.h"
+#include "util.h"
+
+void tpu_mlp_default_spec(struct tpu_mlp_spec *s)
+{
+    memset(s, 0, sizeof *s);
+    s->passes = 1;
+    s->optimizer = TPU_OPT_SGD_MOMENTUM;
+    s->learning_rate = 0.1f;
+    s->momentum = 0.9f;
+    s->beta1 = 0.9f;
+    s->beta2 = 0.999f;
+    s->epsilon = 1e-7f;
+}
+
+static int check_spec(const struct tpu_mlp_spec *s, struct tpu_diag *d)
+{
+    if (s->n_layers < 1 || s->n_layers > TPU_MLP_MAX_LAYERS)
+        return tpu__fail(d, TPU_EINVAL, "the MLP has %u layers; use 1 to %d", s->n_layers,
+                         TPU_MLP_MAX_LAYERS);
+    for (uint32_t i = 0; i <= s->n_layers; i++)
+        if (s->sizes[i] < 1 || s->sizes[i] > (1u << 20))
+            return tpu__fail(d, TPU_EINVAL, "layer width sizes[%u] = %u is out of range; use 1 "
+                             "to %u", i, s->sizes[i], 1u << 20);
+    if (s->sizes[s->n_layers] < 2)
+        return tpu__fail(d, TPU_EINVAL, "the last layer has %u output; a classifier needs at "
+                         "least 2 classes", s->sizes[s->n_layers]);
+    if (s->batch_per_replica < 1)
+        return tpu__fail(d, TPU_EINVAL, "batch_per_replica is 0; each replica needs at least "
+                         "one example per step");
+    if (s->global_batch < s->batch_per_replica)
+        return tpu__fail(d, TPU_EINVAL, "global_batch %u is smaller than batch_per_replica %u",
+                         s->global_batch, s->batch_per_replica);
+    if (s->passes != 1 && s->passes != 3 && s->passes != 6)
+        return tpu__fail(d, TPU_EINVAL, "passes %u: use 1 (bf16), 3 or 6", s->passes);
+    if (!(s->learning_rate > 0) || s->learning_rate > 1e3f)
+        return tpu__fail(d, TPU_EINVAL, "learning rate %g must be above 0 (and at most 1000)",
+                         (double)s->learning_rate);
+    if (s->optimizer == TPU_OPT_SGD_MOMENTUM && !(s->momentum >= 0 && s->momentum < 1))
+        return tpu__fail(d, TPU_EINVAL, "momentum %g must be in [0, 1)", (double)s->momentum);
+    if (s->optimizer == TPU_OPT_ADAM &&
+        (!(s->beta1 >= 0 && s->beta1 < 1) || !(s->beta2 >= 0 && s->beta2 < 1) ||
+         !(s->epsilon > 0)))
+        return tpu__fail(d, TPU_EINVAL, "Adam needs 0 <= beta1, beta2 < 1 and epsilon > 0; got "
+                         "%g, %g, %g", (double)s->beta1, (double)s->beta2, (double)s->epsilon);
+    if (!(s->l2 >= 0))
+        return tpu__fail(d, TPU_EINVAL, "l2 %g must be >= 0", (double)s->l2);
+    return 0;
+}
+
+/* Program-building state: the first error sticks, later calls do nothing. */
+struct builder {
+    struct tpu_program *p;
+    int rc;
+    struct tpu_diag *d;
+};
+
+static uint32_t buf(struct builder *b, const char *name, enum tpu_buf_dtype t,
+                    enum tpu_buf_kind k, uint32_t rows, uint32_t cols)
+{
+    uint32_t id = TPU_NO_BUF;
+    if (!b->rc)
+        b->rc = tpu_program_add_buffer(b->p, name, t, k, rows, cols, &id, b->d);
+    return id;
+}
+
+/* A float buffer named prefix + i ("w3"). */
+static uint32_t bufi(struct builder *b, const char *prefix, int i, enum tpu_buf_kind k,
+                     uint32_t rows, uint32_t cols)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s%d", prefix, i);
+    return buf(b, name, TPU_BUF_F32, k, rows, cols);
+}
+
+static void op(struct builder *b, enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t o2,
+               uint32_t i0, uint32_t i1, const struct tpu_op_attrs *attrs)
+{
+    if (b->rc)
+        return;
+    struct tpu_op o;
+    tpu_op_init(&o, code);
+    o.out[0] = o0;
+    o.out[1] = o1;
+    o.out[2] = o2;
+    o.in[0] = i0;
+    o.in[1] = i1;
+    if (attrs) {
+        uint8_t passes = o.attrs.passes;
+        o.attrs = *attrs;
+        if (code == TPU_OP_MATMUL && !attrs->passes)
+            o.attrs.passes = passes;
+    }
+    b->rc = tpu_program_add_op(b->p, &o, b->d);
+}
+
+#define N TPU_NO_BUF
+
+int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
+                  struct tpu_mlp_program *out, struct tpu_diag *d)
+{
+    int rc = check_spec(s, d);
+    if (rc)
+        return rc;
+    const char *names[] = {"mlp_train", "mlp_eval", "mlp_predict"};
+    struct tpu_mlp_program r;
+    memset(&r, 0, sizeof r);
+    struct builder b = {.d = d};
+    b.rc = tpu_program_create(names[kind], &b.p);
+    if (b.rc)
+        return tpu__fail(d, b.rc, "out of memory building the MLP program");
+    const uint32_t L = s->n_layers, B = s->batch_per_replica, C = s->sizes[L];
+    if (!b.rc)
+        b.rc = tpu_program_add_var(b.p, "iterations", &r.var_iterations, d);
+    if (!b.rc)
+        b.rc = tpu_program_add_var(b.p, "step", &r.var_step, d);
+
+    uint32_t w[TPU_MLP_MAX_LAYERS], bias[TPU_MLP_MAX_LAYERS];
+    for (uint32_t l = 0; l < L; l++) {
+        w[l] = bufi(&b, "w", (int)l, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
+        bias[l] = bufi(&b, "b", (int)l, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
+        r.params[r.n_params++] = w[l];
+        r.params[r.n_params++] = bias[l];
+    }
+    /* optimizer state, for training */
+    uint32_t st[2][2 * TPU_MLP_MAX_LAYERS];
+    if (kind == TPU_MLP_TRAIN) {
+        for (uint32_t l = 0; l < L; l++) {
+            const char *sfx[2] = {s->optimizer == TPU_OPT_ADAM ? "m" : "vel", "v"};
+            unsigned n_state = s->optimizer == TPU_OPT_ADAM ? 2 : 1;
+            for (unsigned k = 0; k < n_state; k++) {
+                char name[48];
+                snprintf(name, sizeof name, "w%u.%s", l, sfx[k]);
+                st[k][2 * l] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
+                snprintf(name, sizeof name, "b%u.%s", l, sfx[k]);
+                st[k][2 * l + 1] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
+                r.params[r.n_params++] = st[k][2 * l];
+                r.params[r.n_params++] = st[k][2 * l + 1];
+            }
+        }
+    }
+    r.buf_x = buf(&b, "x", TPU_BUF_F32, TPU_BUF_TEMP, B, s->sizes[0]);
+    r.buf_labels = kind == TPU_MLP_PREDICT ? N : buf(&b, "labels", TPU_BUF_INT32, TPU_BUF_TEMP, B, 1);
+    uint32_t a[TPU_MLP_MAX_LAYERS], z[TPU_MLP_MAX_LAYERS], h[TPU_MLP_MAX_LAYERS];
+    for (uint32_t l = 0; l < L; l++) {
+        a[l] = bufi(&b, "a", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
+        z[l] = bufi(&b, "z", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
+        h[l] = l + 1 < L ? bufi(&b, "h", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]) : N;
+    }
+
+    struct tpu_op_attrs at;
+    memset(&at, 0, sizeof at);
+    at.var = r.var_iterations;
+    op(&b, TPU_OP_LOOP_BEGIN, N, N, N, N, N, &at);
+    op(&b, TPU_OP_INFEED, r.buf_x, N, N, N, N, NULL);
+    if (kind != TPU_MLP_PREDICT)
+        op(&b, TPU_OP_INFEED, r.buf_labels, N, N, N, N, NULL);
+    /* forward */
+    for (uint32_t l = 0; l < L; l++) {
+        memset(&at, 0, sizeof at);
+        at.passes = (uint8_t)s->passes;
+        op(&b, TPU_OP_MATMUL, a[l], N, N, l ? h[l - 1] : r.buf_x, w[l], &at);
+        op(&b, TPU_OP_ADD, z[l], N, N, a[l], bias[l], NULL);
+        if (l + 1 < L)
+            op(&b, TPU_OP_RELU, h[l], N, N, z[l], N, NULL);
+    }
+    const uint32_t logits = z[L - 1];
+
+    if (kind == TPU_MLP_PREDICT) {
+        op(&b, TPU_OP_OUTFEED, N, N, N, logits, N, NULL);
+        r.buf_out = logits;
+    } else if (kind == TPU_MLP_EVAL) {
+        /* loss as a per-example sum (alpha 1), and the counts */
+        uint32_t loss = buf(&b, "loss", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
+        uint32_t dl = buf(&b, "dlogits", TPU_BUF_F32, TPU_BUF_TEMP, B, C);
+        uint32_t counts = buf(&b, "counts", TPU_BUF_F32, TPU_BUF_TEMP, 1, 2);
+        memset(&at, 0, sizeof at);
+        at.alpha = 1.0f;
+        op(&b, TPU_OP_SOFTMAX_XENT, loss, dl, N, logits, r.buf_labels, &at);
+        op(&b, TPU_OP_CLASSIFY_COUNT, counts, N, N, logits, r.buf_labels, NULL);
+        op(&b, TPU_OP_OUTFEED, N, N, N, loss, N, NULL);
+        op(&b, TPU_OP_OUTFEED, N, N, N, counts, N, NULL);
+        r.buf_out = counts;
+    } else {
+        uint32_t loss = buf(&b, "loss", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
+        uint32_t g[TPU_MLP_MAX_LAYERS], dh[TPU_MLP_MAX_LAYERS], gw[TPU_MLP_MAX_LAYERS],
+            gb[TPU_MLP_MAX_LAYERS];
+        for (uint32_t l = 0; l < L; l++) {
+            g[l] = bufi(&b, "dz", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
+            dh[l] = l + 1 < L ? bufi(&b, "dh", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]) : N;
+            gw[l] = bufi(&b, "gw", (int)l, TPU_BUF_TEMP, s->sizes[l], s->sizes[l + 1]);
+            gb[l] = bufi(&b, "gb", (int)l, TPU_BUF_TEMP, 1, s->sizes[l + 1]);
+        }
+        memset(&at, 0, sizeof at);
+        at.alpha = 1.0f / (float)s->global_batch;
+        op(&b, TPU_OP_SOFTMAX_XENT, loss, g[L - 1], N, logits, r.buf_labels, &at);
+        for (uint32_t li = L; li-- > 0;) {
+            memset(&at, 0, sizeof at);
+            at.passes = (uint8_t)s->passes;
+            at.trans_a = true;
+            op(&b, TPU_OP_MATMUL, gw[li], N, N, li ? h[li - 1] : r.buf_x, g[li], &at);
+            memset(&at, 0, sizeof at);
+            at.axis = 0;
+            op(&b, TPU_OP_REDUCE_SUM, gb[li], N, N, g[li], N, &at);
+            if (li > 0) {
+                memset(&at, 0, sizeof at);
+                at.passes = (uint8_t)s->passes;
+                at.trans_b = true;
+                op(&b, TPU_OP_MATMUL, dh[li - 1], N, N, g[li], w[li], &at);
+                op(&b, TPU_OP_RELU_GRAD, g[li - 1], N, N, dh[li - 1], z[li - 1], NULL);
+            }
+        }
+        memset(&at, 0, sizeof at);
+        at.reduce = TPU_REDUCE_SUM;
+        for (uint32_t l = 0; l < L; l++) {
+            op(&b, TPU_OP_ALL_REDUCE, gw[l], N, N, gw[l], N, &at);
+            op(&b, TPU_OP_ALL_REDUCE, gb[l], N, N, gb[l], N, &at);
+        }
+        op(&b, TPU_OP_ALL_REDUCE, loss, N, N, loss, N, &at);
+        /* the step counter first: Adam's bias correction counts from 1 */
+        memset(&at, 0, sizeof at);
+        at.var = r.var_step;
+        at.imm = 1;
+        op(&b, TPU_OP_VAR_ADD, N, N, N, N, N, &at);
+        for (uint32_t l = 0; l < L; l++) {
+            for (int k = 0; k < 2; k++) {
+                uint32_t param = k ? bias[l] : w[l], grad = k ? gb[l] : gw[l];
+                memset(&at, 0, sizeof at);
+                at.alpha = s->learning_rate;
+                at.gamma = k ? 0.0f : s->l2; /* no decay on biases */
+                if (s->optimizer == TPU_OPT_ADAM) {
+                    at.beta = s->beta1;
+                    at.delta = s->beta2;
+                    at.eps = s->epsilon;
+                    at.var = r.var_step;
+                    op(&b, TPU_OP_ADAM, param, st[0][2 * l + k], st[1][2 * l + k], grad, N, &at);
+                } else {
+                    at.beta = s->momentum;
+                    op(&b, TPU_OP_SGD_MOMENTUM, param, st[0][2 * l + k], N, grad, N, &at);
+                }
+            }
+        }
+        op(&b, TPU_OP_OUTFEED, N, N, N, loss, N, NULL);
+        r.buf_out = loss;
+    }
+    memset(&at, 0, sizeof at);
+    at.var = r.var_iterations;
+    op(&b, TPU_OP_LOOP_END, N, N, N, N, N, &at);
+    if (b.rc) {
+        tpu_program_destroy(&b.p);
+        return b.rc;
+    }
+    r.prog = b.p;
+    *out = r;
+    return 0;
+}
+
+void tpu_mlp_program_free(struct tpu_mlp_program *p)
+{
+    if (p)
+        tpu_program_destroy(&p->prog);
+}

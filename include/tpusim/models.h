@@ -1,0 +1,76 @@
+/* Models lowered to device programs: a multi-layer perceptron (dense + ReLU layers, softmax
+ * cross-entropy), with its training step (forward, backward, cross-replica gradient sum,
+ * optimizer update), its evaluation step and its prediction step.
+ *
+ * Every program is per replica: it infeeds the replica's share of a global batch, and the
+ * training step scales the loss by 1/global_batch, so the all-reduced (summed) gradients are
+ * the gradients of the mean loss over the global batch, whatever the number of replicas —
+ * the sharded run computes the same model as the unsharded one. Mixed precision as on TPU:
+ * fp32 master weights and vector math, matmul inputs rounded to bf16 (passes 1), or fp32
+ * matmuls in 3 or 6 bf16 passes.
+ *
+ * Buffer names (for reading weights back, checkpoints): w0, b0, w1, b1, ... and optimizer
+ * state w0.m / w0.v (Adam) or w0.vel (SGD with momentum); infeed x, labels; variables
+ * iterations (the loop count) and step (the global step, advanced on the device). */
+#ifndef TPUSIM_MODELS_H
+#define TPUSIM_MODELS_H
+
+#include <stdint.h>
+
+#include "tpusim/error.h"
+#include "tpusim/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_MLP_MAX_LAYERS 16
+
+enum tpu_optimizer {
+    TPU_OPT_SGD_MOMENTUM = 0,
+    TPU_OPT_ADAM = 1,
+};
+
+struct tpu_mlp_spec {
+    uint32_t n_layers;                       /* dense layers, >= 1 */
+    uint32_t sizes[TPU_MLP_MAX_LAYERS + 1];  /* input width, then each layer's width */
+    uint32_t batch_per_replica;              /* rows each replica infeeds per step */
+    uint32_t global_batch;                   /* the loss is scaled by 1/global_batch */
+    unsigned passes;                         /* matmul precision: 1, 3 or 6 */
+    enum tpu_optimizer optimizer;
+    float learning_rate;
+    float momentum;                          /* SGD */
+    float beta1, beta2, epsilon;             /* Adam */
+    float l2;                                /* weight decay added to the gradients */
+};
+
+/* Fills a spec with defaults: SGD, momentum 0.9, lr 0.1, Adam betas 0.9/0.999, eps 1e-7,
+ * passes 1, no L2. Sizes and batches are left for the caller. */
+void tpu_mlp_default_spec(struct tpu_mlp_spec *s);
+
+enum tpu_mlp_kind {
+    TPU_MLP_TRAIN,   /* infeed x, labels; outfeed the replica's loss [1][1] each step */
+    TPU_MLP_EVAL,    /* infeed x, labels (-1 = padding); outfeed the replica's loss sum
+                        over its real examples [1][1], then its counts [1][2] (correct,
+                        real examples); the host adds the replicas up */
+    TPU_MLP_PREDICT, /* infeed x; outfeed the logits [batch][classes] */
+};
+
+struct tpu_mlp_program {
+    struct tpu_program *prog;      /* owned; free with tpu_mlp_program_free */
+    uint32_t var_iterations, var_step;
+    uint32_t buf_x, buf_labels;    /* labels: TPU_NO_BUF for predict */
+    uint32_t buf_out;              /* what each step outfeeds */
+    uint32_t n_params;             /* weights and biases, then optimizer state */
+    uint32_t params[4 * TPU_MLP_MAX_LAYERS * 2];
+};
+
+/* Validates the spec (names the field, the rule and the fix) and builds the program. */
+int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
+                  struct tpu_mlp_program *out, struct tpu_diag *d);
+void tpu_mlp_program_free(struct tpu_mlp_program *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
