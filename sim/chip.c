@@ -9,9 +9,11 @@
  * the results are the same for any number of workers; tests check this.
  *
  * Memory placement (decided at load, the way XLA assigns memory spaces): params live in
- * HBM; temps are placed in on-chip memory, in buffer order, while they fit in half of it
- * (the other half is the streaming buffers of timing.h); the rest, and every infeed
- * target (the host writes HBM), live in HBM. */
+ * HBM, and so does every infeed target (the host writes HBM). Other temps go to on-chip
+ * memory when they fit in half of it (the other half is the streaming buffers of timing.h)
+ * alongside the temps live at the same time: a temp is live from the op that first writes
+ * it to the last op that reads it (to the end of the loop, if it is written before the loop
+ * and read inside); temps are placed first-fit in buffer order. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -221,6 +223,69 @@ static int clone_program(const struct tpu_program *p, struct tpu_program **out,
     return 0;
 }
 
+/* Decides dev->place for the loaded program (see the top of this file). */
+static int place_buffers(struct tpu_device *dev, const struct tpu_program *p)
+{
+    const size_t nb = tpu_program_n_buffers(p), n_ops = tpu_program_n_ops(p);
+    dev->place = calloc(nb ? nb : 1, sizeof *dev->place);
+    size_t *first = malloc((nb ? nb : 1) * sizeof *first);
+    size_t *last = malloc((nb ? nb : 1) * sizeof *last);
+    bool *infed = calloc(nb ? nb : 1, sizeof *infed);
+    uint64_t *usage = calloc(n_ops ? n_ops : 1, sizeof *usage);
+    int rc = 0;
+    if (!dev->place || !first || !last || !infed || !usage) {
+        rc = TPU_ENOMEM;
+        goto out;
+    }
+    size_t loop_begin = SIZE_MAX, loop_end = SIZE_MAX;
+    for (size_t b = 0; b < nb; b++) {
+        first[b] = SIZE_MAX;
+        last[b] = 0;
+    }
+    for (size_t i = 0; i < n_ops; i++) {
+        const struct tpu_op *op = tpu_program_op(p, i);
+        if (op->code == TPU_OP_LOOP_BEGIN)
+            loop_begin = i;
+        if (op->code == TPU_OP_LOOP_END)
+            loop_end = i;
+        if (op->code == TPU_OP_INFEED)
+            infed[op->out[0]] = true;
+        for (int k = 0; k < TPU_OP_MAX_OUT; k++)
+            if (op->out[k] != TPU_NO_BUF && first[op->out[k]] == SIZE_MAX)
+                first[op->out[k]] = i;
+        for (int k = 0; k < TPU_OP_MAX_IN; k++)
+            if (op->in[k] != TPU_NO_BUF)
+                last[op->in[k]] = i;
+        for (int k = 0; k < TPU_OP_MAX_OUT; k++)
+            if (op->out[k] != TPU_NO_BUF && last[op->out[k]] < i)
+                last[op->out[k]] = i;
+    }
+    const uint64_t budget = dev->cfg.vmem_bytes / 2;
+    for (size_t b = 0; b < nb; b++) {
+        const struct tpu_buffer_desc *bd = tpu_program_buffer(p, (uint32_t)b);
+        dev->place[b] = IN_HBM;
+        if (bd->kind != TPU_BUF_TEMP || infed[b] || first[b] == SIZE_MAX)
+            continue;
+        size_t lo = first[b], hi = last[b] < lo ? lo : last[b];
+        if (loop_begin != SIZE_MAX && lo < loop_begin && hi > loop_begin && hi < loop_end)
+            hi = loop_end;
+        uint64_t bytes = tpu_buffer_bytes(bd), peak = 0;
+        for (size_t i = lo; i <= hi; i++)
+            peak = usage[i] > peak ? usage[i] : peak;
+        if (peak + bytes > budget)
+            continue;
+        dev->place[b] = IN_VMEM;
+        for (size_t i = lo; i <= hi; i++)
+            usage[i] += bytes;
+    }
+out:
+    free(first);
+    free(last);
+    free(infed);
+    free(usage);
+    return rc;
+}
+
 /* Whether some collective of the program has participants on different chips. */
 static bool has_cross_chip_collective(const struct tpu_device *dev, const struct tpu_program *p)
 {
@@ -271,33 +336,12 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
     free_core_buffers(dev);
     tpu_program_destroy(&dev->prog);
     free(dev->place);
+    dev->place = NULL;
     dev->prog = copy;
     const size_t nb = tpu_program_n_buffers(copy), nv = tpu_program_n_vars(copy);
-    dev->place = calloc(nb ? nb : 1, sizeof *dev->place);
-    if (!dev->place)
+    rc = place_buffers(dev, copy);
+    if (rc)
         goto nomem;
-    /* placement: temps (not infeed targets) in on-chip memory while half of it holds them */
-    {
-        bool *infed = calloc(nb ? nb : 1, sizeof *infed);
-        if (!infed)
-            goto nomem;
-        for (size_t i = 0; i < tpu_program_n_ops(copy); i++) {
-            const struct tpu_op *op = tpu_program_op(copy, i);
-            if (op->code == TPU_OP_INFEED)
-                infed[op->out[0]] = true;
-        }
-        uint64_t used = 0, budget = dev->cfg.vmem_bytes / 2;
-        for (size_t b = 0; b < nb; b++) {
-            const struct tpu_buffer_desc *bd = tpu_program_buffer(copy, (uint32_t)b);
-            uint64_t bytes = tpu_buffer_bytes(bd);
-            dev->place[b] = IN_HBM;
-            if (bd->kind == TPU_BUF_TEMP && !infed[b] && used + bytes <= budget) {
-                dev->place[b] = IN_VMEM;
-                used += bytes;
-            }
-        }
-        free(infed);
-    }
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         struct core *c = &dev->cores[i];
         c->bufs = calloc(nb ? nb : 1, sizeof *c->bufs);
@@ -490,6 +534,7 @@ int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_c
         c->in_loop = false;
         /* the launch: nothing starts before start_cycle */
         c->last_issue = tpu__max_u64(c->last_issue, start_cycle);
+        c->prefetch_from = tpu__max_u64(c->prefetch_from, start_cycle);
     }
     for (uint32_t g = 0; g < dev->n_groups; g++)
         dev->groups[g].arrived = 0;

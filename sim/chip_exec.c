@@ -1,24 +1,26 @@
 /* Running a core: each op's values (through ops.c, or here for the ops that involve the host
  * or other cores) and its place on the core's unit timelines.
  *
- * The scoreboard. Ops issue in program order: no op starts before the previous op started.
- * An op starts when its inputs are ready (buf_ready), the buffers it writes are no longer
- * being read or written (buf_read_done, buf_ready: WAR and WAW), and its unit is free. A
- * local op is cut into n chunks that stream through on-chip memory (timing.h); its DMA and
- * its compute form a pipeline on the core's DMA and compute-unit timelines:
+ * The scoreboard. Ops issue in program order: no op's compute starts before the previous
+ * op's compute started. An op computes when its inputs are ready (buf_ready), the buffers it
+ * writes are no longer being read or written (buf_read_done, buf_ready: WAR and WAW), and its
+ * unit is free. A local op is cut into n chunks that stream through on-chip memory
+ * (timing.h); its DMA and its compute form a pipeline on the core's DMA and compute-unit
+ * timelines:
  *
  *     DMA:      in0  in1  out0  in2  out1 ... out(n-1)
  *     MXU/VPU:       c0   c1    c2   ...
  *
  *   in_i   HBM-resident inputs' chunk i (params are in HBM; temps in on-chip memory when
- *          they fit, see chip.c), no earlier than the inputs are ready, and not before
- *          compute chunk i-2 is done with the buffer half it reuses;
+ *          they fit, see chip.c), once they are ready. The DMA engines run ahead of compute
+ *          (double buffering across ops, like the TPU's weight FIFO): in_0 may start as
+ *          soon as the last op that streamed inputs from HBM has started computing (it has
+ *          taken its half of the streaming buffers), before this op issues. Later
+ *          chunks wait until compute chunk i-1 is done with the buffer half they reuse;
  *   c_i    after in_i, the unit free, and the on-chip inputs ready; time waited only for
  *          in_i is a MEMORY stall;
  *   out_i  HBM-resident outputs' chunk i after c_i.
- * The op's compute time is spread evenly over its chunks. Since the next op issues as soon
- * as this one started, its weights stream in while this op computes (double buffering
- * across ops), as on the TPU.
+ * The op's compute time is spread evenly over its chunks.
  *
  * Infeed completes when its data is in HBM (feed.c); waiting for it is an INFEED_EMPTY
  * stall. Outfeed occupies the outfeed port for the transfer; waiting for a free slot is an
@@ -146,6 +148,7 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
     }
     const uint64_t n = tpu__stream_chunks(&dev->cfg, tpu__max_u64(in_bytes, out_bytes));
     const uint64_t issue = c->last_issue;
+    const uint64_t prefetch_from = c->prefetch_from; /* one op of lookahead for DMA */
     uint64_t dma = c->unit_free[TPU_UNIT_DMA];
     uint64_t unit = c->unit_free[u];
     uint64_t op_start = UINT64_MAX, c_end_prev2 = 0, c_end_prev = 0;
@@ -153,11 +156,10 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
     /* in_0 */
     {
         uint64_t din = tpu__dma_cycles(&dev->cfg, in_bytes / n + (in_bytes % n != 0));
-        uint64_t s = max3(dma, issue, hbm_ready);
+        uint64_t s = max3(dma, prefetch_from, hbm_ready);
         in_end_next = s + din;
         if (din) {
             trace(dev, c, TPU_UNIT_DMA, 1, pc, s, in_end_next);
-            op_start = s;
             dma = in_end_next;
         } else {
             in_end_next = s;
@@ -179,7 +181,7 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
         /* prefetch in_{i+1}: the buffer half compute i-1 used must be free */
         if (i + 1 < n) {
             uint64_t din = tpu__dma_cycles(&dev->cfg, in_bytes / n);
-            uint64_t s = max3(dma, hbm_ready, tpu__max_u64(issue, c_end_prev));
+            uint64_t s = max3(dma, hbm_ready, tpu__max_u64(prefetch_from, c_end_prev));
             in_end_next = s + din;
             if (din) {
                 trace(dev, c, TPU_UNIT_DMA, 1, pc, s, in_end_next);
@@ -209,6 +211,8 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
     c->ctr.macs += macs;
     if (op_start == UINT64_MAX)
         op_start = issue;
+    if (in_bytes) /* its buffer half is being consumed: the next op's input DMA may start */
+        c->prefetch_from = op_start;
     finish_op(c, op, op_start, end);
 }
 

@@ -79,6 +79,7 @@ struct core {
 
     /* scoreboard (cycles) */
     uint64_t last_issue;                /* in-order: no op starts before the previous */
+    uint64_t prefetch_from;             /* the next op's input DMA may start from here */
     uint64_t unit_free[TPU_UNIT_COUNT];
     uint64_t *buf_ready;                /* [n_buffers] value complete */
     uint64_t *buf_read_done;            /* [n_buffers] last reader done (WAR) */

@@ -11,7 +11,8 @@
  * The work: every tile shape 1x1 .. RxC (the used block of the weights, the rest zero),
  * streams of 1 .. 3R rows, sequences of 1 .. 6 tiles with row counts below, at and above R
  * (the load port or the input port the bottleneck) and mixed, random values of several kinds
- * and the edge cases of both number formats, on the 8x8 array and on 4x4, 4x8 and 8x4.
+ * and the edge cases of both number formats, on the 8x8 array and on 4x4, 4x8 and 8x4;
+ * two arrays interleaved in one thread and two on parallel threads.
  * Forced schedules one cycle earlier than the recurrence allows make the hazard check fire,
  * which shows the recurrence's rules are tight in the RTL. On a mismatch the test prints the
  * tile, row, column and both bit patterns. */
@@ -367,7 +368,7 @@ static void test_random_sequences(void **state)
 {
     struct tpu_mxu_rtl *rtl = *state;
     struct rng r = {0x5EED0004};
-    for (int rep = 0; rep < 300; rep++) {
+    for (int rep = 0; rep < 1000; rep++) {
         struct work wk = {.R = 8, .C = 8, .n_tiles = 1 + rnd_below(&r, 6),
                           .dtype = rnd_below(&r, 3) ? TPU_DTYPE_BF16 : TPU_DTYPE_INT8};
         for (size_t t = 0; t < wk.n_tiles; t++) {
@@ -464,7 +465,7 @@ static void test_other_shapes(void **state)
         struct tpu_mxu_rtl *rtl = NULL;
         struct tpu_diag d = {0};
         assert_int_equal(tpu_mxu_rtl_create(R, C, &rtl, &d), 0);
-        for (int rep = 0; rep < 60; rep++) {
+        for (int rep = 0; rep < 100; rep++) {
             struct work wk = {.R = R, .C = C, .n_tiles = 1 + rnd_below(&r, 6),
                               .dtype = rep % 3 ? TPU_DTYPE_BF16 : TPU_DTYPE_INT8};
             for (size_t t = 0; t < wk.n_tiles; t++)
