@@ -22,6 +22,8 @@
 /* Each takes argv as it follows the subcommand name (argv[0] is the subcommand). */
 int tpu__cli_config(int argc, char **argv);
 int tpu__cli_gemm(int argc, char **argv);
+/* train, evaluate and predict (argv[0] says which) */
+int tpu__cli_train(int argc, char **argv);
 
 /* Prints "tpusim <cmd>: error: <formatted>" on stderr. Returns `code` (an exit code). */
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)

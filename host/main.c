@@ -9,6 +9,9 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"train", tpu__cli_train, "train an MLP on Fashion-MNIST on the simulated chip"},
+    {"evaluate", tpu__cli_train, "evaluate a trained model's checkpoint"},
+    {"predict", tpu__cli_train, "predict with a trained model's checkpoint"},
     {"config", tpu__cli_config, "print or check a chip configuration"},
     {"gemm", tpu__cli_gemm, "simulate a matrix multiply (or a SCALE-Sim layer table) on the matrix unit"},
 };

@@ -11,13 +11,18 @@
  *     dh   = g W_l^T               matmul trans_b    (not for l = 0)
  *     g    = relu_grad(dh, z_{l-1})
  *   then every gradient is all_reduce'd (sum: the 1/global_batch scale makes it the mean
- *   loss's gradient), the optimizer updates each param, `step` advances, and the replica's
- *   loss is all_reduce'd too and outfed (so every replica outfeeds the global loss). */
+ *   loss's gradient), the optimizer updates each param, `step` advances, and each replica
+ *   outfeeds its own loss (its examples' loss sum / global batch; the host reports replica
+ *   0's, as TPUEstimator does). */
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "tpusim/models.h"
+#include "tpusim/runtime.h"
 #include "util.h"
 
 void tpu_mlp_default_spec(struct tpu_mlp_spec *s)
@@ -235,7 +240,6 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
             op(&b, TPU_OP_ALL_REDUCE, gw[l], N, N, gw[l], N, &at);
             op(&b, TPU_OP_ALL_REDUCE, gb[l], N, N, gb[l], N, &at);
         }
-        op(&b, TPU_OP_ALL_REDUCE, loss, N, N, loss, N, &at);
         /* the step counter first: Adam's bias correction counts from 1 */
         memset(&at, 0, sizeof at);
         at.var = r.var_step;
@@ -278,4 +282,65 @@ void tpu_mlp_program_free(struct tpu_mlp_program *p)
 {
     if (p)
         tpu_program_destroy(&p->prog);
+}
+
+/* ---- the MLP as a runtime model ------------------------------------------------------------ */
+
+static int mlp_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
+                     uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
+{
+    struct tpu_mlp_spec s = *(const struct tpu_mlp_spec *)ctx;
+    s.batch_per_replica = batch_per_replica;
+    s.global_batch = global_batch;
+    static const enum tpu_mlp_kind kinds[] = {TPU_MLP_TRAIN, TPU_MLP_EVAL, TPU_MLP_PREDICT};
+    struct tpu_mlp_program mp;
+    int rc = tpu_mlp_build(&s, kinds[mode], &mp, d);
+    if (rc)
+        return rc;
+    memset(out, 0, sizeof *out);
+    out->prog = mp.prog;
+    out->var_iterations = mp.var_iterations;
+    out->var_step = mp.var_step;
+    out->infeed[out->n_infeed++] = mp.buf_x;
+    if (mp.buf_labels != TPU_NO_BUF)
+        out->infeed[out->n_infeed++] = mp.buf_labels;
+    if (mode == TPU_MODE_EVAL) {
+        uint32_t loss = TPU_NO_BUF, counts = TPU_NO_BUF;
+        tpu_program_find_buffer(mp.prog, "loss", &loss);
+        tpu_program_find_buffer(mp.prog, "counts", &counts);
+        out->outfeed[out->n_outfeed++] = loss;
+        out->outfeed[out->n_outfeed++] = counts;
+    } else {
+        out->outfeed[out->n_outfeed++] = mp.buf_out;
+    }
+    out->n_params = mp.n_params;
+    memcpy(out->params, mp.params, mp.n_params * sizeof *mp.params);
+    return 0;
+}
+
+/* Glorot (Xavier) uniform for weights "w<l>": U(-a, a), a = sqrt(6 / (fan_in + fan_out));
+ * everything else (biases, optimizer state) starts at zero. */
+static void mlp_init(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,
+                     uint64_t seed)
+{
+    (void)ctx;
+    size_t n = (size_t)rows * cols;
+    bool weight = name[0] == 'w' && !strchr(name, '.');
+    if (!weight) {
+        memset(data, 0, n * sizeof *data);
+        return;
+    }
+    struct tpu__rng r;
+    tpu__rng_seed(&r, seed * 0x9E3779B97F4A7C15ull + 1);
+    float a = sqrtf(6.0f / (float)(rows + cols));
+    for (size_t i = 0; i < n; i++)
+        data[i] = (tpu__rng_uniform(&r) * 2.0f - 1.0f) * a;
+}
+
+void tpu_mlp_model(struct tpu_model *m, struct tpu_mlp_spec *spec)
+{
+    memset(m, 0, sizeof *m);
+    m->ctx = spec;
+    m->build = mlp_build;
+    m->init_param = mlp_init;
 }

@@ -78,6 +78,7 @@ static void free_core_buffers(struct tpu_device *dev)
         free(c->vars);
         free(c->buf_ready);
         free(c->buf_read_done);
+        tpu__scratch_free(&c->scratch);
         c->bufs = NULL;
         c->vars = NULL;
         c->buf_ready = c->buf_read_done = NULL;
@@ -451,15 +452,37 @@ void tpu_device_cancel(struct tpu_device *dev)
     pthread_mutex_unlock(&dev->lock);
 }
 
+void tpu_device_infeed_close(struct tpu_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    dev->infeed_closed = true;
+    pthread_cond_broadcast(&dev->work_cv);
+    pthread_mutex_unlock(&dev->lock);
+}
+
 void tpu_device_reset_cancel(struct tpu_device *dev)
 {
     pthread_mutex_lock(&dev->lock);
     dev->canceled = false;
+    dev->infeed_closed = false;
     dev->error = 0;
     pthread_mutex_unlock(&dev->lock);
 }
 
 /* ---- the run --------------------------------------------------------------------------- */
+
+/* Under the lock: no core can make progress without more infeed. */
+static bool starved(const struct tpu_device *dev)
+{
+    bool waits_infeed = false;
+    for (uint32_t i = 0; i < dev->n_cores; i++) {
+        enum core_state st = dev->cores[i].state;
+        if (st == CORE_READY || st == CORE_RUNNING || st == CORE_WAIT_OUTFEED)
+            return false;
+        waits_infeed = waits_infeed || st == CORE_WAIT_INFEED;
+    }
+    return waits_infeed;
+}
 
 static void *worker(void *arg)
 {
@@ -479,6 +502,15 @@ static void *worker(void *arg)
             }
         }
         if (!c) {
+            if (dev->infeed_closed && starved(dev)) {
+                dev->error = TPU_EEND;
+                tpu__fail(&dev->error_diag, TPU_EEND, "the input ended: the cores wait for "
+                          "infeed that the host will not send");
+                dev->canceled = true;
+                pthread_cond_broadcast(&dev->work_cv);
+                pthread_cond_broadcast(&dev->host_cv);
+                break;
+            }
             pthread_cond_wait(&dev->work_cv, &dev->lock);
             continue;
         }

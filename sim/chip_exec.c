@@ -449,7 +449,8 @@ int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu_diag *d)
         default:
             if (!dev->s.timing_only) {
                 int e = tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
-                                        dev->s.kernel_threads ? dev->s.kernel_threads : 1, d);
+                                        dev->s.kernel_threads ? dev->s.kernel_threads : 1,
+                                        &c->scratch, d);
                 if (e) {
                     char prefix[64];
                     snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);

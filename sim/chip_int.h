@@ -71,6 +71,7 @@ struct core {
     enum core_state state;      /* [L] */
     struct tpu__bufmem *bufs;   /* [n_buffers] */
     int64_t *vars;              /* [n_vars] */
+    struct tpu__scratch scratch; /* the ops' working memory (ops.h), freed with the buffers */
 
     /* execution position */
     size_t pc;
@@ -117,6 +118,7 @@ struct tpu_device {
     pthread_cond_t host_cv;     /* host feed calls wait for space / data */
     bool running;               /* [L] */
     bool canceled;              /* [L] */
+    bool infeed_closed;         /* [L] tpu_device_infeed_close was called */
     int error;                  /* [L] first error of the run */
     struct tpu_diag error_diag; /* [L] */
     uint32_t n_done;            /* [L] */

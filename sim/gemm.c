@@ -1,9 +1,15 @@
 /* Whole GEMMs on the matrix unit's numerics: fast, multi-threaded, and bit-exact to the
  * array's accumulation order (include/tpusim/mxu.h, NUMERICS). This file holds the public
- * entry points, argument checks, the blocking driver, the threads, the portable C kernels
- * and the fp32 multi-pass GEMM; the x86 kernels are in gemm_avx512.c and gemm_avx2.c.
- * It computes values only: cycle counts are in mxu_timing.c, and the per-tile definition
- * the tests compare against is in mxu_tile.c.
+ * entry points, the internal tpu__gemm_ex (operands as stored: f32 or bf16, transposed or
+ * not), argument checks, the blocking driver, the threads, the portable C kernels, the fp32
+ * multi-pass GEMM and the scratch arenas (scratch.h); the x86 kernels are in gemm_avx512.c
+ * and gemm_avx2.c. It computes values only: cycle counts are in mxu_timing.c, and the
+ * per-tile definition the tests compare against is in mxu_tile.c.
+ *
+ * Packing. The packers convert each stored element to the bf16 value that enters the array
+ * (as is, rounded from f32, or a part of the f32 split) on the way into the packed blocks,
+ * reading transposed operands in place; the exponent statistics below are taken on those
+ * bf16 values, so they are exactly the statistics of the matrices the array sees.
  *
  * Order. For every output (m, n) and every K-tile of R = tile_rows rows the kernels keep one
  * fp32 column sum t in a register: t = +0, then t = t + a[m][k] * w[k][n] for the tile's k in
@@ -92,47 +98,54 @@ const char *tpu_dtype_name(enum tpu_dtype t)
 
 enum { C_MR = 4, C_NR = 16 };
 
-static void stats_bf16(const uint16_t *v, size_t count, unsigned *maxf, unsigned *minf)
+/* Adds one packed value (the bits of an fp32 holding a bf16) to the exponent statistics. */
+static void stats_one(uint32_t u, unsigned *maxf, unsigned *minf)
 {
-    for (size_t i = 0; i < count; i++) {
-        unsigned f = (v[i] >> 7) & 0xFFu;
-        if (f > *maxf)
-            *maxf = f;
-        if ((v[i] & 0x7FFFu) != 0) {
-            unsigned g = f == 0 ? 1u : f;
-            if (g < *minf)
-                *minf = g;
-        }
+    unsigned f = (u >> 23) & 0xFFu;
+    if (f > *maxf)
+        *maxf = f;
+    if ((u & 0x7FFF0000u) != 0) {
+        unsigned g = f == 0 ? 1u : f;
+        if (g < *minf)
+            *minf = g;
     }
 }
 
-static void pack_a_bf16_c(const void *src, size_t ld, size_t mc, size_t kc, void *dst,
+/* Index of the block's element (r, c) in its source (gemm_int.h, struct tpu__pack_src). */
+static size_t src_index(const struct tpu__pack_src *s, size_t r, size_t c)
+{
+    return s->trans ? c * s->ld + r : r * s->ld + c;
+}
+
+static void pack_a_bf16_c(const struct tpu__pack_src *s, size_t mc, size_t kc, void *dst,
                           size_t lda, struct tpu__exp_stats *st)
 {
-    const tpu_bf16 *a = src;
     float *ap = dst;
     unsigned maxf = 0, minf = 255;
-    for (size_t i = 0; i < mc; i++) {
-        stats_bf16(&a[i * ld].bits, kc, &maxf, &minf);
-        for (size_t k = 0; k < kc; k++)
-            ap[i * lda + k] = tpu_bf16_to_f32(a[i * ld + k]);
-    }
+    for (size_t i = 0; i < mc; i++)
+        for (size_t k = 0; k < kc; k++) {
+            uint32_t u = tpu__pack_conv_one(s->p, src_index(s, i, k), s->conv);
+            stats_one(u, &maxf, &minf);
+            ap[i * lda + k] = tpu_f32_from_bits(u);
+        }
     st->max_field = maxf;
     st->min_nonzero_field = minf;
 }
 
-static void pack_b_bf16_c(const void *src, size_t ld, size_t kc, size_t nc, void *dst,
+static void pack_b_bf16_c(const struct tpu__pack_src *s, size_t kc, size_t nc, void *dst,
                           struct tpu__exp_stats *st)
 {
-    const tpu_bf16 *b = src;
     float *bp = dst;
     unsigned maxf = 0, minf = 255;
     for (size_t j0 = 0; j0 < nc; j0 += C_NR) {
         size_t w = nc - j0 < C_NR ? nc - j0 : C_NR;
         for (size_t k = 0; k < kc; k++) {
-            stats_bf16(&b[k * ld + j0].bits, w, &maxf, &minf);
-            for (size_t j = 0; j < C_NR; j++)
-                bp[j] = j < w ? tpu_bf16_to_f32(b[k * ld + j0 + j]) : 0.0f;
+            for (size_t j = 0; j < C_NR; j++) {
+                uint32_t u = j < w ? tpu__pack_conv_one(s->p, src_index(s, k, j0 + j), s->conv)
+                                   : 0u;
+                stats_one(u, &maxf, &minf);
+                bp[j] = tpu_f32_from_bits(u);
+            }
             bp += C_NR;
         }
     }
@@ -181,10 +194,11 @@ static const struct tpu__gemm_kernel gemm_bf16_c = {
     .micro_plain = micro_bf16_c,
 };
 
-static void pack_a_int8_c(const void *src, size_t ld, size_t mc, size_t kc, void *dst,
+static void pack_a_int8_c(const struct tpu__pack_src *s, size_t mc, size_t kc, void *dst,
                           size_t lda, struct tpu__exp_stats *st)
 {
-    const int8_t *a = src;
+    const int8_t *a = s->p;
+    const size_t ld = s->ld;
     int32_t *ap = dst;
     (void)st;
     for (size_t i = 0; i < mc; i++)
@@ -192,10 +206,11 @@ static void pack_a_int8_c(const void *src, size_t ld, size_t mc, size_t kc, void
             ap[i * lda + k] = a[i * ld + k];
 }
 
-static void pack_b_int8_c(const void *src, size_t ld, size_t kc, size_t nc, void *dst,
+static void pack_b_int8_c(const struct tpu__pack_src *s, size_t kc, size_t nc, void *dst,
                           struct tpu__exp_stats *st)
 {
-    const int8_t *b = src;
+    const int8_t *b = s->p;
+    const size_t ld = s->ld;
     int32_t *bp = dst;
     (void)st;
     for (size_t j0 = 0; j0 < nc; j0 += C_NR)
@@ -293,13 +308,19 @@ static const struct tpu__gemm_kernel *kernel_for(enum tpu__gemm_isa isa, bool in
 
 /* ---- the blocking driver ----------------------------------------------------------------- */
 
+/* One operand as the driver reads it: the packers' source with the block offset still to be
+ * added (block_src). */
+struct gemm_operand_view {
+    struct tpu__pack_src src; /* p: element (0, 0) of the whole operand */
+    size_t elem_bytes;
+};
+
 /* One GEMM as the driver sees it. Read-only while the workers run. */
 struct gemm_problem {
     const struct tpu__gemm_kernel *kern;
-    const unsigned char *a; /* [m][k] elements of a_bytes */
-    const unsigned char *b; /* [k][n] elements of b_bytes */
+    struct gemm_operand_view a; /* element (i, k) of op(A) */
+    struct gemm_operand_view b; /* element (k, j) of op(B) */
     unsigned char *y;       /* [m][n] 4-byte words */
-    size_t elem_bytes;      /* of A and B: 2 (bf16) or 1 (int8) */
     size_t m, k, n;
     size_t tile;  /* R; for int8 equal to kc (unused) */
     size_t kc;    /* K values per chunk */
@@ -318,7 +339,7 @@ struct gemm_worker {
     void *abuf;        /* packed A block [round_up(mc, mr)][lda] */
     void *bbuf;        /* packed B block [round_up(nc, nr) / nr][kwords][nr] */
     void *ctmp;        /* [mr][nr] words: edge micro-tiles */
-    size_t b_off, c_off, buf_bytes; /* the one allocation holding the three: offsets, size */
+    size_t b_off, c_off, buf_bytes; /* the one block holding the three: offsets, size */
     uint64_t fma_blocks, plain_blocks;
     pthread_t thread;
     bool started;
@@ -332,6 +353,16 @@ static size_t round_up(size_t x, size_t to)
 static size_t min_size(size_t a, size_t b)
 {
     return a < b ? a : b;
+}
+
+/* The source of the block whose element (0, 0) is the operand's element (r0, c0). */
+static struct tpu__pack_src block_src(const struct gemm_operand_view *v, size_t r0, size_t c0)
+{
+    struct tpu__pack_src s = v->src;
+    if (s.conv != TPU__PACK_ZERO)
+        s.p = (const unsigned char *)s.p +
+              (s.trans ? c0 * s.ld + r0 : r0 * s.ld + c0) * v->elem_bytes;
+    return s;
 }
 
 /* Exactness of the FMA kernel for a pair of blocks: see the file comment. */
@@ -359,20 +390,26 @@ static void worker_run(struct gemm_worker *w)
 {
     const struct gemm_problem *p = w->p;
     const struct tpu__gemm_kernel *kern = p->kern;
-    const size_t mr = kern->mr, nr = kern->nr, es = p->elem_bytes;
+    const size_t mr = kern->mr, nr = kern->nr;
     struct tpu__exp_stats sa = {0, 255}, sb = {0, 255};
 
+    /* The buffers are reused memory: give the lanes that only feed discarded outputs (the
+     * edge tile's unused part) defined values. Padding rows of A are zeroed per block. */
+    memset(w->ctmp, 0, mr * nr * 4);
     for (size_t jc = w->n0; jc < w->n1; jc += w->nc) {
         size_t ncur = min_size(w->nc, w->n1 - jc);
         for (size_t pc = 0; pc < p->k; pc += p->kc) {
             size_t kcur = min_size(p->kc, p->k - pc);
             size_t kwords = (kcur + kern->k_per_word - 1) / kern->k_per_word;
             bool store_first = !p->accumulate && pc == 0;
-            kern->pack_b(p->b + (pc * p->n + jc) * es, p->n, kcur, ncur, w->bbuf, &sb);
+            struct tpu__pack_src src = block_src(&p->b, pc, jc);
+            kern->pack_b(&src, kcur, ncur, w->bbuf, &sb);
             for (size_t ic = w->m0; ic < w->m1; ic += w->mc) {
                 size_t mcur = min_size(w->mc, w->m1 - ic);
-                kern->pack_a(p->a + (ic * p->k + pc) * es, p->k, mcur, kcur, w->abuf, w->lda,
-                             &sa);
+                src = block_src(&p->a, ic, pc);
+                kern->pack_a(&src, mcur, kcur, w->abuf, w->lda, &sa);
+                for (size_t i = mcur; i < round_up(mcur, mr); i++)
+                    memset((unsigned char *)w->abuf + i * w->lda * 4, 0, kwords * 4);
                 void (*micro)(size_t, size_t, const void *, size_t, const void *, void *,
                               size_t, bool) = kern->micro;
                 if (p->is_bf16) {
@@ -483,19 +520,6 @@ static bool size_worker(struct gemm_worker *w)
     return true;
 }
 
-static bool alloc_worker(struct gemm_worker *w)
-{
-    unsigned char *mem = aligned_alloc(GEMM_ALIGN_BYTES, w->buf_bytes);
-    if (!mem)
-        return false;
-    /* zero: the padding rows of A and the edge tile must hold defined values */
-    memset(mem, 0, w->buf_bytes);
-    w->abuf = mem;
-    w->bbuf = mem + w->b_off;
-    w->ctmp = mem + w->c_off;
-    return true;
-}
-
 static const struct tpu__gemm_opts default_opts = {TPU__GEMM_ISA_AUTO, TPU__GEMM_FMA_AUTO, 0};
 
 /* Checks shared by the public GEMMs; 0 or TPU_EINVAL / TPU_EUNSUPPORTED. */
@@ -515,15 +539,23 @@ static int check_args(const void *a, const void *b, const void *y, size_t m, siz
     return 0;
 }
 
-static int run_gemm(struct gemm_problem *p, unsigned n_threads, const struct tpu__gemm_opts *o,
-                    struct tpu__gemm_report *report)
+/* Splits the output among workers, gives them memory (from `scratch` when there is one) and
+ * runs them. */
+static int run_gemm(struct gemm_problem *p, unsigned n_threads, struct tpu__scratch *scratch,
+                    const struct tpu__gemm_opts *o, struct tpu__gemm_report *report)
 {
     size_t tm, tn;
     plan_grid(p, n_threads, &tm, &tn);
-    size_t nw = tm * tn;
-    struct gemm_worker *ws = calloc(nw, sizeof *ws);
-    if (!ws)
-        return TPU_ENOMEM;
+    const size_t nw = tm * tn;
+    struct gemm_worker ws_local[4];
+    struct gemm_worker *ws = ws_local;
+    if (nw > sizeof ws_local / sizeof ws_local[0]) {
+        ws = calloc(nw, sizeof *ws);
+        if (!ws)
+            return TPU_ENOMEM;
+    } else {
+        memset(ws_local, 0, sizeof ws_local);
+    }
     size_t mb = (p->m + p->kern->mr - 1) / p->kern->mr;
     size_t nb = (p->n + p->kern->nr - 1) / p->kern->nr;
     size_t total_bytes = 0;
@@ -544,11 +576,21 @@ static int run_gemm(struct gemm_problem *p, unsigned n_threads, const struct tpu
         }
     if (rc == 0 && o->max_alloc_bytes != 0 && total_bytes > o->max_alloc_bytes)
         rc = TPU_ENOMEM;
-    size_t n_alloc = 0;
-    for (; rc == 0 && n_alloc < nw; n_alloc++)
-        if (!alloc_worker(&ws[n_alloc]))
-            rc = TPU_ENOMEM;
+    unsigned char *mem = NULL, *owned = NULL;
     if (rc == 0) {
+        mem = scratch ? tpu__scratch_get(scratch, TPU__SCRATCH_GEMM, total_bytes)
+                      : (owned = aligned_alloc(GEMM_ALIGN_BYTES, total_bytes));
+        if (!mem)
+            rc = TPU_ENOMEM;
+    }
+    if (rc == 0) {
+        size_t off = 0;
+        for (size_t i = 0; i < nw; i++) {
+            ws[i].abuf = mem + off;
+            ws[i].bbuf = mem + off + ws[i].b_off;
+            ws[i].ctmp = mem + off + ws[i].c_off;
+            off += ws[i].buf_bytes;
+        }
         for (size_t i = 1; i < nw; i++) {
             if (pthread_create(&ws[i].thread, NULL, worker_main, &ws[i]) != 0) {
                 rc = TPU_ETHREAD;
@@ -570,72 +612,129 @@ static int run_gemm(struct gemm_problem *p, unsigned n_threads, const struct tpu
             report->plain_blocks += ws[i].plain_blocks;
         }
     }
-    for (size_t i = 0; i < n_alloc; i++)
-        free(ws[i].abuf);
-    free(ws);
+    free(owned);
+    if (ws != ws_local)
+        free(ws);
     return rc;
 }
 
-static int gemm_common(const void *a, const void *b, void *y, size_t m, size_t k, size_t n,
-                       uint32_t tile_rows, bool accumulate, unsigned n_threads, bool is_bf16,
-                       const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report)
+/* The view of an operand stored with `elem_bytes` per element, of `cols` elements per stored
+ * row. */
+static struct gemm_operand_view view(const void *data, size_t elem_bytes, size_t cols,
+                                     bool trans, enum tpu__pack_conv conv)
 {
-    const struct tpu__gemm_opts *o = opts ? opts : &default_opts;
-    int rc = check_args(a, b, y, m, k, n, tile_rows, n_threads, o);
-    if (rc)
-        return rc;
-    enum tpu__gemm_isa isa = resolve_isa(o->isa);
+    struct gemm_operand_view v = {{data, cols, trans, conv}, elem_bytes};
+    return v;
+}
+
+/* Checks, then runs p (kern, a, b, y, sizes, accumulate, is_bf16 set) with the blocking of
+ * its data type. */
+static int gemm_common(struct gemm_problem *p, uint32_t tile_rows, unsigned n_threads,
+                       struct tpu__scratch *scratch, const struct tpu__gemm_opts *o,
+                       enum tpu__gemm_isa isa, struct tpu__gemm_report *report)
+{
     if (report) {
         memset(report, 0, sizeof *report);
         report->isa = isa;
     }
-    if (m == 0 || n == 0)
+    if (p->m == 0 || p->n == 0)
         return 0;
-    if (k == 0) {
-        if (!accumulate)
-            memset(y, 0, m * n * 4); /* all-zero bits: +0.0f and int32 0 */
-        else if (is_bf16)
-            canonicalise_nans(y, n, m, n);
+    if (p->k == 0) {
+        if (!p->accumulate)
+            memset(p->y, 0, p->m * p->n * 4); /* all-zero bits: +0.0f and int32 0 */
+        else if (p->is_bf16)
+            canonicalise_nans((float *)(void *)p->y, p->n, p->m, p->n);
         return 0;
     }
+    p->kern = kernel_for(isa, !p->is_bf16);
+    p->fma = o->fma;
+    if (p->is_bf16) {
+        p->tile = tile_rows;
+        p->kc = tile_rows <= GEMM_KC_BF16 ? GEMM_KC_BF16 / tile_rows * tile_rows : tile_rows;
+    } else {
+        p->kc = GEMM_KC_INT8;
+        p->tile = p->kc;
+    }
+    if (p->kc > p->k)
+        p->kc = p->k;
+    return run_gemm(p, n_threads, scratch, o, report);
+}
+
+static enum tpu__pack_conv conv_of(const struct tpu__gemm_operand *x)
+{
+    if (!x->f32)
+        return x->part == 0 ? TPU__PACK_BF16 : TPU__PACK_ZERO;
+    return x->part == 0 ? TPU__PACK_F32_HI : x->part == 1 ? TPU__PACK_F32_MID : TPU__PACK_F32_LO;
+}
+
+int tpu__gemm_ex(const struct tpu__gemm_operand *a, const struct tpu__gemm_operand *b, float *y,
+                 size_t m, size_t k, size_t n, uint32_t tile_rows, bool accumulate,
+                 unsigned n_threads, struct tpu__scratch *scratch,
+                 const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report)
+{
+    const struct tpu__gemm_opts *o = opts ? opts : &default_opts;
+    if (!a || !b || a->part > 2 || b->part > 2)
+        return TPU_EINVAL;
+    int rc = check_args(a->data, b->data, y, m, k, n, tile_rows, n_threads, o);
+    if (rc)
+        return rc;
+    const size_t ea = a->f32 ? 4 : 2, eb = b->f32 ? 4 : 2;
     struct gemm_problem p = {
-        .kern = kernel_for(isa, !is_bf16),
-        .a = a,
-        .b = b,
-        .y = y,
-        .elem_bytes = is_bf16 ? 2 : 1,
+        .a = view(a->data, ea, a->trans ? m : k, a->trans, conv_of(a)),
+        .b = view(b->data, eb, b->trans ? k : n, b->trans, conv_of(b)),
+        .y = (unsigned char *)y,
         .m = m,
         .k = k,
         .n = n,
         .accumulate = accumulate,
-        .is_bf16 = is_bf16,
-        .fma = o->fma,
+        .is_bf16 = true,
     };
-    if (is_bf16) {
-        p.tile = tile_rows;
-        p.kc = tile_rows <= GEMM_KC_BF16 ? GEMM_KC_BF16 / tile_rows * tile_rows : tile_rows;
-    } else {
-        p.kc = GEMM_KC_INT8;
-        p.tile = p.kc;
-    }
-    if (p.kc > k)
-        p.kc = k;
-    return run_gemm(&p, n_threads, o, report);
+    return gemm_common(&p, tile_rows, n_threads, scratch, o, resolve_isa(o->isa), report);
 }
 
 int tpu__gemm_bf16_impl(const tpu_bf16 *a, const tpu_bf16 *b, float *y, size_t m, size_t k,
                         size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
                         const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report)
 {
-    return gemm_common(a, b, y, m, k, n, tile_rows, accumulate, n_threads, true, opts, report);
+    const struct tpu__gemm_operand oa = {a, false, false, 0}, ob = {b, false, false, 0};
+    return tpu__gemm_ex(&oa, &ob, y, m, k, n, tile_rows, accumulate, n_threads, NULL, opts,
+                        report);
+}
+
+static int gemm_int8(const int8_t *a, const int8_t *b, int32_t *y, size_t m, size_t k,
+                     size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
+                     struct tpu__scratch *scratch, const struct tpu__gemm_opts *opts,
+                     struct tpu__gemm_report *report)
+{
+    const struct tpu__gemm_opts *o = opts ? opts : &default_opts;
+    int rc = check_args(a, b, y, m, k, n, tile_rows, n_threads, o);
+    if (rc)
+        return rc;
+    struct gemm_problem p = {
+        .a = view(a, 1, k, false, TPU__PACK_INT8),
+        .b = view(b, 1, n, false, TPU__PACK_INT8),
+        .y = (unsigned char *)y,
+        .m = m,
+        .k = k,
+        .n = n,
+        .accumulate = accumulate,
+        .is_bf16 = false,
+    };
+    return gemm_common(&p, tile_rows, n_threads, scratch, o, resolve_isa(o->isa), report);
 }
 
 int tpu__gemm_int8_impl(const int8_t *a, const int8_t *b, int32_t *y, size_t m, size_t k,
                         size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
                         const struct tpu__gemm_opts *opts, struct tpu__gemm_report *report)
 {
-    return gemm_common(a, b, y, m, k, n, tile_rows, accumulate, n_threads, false, opts,
-                       report);
+    return gemm_int8(a, b, y, m, k, n, tile_rows, accumulate, n_threads, NULL, opts, report);
+}
+
+int tpu__gemm_int8_ex(const int8_t *a, const int8_t *b, int32_t *y, size_t m, size_t k,
+                      size_t n, uint32_t tile_rows, bool accumulate, unsigned n_threads,
+                      struct tpu__scratch *scratch)
+{
+    return gemm_int8(a, b, y, m, k, n, tile_rows, accumulate, n_threads, scratch, NULL, NULL);
 }
 
 int tpu_gemm_bf16(const tpu_bf16 *a, const tpu_bf16 *b, float *y, size_t m, size_t k, size_t n,
@@ -676,6 +775,8 @@ void tpu_f32_split_bf16(float x, tpu_bf16 *hi, tpu_bf16 *mid, tpu_bf16 *lo)
         *lo = l;
 }
 
+/* The passes are bf16 GEMMs whose operands are parts of the fp32 values (tpu__gemm_ex packs
+ * each part straight from the fp32 data, so no split copies are made). */
 int tpu__gemm_f32_impl(const float *a, const float *b, float *y, size_t m, size_t k, size_t n,
                        uint32_t tile_rows, unsigned passes, unsigned n_threads,
                        const struct tpu__gemm_opts *opts)
@@ -688,41 +789,19 @@ int tpu__gemm_f32_impl(const float *a, const float *b, float *y, size_t m, size_
         return rc;
     if (m == 0 || n == 0)
         return 0;
-    if (k == 0)
-        return tpu__gemm_bf16_impl(NULL, NULL, y, m, 0, n, tile_rows, false, n_threads, o,
-                                   NULL);
-    /* parts: 0 = hi, 1 = mid, 2 = lo; 1 pass needs hi, 3 need hi and mid, 6 all three */
-    size_t n_parts = passes == 1 ? 1 : passes == 3 ? 2 : 3;
-    size_t mk = m * k, kn = k * n, per_part, bytes;
-    if (!tpu__mul_size(mk + kn, sizeof(tpu_bf16), &per_part) ||
-        !tpu__mul_size(per_part, n_parts, &bytes))
-        return TPU_EINVAL;
-    if (o->max_alloc_bytes != 0 && bytes > o->max_alloc_bytes)
-        return TPU_ENOMEM;
-    tpu_bf16 *mem = malloc(bytes);
-    if (!mem)
-        return TPU_ENOMEM;
-    tpu_bf16 *ap[3], *bp[3];
-    for (size_t i = 0; i < n_parts; i++) {
-        ap[i] = mem + i * (mk + kn);
-        bp[i] = ap[i] + mk;
-    }
-    for (size_t i = 0; i < mk; i++)
-        tpu_f32_split_bf16(a[i], &ap[0][i], n_parts > 1 ? &ap[1][i] : NULL,
-                           n_parts > 2 ? &ap[2][i] : NULL);
-    for (size_t i = 0; i < kn; i++)
-        tpu_f32_split_bf16(b[i], &bp[0][i], n_parts > 1 ? &bp[1][i] : NULL,
-                           n_parts > 2 ? &bp[2][i] : NULL);
     /* (A part, B part) per pass, smallest terms first. 3 passes use the two-part split
      * x = hi + mid (XLA's bf16_3x), 6 passes the three-part split (bf16_6x). */
     static const unsigned char order1[1][2] = {{0, 0}};
     static const unsigned char order3[3][2] = {{1, 0}, {0, 1}, {0, 0}};
     static const unsigned char order6[6][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
     const unsigned char(*order)[2] = passes == 1 ? order1 : passes == 3 ? order3 : order6;
-    for (unsigned i = 0; i < passes && rc == 0; i++)
-        rc = tpu__gemm_bf16_impl(ap[order[i][0]], bp[order[i][1]], y, m, k, n, tile_rows,
-                                 i > 0, n_threads, o, NULL);
-    free(mem);
+    struct tpu__scratch scratch = {{NULL}, {0}};
+    for (unsigned i = 0; i < passes && rc == 0; i++) {
+        const struct tpu__gemm_operand oa = {a, true, false, order[i][0]};
+        const struct tpu__gemm_operand ob = {b, true, false, order[i][1]};
+        rc = tpu__gemm_ex(&oa, &ob, y, m, k, n, tile_rows, i > 0, n_threads, &scratch, o, NULL);
+    }
+    tpu__scratch_free(&scratch);
     return rc;
 }
 
@@ -732,3 +811,32 @@ int tpu_gemm_f32(const float *a, const float *b, float *y, size_t m, size_t k, s
     return tpu__gemm_f32_impl(a, b, y, m, k, n, tile_rows, passes, n_threads, NULL);
 }
 
+/* ---- scratch arenas (scratch.h) ---------------------------------------------------------- */
+
+void *tpu__scratch_get(struct tpu__scratch *s, enum tpu__scratch_slot slot, size_t bytes)
+{
+    if ((unsigned)slot >= TPU__SCRATCH_SLOTS)
+        return NULL;
+    if (s->mem[slot] && s->bytes[slot] >= bytes)
+        return s->mem[slot];
+    /* whole pages (aligned_alloc needs a multiple of the alignment) */
+    if (bytes > SIZE_MAX - 4096)
+        return NULL;
+    size_t want = round_up(bytes ? bytes : 1, 4096);
+    void *mem = aligned_alloc(GEMM_ALIGN_BYTES, want);
+    if (!mem)
+        return NULL;
+    free(s->mem[slot]);
+    s->mem[slot] = mem;
+    s->bytes[slot] = want;
+    return mem;
+}
+
+void tpu__scratch_free(struct tpu__scratch *s)
+{
+    for (int i = 0; i < TPU__SCRATCH_SLOTS; i++) {
+        free(s->mem[i]);
+        s->mem[i] = NULL;
+        s->bytes[i] = 0;
+    }
+}

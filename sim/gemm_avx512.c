@@ -4,6 +4,11 @@
  * kernel gives the definition's bits is in gemm.c. Compiled for x86-64 only; the functions
  * carry target attributes and run only after the driver has checked the CPU.
  *
+ * bf16 packing: 16 elements per vector, converted with integer operations that are bf16.h's
+ * rounding lane by lane (f32 -> bf16 -> fp32) or, for the split parts, tpu_f32_split_bf16's
+ * operations in the same order; transposed sources go through a 16 x 16 register transpose.
+ * The statistics are taken on the converted values.
+ *
  * bf16 micro-tile: 12 rows x 32 columns of C = 24 zmm column-sum registers; per k: two
  * vector loads of B, twelve broadcasts of A (fused into the FMA or multiply as memory
  * operands), 24 FMAs (or 24 multiplies and 24 adds). Each lane is one output's column sum,
@@ -18,96 +23,258 @@
 
 enum { Z_MR = 12, Z_NR = 32, Z_MR_INT8 = 8 };
 
-/* ---- exponent statistics on 32 bf16 in one zmm --------------------------------------- */
-
-INLINE_Z void stats_z(__m512i v, __m512i *maxv, __m512i *minv)
-{
-    __m512i field = _mm512_and_si512(_mm512_srli_epi16(v, 7), _mm512_set1_epi16(0xFF));
-    *maxv = _mm512_max_epu16(*maxv, field);
-    __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7FFF));
-    __m512i g = _mm512_max_epu16(field, _mm512_set1_epi16(1));
-    *minv = _mm512_mask_min_epu16(*minv, nz, *minv, g);
-}
-
-TARGET_Z static void stats_z_finish(__m512i maxv, __m512i minv, struct tpu__exp_stats *st)
-{
-    uint16_t mx[32], mn[32];
-    _mm512_storeu_si512(mx, maxv);
-    _mm512_storeu_si512(mn, minv);
-    unsigned a = 0, b = 255;
-    for (int i = 0; i < 32; i++) {
-        a = mx[i] > a ? mx[i] : a;
-        b = mn[i] < b ? mn[i] : b;
-    }
-    st->max_field = a;
-    st->min_nonzero_field = b;
-}
-
-/* 32 bf16 -> two fp32 vectors (append 16 zero bits). */
-INLINE_Z void widen_z(__m512i v, __m512 *lo, __m512 *hi)
-{
-    __m512i l = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
-    __m512i h = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
-    *lo = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
-    *hi = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-}
-
 INLINE_Z __mmask32 mask32(size_t n)
 {
     return n >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
 }
 
+INLINE_Z __mmask16 mask16(size_t n)
+{
+    return n >= 16 ? (__mmask16)0xFFFFu : (__mmask16)((1u << n) - 1u);
+}
+
 /* ---- bf16 packing ------------------------------------------------------------------------ */
 
-TARGET_Z static void pack_a_bf16_z(const void *src, size_t ld, size_t mc, size_t kc, void *dst,
-                                   size_t lda, struct tpu__exp_stats *st)
+/* Exponent statistics on 16 packed values (fp32 bits holding bf16s). The largest magnitude
+ * has the largest exponent field (255 for Inf and NaN); the smallest nonzero magnitude the
+ * smallest nonzero field. |v| - 1 wraps a zero to the largest unsigned value, so the minimum
+ * of |v| - 1 skips zeros (and padding lanes, which are zero). */
+INLINE_Z void stats_z(__m512i v, __m512i *maxv, __m512i *minv)
 {
-    const uint16_t *a = src;
-    float *ap = dst;
-    __m512i maxv = _mm512_setzero_si512(), minv = _mm512_set1_epi16(255);
+    __m512i mag = _mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFFFF));
+    *maxv = _mm512_max_epu32(*maxv, mag);
+    *minv = _mm512_min_epu32(*minv, _mm512_sub_epi32(mag, _mm512_set1_epi32(1)));
+}
+
+#define STATS_Z_INIT(maxv, minv)                                                               \
+    __m512i maxv = _mm512_setzero_si512(), minv = _mm512_set1_epi32(-1)
+
+TARGET_Z static void stats_z_finish(__m512i maxv, __m512i minv, struct tpu__exp_stats *st)
+{
+    uint32_t mx = _mm512_reduce_max_epu32(maxv), mn = _mm512_reduce_min_epu32(minv);
+    st->max_field = mx >> 23;
+    if (mn == UINT32_MAX) {
+        st->min_nonzero_field = 255;
+    } else {
+        unsigned f = (mn + 1u) >> 23;
+        st->min_nonzero_field = f == 0 ? 1u : f; /* subnormals count as 1 */
+    }
+}
+
+/* fp32 bits -> the bits of the bf16 nearest (ties to even), as fp32 bits: bf16.h's rule,
+ * NaN kept quiet with its sign and top payload bits. */
+INLINE_Z __m512i round_bf16_z(__m512i u)
+{
+    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7F800000));
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u));
+}
+
+/* Up to 16 stored elements at p (lanes outside `m` read as +0, and are not touched in
+ * memory) converted per `conv` (a constant in every caller) to the packed fp32 bits. The
+ * split follows tpu_f32_split_bf16 operation for operation: hi = bf16(x), mid = bf16(x - hi),
+ * lo = bf16((x - hi) - mid), each subtraction one fp32 operation; mid = lo = 0 where hi is
+ * not finite. */
+INLINE_Z __m512i conv_z(const void *p, __mmask16 m, const enum tpu__pack_conv conv)
+{
+    if (conv == TPU__PACK_ZERO)
+        return _mm512_setzero_si512();
+    if (conv == TPU__PACK_BF16)
+        return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16);
+    __m512 x = _mm512_maskz_loadu_ps(m, p);
+    __m512i hi = round_bf16_z(_mm512_castps_si512(x));
+    if (conv == TPU__PACK_F32_HI)
+        return hi;
+    __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+    __mmask16 finite =
+        _mm512_cmpneq_epu32_mask(_mm512_and_si512(hi, exp_mask), exp_mask);
+    __m512 r1 = _mm512_sub_ps(x, _mm512_castsi512_ps(hi));
+    __m512i mid = round_bf16_z(_mm512_castps_si512(r1));
+    if (conv == TPU__PACK_F32_MID)
+        return _mm512_maskz_mov_epi32(finite, mid);
+    __m512 r2 = _mm512_sub_ps(r1, _mm512_castsi512_ps(mid));
+    return _mm512_maskz_mov_epi32(finite, round_bf16_z(_mm512_castps_si512(r2)));
+}
+
+/* In-register transpose of 16 x 16 words: r[i] lane j <-> r[j] lane i. */
+INLINE_Z void transpose16_z(__m512i r[16])
+{
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4g + c] holds columns c, c + 4, c + 8, c + 12 of rows 4g .. 4g + 3 */
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);      /* col c, c+8; rows 0-7 */
+        t[4 + c] = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);  /* col c+4, c+12 */
+        t[8 + c] = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88); /* rows 8-15 */
+        t[12 + c] = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xDD);
+    }
+}
+
+/* A block, each A row contiguous in memory (the packed order). */
+INLINE_Z void pack_a_rows_z(const struct tpu__pack_src *s, size_t es, size_t mc, size_t kc,
+                            float *ap, size_t lda, __m512i *maxv, __m512i *minv,
+                            const enum tpu__pack_conv conv)
+{
+    const unsigned char *p = s->p;
     for (size_t i = 0; i < mc; i++) {
-        const uint16_t *row = a + i * ld;
+        const unsigned char *row = p + i * s->ld * es;
         float *out = ap + i * lda;
         size_t k = 0;
-        for (; k + 32 <= kc; k += 32) {
-            __m512i v = _mm512_loadu_si512(row + k);
-            __m512 lo, hi;
-            stats_z(v, &maxv, &minv);
-            widen_z(v, &lo, &hi);
-            _mm512_storeu_ps(out + k, lo);
-            _mm512_storeu_ps(out + k + 16, hi);
+        for (; k + 16 <= kc; k += 16) {
+            __m512i v = conv_z(row + k * es, (__mmask16)0xFFFFu, conv);
+            stats_z(v, maxv, minv);
+            _mm512_storeu_si512(out + k, v);
         }
         if (k < kc) {
-            size_t rem = kc - k;
-            __m512i v = _mm512_maskz_loadu_epi16(mask32(rem), row + k);
-            __m512 lo, hi;
-            stats_z(v, &maxv, &minv);
-            widen_z(v, &lo, &hi);
-            _mm512_mask_storeu_ps(out + k, (__mmask16)mask32(rem), lo);
-            if (rem > 16)
-                _mm512_mask_storeu_ps(out + k + 16, (__mmask16)mask32(rem - 16), hi);
+            __mmask16 m = mask16(kc - k);
+            __m512i v = conv_z(row + k * es, m, conv);
+            stats_z(v, maxv, minv);
+            _mm512_mask_storeu_epi32(out + k, m, v);
         }
+    }
+}
+
+/* A block stored transposed: element (i, k) at p[k * ld + i]; 16 x 16 squares through the
+ * register transpose. */
+INLINE_Z void pack_a_trans_z(const struct tpu__pack_src *s, size_t es, size_t mc, size_t kc,
+                             float *ap, size_t lda, __m512i *maxv, __m512i *minv,
+                             const enum tpu__pack_conv conv)
+{
+    const unsigned char *p = s->p;
+    for (size_t i0 = 0; i0 < mc; i0 += 16) {
+        const size_t ni = mc - i0 < 16 ? mc - i0 : 16;
+        const __mmask16 mi = mask16(ni);
+        for (size_t k0 = 0; k0 < kc; k0 += 16) {
+            const size_t nk = kc - k0 < 16 ? kc - k0 : 16;
+            __m512i r[16];
+            for (size_t kk = 0; kk < 16; kk++) {
+                if (kk < nk) {
+                    r[kk] = conv_z(p + ((k0 + kk) * s->ld + i0) * es, mi, conv);
+                    stats_z(r[kk], maxv, minv);
+                } else {
+                    r[kk] = _mm512_setzero_si512();
+                }
+            }
+            transpose16_z(r); /* r[c]: row i0 + c, K values k0 .. k0 + 15 */
+            const __mmask16 mk = mask16(nk);
+            for (size_t c = 0; c < ni; c++)
+                _mm512_mask_storeu_epi32(ap + (i0 + c) * lda + k0, mk, r[c]);
+        }
+    }
+}
+
+/* B block, each K row contiguous in memory (the packed order): two vectors per panel row. */
+INLINE_Z void pack_b_rows_z(const struct tpu__pack_src *s, size_t es, size_t kc, size_t nc,
+                            float *bp, __m512i *maxv, __m512i *minv,
+                            const enum tpu__pack_conv conv)
+{
+    const unsigned char *p = s->p;
+    for (size_t j0 = 0; j0 < nc; j0 += Z_NR) {
+        const size_t w = nc - j0;
+        const __mmask16 m0 = mask16(w), m1 = w > 16 ? mask16(w - 16) : 0;
+        for (size_t k = 0; k < kc; k++) {
+            const unsigned char *row = p + (k * s->ld + j0) * es;
+            __m512i v0 = conv_z(row, m0, conv);
+            __m512i v1 = m1 ? conv_z(row + 16 * es, m1, conv) : _mm512_setzero_si512();
+            stats_z(v0, maxv, minv);
+            stats_z(v1, maxv, minv);
+            _mm512_store_si512(bp, v0);
+            _mm512_store_si512(bp + 16, v1);
+            bp += Z_NR;
+        }
+    }
+}
+
+/* B block stored transposed: element (k, j) at p[j * ld + k]. */
+INLINE_Z void pack_b_trans_z(const struct tpu__pack_src *s, size_t es, size_t kc, size_t nc,
+                             float *bp, __m512i *maxv, __m512i *minv,
+                             const enum tpu__pack_conv conv)
+{
+    const unsigned char *p = s->p;
+    for (size_t j0 = 0; j0 < nc; j0 += Z_NR) {
+        float *panel = bp + (j0 / Z_NR) * kc * Z_NR;
+        for (size_t k0 = 0; k0 < kc; k0 += 16) {
+            const size_t nk = kc - k0 < 16 ? kc - k0 : 16;
+            const __mmask16 mk = mask16(nk);
+            for (size_t h = 0; h < Z_NR; h += 16) {
+                const size_t jh = j0 + h, nj = jh < nc ? (nc - jh < 16 ? nc - jh : 16) : 0;
+                __m512i r[16];
+                for (size_t jj = 0; jj < 16; jj++) {
+                    if (jj < nj) {
+                        r[jj] = conv_z(p + ((jh + jj) * s->ld + k0) * es, mk, conv);
+                        stats_z(r[jj], maxv, minv);
+                    } else {
+                        r[jj] = _mm512_setzero_si512();
+                    }
+                }
+                transpose16_z(r); /* r[c]: K row k0 + c, columns jh .. jh + 15 */
+                for (size_t c = 0; c < nk; c++)
+                    _mm512_store_si512(panel + (k0 + c) * Z_NR + h, r[c]);
+            }
+        }
+    }
+}
+
+/* One packer per (layout, conversion): the conversion is a constant inside each. */
+#define PACK_Z_DISPATCH(fn, s, ...)                                                            \
+    switch ((s)->conv) {                                                                       \
+    case TPU__PACK_BF16:                                                                       \
+        fn(s, 2, __VA_ARGS__, TPU__PACK_BF16);                                                 \
+        break;                                                                                 \
+    case TPU__PACK_F32_HI:                                                                     \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_HI);                                               \
+        break;                                                                                 \
+    case TPU__PACK_F32_MID:                                                                    \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_MID);                                              \
+        break;                                                                                 \
+    case TPU__PACK_F32_LO:                                                                     \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_LO);                                               \
+        break;                                                                                 \
+    default:                                                                                   \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_ZERO);                                                 \
+        break;                                                                                 \
+    }
+
+TARGET_Z static void pack_a_bf16_z(const struct tpu__pack_src *s, size_t mc, size_t kc,
+                                   void *dst, size_t lda, struct tpu__exp_stats *st)
+{
+    STATS_Z_INIT(maxv, minv);
+    if (s->trans && s->conv != TPU__PACK_ZERO) {
+        PACK_Z_DISPATCH(pack_a_trans_z, s, mc, kc, dst, lda, &maxv, &minv)
+    } else {
+        PACK_Z_DISPATCH(pack_a_rows_z, s, mc, kc, dst, lda, &maxv, &minv)
     }
     stats_z_finish(maxv, minv, st);
 }
 
-TARGET_Z static void pack_b_bf16_z(const void *src, size_t ld, size_t kc, size_t nc, void *dst,
-                                   struct tpu__exp_stats *st)
+TARGET_Z static void pack_b_bf16_z(const struct tpu__pack_src *s, size_t kc, size_t nc,
+                                   void *dst, struct tpu__exp_stats *st)
 {
-    const uint16_t *b = src;
-    float *bp = dst;
-    __m512i maxv = _mm512_setzero_si512(), minv = _mm512_set1_epi16(255);
-    for (size_t j0 = 0; j0 < nc; j0 += Z_NR) {
-        __mmask32 m = mask32(nc - j0);
-        for (size_t k = 0; k < kc; k++) {
-            __m512i v = _mm512_maskz_loadu_epi16(m, b + k * ld + j0);
-            __m512 lo, hi;
-            stats_z(v, &maxv, &minv);
-            widen_z(v, &lo, &hi);
-            _mm512_store_ps(bp, lo);
-            _mm512_store_ps(bp + 16, hi);
-            bp += Z_NR;
-        }
+    STATS_Z_INIT(maxv, minv);
+    if (s->trans && s->conv != TPU__PACK_ZERO) {
+        PACK_Z_DISPATCH(pack_b_trans_z, s, kc, nc, dst, &maxv, &minv)
+    } else {
+        PACK_Z_DISPATCH(pack_b_rows_z, s, kc, nc, dst, &maxv, &minv)
     }
     stats_z_finish(maxv, minv, st);
 }
@@ -193,10 +360,11 @@ const struct tpu__gemm_kernel tpu__gemm_bf16_avx512 = {
 
 /* Row i of the block: K values as int16, two per word (k even in the low half). A pair's
  * products a0*b0 + a1*b1 lie in [-32512, 32768], exact in int32; the sums then wrap. */
-TARGET_Z static void pack_a_int8_z(const void *src, size_t ld, size_t mc, size_t kc, void *dst,
-                                   size_t lda, struct tpu__exp_stats *st)
+TARGET_Z static void pack_a_int8_z(const struct tpu__pack_src *s, size_t mc, size_t kc,
+                                   void *dst, size_t lda, struct tpu__exp_stats *st)
 {
-    const int8_t *a = src;
+    const int8_t *a = s->p;
+    const size_t ld = s->ld;
     int16_t *ap = dst;
     (void)st;
     for (size_t i = 0; i < mc; i++) {
@@ -214,10 +382,11 @@ TARGET_Z static void pack_a_int8_z(const void *src, size_t ld, size_t mc, size_t
     }
 }
 
-TARGET_Z static void pack_b_int8_z(const void *src, size_t ld, size_t kc, size_t nc, void *dst,
-                                   struct tpu__exp_stats *st)
+TARGET_Z static void pack_b_int8_z(const struct tpu__pack_src *s, size_t kc, size_t nc,
+                                   void *dst, struct tpu__exp_stats *st)
 {
-    const int8_t *b = src;
+    const int8_t *b = s->p;
+    const size_t ld = s->ld;
     int32_t *bp = dst;
     (void)st;
     for (size_t j0 = 0; j0 < nc; j0 += Z_NR)

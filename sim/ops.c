@@ -17,14 +17,17 @@
  *          as hi = x, mid = lo = 0.
  *     With two bf16 operands `passes` is ignored (one pass is exact for bf16).
  *   Accumulation order, NaN canonicalisation and the rest of the numerics are mxu.h's for an
- *   array of tile_rows rows. Transposed operands are copied (and rounded, where needed) into
- *   row-major scratch first. y must be a buffer of its own (not a or b). Results do not
- *   depend on n_threads. */
+ *   array of tile_rows rows. The float GEMMs read the operands where they are
+ *   (tpu__gemm_ex: the packer rounds or splits f32 to bf16 and reads transposed layouts
+ *   directly), so no converted or transposed copy is made; an int8 matmul copies transposed
+ *   operands. Working memory comes from the caller's scratch arena. y must be a buffer of
+ *   its own (not a or b). Results do not depend on n_threads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tpusim/mxu.h"
+#include "gemm_int.h"
 #include "ops_int.h"
 #include "util.h"
 
@@ -109,105 +112,51 @@ int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *
 /* ---- matmul --------------------------------------------------------------------------- */
 
 /* Rows and columns per block of the blocked transposing copy: 32 x 32 elements keep the
- * source block and the destination block in L1 for every element size. */
+ * source block and the destination block in L1. */
 #define PACK_BLOCK 32u
 
-/* Copies s into dst as `want` ([rows][cols], or [cols][rows] when trans), converting f32 ->
- * bf16 (nearest even) or bf16 -> f32 (exact) where the dtypes differ. Supported pairs: the
- * ones matmul needs (f32 or bf16 to f32 or bf16, int8 to int8). */
-static void pack_into(const struct tpu__bufmem *s, bool trans, enum tpu_buf_dtype want,
-                      void *dst)
+/* Copies the int8 matrix s ([rows][cols]) into dst as its transpose [cols][rows]. */
+static void transpose_int8(const struct tpu__bufmem *s, int8_t *dst)
 {
     const size_t rows = s->rows, cols = s->cols;
-    const size_t di = trans ? 1 : cols, dj = trans ? rows : 1; /* dst index = i*di + j*dj */
+    const int8_t *x = s->data;
     for (size_t i0 = 0; i0 < rows; i0 += PACK_BLOCK) {
         size_t i1 = rows - i0 < PACK_BLOCK ? rows : i0 + PACK_BLOCK;
         for (size_t j0 = 0; j0 < cols; j0 += PACK_BLOCK) {
             size_t j1 = cols - j0 < PACK_BLOCK ? cols : j0 + PACK_BLOCK;
-            if (s->dtype == TPU_BUF_F32 && want == TPU_BUF_BF16) {
-                const float *x = s->data; /* [rows][cols] */
-                tpu_bf16 *o = dst;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++)
-                        o[i * di + j * dj] = tpu_bf16_from_f32(x[i * cols + j]);
-            } else if (s->dtype == TPU_BUF_BF16 && want == TPU_BUF_F32) {
-                const tpu_bf16 *x = s->data;
-                float *o = dst;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++)
-                        o[i * di + j * dj] = tpu_bf16_to_f32(x[i * cols + j]);
-            } else if (s->dtype == TPU_BUF_F32) { /* f32 -> f32 */
-                const float *x = s->data;
-                float *o = dst;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++)
-                        o[i * di + j * dj] = x[i * cols + j];
-            } else if (s->dtype == TPU_BUF_BF16) { /* bf16 -> bf16 */
-                const tpu_bf16 *x = s->data;
-                tpu_bf16 *o = dst;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++)
-                        o[i * di + j * dj] = x[i * cols + j];
-            } else { /* int8 -> int8 */
-                const int8_t *x = s->data;
-                int8_t *o = dst;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++)
-                        o[i * di + j * dj] = x[i * cols + j];
-            }
+            for (size_t i = i0; i < i1; i++)
+                for (size_t j = j0; j < j1; j++)
+                    dst[j * rows + i] = x[i * cols + j];
         }
     }
 }
 
-/* The operand as a row-major `want` matrix op(s). Points into s when no copy is needed
- * (*scratch stays NULL); otherwise into a malloc'd copy that the caller frees through
- * *scratch. NULL only when out of memory. */
-static const void *operand(const struct tpu__bufmem *s, bool trans, enum tpu_buf_dtype want,
-                           void **scratch)
+/* int8 matmul: the int8 GEMM reads row-major operands, so transposed ones are copied first,
+ * into the arena's ops slot (or, without an arena, into memory freed here). */
+static int matmul_int8(const struct tpu__bufmem *a, bool ta, const struct tpu__bufmem *b,
+                       bool tb, int32_t *y, size_t m, size_t k, size_t n, uint32_t tile_rows,
+                       bool acc, unsigned n_threads, struct tpu__scratch *scratch)
 {
-    *scratch = NULL;
-    if (!trans && s->dtype == want)
-        return s->data;
-    size_t count = tpu__ops_count(s), bytes;
-    if (!tpu__mul_size(count ? count : 1, tpu__ops_dtype_bytes(want), &bytes))
-        return NULL;
-    *scratch = malloc(bytes);
-    if (*scratch)
-        pack_into(s, trans, want, *scratch);
-    return *scratch;
-}
-
-/* y[m][n] += a[m][k] * b[k][n] in `passes` (3 or 6) bf16 passes: tpu_gemm_f32's split and
- * pass order (mxu.h), every pass accumulating into y. */
-static int gemm_f32_accumulate(const float *a, const float *b, float *y, size_t m, size_t k,
-                               size_t n, uint32_t tile_rows, unsigned passes, unsigned n_threads)
-{
-    /* parts: 0 = hi, 1 = mid, 2 = lo. (A part, B part) per pass, smallest terms first; the 3
-     * pass form splits x = hi + mid (XLA's bf16_3x, mxu.h's "lo" of the two-part split). */
-    static const unsigned char order3[3][2] = {{1, 0}, {0, 1}, {0, 0}};
-    static const unsigned char order6[6][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
-    const unsigned char(*order)[2] = passes == 3 ? order3 : order6;
-    size_t n_parts = passes == 3 ? 2 : 3, mk = m * k, kn = k * n, per_part, bytes;
-    if (!tpu__mul_size(mk + kn + 1, sizeof(tpu_bf16), &per_part) ||
-        !tpu__mul_size(per_part, n_parts, &bytes))
-        return TPU_ENOMEM;
-    tpu_bf16 *mem = malloc(bytes);
-    if (!mem)
-        return TPU_ENOMEM;
-    tpu_bf16 *ap[3], *bp[3];
-    for (size_t p = 0; p < n_parts; p++) {
-        ap[p] = mem + p * (mk + kn + 1);
-        bp[p] = ap[p] + mk;
+    const size_t bytes_a = ta ? m * k : 0, bytes_b = tb ? k * n : 0;
+    const size_t off_b = (bytes_a + 63) / 64 * 64;
+    int8_t *mem = NULL, *owned = NULL;
+    if (ta || tb) {
+        mem = scratch ? tpu__scratch_get(scratch, TPU__SCRATCH_OPS, off_b + bytes_b + 1)
+                      : (owned = malloc(off_b + bytes_b + 1));
+        if (!mem)
+            return TPU_ENOMEM;
     }
-    for (size_t i = 0; i < mk; i++)
-        tpu_f32_split_bf16(a[i], &ap[0][i], &ap[1][i], n_parts > 2 ? &ap[2][i] : NULL);
-    for (size_t i = 0; i < kn; i++)
-        tpu_f32_split_bf16(b[i], &bp[0][i], &bp[1][i], n_parts > 2 ? &bp[2][i] : NULL);
-    int rc = 0;
-    for (unsigned p = 0; p < passes && rc == 0; p++)
-        rc = tpu_gemm_bf16(ap[order[p][0]], bp[order[p][1]], y, m, k, n, tile_rows, true,
-                           n_threads);
-    free(mem);
+    const int8_t *pa = a->data, *pb = b->data;
+    if (ta) {
+        transpose_int8(a, mem);
+        pa = mem;
+    }
+    if (tb) {
+        transpose_int8(b, mem + off_b);
+        pb = mem + off_b;
+    }
+    int rc = tpu__gemm_int8_ex(pa, pb, y, m, k, n, tile_rows, acc, n_threads, scratch);
+    free(owned);
     return rc;
 }
 
@@ -217,7 +166,7 @@ static bool is_float_dtype(enum tpu_buf_dtype t)
 }
 
 int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t tile_rows,
-                    unsigned n_threads, struct tpu_diag *d)
+                    unsigned n_threads, struct tpu__scratch *scratch, struct tpu_diag *d)
 {
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
@@ -257,27 +206,29 @@ int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t 
                              passes);
     }
 
-    void *sa = NULL, *sb = NULL;
-    const void *pa, *pb;
-    enum tpu_buf_dtype want = int8 ? TPU_BUF_INT8 : passes == 1 ? TPU_BUF_BF16 : TPU_BUF_F32;
-    pa = operand(a, ta, want, &sa);
-    pb = pa ? operand(b, tb, want, &sb) : NULL;
-    if (!pa || !pb) {
-        rc = TPU_ENOMEM;
-    } else if (int8) {
-        rc = tpu_gemm_int8(pa, pb, y->data, m, k, n, tile_rows, acc, n_threads);
-    } else if (passes == 1) {
-        rc = tpu_gemm_bf16(pa, pb, y->data, m, k, n, tile_rows, acc, n_threads);
-    } else if (!acc) {
-        rc = tpu_gemm_f32(pa, pb, y->data, m, k, n, tile_rows, passes, n_threads);
+    if (int8) {
+        rc = matmul_int8(a, ta, b, tb, y->data, m, k, n, tile_rows, acc, n_threads, scratch);
     } else {
-        rc = gemm_f32_accumulate(pa, pb, y->data, m, k, n, tile_rows, passes, n_threads);
+        /* (A part, B part) per pass, smallest terms first (mxu.h); parts 0 = hi, 1 = mid,
+         * 2 = lo, and a bf16 operand's mid and lo are zero (tpu__gemm_ex). The 3 pass form
+         * splits x = hi + mid (XLA's bf16_3x). */
+        static const unsigned char order1[1][2] = {{0, 0}};
+        static const unsigned char order3[3][2] = {{1, 0}, {0, 1}, {0, 0}};
+        static const unsigned char order6[6][2] = {{2, 0}, {1, 1}, {0, 2},
+                                                   {1, 0}, {0, 1}, {0, 0}};
+        const unsigned char(*order)[2] = passes == 1 ? order1 : passes == 3 ? order3 : order6;
+        for (unsigned p = 0; p < passes && rc == 0; p++) {
+            const struct tpu__gemm_operand oa = {a->data, a->dtype == TPU_BUF_F32, ta,
+                                                 order[p][0]};
+            const struct tpu__gemm_operand ob = {b->data, b->dtype == TPU_BUF_F32, tb,
+                                                 order[p][1]};
+            rc = tpu__gemm_ex(&oa, &ob, y->data, m, k, n, tile_rows, acc || p > 0, n_threads,
+                              scratch, NULL, NULL);
+        }
     }
-    free(sa);
-    free(sb);
     if (rc == TPU_ENOMEM)
         return tpu__fail(d, rc,
-                         "matmul: out of memory for the working copies of a [%zu][%zu] x "
+                         "matmul: out of memory for the working buffers of a [%zu][%zu] x "
                          "[%zu][%zu] product",
                          m, k, k, n);
     if (rc == TPU_ETHREAD)
@@ -305,13 +256,14 @@ static int var_add(const struct tpu_op *op, int64_t *vars, struct tpu_diag *d)
 }
 
 int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
-                    uint32_t tile_rows, unsigned n_threads, struct tpu_diag *d)
+                    uint32_t tile_rows, unsigned n_threads, struct tpu__scratch *scratch,
+                    struct tpu_diag *d)
 {
     if (!op)
         return tpu__fail(d, TPU_EINVAL, "no op to compute");
     switch (op->code) {
     case TPU_OP_MATMUL:
-        return tpu__ops_matmul(op, bufs, tile_rows, n_threads, d);
+        return tpu__ops_matmul(op, bufs, tile_rows, n_threads, scratch, d);
     case TPU_OP_ADD:
     case TPU_OP_SUB:
     case TPU_OP_MUL:

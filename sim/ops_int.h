@@ -35,7 +35,7 @@ int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *
 
 /* The op families; each assumes tpu__op_compute has checked the opcode belongs to it. */
 int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t tile_rows,
-                    unsigned n_threads, struct tpu_diag *d);
+                    unsigned n_threads, struct tpu__scratch *scratch, struct tpu_diag *d);
 int tpu__ops_vector(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d);
 int tpu__ops_train(const struct tpu_op *op, struct tpu__bufmem *bufs, const int64_t *vars,
                    struct tpu_diag *d);

@@ -554,10 +554,16 @@ static void mlp_run(uint32_t chips, unsigned threads, bool timing_only, int iter
     for (uint32_t c = 0; c < R; c++) {
         pthread_join(pt[c], NULL);
         assert_int_equal(pp[c].rc, 0);
-        /* the same global loss on every replica */
-        assert_memory_equal(pp[c].got, pp[0].got, (size_t)iters * sizeof(float));
+        for (int i = 0; i < iters; i++)
+            assert_true(isfinite(pp[c].got[i]));
     }
-    memcpy(out->loss, pp[0].got, sizeof out->loss);
+    /* each replica's loss is its rows' sum / global batch: their sum is the global mean */
+    memset(out->loss, 0, sizeof out->loss);
+    for (int i = 0; i < iters; i++) {
+        out->loss[i] = 0;
+        for (uint32_t c = 0; c < R; c++)
+            out->loss[i] += pp[c].got[i];
+    }
     if (!timing_only)
         assert_int_equal(tpu_device_read(dev, 0, bufid(m.prog, "w0"), out->w0, sizeof out->w0, &d), 0);
     for (uint32_t c = 0; c < R && c < 4; c++)

@@ -830,6 +830,436 @@ static void test_f32_passes_are_bf16_gemms(void **state)
     free(want);
 }
 
+/* ---- operands as stored: tpu__gemm_ex --------------------------------------------------- */
+
+/* fp32 values from every corner: zeros, Infs, NaNs (quiet and signalling, with payloads),
+ * values that round past the largest bf16, exact rounding ties (to even, up and down),
+ * subnormals (ties among them too), ordinary values whose mid and lo parts are nonzero, and
+ * random bit patterns (any exponent, so mid and lo reach the subnormal range). */
+static float rnd_f32_edge(struct rng *r)
+{
+    static const uint32_t pool[] = {
+        0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, /* +-0, +-Inf */
+        0x7FC00001u, 0xFF800001u, 0x7FBFFFFFu,              /* NaNs: quiet, signalling */
+        0x7F7FFFFFu, 0xFF7F8000u, 0x7F7F7FFFu,              /* FLT_MAX, ties near it */
+        0x3F808000u, 0x3F818000u, 0xBF808001u,              /* ties to even, just above */
+        0x00000001u, 0x00008000u, 0x80018000u, 0x007FFFFFu, /* subnormals */
+        0x00800000u, 0x3F800000u, 0x4B800001u,
+    };
+    unsigned c = rnd_below(r, 4);
+    if (c == 0)
+        return tpu_f32_from_bits(pool[rnd_below(r, sizeof pool / sizeof pool[0])]);
+    if (c == 1)
+        return tpu_f32_from_bits((uint32_t)(rnd(r) >> 32));
+    /* ordinary: exponent in [-10, 10], all 24 significand bits random */
+    float mant = 1.0f + (float)(rnd(r) >> 41) * 0x1p-23f;
+    return (rnd_below(r, 2) ? -1.0f : 1.0f) * ldexpf(mant, (int)rnd_below(r, 21) - 10);
+}
+
+/* A stored operand: `rows` x `cols` as stored (the transpose of op(X) when trans). */
+struct ex_operand {
+    struct tpu__gemm_operand op;
+    void *mem;
+    size_t rows, cols;
+};
+
+static void ex_fill(struct rng *r, struct ex_operand *x, bool f32, bool trans, size_t op_rows,
+                    size_t op_cols, bool edge)
+{
+    x->rows = trans ? op_cols : op_rows;
+    x->cols = trans ? op_rows : op_cols;
+    size_t count = x->rows * x->cols;
+    if (f32) {
+        float *v = alloc_f32(count);
+        for (size_t i = 0; i < count; i++) {
+            if (edge) {
+                v[i] = rnd_f32_edge(r);
+            } else {
+                float mant = 1.0f + (float)(rnd(r) >> 41) * 0x1p-23f;
+                v[i] = (rnd_below(r, 2) ? -1.0f : 1.0f) * ldexpf(mant, (int)rnd_below(r, 9) - 4);
+            }
+        }
+        x->mem = v;
+    } else {
+        tpu_bf16 *v = alloc_bf16(count);
+        if (edge)
+            fill_edge(r, v, count);
+        else
+            fill_bf16(r, v, count, 4);
+        x->mem = v;
+    }
+    x->op.data = x->mem;
+    x->op.f32 = f32;
+    x->op.trans = trans;
+    x->op.part = 0;
+}
+
+/* op(X) as the row-major bf16 matrix the array sees, by the definition: the stored element
+ * at plain indices, split by tpu_f32_split_bf16 (f32) or taken as is (bf16; its mid and lo
+ * are zero). */
+static tpu_bf16 *ex_bf16(const struct ex_operand *x)
+{
+    size_t r = x->op.trans ? x->cols : x->rows, c = x->op.trans ? x->rows : x->cols;
+    tpu_bf16 *o = alloc_bf16(r * c);
+    for (size_t i = 0; i < r; i++)
+        for (size_t j = 0; j < c; j++) {
+            size_t src = x->op.trans ? j * x->cols + i : i * x->cols + j;
+            tpu_bf16 part[3] = {{0}, {0}, {0}};
+            if (x->op.f32)
+                tpu_f32_split_bf16(((const float *)x->mem)[src], &part[0], &part[1], &part[2]);
+            else
+                part[0] = ((const tpu_bf16 *)x->mem)[src];
+            o[i * c + j] = part[x->op.part];
+        }
+    return o;
+}
+
+/* tpu__gemm_ex on every instruction set, both bf16 kernel choices, 1..3 threads, with and
+ * without an arena (the arena `ar` is shared by all calls), against `want`. */
+static void check_ex_all_paths(const struct tpu__gemm_operand *a, const struct tpu__gemm_operand *b,
+                               const float *y_in, const float *want, size_t m, size_t k, size_t n,
+                               uint32_t r, struct tpu__scratch *ar, const char *label)
+{
+    float *y = alloc_f32(m * n);
+    for (size_t ii = 0; ii < sizeof all_isas / sizeof all_isas[0]; ii++) {
+        if (!tpu__gemm_isa_supported(all_isas[ii]))
+            continue;
+        for (int fma = 0; fma < 2; fma++)
+            for (unsigned threads = 1; threads <= 3; threads++)
+                for (int use_ar = 0; use_ar < 2; use_ar++) {
+                    struct tpu__gemm_opts o = {all_isas[ii],
+                                               fma ? TPU__GEMM_FMA_NEVER : TPU__GEMM_FMA_AUTO, 0};
+                    char what[224];
+                    snprintf(what, sizeof what,
+                             "%s m=%zu k=%zu n=%zu R=%u %s %s threads=%u arena=%d", label, m, k,
+                             n, r, isa_name(all_isas[ii]), fma ? "mul+add" : "auto-fma",
+                             threads, use_ar);
+                    if (y_in)
+                        memcpy(y, y_in, m * n * sizeof *y);
+                    else
+                        for (size_t i = 0; i < m * n; i++)
+                            y[i] = tpu_f32_from_bits(0x7FA00000u); /* must be overwritten */
+                    assert_int_equal(tpu__gemm_ex(a, b, y, m, k, n, r, y_in != NULL, threads,
+                                                  use_ar ? ar : NULL, &o, NULL),
+                                     0);
+                    expect_same_f32(y, want, m, n, what);
+                }
+    }
+    free(y);
+}
+
+/* Every transpose combination, f32 and bf16 operands (and mixed), several parts of the split,
+ * fresh and accumulating, R = 8 and 128, against the reference on the bf16 matrices. */
+static void ex_case(struct rng *rg, size_t m, size_t k, size_t n, bool edge,
+                    struct tpu__scratch *ar)
+{
+    static const unsigned parts[][2] = {{0, 0}, {1, 0}, {0, 2}, {2, 1}};
+    for (int tr = 0; tr < 4; tr++)
+        for (int dt = 0; dt < 4; dt++) {
+            const bool ta = tr & 1, tb = tr & 2, fa = dt & 1, fb = dt & 2;
+            struct ex_operand a, b;
+            ex_fill(rg, &a, fa, ta, m, k, edge);
+            ex_fill(rg, &b, fb, tb, k, n, edge);
+            float *want = alloc_f32(m * n), *y_in = alloc_f32(m * n);
+            for (size_t pi = 0; pi < sizeof parts / sizeof parts[0]; pi++) {
+                a.op.part = parts[pi][0];
+                b.op.part = parts[pi][1];
+                if (!fa && !fb && pi > 1)
+                    continue; /* bf16 parts 1 and 2 are both zero: seen at pi = 1 */
+                tpu_bf16 *ab = ex_bf16(&a), *bb = ex_bf16(&b);
+                for (uint32_t r = 8; r <= 128; r *= 16)
+                    for (int acc = 0; acc < 2; acc++) {
+                        char label[96];
+                        snprintf(label, sizeof label, "ex %s%s x %s%s parts %u,%u%s%s",
+                                 fa ? "f32" : "bf16", ta ? "^T" : "", fb ? "f32" : "bf16",
+                                 tb ? "^T" : "", a.op.part, b.op.part, acc ? " acc" : "",
+                                 edge ? " edge" : "");
+                        if (acc) {
+                            for (size_t i = 0; i < m * n; i++) {
+                                unsigned c = rnd_below(rg, 16);
+                                y_in[i] = c == 0   ? -0.0f
+                                          : c == 1 ? INFINITY
+                                          : c == 2 ? tpu_f32_from_bits(0xFFC00123u)
+                                                   : tpu_bf16_to_f32(rnd_bf16(rg, 6));
+                            }
+                            memcpy(want, y_in, m * n * sizeof *want);
+                        }
+                        ref_gemm_bf16(ab, bb, want, m, k, n, r, acc);
+                        check_ex_all_paths(&a.op, &b.op, acc ? y_in : NULL, want, m, k, n, r,
+                                           ar, label);
+                    }
+                free(ab);
+                free(bb);
+            }
+            free(a.mem);
+            free(b.mem);
+            free(want);
+            free(y_in);
+        }
+}
+
+static void test_ex_layouts(void **state)
+{
+    (void)state;
+    struct rng rg = {0xC0FFEE};
+    struct tpu__scratch ar = {{NULL}, {0}};
+    ex_case(&rg, 37, 150, 45, false, &ar);  /* partial 16 x 16 squares everywhere */
+    ex_case(&rg, 1, 7, 1, false, &ar);      /* less than one square, one micro-tile */
+    ex_case(&rg, 33, 61, 17, true, &ar);    /* every corner value */
+    ex_case(&rg, 16, 32, 64, false, &ar);   /* whole squares and panels only */
+    tpu__scratch_free(&ar);
+}
+
+/* Past the driver's blocks: several K chunks, A blocks and B blocks, transposed. */
+static void test_ex_blocking(void **state)
+{
+    (void)state;
+    struct rng rg = {0xB10C};
+    struct tpu__scratch ar = {{NULL}, {0}};
+    const size_t shapes[][3] = {{9, 800, 1100}, {700, 40, 50}};
+    for (size_t sh = 0; sh < 2; sh++) {
+        const size_t m = shapes[sh][0], k = shapes[sh][1], n = shapes[sh][2];
+        for (int tr = 0; tr < 4; tr++) {
+            struct ex_operand a, b;
+            ex_fill(&rg, &a, true, tr & 1, m, k, true);
+            ex_fill(&rg, &b, sh == 0, tr & 2, k, n, true);
+            tpu_bf16 *ab = ex_bf16(&a), *bb = ex_bf16(&b);
+            float *want = alloc_f32(m * n), *y = alloc_f32(m * n);
+            ref_gemm_bf16(ab, bb, want, m, k, n, 128, false);
+            for (size_t ii = 0; ii < sizeof all_isas / sizeof all_isas[0]; ii++) {
+                if (!tpu__gemm_isa_supported(all_isas[ii]))
+                    continue;
+                for (unsigned threads = 1; threads <= 3; threads += 2) {
+                    struct tpu__gemm_opts o = {all_isas[ii], TPU__GEMM_FMA_AUTO, 0};
+                    char what[96];
+                    snprintf(what, sizeof what, "ex blocking ta=%d tb=%d %s threads=%u",
+                             tr & 1, (tr & 2) != 0, isa_name(all_isas[ii]), threads);
+                    assert_int_equal(tpu__gemm_ex(&a.op, &b.op, y, m, k, n, 128, false,
+                                                  threads, &ar, &o, NULL),
+                                     0);
+                    expect_same_f32(y, want, m, n, what);
+                }
+            }
+            free(ab);
+            free(bb);
+            free(a.mem);
+            free(b.mem);
+            free(want);
+            free(y);
+        }
+    }
+    tpu__scratch_free(&ar);
+}
+
+/* The FMA decision sees every element the packers write, in every layout: one element of A
+ * or of B (at positions on both sides of the 8 and 16 wide squares, and in the partial ones)
+ * is +Inf, or so large, or so small, that the FMA kernel would not be exact with the other
+ * values; the one block pair must then run the multiply + add kernel. Without it, the FMA
+ * kernel runs. */
+static void test_ex_fma_decision(void **state)
+{
+    (void)state;
+    const size_t m = 37, k = 45, n = 33;
+    /* (row, column) of the odd element in the operand op(A) [m][k] or op(B) [k][n] */
+    const size_t spots[2][10][2] = {
+        {{0, 0}, {36, 44}, {7, 8}, {8, 7}, {15, 16}, {16, 15}, {31, 33}, {33, 31}, {36, 0},
+         {0, 44}},
+        {{0, 0}, {44, 32}, {7, 8}, {8, 7}, {15, 16}, {16, 15}, {31, 32}, {32, 31}, {44, 0},
+         {0, 32}},
+    };
+    /* every other value is `base` in both operands: 1.5 * 2^10 (products 2^20: FMA exact),
+     * or 1.5 * 2^-20 for the small kind; the odd one is +Inf, 1.5 * 2^117 (its products
+     * reach 2^127) or 1.5 * 2^-119 (products below 2^-135) */
+    const uint16_t odd[3] = {0x7F80, 0x7A40, 0x0440};
+    const uint16_t base[3] = {0x44C0, 0x44C0, 0x35C0};
+    for (size_t ii = 0; ii < sizeof all_isas / sizeof all_isas[0]; ii++) {
+        enum tpu__gemm_isa isa = all_isas[ii];
+        if (isa == TPU__GEMM_ISA_SCALAR || !tpu__gemm_isa_supported(isa))
+            continue;
+        for (int tr = 0; tr < 4; tr++)
+            for (int dt = 0; dt < 2; dt++)
+                for (int which = 0; which < 2; which++)
+                    for (size_t sp = 0; sp <= 10; sp++)
+                        for (int kind = 0; kind < 3; kind++) {
+                            const bool ta = tr & 1, tb = tr & 2, f32 = dt, odd_one = sp < 10;
+                            tpu_bf16 *a16 = alloc_bf16(m * k), *b16 = alloc_bf16(k * n);
+                            float *a32 = alloc_f32(m * k), *b32 = alloc_f32(k * n);
+                            float *y = alloc_f32(m * n);
+                            for (size_t i = 0; i < m * k; i++)
+                                a16[i].bits = base[kind];
+                            for (size_t i = 0; i < k * n; i++)
+                                b16[i].bits = base[kind];
+                            if (odd_one) {
+                                size_t r = spots[which][sp][0], c = spots[which][sp][1];
+                                if (which == 0)
+                                    a16[ta ? c * m + r : r * k + c].bits = odd[kind];
+                                else
+                                    b16[tb ? c * k + r : r * n + c].bits = odd[kind];
+                            }
+                            for (size_t i = 0; i < m * k; i++)
+                                a32[i] = tpu_bf16_to_f32(a16[i]);
+                            for (size_t i = 0; i < k * n; i++)
+                                b32[i] = tpu_bf16_to_f32(b16[i]);
+                            struct tpu__gemm_operand oa = {f32 ? (void *)a32 : (void *)a16, f32,
+                                                           ta, 0};
+                            struct tpu__gemm_operand ob = {f32 ? (void *)b32 : (void *)b16, f32,
+                                                           tb, 0};
+                            struct tpu__gemm_opts o = {isa, TPU__GEMM_FMA_AUTO, 0};
+                            struct tpu__gemm_report rep;
+                            assert_int_equal(tpu__gemm_ex(&oa, &ob, y, m, k, n, 128, false, 1,
+                                                          NULL, &o, &rep),
+                                             0);
+                            if (rep.plain_blocks != (odd_one ? 1u : 0u) ||
+                                rep.fma_blocks != (odd_one ? 0u : 1u))
+                                fail_msg("%s ta=%d tb=%d f32=%d odd in %c at spot %zu, kind "
+                                         "%d: %llu fma, %llu plain blocks",
+                                         isa_name(isa), ta, tb, f32, which ? 'B' : 'A', sp,
+                                         kind, (unsigned long long)rep.fma_blocks,
+                                         (unsigned long long)rep.plain_blocks);
+                            free(a16);
+                            free(b16);
+                            free(a32);
+                            free(b32);
+                            free(y);
+                        }
+    }
+}
+
+/* The vector conversions against tpu_f32_split_bf16 on many values at once: with K = 1 and
+ * the other operand 1, output i is +0 + part(x_i) * 1, the converted element itself (a -0
+ * part gives +0, a NaN the canonical NaN). Each part of each value must be the definition's
+ * bf16, on every instruction set, through A and through B, stored plainly and transposed. */
+static void test_ex_conversions(void **state)
+{
+    (void)state;
+    struct rng rg = {31415};
+    const size_t count = 4096;
+    float *x = alloc_f32(count), *y = alloc_f32(count);
+    for (size_t i = 0; i < count; i++)
+        x[i] = rnd_f32_edge(&rg);
+    const float one = 1.0f;
+    for (size_t ii = 0; ii < sizeof all_isas / sizeof all_isas[0]; ii++) {
+        if (!tpu__gemm_isa_supported(all_isas[ii]))
+            continue;
+        struct tpu__gemm_opts o = {all_isas[ii], TPU__GEMM_FMA_AUTO, 0};
+        for (unsigned part = 0; part < 3; part++)
+            for (int ta = 0; ta < 2; ta++) {
+                /* y[i][0] = x[i] * 1 with m = count, k = 1, n = 1: A [count][1] (or its
+                 * transpose [1][count], the same memory) */
+                struct tpu__gemm_operand oa = {x, true, ta, part}, ob = {&one, true, false, 0};
+                assert_int_equal(tpu__gemm_ex(&oa, &ob, y, count, 1, 1, 128, false, 2, NULL,
+                                              &o, NULL),
+                                 0);
+                for (size_t i = 0; i < count; i++) {
+                    tpu_bf16 p[3];
+                    tpu_f32_split_bf16(x[i], &p[0], &p[1], &p[2]);
+                    volatile float t = 0.0f + tpu_bf16_to_f32(p[part]);
+                    float want = ref_canon(t);
+                    if (tpu_f32_bits(y[i]) != tpu_f32_bits(want))
+                        fail_msg("%s part %u ta=%d: x = 0x%08X gives 0x%08X, want 0x%08X",
+                                 isa_name(all_isas[ii]), part, ta, (unsigned)tpu_f32_bits(x[i]),
+                                 (unsigned)tpu_f32_bits(y[i]), (unsigned)tpu_f32_bits(want));
+                }
+                /* the same through B: y[0][j] = 1 * x[j] */
+                struct tpu__gemm_operand ob2 = {x, true, ta, part}, oa2 = {&one, true, false, 0};
+                assert_int_equal(tpu__gemm_ex(&oa2, &ob2, y, 1, 1, count, 128, false, 1, NULL,
+                                              &o, NULL),
+                                 0);
+                for (size_t i = 0; i < count; i++) {
+                    tpu_bf16 p[3];
+                    tpu_f32_split_bf16(x[i], &p[0], &p[1], &p[2]);
+                    volatile float t = 0.0f + tpu_bf16_to_f32(p[part]);
+                    float want = ref_canon(t);
+                    if (tpu_f32_bits(y[i]) != tpu_f32_bits(want))
+                        fail_msg("%s part %u tb=%d: x = 0x%08X gives 0x%08X, want 0x%08X",
+                                 isa_name(all_isas[ii]), part, ta, (unsigned)tpu_f32_bits(x[i]),
+                                 (unsigned)tpu_f32_bits(y[i]), (unsigned)tpu_f32_bits(want));
+                }
+            }
+    }
+    free(x);
+    free(y);
+}
+
+/* The fp32 multi-pass GEMM on every instruction set: the packers split the fp32 values. */
+static void test_f32_passes_all_isas(void **state)
+{
+    (void)state;
+    struct rng rg = {909};
+    const size_t m = 19, k = 140, n = 37;
+    float *a = alloc_f32(m * k), *b = alloc_f32(k * n), *y = alloc_f32(m * n),
+          *want = alloc_f32(m * n);
+    for (size_t i = 0; i < m * k; i++)
+        a[i] = rnd_f32_edge(&rg);
+    for (size_t i = 0; i < k * n; i++)
+        b[i] = rnd_f32_edge(&rg);
+    tpu_bf16 *ap[3], *bp[3];
+    for (int p = 0; p < 3; p++) {
+        ap[p] = alloc_bf16(m * k);
+        bp[p] = alloc_bf16(k * n);
+    }
+    for (size_t i = 0; i < m * k; i++)
+        tpu_f32_split_bf16(a[i], &ap[0][i], &ap[1][i], &ap[2][i]);
+    for (size_t i = 0; i < k * n; i++)
+        tpu_f32_split_bf16(b[i], &bp[0][i], &bp[1][i], &bp[2][i]);
+    static const int o6[][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
+    for (unsigned i = 0; i < 6; i++)
+        ref_gemm_bf16(ap[o6[i][0]], bp[o6[i][1]], want, m, k, n, 8, i > 0);
+    for (size_t ii = 0; ii < sizeof all_isas / sizeof all_isas[0]; ii++) {
+        if (!tpu__gemm_isa_supported(all_isas[ii]))
+            continue;
+        struct tpu__gemm_opts o = {all_isas[ii], TPU__GEMM_FMA_AUTO, 0};
+        assert_int_equal(tpu__gemm_f32_impl(a, b, y, m, k, n, 8, 6, 2, &o), 0);
+        expect_same_f32(y, want, m, n, isa_name(all_isas[ii]));
+    }
+    for (int p = 0; p < 3; p++) {
+        free(ap[p]);
+        free(bp[p]);
+    }
+    free(a);
+    free(b);
+    free(y);
+    free(want);
+}
+
+static void test_ex_arguments(void **state)
+{
+    (void)state;
+    float x[4] = {1, 2, 3, 4}, y[4];
+    struct tpu__gemm_operand a = {x, true, false, 0}, b = {x, true, true, 0};
+    assert_int_equal(tpu__gemm_ex(NULL, &b, y, 2, 2, 2, 128, false, 1, NULL, NULL, NULL),
+                     TPU_EINVAL);
+    assert_int_equal(tpu__gemm_ex(&a, NULL, y, 2, 2, 2, 128, false, 1, NULL, NULL, NULL),
+                     TPU_EINVAL);
+    b.part = 3;
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 2, 2, 128, false, 1, NULL, NULL, NULL),
+                     TPU_EINVAL);
+    b.part = 0;
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 2, 2, 0, false, 1, NULL, NULL, NULL),
+                     TPU_EINVAL);
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 2, 2, 128, false, 0, NULL, NULL, NULL),
+                     TPU_EINVAL);
+    a.data = NULL;
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 2, 2, 128, false, 1, NULL, NULL, NULL),
+                     TPU_EINVAL);
+    /* k = 0: nothing is read */
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 0, 2, 128, false, 1, NULL, NULL, NULL), 0);
+    assert_int_equal(tpu_f32_bits(y[3]), 0);
+    /* y = [[1, 2], [3, 4]] * [[1, 2], [3, 4]]^T = [[5, 11], [11, 25]] */
+    a.data = x;
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 2, 2, 128, false, 1, NULL, NULL, NULL), 0);
+    assert_true(y[0] == 5.0f && y[1] == 11.0f && y[2] == 11.0f && y[3] == 25.0f);
+    /* an arena's allocation failure is reported like any other */
+    struct tpu__scratch ar = {{NULL}, {0}};
+    struct tpu__gemm_opts o = {TPU__GEMM_ISA_AUTO, TPU__GEMM_FMA_AUTO, 64};
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 2, 2, 128, false, 1, &ar, &o, NULL),
+                     TPU_ENOMEM);
+    assert_null(ar.mem[TPU__SCRATCH_GEMM]);
+    assert_int_equal(tpu__gemm_ex(&a, &b, y, 2, 2, 2, 128, false, 1, &ar, NULL, NULL), 0);
+    assert_non_null(ar.mem[TPU__SCRATCH_GEMM]);
+    tpu__scratch_free(&ar);
+}
+
 /* ---- arguments and degenerate shapes ------------------------------------------------------- */
 
 static void test_arguments(void **state)
@@ -951,6 +1381,12 @@ int main(void)
         cmocka_unit_test(test_f32_split),
         cmocka_unit_test(test_f32_passes_error_bound),
         cmocka_unit_test(test_f32_passes_are_bf16_gemms),
+        cmocka_unit_test(test_f32_passes_all_isas),
+        cmocka_unit_test(test_ex_layouts),
+        cmocka_unit_test(test_ex_blocking),
+        cmocka_unit_test(test_ex_fma_decision),
+        cmocka_unit_test(test_ex_conversions),
+        cmocka_unit_test(test_ex_arguments),
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_degenerate_shapes),
         cmocka_unit_test(test_out_of_memory),

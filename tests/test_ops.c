@@ -109,17 +109,23 @@ static struct tpu_op mkop(enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32
 
 static int run(const struct tpu_op *op, struct bufs *s, int64_t *vars, struct tpu_diag *d)
 {
-    return tpu__op_compute(op, s->b, vars, 8, 1, d);
+    return tpu__op_compute(op, s->b, vars, 8, 1, NULL, d);
+}
+
+/* run_ok with a scratch arena (NULL: the op allocates its own working memory). */
+static int run_ok_arena(const struct tpu_op *op, struct bufs *s, struct tpu__scratch *arena)
+{
+    struct tpu_diag d = {0, ""};
+    int64_t vars[4] = {0};
+    int rc = tpu__op_compute(op, s->b, vars, 8, 1, arena, &d);
+    if (rc)
+        printf("  unexpected error %d: %s\n", rc, d.msg);
+    return rc;
 }
 
 static int run_ok(const struct tpu_op *op, struct bufs *s)
 {
-    struct tpu_diag d = {0, ""};
-    int64_t vars[4] = {0};
-    int rc = run(op, s, vars, &d);
-    if (rc)
-        printf("  unexpected error %d: %s\n", rc, d.msg);
-    return rc;
+    return run_ok_arena(op, s, NULL);
 }
 
 /* Expects code and a message containing each of the (NULL-terminated) fragments. */
@@ -298,11 +304,13 @@ static struct tpu_op matmul_op(bool ta, bool tb, unsigned passes, bool acc)
 }
 
 /* passes 1: f32 rounded to bf16, bf16 as is, mixed; every transpose; fresh and accumulating;
- * R = 8 (many tiles) and 128 (two tiles, one partial); 1 and 2 threads. */
+ * R = 8 (many tiles) and 128 (two tiles, one partial); 1 and 2 threads; working memory of
+ * its own and from an arena reused by every case. */
 static void test_matmul_bf16(void **state)
 {
     (void)state;
     struct rng r = {0x1234};
+    struct tpu__scratch arena = {{NULL}, {0}};
     const enum tpu_buf_dtype kinds[3][2] = {
         {TPU_BUF_F32, TPU_BUF_F32}, {TPU_BUF_BF16, TPU_BUF_BF16}, {TPU_BUF_F32, TPU_BUF_BF16}};
     const size_t mn = (size_t)M_ * N_;
@@ -320,22 +328,27 @@ static void test_matmul_bf16(void **state)
                     memcpy(y0, s.b[2].data, mn * sizeof *y0);
                     ref_gemm_bf16(a, b, want, M_, K_, N_, rows, acc);
                     struct tpu_op op = matmul_op(ta, tb, 1, acc);
-                    for (unsigned th = 1; th <= 2; th++) {
-                        char what[96];
-                        snprintf(what, sizeof what, "matmul %s x %s ta=%d tb=%d acc=%d R=%u "
-                                 "threads=%u", kd == 1 ? "bf16" : "f32",
-                                 kd == 0 ? "f32" : "bf16", ta, tb, acc, rows, th);
-                        memcpy(s.b[2].data, y0, mn * sizeof *y0);
-                        struct tpu_diag d = {0, ""};
-                        assert_int_equal(tpu__op_compute(&op, s.b, NULL, rows, th, &d), 0);
-                        expect_same(s.b[2].data, want, mn, what);
-                    }
+                    for (unsigned th = 1; th <= 2; th++)
+                        for (int use_arena = 0; use_arena < 2; use_arena++) {
+                            char what[112];
+                            snprintf(what, sizeof what, "matmul %s x %s ta=%d tb=%d acc=%d "
+                                     "R=%u threads=%u arena=%d", kd == 1 ? "bf16" : "f32",
+                                     kd == 0 ? "f32" : "bf16", ta, tb, acc, rows, th,
+                                     use_arena);
+                            memcpy(s.b[2].data, y0, mn * sizeof *y0);
+                            struct tpu_diag d = {0, ""};
+                            assert_int_equal(tpu__op_compute(&op, s.b, NULL, rows, th,
+                                                             use_arena ? &arena : NULL, &d),
+                                             0);
+                            expect_same(s.b[2].data, want, mn, what);
+                        }
                     free(a);
                     free(b);
                     free(want);
                     free(y0);
                     bfree(&s);
                 }
+    tpu__scratch_free(&arena);
 }
 
 static int32_t wrap_i32(uint32_t u)
@@ -347,6 +360,7 @@ static void test_matmul_int8(void **state)
 {
     (void)state;
     struct rng r = {77};
+    struct tpu__scratch arena = {{NULL}, {0}};
     const size_t mn = (size_t)M_ * N_;
     for (int tr = 0; tr < 4; tr++)
         for (int acc = 0; acc < 2; acc++) {
@@ -368,11 +382,19 @@ static void test_matmul_int8(void **state)
                     want[i * N_ + j] = wrap_i32(t);
                 }
             struct tpu_op op = matmul_op(ta, tb, 0, acc);
+            int32_t *y0 = malloc(mn * sizeof *y0);
+            assert_non_null(y0);
+            memcpy(y0, y, mn * sizeof *y0);
             assert_int_equal(run_ok(&op, &s), 0);
             assert_memory_equal(s.b[2].data, want, mn * sizeof *want);
+            memcpy(s.b[2].data, y0, mn * sizeof *y0);
+            assert_int_equal(run_ok_arena(&op, &s, &arena), 0);
+            assert_memory_equal(s.b[2].data, want, mn * sizeof *want);
+            free(y0);
             free(want);
             bfree(&s);
         }
+    tpu__scratch_free(&arena);
 }
 
 /* 3 and 6 passes. Fresh: exactly tpu_gemm_f32 on the transposed operands, and within a bound
@@ -385,6 +407,7 @@ static void test_matmul_passes(void **state)
 {
     (void)state;
     struct rng r = {4242};
+    struct tpu__scratch arena = {{NULL}, {0}};
     const size_t mn = (size_t)M_ * N_;
     for (unsigned passes = 3; passes <= 6; passes += 3)
         for (int tr = 0; tr < 4; tr++) {
@@ -402,6 +425,9 @@ static void test_matmul_passes(void **state)
             assert_int_equal(run_ok(&op, &s), 0);
             assert_int_equal(tpu_gemm_f32(a, b, want, M_, K_, N_, 8, passes, 1), 0);
             expect_same(s.b[2].data, want, mn, passes == 3 ? "3 passes" : "6 passes");
+            memcpy(s.b[2].data, y0, mn * sizeof *y0);
+            assert_int_equal(run_ok_arena(&op, &s, &arena), 0);
+            expect_same(s.b[2].data, want, mn, "passes with an arena");
             double dropped = passes == 3 ? 3.0 * ldexp(1, -16) : ldexp(1, -22);
             for (size_t i = 0; i < M_; i++)
                 for (size_t j = 0; j < N_; j++) {
@@ -438,6 +464,9 @@ static void test_matmul_passes(void **state)
             op.attrs.accumulate = true;
             assert_int_equal(run_ok(&op, &s), 0);
             expect_same(s.b[2].data, want, mn, "passes accumulating");
+            memcpy(s.b[2].data, y0, mn * sizeof *y0);
+            assert_int_equal(run_ok_arena(&op, &s, &arena), 0);
+            expect_same(s.b[2].data, want, mn, "passes accumulating with an arena");
             memset(s.b[2].data, 0, mn * sizeof(float));
             assert_int_equal(run_ok(&op, &s), 0);
             assert_int_equal(tpu_gemm_f32(a, b, want, M_, K_, N_, 8, passes, 1), 0);
@@ -454,6 +483,7 @@ static void test_matmul_passes(void **state)
             free(tol);
             bfree(&s);
         }
+    tpu__scratch_free(&arena);
 }
 
 /* An f32 operand with a bf16 one in 3 or 6 passes: the bf16 values split as hi = x,
@@ -479,6 +509,86 @@ static void test_matmul_mixed_passes(void **state)
     }
 }
 
+/* One arena through matmuls of changing shapes, dtypes and transposes (large, then small,
+ * then large again): every result matches the reference, so stale contents of reused memory
+ * never leak into a result; the arena only grows, and an op that fits reuses its blocks
+ * without allocating. */
+static void test_matmul_arena_reuse(void **state)
+{
+    (void)state;
+    struct rng r = {555};
+    struct tpu__scratch arena = {{NULL}, {0}};
+    static const struct {
+        uint32_t m, k, n;
+        bool ta, tb;
+        enum tpu_buf_dtype at, bt;
+    } cases[] = {
+        {70, 300, 90, true, false, TPU_BUF_F32, TPU_BUF_F32},
+        {5, 20, 7, false, true, TPU_BUF_BF16, TPU_BUF_F32},
+        {33, 129, 40, true, true, TPU_BUF_INT8, TPU_BUF_INT8},
+        {3, 1, 2, false, false, TPU_BUF_F32, TPU_BUF_BF16},
+        {64, 257, 65, false, true, TPU_BUF_F32, TPU_BUF_F32},
+        {12, 9, 50, true, true, TPU_BUF_INT8, TPU_BUF_INT8},
+    };
+    size_t prev_bytes[TPU__SCRATCH_SLOTS] = {0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint32_t m = cases[c].m, k = cases[c].k, n = cases[c].n;
+        const bool ta = cases[c].ta, tb = cases[c].tb, int8 = cases[c].at == TPU_BUF_INT8;
+        struct bufs s = {0};
+        bset(&s, 0, cases[c].at, ta ? k : m, ta ? m : k);
+        bset(&s, 1, cases[c].bt, tb ? n : k, tb ? k : n);
+        bset(&s, 2, int8 ? TPU_BUF_INT32 : TPU_BUF_F32, m, n);
+        fill(&r, &s.b[0]);
+        fill(&r, &s.b[1]);
+        struct tpu_op op = matmul_op(ta, tb, 1, false);
+        assert_int_equal(run_ok_arena(&op, &s, &arena), 0);
+        const size_t mn = (size_t)m * n;
+        if (int8) {
+            const int8_t *av = s.b[0].data, *bv = s.b[1].data;
+            int32_t *want = malloc(mn * sizeof *want);
+            assert_non_null(want);
+            for (size_t i = 0; i < m; i++)
+                for (size_t j = 0; j < n; j++) {
+                    uint32_t t = 0;
+                    for (size_t kk = 0; kk < k; kk++)
+                        t += (uint32_t)((int32_t)(ta ? av[kk * m + i] : av[i * k + kk]) *
+                                        (int32_t)(tb ? bv[j * k + kk] : bv[kk * n + j]));
+                    want[i * n + j] = wrap_i32(t);
+                }
+            assert_memory_equal(s.b[2].data, want, mn * sizeof *want);
+            free(want);
+        } else {
+            tpu_bf16 *a = opnd_bf16(&s.b[0], ta), *b = opnd_bf16(&s.b[1], tb);
+            float *want = malloc(mn * sizeof *want);
+            assert_non_null(want);
+            ref_gemm_bf16(a, b, want, m, k, n, 8, false);
+            char what[48];
+            snprintf(what, sizeof what, "arena case %zu", c);
+            expect_same(s.b[2].data, want, mn, what);
+            free(a);
+            free(b);
+            free(want);
+        }
+        for (int sl = 0; sl < TPU__SCRATCH_SLOTS; sl++) {
+            assert_true(arena.bytes[sl] >= prev_bytes[sl]);
+            prev_bytes[sl] = arena.bytes[sl];
+        }
+        /* the same op again: everything fits, nothing is allocated */
+        void *mem[TPU__SCRATCH_SLOTS];
+        memcpy(mem, arena.mem, sizeof mem);
+        assert_int_equal(run_ok_arena(&op, &s, &arena), 0);
+        assert_memory_equal(arena.mem, mem, sizeof mem);
+        bfree(&s);
+    }
+    assert_non_null(arena.mem[TPU__SCRATCH_GEMM]);
+    assert_non_null(arena.mem[TPU__SCRATCH_OPS]); /* the int8 transposed copies */
+    tpu__scratch_free(&arena);
+    for (int sl = 0; sl < TPU__SCRATCH_SLOTS; sl++) {
+        assert_null(arena.mem[sl]);
+        assert_int_equal(arena.bytes[sl], 0);
+    }
+}
+
 static void test_matmul_errors(void **state)
 {
     (void)state;
@@ -500,7 +610,7 @@ static void test_matmul_errors(void **state)
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "operand y is [4][2] but must be [2][4]",
                  NULL);
     bset(&s, 2, TPU_BUF_F32, 2, 4);
-    assert_int_equal(tpu__op_compute(&op, s.b, NULL, 0, 1, &d), TPU_EINVAL);
+    assert_int_equal(tpu__op_compute(&op, s.b, NULL, 0, 1, NULL, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "tile_rows 0"));
     assert_int_equal(run(&op, &s, NULL, &d), 0);
     bfree(&s);
@@ -1360,14 +1470,14 @@ static void test_var_add(void **state)
     op.attrs.var = 0;
     op.attrs.imm = -7;
     struct tpu_diag d = {0, ""};
-    assert_int_equal(tpu__op_compute(&op, NULL, vars, 8, 1, &d), 0);
+    assert_int_equal(tpu__op_compute(&op, NULL, vars, 8, 1, NULL, &d), 0);
     assert_int_equal(vars[0], -2);
     assert_int_equal(vars[1], 0);
     op.attrs.var = 2;
     op.attrs.imm = 1;
-    assert_int_equal(tpu__op_compute(&op, NULL, vars, 8, 1, &d), 0);
+    assert_int_equal(tpu__op_compute(&op, NULL, vars, 8, 1, NULL, &d), 0);
     assert_true(vars[2] == INT64_MAX);
-    expect_error(tpu__op_compute(&op, NULL, vars, 8, 1, &d), &d, TPU_ERANGE,
+    expect_error(tpu__op_compute(&op, NULL, vars, 8, 1, NULL, &d), &d, TPU_ERANGE,
                  "var_add: variable 2 holds 9223372036854775807", "overflow", NULL);
     assert_true(vars[2] == INT64_MAX);
 }
@@ -1405,6 +1515,7 @@ int main(void)
         cmocka_unit_test(test_matmul_int8),
         cmocka_unit_test(test_matmul_passes),
         cmocka_unit_test(test_matmul_mixed_passes),
+        cmocka_unit_test(test_matmul_arena_reuse),
         cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_binary_broadcast),
         cmocka_unit_test(test_max_and_relu_by_hand),

@@ -160,9 +160,15 @@ int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t
  * first error. *end_cycle (if not NULL) gets the latest core clock. */
 int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_cycle,
                    struct tpu_diag *d);
+/* The host will queue no more infeed. A run in which every core that is not done waits for
+ * infeed or for a collective, with at least one waiting for infeed, then ends with TPU_EEND:
+ * the cores stopped at the start of the step whose data never came, so their params and
+ * variables hold the state after the last complete step (all updates follow the step's
+ * collectives). Cleared by tpu_device_reset_cancel. */
+void tpu_device_infeed_close(struct tpu_device *dev);
 /* Ends a run from any thread; blocked calls return TPU_ECANCELED. Idempotent. */
 void tpu_device_cancel(struct tpu_device *dev);
-/* Clears the canceled state before the next run. */
+/* Clears the canceled and infeed-closed states before the next run. */
 void tpu_device_reset_cancel(struct tpu_device *dev);
 
 int tpu_device_counters(const struct tpu_device *dev, uint32_t core,

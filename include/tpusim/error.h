@@ -28,7 +28,8 @@ extern "C" {
     X(THREAD, -10, "thread error")                                                            \
     X(BACKEND, -11, "backend error")                                                          \
     X(CANCELED, -12, "the run was canceled")                                                  \
-    X(TIMEOUT, -13, "timed out")
+    X(TIMEOUT, -13, "timed out")                                                              \
+    X(END, -14, "the input ended")
 
 enum tpu_error {
     TPU_OK = 0,

@@ -49,7 +49,8 @@ struct tpu_mlp_spec {
 void tpu_mlp_default_spec(struct tpu_mlp_spec *s);
 
 enum tpu_mlp_kind {
-    TPU_MLP_TRAIN,   /* infeed x, labels; outfeed the replica's loss [1][1] each step */
+    TPU_MLP_TRAIN,   /* infeed x, labels; outfeed the replica's loss [1][1] each step:
+                        the sum over its rows / global_batch */
     TPU_MLP_EVAL,    /* infeed x, labels (-1 = padding); outfeed the replica's loss sum
                         over its real examples [1][1], then its counts [1][2] (correct,
                         real examples); the host adds the replicas up */
@@ -69,6 +70,12 @@ struct tpu_mlp_program {
 int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
                   struct tpu_mlp_program *out, struct tpu_diag *d);
 void tpu_mlp_program_free(struct tpu_mlp_program *p);
+
+/* The MLP as a runtime model (runtime.h): builds its programs for each mode from `spec`
+ * (batch fields are filled in by the runtime) and initializes weights Glorot-uniform from
+ * the seed, biases and optimizer state to zero. The spec must outlive the model. */
+struct tpu_model;
+void tpu_mlp_model(struct tpu_model *m, struct tpu_mlp_spec *spec);
 
 #ifdef __cplusplus
 }

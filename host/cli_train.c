@@ -1,0 +1,668 @@
+/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: an MLP on Fashion-MNIST (or any
+ * MNIST-format IDX files) on a simulated chip, through the estimator (runtime.h).
+ *
+ * Options come from flags or from a JSON config file (--config FILE): its keys are the long
+ * option names with '_' for '-', its values numbers, strings or booleans; flags given after
+ * --config override it. Every value is checked before any work. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dataset_input.h"
+#include "npy.h"
+#include "reference.h"
+#include "tpusim/dataset.h"
+#include "tpusim/device.h"
+#include "tpusim/models.h"
+#include "tpusim/runtime.h"
+
+struct train_opts {
+    const char *cmd;
+    const char *chip, *data, *trace, *output, *images, *labels;
+    uint32_t chips, cores_per_replica, threads;
+    uint64_t steps, max_steps;
+    double epochs;
+    char layers_text[256];
+    struct tpu_mlp_spec spec;
+    struct tpu_run_config rc;
+    unsigned verbose;
+    bool json, reference, no_eval, timing_only;
+    uint64_t limit;
+};
+
+static const char *const usage_text =
+    "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
+    "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
+    "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
+    "\n"
+    "chip and device\n"
+    "  --chip NAME|FILE              chip preset or JSON file (default tpu-v3)\n"
+    "  --chips N                     chips on the host (default: the chip's chips_per_host)\n"
+    "  --cores-per-replica N         model parallelism (default 1)\n"
+    "  --threads N                   host threads simulating the cores (default: all CPUs)\n"
+    "  --timing-only                 count cycles, compute no values (train only)\n"
+    "  --trace FILE                  write the timeline (Chrome trace JSON, opens in Perfetto)\n"
+    "model and data\n"
+    "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
+    "  --optimizer sgd|adam          (default sgd: SGD with momentum)\n"
+    "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X\n"
+    "  --passes 1|3|6                matmul precision: bf16 inputs (default), or fp32 in passes\n"
+    "  --data DIR                    Fashion-MNIST files (default: the Debian package's path)\n"
+    "  --seed N                      initialization and shuffling (default 1)\n"
+    "  --reference                   also train the same model in fp32 on the host and compare\n"
+    "TPUConfig / RunConfig\n"
+    "  --steps N | --max-steps N | --epochs X   how long to train (default 1 epoch)\n"
+    "  --iterations-per-loop N|Ns|Nm|Nh   steps per launch, or simulated time per launch\n"
+    "  --train-batch-size N  --eval-batch-size N  --predict-batch-size N   (global; 512)\n"
+    "  --per-host-input-for-training PER_SHARD_V1|PER_HOST_V1|PER_HOST_V2|BROADCAST\n"
+    "  --eval-training-input-configuration PER_HOST_V1|SLICED\n"
+    "  --model-dir DIR               checkpoints (safetensors) and metrics.jsonl\n"
+    "  --save-checkpoints-steps N  --keep-checkpoint-max N  --log-step-count-steps N\n"
+    "  --host-call-every-n-steps N  --initial-infeed-sleep-secs X  --strict-input\n"
+    "  --host-time modeled|measured  how host phases are charged (default modeled)\n"
+    "output\n"
+    "  --verbose 0|1|2               0 silent, 1 progress bar (default), 2 a line per epoch\n"
+    "  --json                        machine-readable summary\n"
+    "  --config FILE.json            options from a file\n"
+    "  --limit N                     predict: only the first N test examples\n"
+    "  --output FILE.npy             predict: write the logits\n";
+
+/* ---- option parsing ------------------------------------------------------------------------ */
+
+static int parse_u32(struct train_opts *o, const char *opt, const char *v, uint32_t lo,
+                     uint32_t hi, uint32_t *out)
+{
+    uint64_t x;
+    int rc = tpu__cli_parse_u64(o->cmd, opt, v, lo, hi, &x);
+    if (!rc)
+        *out = (uint32_t)x;
+    return rc;
+}
+
+static int parse_float(struct train_opts *o, const char *opt, const char *v, double lo,
+                       double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '%s' is not a number from %g to %g",
+                              opt, v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int parse_layers(struct train_opts *o, const char *v)
+{
+    struct tpu_mlp_spec *s = &o->spec;
+    uint32_t n = 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long w = strtoul(p, &end, 10);
+        if (end == p || errno || w < 1 || w > 65536 || n + 1 >= TPU_MLP_MAX_LAYERS ||
+            (*end && *end != ','))
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE,
+                                  "--layers '%s' is not a comma-separated list of 1 to %d widths "
+                                  "from 1 to 65536; e.g. --layers 512,256",
+                                  v, TPU_MLP_MAX_LAYERS - 1);
+        s->sizes[1 + n++] = (uint32_t)w;
+        p = *end ? end + 1 : end;
+    }
+    s->n_layers = n + 1; /* the hidden layers plus the classifier */
+    snprintf(o->layers_text, sizeof o->layers_text, "%s", v);
+    return 0;
+}
+
+static int set_option(struct train_opts *o, const char *name, const char *v)
+{
+    double x = 0;
+    uint32_t u = 0;
+    struct tpu_diag d = {0};
+    int rc = 0;
+    if (!strcmp(name, "--chip"))
+        o->chip = v;
+    else if (!strcmp(name, "--chips"))
+        rc = parse_u32(o, name, v, 1, 4096, &o->chips);
+    else if (!strcmp(name, "--cores-per-replica"))
+        rc = parse_u32(o, name, v, 1, 128, &o->rc.num_cores_per_replica);
+    else if (!strcmp(name, "--threads"))
+        rc = parse_u32(o, name, v, 1, 256, &o->threads);
+    else if (!strcmp(name, "--trace"))
+        o->trace = v;
+    else if (!strcmp(name, "--layers"))
+        rc = parse_layers(o, v);
+    else if (!strcmp(name, "--optimizer")) {
+        if (!strcmp(v, "sgd"))
+            o->spec.optimizer = TPU_OPT_SGD_MOMENTUM;
+        else if (!strcmp(v, "adam"))
+            o->spec.optimizer = TPU_OPT_ADAM;
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--optimizer '%s' is not sgd or adam", v);
+    } else if (!strcmp(name, "--learning-rate")) {
+        if (!(rc = parse_float(o, name, v, 1e-9, 1000, &x)))
+            o->spec.learning_rate = (float)x;
+    } else if (!strcmp(name, "--momentum")) {
+        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
+            o->spec.momentum = (float)x;
+    } else if (!strcmp(name, "--beta1")) {
+        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
+            o->spec.beta1 = (float)x;
+    } else if (!strcmp(name, "--beta2")) {
+        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
+            o->spec.beta2 = (float)x;
+    } else if (!strcmp(name, "--epsilon")) {
+        if (!(rc = parse_float(o, name, v, 1e-12, 1, &x)))
+            o->spec.epsilon = (float)x;
+    } else if (!strcmp(name, "--l2")) {
+        if (!(rc = parse_float(o, name, v, 0, 10, &x)))
+            o->spec.l2 = (float)x;
+    } else if (!strcmp(name, "--passes")) {
+        if (!(rc = parse_u32(o, name, v, 1, 6, &u)) && u != 1 && u != 3 && u != 6)
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--passes %s is not 1, 3 or 6", v);
+        o->spec.passes = u;
+    } else if (!strcmp(name, "--data"))
+        o->data = v;
+    else if (!strcmp(name, "--seed"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_MAX, &o->rc.seed);
+    else if (!strcmp(name, "--steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->steps);
+    else if (!strcmp(name, "--max-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->max_steps);
+    else if (!strcmp(name, "--epochs"))
+        rc = parse_float(o, name, v, 1e-6, 1e6, &o->epochs);
+    else if (!strcmp(name, "--iterations-per-loop")) {
+        if (tpu_run_config_set_ipl(&o->rc, v, &d))
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s", d.msg);
+    } else if (!strcmp(name, "--train-batch-size"))
+        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.train_batch_size);
+    else if (!strcmp(name, "--eval-batch-size"))
+        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.eval_batch_size);
+    else if (!strcmp(name, "--predict-batch-size"))
+        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.predict_batch_size);
+    else if (!strcmp(name, "--per-host-input-for-training")) {
+        if (tpu_input_mode_parse(v, &o->rc.per_host_input_for_training))
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--per-host-input-for-training '%s' is "
+                                "not PER_SHARD_V1, PER_HOST_V1, PER_HOST_V2 or BROADCAST", v);
+    } else if (!strcmp(name, "--eval-training-input-configuration")) {
+        if (!strcmp(v, "PER_HOST_V1"))
+            o->rc.eval_training_input_configuration = TPU_EVAL_PER_HOST_V1;
+        else if (!strcmp(v, "SLICED"))
+            o->rc.eval_training_input_configuration = TPU_EVAL_SLICED;
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--eval-training-input-configuration '%s'"
+                                " is not PER_HOST_V1 or SLICED", v);
+    } else if (!strcmp(name, "--model-dir"))
+        snprintf(o->rc.model_dir, sizeof o->rc.model_dir, "%s", v);
+    else if (!strcmp(name, "--save-checkpoints-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->rc.save_checkpoints_steps);
+    else if (!strcmp(name, "--keep-checkpoint-max"))
+        rc = parse_u32(o, name, v, 0, 1000000, &o->rc.keep_checkpoint_max);
+    else if (!strcmp(name, "--log-step-count-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_C(1) << 40, &o->rc.log_step_count_steps);
+    else if (!strcmp(name, "--host-call-every-n-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_C(1) << 40, &o->rc.host_call_every_n_steps);
+    else if (!strcmp(name, "--initial-infeed-sleep-secs")) {
+        if (!(rc = parse_float(o, name, v, 0, 3600, &x)))
+            o->rc.initial_infeed_sleep_secs = x;
+    } else if (!strcmp(name, "--host-time")) {
+        if (!strcmp(v, "modeled"))
+            o->rc.host_time = TPU_HOST_TIME_MODELED;
+        else if (!strcmp(v, "measured"))
+            o->rc.host_time = TPU_HOST_TIME_MEASURED;
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--host-time '%s' is not modeled or "
+                                "measured", v);
+    } else if (!strcmp(name, "--verbose"))
+        rc = parse_u32(o, name, v, 0, 2, &o->verbose);
+    else if (!strcmp(name, "--limit"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->limit);
+    else if (!strcmp(name, "--output"))
+        o->output = v;
+    else
+        return 1; /* not an option with a value */
+    return rc;
+}
+
+static int set_flag(struct train_opts *o, const char *name)
+{
+    if (!strcmp(name, "--json"))
+        o->json = true;
+    else if (!strcmp(name, "--reference"))
+        o->reference = true;
+    else if (!strcmp(name, "--strict-input"))
+        o->rc.strict_input = true;
+    else if (!strcmp(name, "--timing-only"))
+        o->timing_only = true;
+    else if (!strcmp(name, "--no-eval"))
+        o->no_eval = true;
+    else
+        return 1;
+    return 0;
+}
+
+/* Options from a JSON object: "learning_rate": 0.1 means --learning-rate 0.1. */
+static int load_config(struct train_opts *o, const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s:%d:%d: %s", path, je.line, je.column,
+                              je.text);
+    int rc = 0;
+    if (!json_is_object(root)) {
+        rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: the config must be a JSON object of "
+                            "options, e.g. {\"learning_rate\": 0.1}", path);
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        char name[96], text[512];
+        snprintf(name, sizeof name, "--%s", key);
+        for (char *c = name + 2; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        if (json_is_true(val) || json_is_false(val)) {
+            if (set_flag(o, name)) {
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is not a true/false "
+                                    "option", path, key);
+                goto out;
+            }
+            if (json_is_false(val)) {
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s': false is the default; "
+                                    "leave the key out", path, key);
+                goto out;
+            }
+            continue;
+        }
+        if (json_is_integer(val))
+            snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
+        else if (json_is_real(val))
+            snprintf(text, sizeof text, "%.17g", json_real_value(val));
+        else if (json_is_string(val))
+            snprintf(text, sizeof text, "%s", json_string_value(val));
+        else {
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string or "
+                                "true", path, key);
+            goto out;
+        }
+        int r = set_option(o, name, text);
+        if (r == 1) {
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys are "
+                                "the long options of 'tpusim %s --help' with '_' for '-'",
+                                path, key, o->cmd);
+            goto out;
+        }
+        if (r) {
+            rc = r;
+            goto out;
+        }
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, struct train_opts *o)
+{
+    o->chip = "tpu-v3";
+    o->verbose = 1;
+    tpu_mlp_default_spec(&o->spec);
+    tpu_run_config_default(&o->rc);
+    o->rc.seed = 1;
+    o->rc.train_batch_size = o->rc.eval_batch_size = o->rc.predict_batch_size = 512;
+    parse_layers(o, "512,256");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return -1;
+        }
+        if (!set_flag(o, a))
+            continue;
+        if (i + 1 >= argc)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "option '%s' needs a value (or is "
+                                  "unknown: see 'tpusim %s --help')", a, o->cmd);
+        int rc = !strcmp(a, "--config") ? load_config(o, argv[i + 1]) : set_option(o, a, argv[i + 1]);
+        if (rc == 1)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "unknown option '%s'; run 'tpusim %s "
+                                  "--help' for the list", a, o->cmd);
+        if (rc)
+            return rc;
+        i++;
+    }
+    int given = (o->steps > 0) + (o->max_steps > 0) + (o->epochs > 0);
+    if (given > 1)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give one of --steps, --max-steps and "
+                              "--epochs");
+    if ((o->output || o->limit) && strcmp(o->cmd, "predict"))
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--output and --limit belong to 'tpusim "
+                              "predict'");
+    if (strcmp(o->cmd, "train") && !o->rc.model_dir[0])
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give --model-dir: '%s' reads the "
+                              "checkpoint a 'tpusim train --model-dir DIR' wrote", o->cmd);
+    if (o->timing_only && (o->reference || strcmp(o->cmd, "train")))
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--timing-only computes no values: it "
+                              "goes with 'tpusim train' without --reference");
+    return 0;
+}
+
+/* ---- progress ------------------------------------------------------------------------------- */
+
+struct progress {
+    const struct train_opts *o;
+    uint64_t total_steps, first_step, steps_per_epoch;
+    double wall0;
+    uint64_t last_epoch;
+};
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag *d)
+{
+    struct progress *p = ctx;
+    (void)d;
+    if (li->mode != TPU_MODE_TRAIN || p->o->json)
+        return 0;
+    uint64_t done = li->global_step - p->first_step;
+    double el = wall_s() - p->wall0;
+    if (p->o->verbose == 1) {
+        int width = 30, filled = p->total_steps ? (int)(width * done / p->total_steps) : width;
+        double eta = done ? el * (double)(p->total_steps - done) / (double)done : 0;
+        fprintf(stderr, "\r[%.*s%s%.*s] %llu/%llu steps  loss %.4f  ETA %.0fs ", filled,
+                "==============================", filled < width ? ">" : "",
+                width - filled - (filled < width), "                              ",
+                (unsigned long long)done, (unsigned long long)p->total_steps, (double)li->loss,
+                eta);
+        if (done >= p->total_steps)
+            fputc('\n', stderr);
+    } else if (p->o->verbose == 2 && p->steps_per_epoch) {
+        uint64_t epoch = li->global_step / p->steps_per_epoch;
+        if (epoch != p->last_epoch || done >= p->total_steps) {
+            fprintf(stderr, "epoch %llu: global step %llu, loss %.4f, %.0f simulated examples/s, "
+                    "%.1f s wall\n", (unsigned long long)epoch,
+                    (unsigned long long)li->global_step, (double)li->loss, li->examples_per_s, el);
+            p->last_epoch = epoch;
+        }
+    }
+    return 0;
+}
+
+/* ---- the commands --------------------------------------------------------------------------- */
+
+struct run {
+    struct train_opts o;
+    struct tpu_chip_config chip;
+    struct tpu_device *dev;
+    struct tpu_estimator *est;
+    struct tpu_dataset train, test;
+    struct tpu_model model;
+    struct progress prog;
+};
+
+static int setup(struct run *r, bool need_train_data)
+{
+    struct tpu_diag d = {0};
+    const char *cmd = r->o.cmd;
+    if (tpu_config_load(r->o.chip, &r->chip, &d))
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    r->o.spec.sizes[0] = 784;
+    r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
+    if ((need_train_data && tpu_dataset_fashion_mnist(r->o.data, true, &r->train, &d)) ||
+        tpu_dataset_fashion_mnist(r->o.data, false, &r->test, &d))
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &r->chip);
+    if (r->o.chips)
+        s.n_chips = r->o.chips;
+    s.cores_per_replica = r->o.rc.num_cores_per_replica;
+    s.n_threads = r->o.threads;
+    s.timing_only = r->o.timing_only;
+    s.trace = r->o.trace != NULL;
+    if (tpu_device_open(&s, &r->dev, &d))
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    /* the spec's batch fields are the runtime's business; check the rest now */
+    struct tpu_mlp_spec check = r->o.spec;
+    check.batch_per_replica = check.global_batch = 1;
+    struct tpu_mlp_program mp;
+    if (tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+    tpu_mlp_program_free(&mp);
+    tpu_mlp_model(&r->model, &r->o.spec);
+    r->prog.o = &r->o;
+    r->prog.wall0 = wall_s();
+    struct tpu_hook hook = {.ctx = &r->prog, .after_loop = after_loop};
+    if (tpu_estimator_create(r->dev, &r->o.rc, &r->model, &hook, 1, &r->est, &d))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+    return 0;
+}
+
+static void teardown(struct run *r)
+{
+    tpu_estimator_destroy(&r->est);
+    tpu_device_close(&r->dev);
+    tpu_dataset_free(&r->train);
+    tpu_dataset_free(&r->test);
+}
+
+static int write_trace(struct run *r)
+{
+    struct tpu_diag d = {0};
+    if (r->o.trace && tpu_device_write_trace(r->dev, r->o.trace, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    return 0;
+}
+
+static int cmd_train(struct run *r)
+{
+    struct train_opts *o = &r->o;
+    int rc = setup(r, true);
+    if (rc)
+        return rc;
+    struct tpu_diag d = {0};
+    uint64_t per_epoch = r->train.n_examples / o->rc.train_batch_size;
+    uint64_t steps = o->steps, max_steps = o->max_steps;
+    if (!steps && !max_steps)
+        steps = (uint64_t)floor((o->epochs > 0 ? o->epochs : 1.0) * per_epoch);
+    if (!steps && !max_steps)
+        steps = 1;
+    struct tpu__dataset_input in;
+    tpu__dataset_input_init(&in, &r->train, o->rc.seed);
+    r->prog.first_step = tpu_estimator_global_step(r->est);
+    r->prog.total_steps = steps ? steps : max_steps;
+    r->prog.steps_per_epoch = per_epoch ? per_epoch : 1;
+    double w0 = wall_s();
+    rc = tpu_estimator_train(r->est, &in.input, steps, max_steps, &d);
+    double train_wall = wall_s() - w0;
+    if (rc) {
+        tpu__dataset_input_free(&in);
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
+    }
+    if (d.msg[0] && !o->json)
+        fprintf(stderr, "tpusim train: %s\n", d.msg); /* a warning */
+    struct tpu_loop_info last = *tpu_estimator_last_info(r->est);
+    uint64_t gstep = tpu_estimator_global_step(r->est);
+    struct tpu_eval_result ev = {0};
+    bool evaluated = false;
+    if (!o->no_eval && !o->timing_only) {
+        struct tpu__dataset_input tin;
+        tpu__dataset_input_init(&tin, &r->test, o->rc.seed);
+        rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &ev, &d);
+        tpu__dataset_input_free(&tin);
+        if (rc) {
+            tpu__dataset_input_free(&in);
+            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
+        }
+        evaluated = true;
+    }
+    struct tpu__reference_result ref = {0};
+    double ref_wall = 0;
+    if (o->reference) {
+        struct tpu__dataset_input rin;
+        tpu__dataset_input_init(&rin, &r->train, o->rc.seed);
+        double t0 = wall_s();
+        rc = tpu__reference_train(&o->spec, &r->model, &rin.input, &r->test, gstep,
+                                  o->rc.train_batch_size, o->rc.seed, &ref, &d);
+        ref_wall = wall_s() - t0;
+        tpu__dataset_input_free(&rin);
+        if (rc) {
+            tpu__dataset_input_free(&in);
+            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
+        }
+    }
+    tpu__dataset_input_free(&in);
+    if ((rc = write_trace(r)))
+        return rc;
+    const double total_device = last.total_seconds;
+    if (o->json) {
+        printf("{\"chip\": \"%s\", \"replicas\": %u, \"layers\": \"784,%s,10\", \"global_step\": "
+               "%llu, \"train_batch_size\": %u, \"loss\": %.6g, \"step_time_s\": %.9g, "
+               "\"examples_per_s\": %.6g, \"mxu_utilization\": %.6f, \"infeed_stall_share\": "
+               "%.6f, \"host_overhead_share\": %.6f, \"simulated_seconds\": %.9g, "
+               "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
+               r->chip.name, tpu_device_n_replicas(r->dev), o->layers_text,
+               (unsigned long long)gstep, o->rc.train_batch_size, (double)last.loss,
+               last.step_time_s, last.examples_per_s, last.mxu_utilization,
+               last.infeed_stall_share, last.host_overhead_share, total_device,
+               o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", train_wall);
+        if (evaluated)
+            printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
+                   ev.accuracy, ev.loss, (unsigned long long)ev.examples);
+        if (o->reference)
+            printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
+                   ref.test_accuracy, ref_wall);
+        printf("}\n");
+        return 0;
+    }
+    printf("tpusim train: MLP 784-%s-10 on %s, %u replica%s, %s matmul inputs, %s\n",
+           o->layers_text, r->chip.name, tpu_device_n_replicas(r->dev),
+           tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
+           o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)",
+           o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
+    printf("  global step        %llu (global batch %u)\n", (unsigned long long)gstep,
+           o->rc.train_batch_size);
+    printf("  training loss      %.4f (replica 0, last step)\n", (double)last.loss);
+    if (evaluated)
+        printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n", 100 * ev.accuracy,
+               (unsigned long long)ev.examples, ev.loss);
+    if (o->reference)
+        printf("  fp32 host reference %.2f %% (%+.2f points on the chip), %.1f s\n",
+               100 * ref.test_accuracy, 100 * (ev.accuracy - ref.test_accuracy), ref_wall);
+    printf("  simulated          step %.1f us, %.0f examples/s, %.3f s in all (host time %s)\n",
+           last.step_time_s * 1e6, last.examples_per_s, total_device,
+           o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
+    printf("  matrix units       %.1f %% utilized\n", 100 * last.mxu_utilization);
+    printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
+           100 * last.infeed_stall_share, 100 * last.host_overhead_share);
+    printf("  simulation         %.1f s of wall time for training\n", train_wall);
+    return 0;
+}
+
+static int cmd_evaluate(struct run *r)
+{
+    int rc = setup(r, false);
+    if (rc)
+        return rc;
+    struct tpu_diag d = {0};
+    struct tpu__dataset_input tin;
+    tpu__dataset_input_init(&tin, &r->test, r->o.rc.seed);
+    struct tpu_eval_result ev;
+    rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &ev, &d);
+    tpu__dataset_input_free(&tin);
+    if (rc)
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if ((rc = write_trace(r)))
+        return rc;
+    if (r->o.json)
+        printf("{\"global_step\": %llu, \"accuracy\": %.6f, \"loss\": %.6f, \"examples\": %llu}\n",
+               (unsigned long long)tpu_estimator_global_step(r->est), ev.accuracy, ev.loss,
+               (unsigned long long)ev.examples);
+    else
+        printf("tpusim evaluate: global step %llu: accuracy %.2f %%, loss %.4f over %llu "
+               "examples\n", (unsigned long long)tpu_estimator_global_step(r->est),
+               100 * ev.accuracy, ev.loss, (unsigned long long)ev.examples);
+    return 0;
+}
+
+struct pred {
+    float *out;
+    uint32_t cols;
+    uint64_t n, correct, cap;
+    const struct tpu_dataset *ds;
+};
+
+static void emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    struct pred *p = ctx;
+    uint32_t best = 0;
+    for (uint32_t j = 1; j < cols; j++)
+        if (row[j] > row[best])
+            best = j;
+    p->correct += (int32_t)best == p->ds->y[index];
+    if (p->out && index < p->cap)
+        memcpy(p->out + index * cols, row, cols * sizeof *row);
+    p->cols = cols;
+    p->n = index + 1;
+}
+
+static int cmd_predict(struct run *r)
+{
+    int rc = setup(r, false);
+    if (rc)
+        return rc;
+    struct tpu_diag d = {0};
+    if (r->o.limit && r->o.limit < r->test.n_examples)
+        r->test.n_examples = (uint32_t)r->o.limit;
+    struct tpu__dataset_input tin;
+    tpu__dataset_input_init(&tin, &r->test, r->o.rc.seed);
+    struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
+    p.out = r->o.output ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
+    uint64_t n = 0;
+    rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
+    tpu__dataset_input_free(&tin);
+    if (!rc && r->o.output)
+        rc = tpu__npy_write(r->o.output, TPU__NPY_F32, n, p.cols, p.out, &d);
+    free(p.out);
+    if (rc)
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if (r->o.json)
+        printf("{\"predictions\": %llu, \"accuracy\": %.6f}\n", (unsigned long long)n,
+               n ? (double)p.correct / n : 0);
+    else
+        printf("tpusim predict: %llu predictions (one per example; accuracy %.2f %%)%s%s\n",
+               (unsigned long long)n, n ? 100.0 * p.correct / n : 0,
+               r->o.output ? ", logits in " : "", r->o.output ? r->o.output : "");
+    return 0;
+}
+
+int tpu__cli_train(int argc, char **argv)
+{
+    struct run r;
+    memset(&r, 0, sizeof r);
+    r.o.cmd = argv[0];
+    int rc = parse_args(argc, argv, &r.o);
+    if (rc)
+        return rc < 0 ? TPU_CLI_OK : rc;
+    if (!strcmp(r.o.cmd, "train"))
+        rc = cmd_train(&r);
+    else if (!strcmp(r.o.cmd, "evaluate"))
+        rc = cmd_evaluate(&r);
+    else
+        rc = cmd_predict(&r);
+    teardown(&r);
+    return rc;
+}

@@ -1,0 +1,214 @@
+/* The host runtime: TPUEstimator's behaviour on the simulated chip.
+ *
+ * A run configuration mirrors TPUConfig and RunConfig; an estimator joins a device, a model
+ * (which lowers itself to device programs) and an input function, and offers train,
+ * evaluate and predict. Where TPUEstimator's behaviour is what users rely on, it is kept:
+ * global batch sizes, the per-replica batch of each input mode and its divisibility rules,
+ * iterations_per_loop, checkpoints at loop boundaries. Where it is known to hurt, this
+ * runtime does better, and says so:
+ *   - the next loop's infeed fills while the host hooks run (no bubble);
+ *   - an error in any thread (input function, host call, NaN or Inf loss) ends the run
+ *     promptly with that error, never a hang, and the last checkpoint stays intact;
+ *   - evaluate and predict pad the last partial batch and mask the padding, so N examples
+ *     give exactly N predictions and metrics over exactly N examples;
+ *   - a finite training input ends training cleanly at the last full step (with a warning;
+ *     strict_input makes it an error).
+ *
+ * Threads: the caller's thread runs the loops and hooks; an infeed thread runs the input
+ * function and fills the per-core infeed queues; an outfeed thread drains the outfeed
+ * queues and runs host calls. They hand data to each other only through the device's queues
+ * and the estimator's lock-guarded status.
+ *
+ * Time: device time is simulated. The host's own phases (input function, hooks and
+ * checkpoints, launches) are charged to the same timeline either with their measured wall
+ * time or with fixed modeled costs (deterministic, for tests and benchmarks); the
+ * simulator's own run time is never charged. Reports say which. */
+#ifndef TPUSIM_RUNTIME_H
+#define TPUSIM_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpusim/device.h"
+#include "tpusim/error.h"
+#include "tpusim/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tpu_input_mode {
+    TPU_PER_SHARD_V1 = 0, /* input_fn per replica, batch = global / replicas */
+    TPU_PER_HOST_V1,      /* input_fn per host, batch = global / hosts, split to replicas */
+    TPU_PER_HOST_V2,      /* input_fn per host with the per-replica batch, once per replica */
+    TPU_BROADCAST,        /* input_fn once, per-replica batch, the same batch to every replica */
+};
+
+enum tpu_eval_input {
+    TPU_EVAL_PER_HOST_V1 = 0, /* eval input per host, split to replicas */
+    TPU_EVAL_SLICED,          /* one eval input, sliced across replicas */
+};
+
+enum tpu_host_time {
+    TPU_HOST_TIME_MODELED = 0, /* fixed costs below: deterministic */
+    TPU_HOST_TIME_MEASURED,    /* the host phases' wall time */
+};
+
+struct tpu_run_config {
+    /* TPUConfig */
+    uint64_t iterations_per_loop;     /* steps per launch (when iterations_per_loop_s is 0) */
+    double iterations_per_loop_s;     /* > 0: a time per launch in simulated seconds ("30s");
+                                         the loop size adapts to the measured step time */
+    uint32_t num_shards;              /* replicas; 0 = all cores / cores per replica */
+    uint32_t num_cores_per_replica;   /* 1, 2, 4, ... 128 */
+    enum tpu_input_mode per_host_input_for_training;
+    enum tpu_eval_input eval_training_input_configuration;
+    double initial_infeed_sleep_secs;
+    uint64_t host_call_every_n_steps; /* 0: never */
+    uint32_t num_hosts;               /* hosts of the pod slice; 1 here */
+    /* RunConfig / TPUEstimator */
+    uint32_t train_batch_size, eval_batch_size, predict_batch_size; /* global */
+    char model_dir[512];              /* empty: no checkpoints, no metrics log */
+    uint64_t save_checkpoints_steps;  /* 0: only at the start and the end */
+    uint32_t keep_checkpoint_max;     /* 0: keep all */
+    uint64_t log_step_count_steps;    /* 0: no step logging */
+    uint64_t seed;
+    bool strict_input;
+    /* host time */
+    enum tpu_host_time host_time;
+    double modeled_launch_us;         /* per launch */
+    double modeled_hooks_us;          /* per loop boundary (hooks, logging) */
+    double modeled_checkpoint_us;     /* per checkpoint */
+    double modeled_input_us_per_batch;
+};
+
+/* Defaults: iterations_per_loop 100, PER_HOST_V2, batch sizes 0 (must be set), modeled
+ * host time (launch 100 us, hooks 500 us, checkpoint 20 ms, input 50 us per batch). */
+void tpu_run_config_default(struct tpu_run_config *c);
+
+/* Parses "100", "30s", "5m", "2h" into the config (count or time). */
+int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tpu_diag *d);
+int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out);
+const char *tpu_input_mode_name(enum tpu_input_mode m);
+
+enum tpu_mode { TPU_MODE_TRAIN = 0, TPU_MODE_EVAL, TPU_MODE_PREDICT };
+
+/* A model lowered to device programs. The program of each mode must declare variables
+ * "iterations" (its loop's count) and "step" (the global step, advanced by training), infeed
+ * the tensors in `infeed` order each step, and outfeed the tensors in `outfeed` order each
+ * step (train: a [1][1] loss scaled by 1/global batch; eval: a [1][1] loss sum and [1][2]
+ * counts (correct, real examples); predict: [batch][classes] outputs). */
+struct tpu_model_program {
+    struct tpu_program *prog;       /* owned by the runtime after build returns */
+    uint32_t var_iterations, var_step;
+    uint32_t n_infeed, infeed[4];
+    uint32_t n_outfeed, outfeed[4];
+    uint32_t n_params, params[256];  /* checkpointed state, in a fixed order */
+};
+
+struct tpu_model {
+    void *ctx;
+    /* Builds the program for `mode` with the given per-replica and global batch. */
+    int (*build)(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
+                 uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d);
+    /* Fills a param's initial value ([rows][cols] f32). */
+    void (*init_param)(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,
+                       uint64_t seed);
+};
+
+/* An input function: fills `batch` rows of each infeed tensor (x as f32 [batch][features],
+ * labels as int32 [batch][1], in the model's infeed order) for `mode`, and returns the number
+ * of real rows (<= batch) through *n_real. Returns 1 with a batch, 0 at the end of the input
+ * (nothing filled), or a negative error with a sentence in d. The runtime pads rows past
+ * *n_real: zeros, and -1 in int32 tensors (the mask for labels). `shard` is the replica
+ * (PER_SHARD_V1) or host index the call is for. Called from the infeed thread. */
+struct tpu_input {
+    void *ctx;
+    int (*next)(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
+                void *const *tensors, uint32_t *n_real, struct tpu_diag *d);
+    /* Positions the input before the first call of a pass (may be NULL): training that
+     * resumes at `global_step` continues the data stream where an uninterrupted run would
+     * be (so resuming reproduces it bit for bit); evaluate and predict start at 0. */
+    int (*start)(void *ctx, enum tpu_mode mode, uint64_t global_step, uint32_t global_batch,
+                 struct tpu_diag *d);
+};
+
+/* What the runtime reports at each loop boundary (and at the end). */
+struct tpu_loop_info {
+    enum tpu_mode mode;
+    uint64_t global_step;          /* after this loop */
+    uint64_t steps;                /* steps this loop ran */
+    float loss;                    /* train: replica 0's mean loss at the loop's last step */
+    double device_seconds;         /* simulated device time of this loop */
+    double host_seconds;           /* host time charged at this boundary */
+    double total_seconds;          /* simulated time since the run began */
+    double wall_seconds;           /* the simulator's own wall time so far (not charged) */
+    double examples_per_s;         /* simulated */
+    double step_time_s;            /* simulated device time per step */
+    double mxu_utilization;        /* useful MACs / MXU MAC slots over the loop's time */
+    double infeed_stall_share;     /* share of device time core 0 waited for infeed */
+    double host_overhead_share;    /* host time / total time */
+};
+
+struct tpu_hook {
+    void *ctx;
+    /* After every loop (the caller's thread). Non-zero stops the run with that error. */
+    int (*after_loop)(void *ctx, const struct tpu_loop_info *info, struct tpu_diag *d);
+    /* Every host_call_every_n_steps global steps, with replica 0's loss at that step (the
+     * outfeed thread). Non-zero stops the run with that error. */
+    int (*host_call)(void *ctx, uint64_t global_step, float loss, struct tpu_diag *d);
+};
+
+struct tpu_estimator;
+
+/* Validates the configuration against the device and the model before any work, with the
+ * value, the rule and the fix in the message; builds nothing yet. The estimator copies the
+ * config and the model/hook structs; the device must outlive it. */
+int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cfg,
+                         const struct tpu_model *model, const struct tpu_hook *hooks,
+                         size_t n_hooks, struct tpu_estimator **out, struct tpu_diag *d);
+void tpu_estimator_destroy(struct tpu_estimator **est);
+
+/* Trains: `steps` more steps (relative), or up to `max_steps` (absolute) if steps is 0.
+ * Resumes from the latest checkpoint in model_dir if there is one. */
+int tpu_estimator_train(struct tpu_estimator *est, const struct tpu_input *input, uint64_t steps,
+                        uint64_t max_steps, struct tpu_diag *d);
+
+struct tpu_eval_result {
+    uint64_t examples;   /* exactly the examples the input gave */
+    double loss;         /* mean per-example loss */
+    double accuracy;
+    uint64_t steps;
+    double device_seconds;
+};
+
+/* Evaluates over the whole input (steps 0) or `steps` batches. */
+int tpu_estimator_evaluate(struct tpu_estimator *est, const struct tpu_input *input,
+                           uint64_t steps, struct tpu_eval_result *out, struct tpu_diag *d);
+
+/* Predicts: calls `emit` once per real example, in input order, with the model's output
+ * row. Returns the number of examples through *n. */
+int tpu_estimator_predict(struct tpu_estimator *est, const struct tpu_input *input,
+                          void (*emit)(void *ctx, uint64_t index, const float *row,
+                                       uint32_t cols),
+                          void *emit_ctx, uint64_t *n, struct tpu_diag *d);
+
+uint64_t tpu_estimator_global_step(const struct tpu_estimator *est);
+/* The summary of the last train/evaluate call. */
+const struct tpu_loop_info *tpu_estimator_last_info(const struct tpu_estimator *est);
+/* Reads a param of replica 0 by name after training. */
+int tpu_estimator_read_param(const struct tpu_estimator *est, const char *name, float *data,
+                             size_t bytes, struct tpu_diag *d);
+
+/* The per-replica batch for a mode and the number of input_fn calls per step, as
+ * TPUEstimator computes them; the message names the rule when the global batch does not
+ * divide. Exposed for `tpusim shard` and tests. */
+int tpu_per_replica_batch(const struct tpu_run_config *cfg, enum tpu_mode mode,
+                          uint32_t n_replicas, uint32_t *per_replica, uint32_t *calls_per_step,
+                          uint32_t *batch_per_call, struct tpu_diag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
