@@ -111,7 +111,7 @@ static char *join(const char *dir, const char *name)
     return p;
 }
 
-static char *concat2(const char *a, const char *b)
+static char *concat(const char *a, const char *b)
 {
     size_t al = strlen(a), bl = strlen(b);
     char *p = malloc(al + bl + 1);
@@ -341,93 +341,101 @@ static int crashed(struct tpu_diag *d, const char *path, enum tpu_checkpoint_sta
                      "simulated a crash there", path, tpu_checkpoint_stage_name(s));
 }
 
-/* Writes `c` to dir/<final>.tmp, fsyncs it, renames it to `final_path`, fsyncs `dir`. On a
- * failure the temporary file is removed; on a simulated crash everything stays as it is. */
+/* What the save does right after the fault hook is asked at each stage, for messages. */
+static const char *stage_action(enum tpu_checkpoint_stage s)
+{
+    switch (s) {
+    case TPU_CHECKPOINT_CREATE:
+        return "create";
+    case TPU_CHECKPOINT_WRITE:
+        return "write";
+    case TPU_CHECKPOINT_FSYNC:
+        return "fsync";
+    case TPU_CHECKPOINT_RENAME:
+        return "rename into place";
+    case TPU_CHECKPOINT_FSYNC_DIR:
+        return "fsync the directory of";
+    case TPU_CHECKPOINT_DELETE:
+        return "delete";
+    }
+    return "write";
+}
+
+/* The step that follows stage s: false with errno set on failure. *f is the open file. */
+static bool do_stage(enum tpu_checkpoint_stage s, const char *dir, const char *final_path,
+                     const char *tmp, const struct content *c, FILE **f)
+{
+    switch (s) {
+    case TPU_CHECKPOINT_CREATE:
+        *f = fopen(tmp, "wb");
+        return *f && fwrite(c->head, 1, c->head_bytes, *f) == c->head_bytes && fflush(*f) == 0;
+    case TPU_CHECKPOINT_WRITE:
+        for (size_t i = 0; i < c->n_body; i++) {
+            size_t bytes = tensor_bytes(c->body[i]);
+            if (fwrite(c->body[i]->data, 1, bytes, *f) != bytes)
+                return false;
+        }
+        return fflush(*f) == 0;
+    case TPU_CHECKPOINT_FSYNC: {
+        if (fsync(fileno(*f)) != 0)
+            return false;
+        int closed = fclose(*f);
+        *f = NULL;
+        return closed == 0;
+    }
+    case TPU_CHECKPOINT_RENAME:
+        return rename(tmp, final_path) == 0;
+    case TPU_CHECKPOINT_FSYNC_DIR:
+        return fsync_dir(dir) == 0;
+    case TPU_CHECKPOINT_DELETE:
+        break;
+    }
+    return true;
+}
+
+/* Writes `c` to <final_path>.tmp, fsyncs it, renames it to `final_path`, fsyncs `dir`,
+ * asking the fault hook before each stage. On a failure before the rename the temporary
+ * file is removed (after it, the file is complete under its final name and only its
+ * durability is in doubt); on a simulated crash everything stays as it is. */
 static int write_atomic(const char *dir, const char *final_path, const struct content *c,
                         const struct tpu_checkpoint_options *o, struct tpu_diag *d)
 {
-    char *tmp = concat2(final_path, TMP_SUFFIX);
+    char *tmp = concat(final_path, TMP_SUFFIX);
     if (!tmp)
         return tpu__fail(d, TPU_ENOMEM, "out of memory writing '%s'", final_path);
     FILE *f = NULL;
-    int rc = 0, err = 0;
-    const char *step = "create";
-    enum tpu_checkpoint_stage stage = TPU_CHECKPOINT_CREATE;
-    int act;
-
-#define STAGE(s, text)                                                                         \
-    do {                                                                                       \
-        stage = (s);                                                                           \
-        step = (text);                                                                         \
-        act = fault_at(o, stage, final_path);                                                  \
-        if (act == TPU_CHECKPOINT_CRASH) {                                                     \
-            rc = crashed(d, final_path, stage);                                                \
-            goto crash;                                                                        \
-        }                                                                                      \
-        if (act == TPU_CHECKPOINT_FAIL) {                                                      \
-            err = EIO;                                                                         \
-            goto injected;                                                                     \
-        }                                                                                      \
-    } while (0)
-
-    STAGE(TPU_CHECKPOINT_CREATE, "create");
-    f = fopen(tmp, "wb");
-    if (!f)
-        goto io_fail;
-    step = "write";
-    if (fwrite(c->head, 1, c->head_bytes, f) != c->head_bytes || fflush(f) != 0)
-        goto io_fail;
-    STAGE(TPU_CHECKPOINT_WRITE, "write");
-    for (size_t i = 0; i < c->n_body; i++) {
-        size_t bytes = tensor_bytes(c->body[i]);
-        if (fwrite(c->body[i]->data, 1, bytes, f) != bytes)
-            goto io_fail;
+    int rc = 0, act = TPU_CHECKPOINT_PROCEED, err = 0;
+    int s;
+    for (s = TPU_CHECKPOINT_CREATE; s <= TPU_CHECKPOINT_FSYNC_DIR; s++) {
+        act = fault_at(o, (enum tpu_checkpoint_stage)s, final_path);
+        if (act != TPU_CHECKPOINT_PROCEED)
+            break;
+        if (!do_stage((enum tpu_checkpoint_stage)s, dir, final_path, tmp, c, &f)) {
+            err = errno;
+            break;
+        }
     }
-    if (fflush(f) != 0)
-        goto io_fail;
-    STAGE(TPU_CHECKPOINT_FSYNC, "fsync");
-    if (fsync(fileno(f)) != 0)
-        goto io_fail;
-    step = "close";
-    {
-        int closed = fclose(f);
-        f = NULL;
-        if (closed != 0)
-            goto io_fail;
+    if (f)
+        fclose(f); /* what was written before a stage was flushed before it */
+    if (s > TPU_CHECKPOINT_FSYNC_DIR) {
+        rc = 0;
+    } else if (act == TPU_CHECKPOINT_CRASH) {
+        rc = crashed(d, final_path, (enum tpu_checkpoint_stage)s);
+    } else {
+        if (s < TPU_CHECKPOINT_FSYNC_DIR)
+            unlink(tmp);
+        enum tpu_checkpoint_stage st = (enum tpu_checkpoint_stage)s;
+        bool injected = act != TPU_CHECKPOINT_PROCEED;
+        char why[64] = "";
+        if (injected)
+            snprintf(why, sizeof why, " (fault injected at stage %s)",
+                     tpu_checkpoint_stage_name(st));
+        rc = tpu__fail(d, TPU_EIO, "cannot %s '%s'%s%s%s: %s%s", stage_action(st), final_path,
+                       st < TPU_CHECKPOINT_RENAME ? " (as '" : "",
+                       st < TPU_CHECKPOINT_RENAME ? tmp : "",
+                       st < TPU_CHECKPOINT_RENAME ? "')" : "", strerror(injected ? EIO : err),
+                       why);
     }
-    STAGE(TPU_CHECKPOINT_RENAME, "rename");
-    if (rename(tmp, final_path) != 0)
-        goto io_fail;
-    STAGE(TPU_CHECKPOINT_FSYNC_DIR, "fsync the directory of");
-    if (fsync_dir(dir) != 0) {
-        /* The file is complete under its final name; only its durability is in doubt. */
-        rc = tpu__fail(d, TPU_EIO, "cannot fsync directory '%s' after writing '%s': %s", dir,
-                       final_path, strerror(errno));
-        goto out;
-    }
-    goto out;
-#undef STAGE
-
-io_fail:
-    err = errno;
-    if (f)
-        fclose(f);
-    unlink(tmp);
-    rc = tpu__fail(d, TPU_EIO, "cannot %s '%s' (as '%s'): %s", step, final_path, tmp,
-                   strerror(err));
-    goto out;
-injected:
-    if (f)
-        fclose(f);
-    if (stage != TPU_CHECKPOINT_FSYNC_DIR)
-        unlink(tmp);
-    rc = tpu__fail(d, TPU_EIO, "cannot %s '%s': %s (fault injected at stage %s)", step,
-                   final_path, strerror(err), tpu_checkpoint_stage_name(stage));
-    goto out;
-crash:
-    if (f)
-        fclose(f); /* everything written so far was flushed before the stage */
-out:
     free(tmp);
     return rc;
 }
@@ -594,7 +602,7 @@ static int index_write(const char *model_dir, const struct index *ix,
     json_decref(list);
     json_decref(root);
     char *path = join(model_dir, INDEX_NAME);
-    char *body = text ? concat2(text, "\n") : NULL;
+    char *body = text ? concat(text, "\n") : NULL;
     free(text);
     int rc;
     if (!path || !body) {
@@ -693,7 +701,8 @@ static int collect_garbage(const char *model_dir, const struct index *ix,
     while ((de = readdir(dir)) != NULL) {
         uint64_t step;
         bool victim = false;
-        if (!strcmp(de->d_name, INDEX_NAME TMP_SUFFIX) || ckpt_name_parse(de->d_name, true, &step)) {
+        if (!strcmp(de->d_name, INDEX_NAME TMP_SUFFIX) ||
+            ckpt_name_parse(de->d_name, true, &step)) {
             victim = true;
         } else if (o->keep_max > 0 && ckpt_name_parse(de->d_name, false, &step)) {
             victim = true;
@@ -1039,7 +1048,7 @@ static int parse_meta(struct ckpt *c, struct tpu_diag *d)
         return bad(d, p, KEY_DATA_CRC " is %s%s%s, not 8 lowercase hex digits",
                    dc ? "'" : "", dc ? json_string_value(dc) : "missing", dc ? "'" : "");
     for (size_t i = 0; i < c->n; i++) {
-        char *k = concat2(KEY_CRC_PREFIX, c->e[i].name);
+        char *k = concat(KEY_CRC_PREFIX, c->e[i].name);
         if (!k)
             return tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", p);
         json_t *cj = json_object_get(c->meta, k);

@@ -748,8 +748,7 @@ static void sum_counters(const struct tpu_estimator *e, struct tpu_core_counters
         tpu_device_counters(e->dev, c, &k);
         out->mxu_mac_slots += k.mxu_mac_slots;
         out->macs += k.macs;
-        if (c == 0)
-            out->stall[TPU_STALL_INFEED_EMPTY] = k.stall[TPU_STALL_INFEED_EMPTY];
+        out->stall[TPU_STALL_INFEED_EMPTY] += k.stall[TPU_STALL_INFEED_EMPTY];
     }
 }
 
@@ -838,10 +837,11 @@ static int run_pass(struct tpu_estimator *e, struct pass *p, uint64_t target_ste
                      e->n_cores;
         li.mxu_utilization = cap > 0 ? (double)(now.macs - before.macs) / cap : 0;
         (void)slots;
+        /* the cores' mean share of the loop spent waiting for infeed */
         li.infeed_stall_share = end > start
                                     ? (double)(now.stall[TPU_STALL_INFEED_EMPTY] -
                                                before.stall[TPU_STALL_INFEED_EMPTY]) /
-                                          (double)(end - start)
+                                          ((double)(end - start) * e->n_cores)
                                     : 0;
         if (li.infeed_stall_share > 1)
             li.infeed_stall_share = 1;

@@ -561,9 +561,8 @@ static int fault_hook(void *ctx, enum tpu_checkpoint_stage stage, const char *pa
     return TPU_CHECKPOINT_PROCEED;
 }
 
-/* After a save that failed or was interrupted: the index names step a or b, the file it
- * names loads, and every file the index names exists. */
-static void assert_consistent(const struct fixture *f, uint64_t a, uint64_t b)
+/* The index names `want` as the latest, that file loads, and every file it names exists. */
+static void assert_consistent(const struct fixture *f, uint64_t want)
 {
     uint64_t step = 0;
     char path[256];
@@ -571,8 +570,8 @@ static void assert_consistent(const struct fixture *f, uint64_t a, uint64_t b)
     int rc = tpu_checkpoint_latest(f->model_dir, &step, path, sizeof path, &d);
     if (rc)
         fail_msg("latest failed: %s", d.msg);
-    if (step != a && step != b)
-        fail_msg("latest is step %" PRIu64 ", expected %" PRIu64 " or %" PRIu64, step, a, b);
+    if (step != want)
+        fail_msg("latest is step %" PRIu64 ", expected %" PRIu64, step, want);
     assert_loads(path, step);
     struct tpu_checkpoint_entry *e = NULL;
     size_t n = 0;
@@ -616,12 +615,12 @@ static void run_fault(struct fixture *f, enum tpu_checkpoint_stage stage, const 
         if (stage >= TPU_CHECKPOINT_WRITE && stage <= TPU_CHECKPOINT_RENAME)
             assert_int_equal(count_files(f->model_dir, ".tmp"), 1);
     }
-    /* before the commit, step 100 is the latest; after it, 100 or 200 */
-    assert_consistent(f, 100, before_commit ? 100 : 200);
+    /* before the commit step 100 is the latest, after it 200 */
+    assert_consistent(f, before_commit ? 100 : 200);
 
     /* the next save recovers: it succeeds, and only its checkpoint remains (keep_max 1) */
     save_model(f, 300, 1, NULL, 0);
-    assert_consistent(f, 300, 300);
+    assert_consistent(f, 300);
     assert_int_equal(count_files(f->model_dir, ".safetensors"), 1);
     assert_int_equal(count_files(f->model_dir, ".tmp"), 0);
 }
@@ -1092,7 +1091,8 @@ static void test_damaged_index(void **state)
     assert_false(exists(p200));
 
     const char *bad_entry = "{\"format\": \"tpusim-checkpoint-index\", \"version\": 1, "
-                            "\"latest\": {\"path\": \"ckpt-100.safetensors\", \"global_step\": 100}, "
+                            "\"latest\": {\"path\": \"ckpt-100.safetensors\", "
+                            "\"global_step\": 100}, "
                             "\"checkpoints\": [{\"path\": \"../ckpt-100.safetensors\", "
                             "\"global_step\": 100}]}";
     spit(ipath, bad_entry, strlen(bad_entry));
@@ -1100,7 +1100,8 @@ static void test_damaged_index(void **state)
     assert_msg(&d, "entry 0 of \"checkpoints\" names '../ckpt-100.safetensors'");
 
     const char *wrong_step = "{\"format\": \"tpusim-checkpoint-index\", \"version\": 1, "
-                             "\"latest\": {\"path\": \"ckpt-100.safetensors\", \"global_step\": 100}, "
+                             "\"latest\": {\"path\": \"ckpt-100.safetensors\", "
+                             "\"global_step\": 100}, "
                              "\"checkpoints\": [{\"path\": \"ckpt-100.safetensors\", "
                              "\"global_step\": 10}]}";
     spit(ipath, wrong_step, strlen(wrong_step));
@@ -1175,6 +1176,35 @@ static void test_inspect_and_metadata(void **state)
     assert_int_equal(tpu_checkpoint_inspect(path, &info, &d), TPU_EPARSE);
     assert_msg(&d, "tensor 'q' fails its checksum");
     assert_int_equal(info.global_step, 0x1111111111111111ull);
+}
+
+static void test_empty_checkpoint(void **state)
+{
+    struct fixture *f = *state;
+    /* no tensors: a header with metadata only and an empty data section */
+    const struct tpu_checkpoint_kv meta[] = {{"phase", "warmup"}};
+    struct tpu_checkpoint_options o;
+    tpu_checkpoint_default_options(&o);
+    o.meta = meta;
+    o.n_meta = 1;
+    char path[256];
+    assert_int_equal(tpu_checkpoint_save(f->model_dir, 0, NULL, 0, &o, path, sizeof path, NULL),
+                     0);
+    size_t len;
+    unsigned char *buf = slurp(path, &len);
+    assert_int_equal(len, 8 + get_u64le(buf));
+    free(buf);
+    uint64_t step = 5;
+    assert_int_equal(tpu_checkpoint_load(path, NULL, 0, &step, NULL), 0);
+    assert_int_equal(step, 0);
+    struct tpu_checkpoint_info info;
+    assert_int_equal(tpu_checkpoint_inspect(path, &info, NULL), 0);
+    assert_int_equal(info.n_tensors, 0);
+    assert_null(info.tensors);
+    assert_string_equal(tpu_checkpoint_info_meta(&info, "phase"), "warmup");
+    tpu_checkpoint_info_free(&info);
+    expect_load_fails(path, TPU_ESHAPE, "has no tensor 'w', which the caller expects (the file "
+                      "holds 0: none)", NULL);
 }
 
 static void test_save_rejects_bad_arguments(void **state)
@@ -1308,7 +1338,8 @@ static void test_python_reads_it(void **state)
     out[n] = '\0';
     int status = pclose(p);
     const char *want = "w F32 [3, 4] 1.5 -0.0 nan | 3fc00000 80000000 7fc12345\n"
-                       "b F32 [1, 4] 0.125 0.1250000149011612 0.1250000298023224 | 3e000000 3e000001 3e000002\n"
+                       "b F32 [1, 4] 0.125 0.1250000149011612 0.1250000298023224"
+                       " | 3e000000 3e000001 3e000002\n"
                        "lab I32 [1, 3] -2147483648 2147483647 7\n"
                        "h BF16 [2, 3] 1.0 -0.0 nan | 3f80 8000 7fc1\n"
                        "q I8 [5, 1] -128 127 0\n"
@@ -1354,6 +1385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_expectation_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_index, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inspect_and_metadata, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_rejects_bad_arguments, setup, teardown),
         cmocka_unit_test(test_dtype_and_stage_names),
         cmocka_unit_test_setup_teardown(test_python_reads_it, setup, teardown),

@@ -147,7 +147,7 @@ struct tpu_loop_info {
     double examples_per_s;         /* simulated */
     double step_time_s;            /* simulated device time per step */
     double mxu_utilization;        /* useful MACs / MXU MAC slots over the loop's time */
-    double infeed_stall_share;     /* share of device time core 0 waited for infeed */
+    double infeed_stall_share;     /* the cores' mean share of device time waiting for infeed */
     double host_overhead_share;    /* host time / total time */
 };
 

@@ -1,0 +1,679 @@
+/* The host runtime: loop and global-step arithmetic, checkpoint cadence, bit-identical
+ * resume, evaluation padding, finite input, error propagation from every thread, the input
+ * modes, configuration errors, and an end-to-end training run that must learn. Runs on the
+ * tiny chip (2 cores) with a small MLP and a synthetic dataset made here. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dataset_input.h"
+#include "tpusim/checkpoint.h"
+#include "tpusim/dataset.h"
+#include "tpusim/device.h"
+#include "tpusim/models.h"
+#include "tpusim/runtime.h"
+
+enum { FEATURES = 16, CLASSES = 4 };
+
+/* 4 classes: feature j is about 1 when j % 4 is the class, about 0 otherwise. */
+static void make_dataset(struct tpu_dataset *ds, uint32_t n, uint32_t seed)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->n_examples = n;
+    ds->n_features = FEATURES;
+    ds->image_rows = 4;
+    ds->image_cols = 4;
+    ds->n_classes = CLASSES;
+    ds->x = malloc((size_t)n * FEATURES * sizeof *ds->x);
+    ds->y = malloc((size_t)n * sizeof *ds->y);
+    assert_non_null(ds->x);
+    assert_non_null(ds->y);
+    uint32_t r = seed * 2654435761u + 1;
+    for (uint32_t i = 0; i < n; i++) {
+        ds->y[i] = (int32_t)(i * 7 % CLASSES);
+        for (uint32_t j = 0; j < FEATURES; j++) {
+            r = r * 1103515245u + 12345u;
+            float noise = (float)((r >> 16) % 1000) / 1000.0f * 0.6f - 0.3f;
+            ds->x[(size_t)i * FEATURES + j] = (j % CLASSES == (uint32_t)ds->y[i]) + noise;
+        }
+    }
+}
+
+struct recorder {
+    uint64_t boundaries[64];
+    uint64_t loop_steps[64];
+    double step_time[64];
+    int n;
+    uint64_t host_calls[64];
+    int n_calls;
+    int fail_host_call_at; /* global step, 0: never */
+};
+
+static int rec_after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag *d)
+{
+    struct recorder *r = ctx;
+    (void)d;
+    if (li->mode == TPU_MODE_TRAIN && r->n < 64) {
+        r->loop_steps[r->n] = li->steps;
+        r->step_time[r->n] = li->step_time_s;
+        r->boundaries[r->n++] = li->global_step;
+    }
+    return 0;
+}
+
+static int rec_host_call(void *ctx, uint64_t step, float loss, struct tpu_diag *d)
+{
+    struct recorder *r = ctx;
+    (void)loss;
+    if (r->n_calls < 64)
+        r->host_calls[r->n_calls++] = step;
+    if (r->fail_host_call_at && (int)step == r->fail_host_call_at) {
+        snprintf(d->msg, sizeof d->msg, "host call refused step %llu", (unsigned long long)step);
+        return TPU_EIO;
+    }
+    return 0;
+}
+
+struct env {
+    struct tpu_device *dev;
+    struct tpu_estimator *est;
+    struct tpu_mlp_spec spec;
+    struct tpu_model model;
+    struct tpu_run_config cfg;
+    struct recorder rec;
+    struct tpu_dataset ds;
+    struct tpu__dataset_input in;
+};
+
+static void env_default_config(struct env *e)
+{
+    tpu_run_config_default(&e->cfg);
+    e->cfg.train_batch_size = 16;
+    e->cfg.eval_batch_size = 16;
+    e->cfg.predict_batch_size = 16;
+    e->cfg.iterations_per_loop = 4;
+    e->cfg.seed = 7;
+    tpu_mlp_default_spec(&e->spec);
+    e->spec.n_layers = 2;
+    e->spec.sizes[0] = FEATURES;
+    e->spec.sizes[1] = 12;
+    e->spec.sizes[2] = CLASSES;
+    e->spec.optimizer = TPU_OPT_ADAM;
+    e->spec.learning_rate = 0.01f;
+}
+
+/* Opens the tiny chip and an estimator with e->cfg; returns the create status. */
+static int env_open(struct env *e, struct tpu_diag *d)
+{
+    struct tpu_chip_config chip;
+    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.n_threads = 2;
+    assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+    tpu_mlp_model(&e->model, &e->spec);
+    struct tpu_hook hook = {.ctx = &e->rec, .after_loop = rec_after_loop,
+                            .host_call = rec_host_call};
+    return tpu_estimator_create(e->dev, &e->cfg, &e->model, &hook, 1, &e->est, d);
+}
+
+static void env_close(struct env *e)
+{
+    tpu_estimator_destroy(&e->est);
+    tpu_device_close(&e->dev);
+    tpu__dataset_input_free(&e->in);
+}
+
+static struct env *env_new(void)
+{
+    struct env *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    env_default_config(e);
+    make_dataset(&e->ds, 200, 1);
+    tpu__dataset_input_init(&e->in, &e->ds, 3);
+    return e;
+}
+
+static void env_free(struct env *e)
+{
+    env_close(e);
+    tpu_dataset_free(&e->ds);
+    free(e);
+}
+
+static void train_ok(struct env *e, uint64_t steps, uint64_t max_steps)
+{
+    struct tpu_diag d = {0};
+    int rc = tpu_estimator_train(e->est, &e->in.input, steps, max_steps, &d);
+    if (rc)
+        fail_msg("train: %s", d.msg);
+}
+
+static char *temp_dir(void)
+{
+    char *p = strdup("/tmp/tpusim-rt-XXXXXX");
+    assert_non_null(mkdtemp(p));
+    return p;
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---- loops -------------------------------------------------------------------------------- */
+
+static void test_loop_boundaries(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    assert_int_equal(env_open(e, NULL), 0);
+    /* ipl 4, 10 steps: loops end at 4, 8, 10 (the last shortened, not padded) */
+    train_ok(e, 10, 0);
+    assert_int_equal(e->rec.n, 3);
+    assert_int_equal(e->rec.boundaries[0], 4);
+    assert_int_equal(e->rec.boundaries[1], 8);
+    assert_int_equal(e->rec.boundaries[2], 10);
+    assert_int_equal(e->rec.loop_steps[2], 2);
+    assert_int_equal(tpu_estimator_global_step(e->est), 10);
+    /* max_steps is absolute: 10 -> 13 is one loop of 3 */
+    train_ok(e, 0, 13);
+    assert_int_equal(e->rec.boundaries[3], 13);
+    train_ok(e, 0, 5); /* already past: nothing */
+    assert_int_equal(e->rec.n, 4);
+    env_free(e);
+
+    /* resumed at 3: train(10) ends loops at 7, 11, 13 */
+    e = env_new();
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 3, 0);
+    assert_int_equal(e->rec.boundaries[0], 3);
+    train_ok(e, 10, 0);
+    assert_int_equal(e->rec.n, 4);
+    assert_int_equal(e->rec.boundaries[1], 7);
+    assert_int_equal(e->rec.boundaries[2], 11);
+    assert_int_equal(e->rec.boundaries[3], 13);
+    env_free(e);
+}
+
+static void test_host_calls_follow_the_global_step(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.host_call_every_n_steps = 3;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 10, 0);
+    /* counted by global step across loops (ipl 4), not reset per loop */
+    assert_int_equal(e->rec.n_calls, 3);
+    assert_int_equal(e->rec.host_calls[0], 3);
+    assert_int_equal(e->rec.host_calls[1], 6);
+    assert_int_equal(e->rec.host_calls[2], 9);
+    train_ok(e, 3, 0);
+    assert_int_equal(e->rec.host_calls[3], 12);
+    env_free(e);
+}
+
+static void test_time_based_loop_size(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    assert_int_equal(env_open(e, NULL), 0);
+    /* measure one step's simulated time, then ask for loops of 5 steps' worth */
+    train_ok(e, 1, 0);
+    double step = tpu_estimator_last_info(e->est)->step_time_s;
+    assert_true(step > 0);
+    env_free(e);
+    e = env_new();
+    e->cfg.iterations_per_loop_s = 5.5 * step;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 12, 0);
+    /* the first loop runs 1 step to measure; each later loop runs the time asked for
+     * divided by the step time the loop before it measured */
+    assert_int_equal(e->rec.loop_steps[0], 1);
+    uint64_t total = 1;
+    for (int i = 1; i < e->rec.n; i++) {
+        uint64_t want = (uint64_t)floor(e->cfg.iterations_per_loop_s / e->rec.step_time[i - 1]);
+        want = want < 1 ? 1 : want;
+        if (want > 12 - total)
+            want = 12 - total;
+        assert_int_equal(e->rec.loop_steps[i], want);
+        total += want;
+    }
+    assert_int_equal(total, 12);
+    assert_true(e->rec.n >= 3);
+    struct tpu_run_config c;
+    tpu_run_config_default(&c);
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_run_config_set_ipl(&c, "2m", &d), 0);
+    assert_true(c.iterations_per_loop_s == 120);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "1h", &d), 0);
+    assert_true(c.iterations_per_loop_s == 3600);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "7", &d), 0);
+    assert_int_equal(c.iterations_per_loop, 7);
+    assert_true(c.iterations_per_loop_s == 0);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "5x", &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "iterations_per_loop '5x' is neither a whole number"));
+    assert_int_equal(tpu_run_config_set_ipl(&c, "0", &d), TPU_EINVAL);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "2.5", &d), TPU_EINVAL);
+    env_free(e);
+}
+
+/* ---- checkpoints and resume ------------------------------------------------------------ */
+
+static void read_all_params(struct env *e, float *out, size_t cap)
+{
+    const char *names[] = {"w0", "b0", "w1", "b1", "w0.m", "w0.v", "b1.v"};
+    size_t sizes[] = {FEATURES * 12, 12, 12 * CLASSES, CLASSES, FEATURES * 12, FEATURES * 12,
+                      CLASSES};
+    size_t off = 0;
+    for (int i = 0; i < 7; i++) {
+        assert_true(off + sizes[i] <= cap);
+        assert_int_equal(tpu_estimator_read_param(e->est, names[i], out + off,
+                                                  sizes[i] * sizeof(float), NULL),
+                         0);
+        off += sizes[i];
+    }
+}
+
+static void test_checkpoint_cadence(void **state)
+{
+    (void)state;
+    char *dir = temp_dir();
+    struct env *e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    e->cfg.iterations_per_loop = 2;
+    e->cfg.save_checkpoints_steps = 5;
+    e->cfg.keep_checkpoint_max = 0;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 12, 0);
+    /* at the start (0), at the first boundary at or past 5 steps since the last save (6),
+     * again (12, which is also the end) */
+    struct tpu_checkpoint_entry *list = NULL;
+    size_t n = 0;
+    assert_int_equal(tpu_checkpoint_list(dir, &list, &n, NULL), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(list[0].global_step, 0);
+    assert_int_equal(list[1].global_step, 6);
+    assert_int_equal(list[2].global_step, 12);
+    tpu_checkpoint_list_free(list, n);
+    /* the metrics log has one line per loop */
+    char path[600];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int lines = 0;
+    char buf[2048];
+    while (fgets(buf, sizeof buf, f))
+        lines += strstr(buf, "\"mode\": \"train\"") != NULL;
+    fclose(f);
+    assert_int_equal(lines, 6);
+    env_free(e);
+    remove_dir(dir);
+    free(dir);
+}
+
+static void test_resume_is_bit_identical(void **state)
+{
+    (void)state;
+    static float a[2048], b[2048];
+    char *da = temp_dir(), *db = temp_dir();
+    /* uninterrupted: 11 steps */
+    struct env *e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", da);
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 11, 0);
+    read_all_params(e, a, 2048);
+    env_free(e);
+    /* interrupted after 5, resumed in a new device and estimator up to 11 */
+    e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", db);
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 5, 0);
+    env_free(e);
+    e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", db);
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 0, 11);
+    assert_int_equal(tpu_estimator_global_step(e->est), 11);
+    assert_int_equal(e->rec.boundaries[0], 9); /* resumed at 5, ipl 4 */
+    read_all_params(e, b, 2048);
+    env_free(e);
+    assert_memory_equal(a, b, sizeof a);
+    remove_dir(da);
+    remove_dir(db);
+    free(da);
+    free(db);
+}
+
+static void test_corrupt_checkpoint_is_refused(void **state)
+{
+    (void)state;
+    char *dir = temp_dir();
+    struct env *e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 4, 0);
+    env_free(e);
+    char path[1024];
+    uint64_t step;
+    assert_int_equal(tpu_checkpoint_latest(dir, &step, path, sizeof path, NULL), 0);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, -3, SEEK_END);
+    fputc(0x5a, f);
+    fclose(f);
+    e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    assert_int_equal(env_open(e, NULL), 0);
+    struct tpu_diag d = {0};
+    assert_int_not_equal(tpu_estimator_train(e->est, &e->in.input, 4, 0, &d), 0);
+    assert_non_null(strstr(d.msg, "ckpt-4"));
+    env_free(e);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* ---- evaluation and prediction --------------------------------------------------------- */
+
+struct collected {
+    float rows[256][CLASSES];
+    uint64_t n;
+};
+
+static void collect(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    struct collected *c = ctx;
+    assert_int_equal(cols, CLASSES);
+    assert_int_equal(index, c->n); /* in input order */
+    memcpy(c->rows[index], row, sizeof c->rows[index]);
+    c->n++;
+}
+
+static void test_eval_and_predict_count_every_example_once(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    tpu_dataset_free(&e->ds);
+    make_dataset(&e->ds, 203, 2); /* 12 full batches of 16 and one of 11 */
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 40, 0);
+    struct tpu_eval_result ev;
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_evaluate(e->est, &e->in.input, 0, &ev, &d), 0);
+    assert_int_equal(ev.examples, 203);
+    assert_int_equal(ev.steps, 13);
+    struct collected *c = calloc(1, sizeof *c);
+    uint64_t n = 0;
+    assert_int_equal(tpu_estimator_predict(e->est, &e->in.input, collect, c, &n, &d), 0);
+    assert_int_equal(n, 203);
+    assert_int_equal(c->n, 203);
+    /* the evaluation's accuracy is the predictions' accuracy over exactly 203 examples */
+    uint32_t correct = 0;
+    for (uint32_t i = 0; i < 203; i++) {
+        uint32_t best = 0;
+        for (uint32_t j = 1; j < CLASSES; j++)
+            if (c->rows[i][j] > c->rows[i][best])
+                best = j;
+        correct += (int32_t)best == e->ds.y[i];
+    }
+    assert_true(fabs(ev.accuracy - correct / 203.0) < 1e-12);
+    assert_true(ev.accuracy > 0.9); /* it learned */
+    /* evaluate with a step limit */
+    assert_int_equal(tpu_estimator_evaluate(e->est, &e->in.input, 2, &ev, &d), 0);
+    assert_int_equal(ev.examples, 32);
+    free(c);
+    env_free(e);
+}
+
+/* ---- finite input and errors ----------------------------------------------------------- */
+
+static void test_finite_input_ends_cleanly(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    assert_int_equal(env_open(e, NULL), 0);
+    e->in.max_examples = 100; /* 6 full steps of 16, then a partial one */
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 20, 0, &d), 0);
+    assert_int_equal(tpu_estimator_global_step(e->est), 6);
+    assert_non_null(strstr(d.msg, "warning: the training input ended at global step 6"));
+    env_free(e);
+
+    e = env_new();
+    e->cfg.strict_input = true;
+    assert_int_equal(env_open(e, NULL), 0);
+    e->in.max_examples = 100;
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 20, 0, &d), TPU_EEND);
+    assert_non_null(strstr(d.msg, "ended after global step 6"));
+    assert_non_null(strstr(d.msg, "strict input"));
+    env_free(e);
+}
+
+/* An input that fails, or poisons its data, at a given call. */
+struct bad_input {
+    struct tpu__dataset_input *base;
+    int fail_at, nan_at, calls;
+};
+
+static int bad_next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
+                    void *const *tensors, uint32_t *n_real, struct tpu_diag *d)
+{
+    struct bad_input *b = ctx;
+    int call = ++b->calls;
+    if (call == b->fail_at) {
+        snprintf(d->msg, sizeof d->msg, "disk on fire");
+        return TPU_EIO;
+    }
+    int rc = b->base->input.next(b->base, mode, shard, batch, tensors, n_real, d);
+    if (call == b->nan_at)
+        ((float *)tensors[0])[0] = NAN;
+    return rc;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void test_errors_stop_the_run(void **state)
+{
+    (void)state;
+    char *dir = temp_dir();
+    struct env *e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    e->cfg.keep_checkpoint_max = 0;
+    e->cfg.save_checkpoints_steps = 4;
+    assert_int_equal(env_open(e, NULL), 0);
+    /* input function fails at its 15th call: step 7 (2 calls per step, PER_HOST_V2) */
+    struct bad_input bi = {.base = &e->in, .fail_at = 15};
+    struct tpu_input in = {.ctx = &bi, .next = bad_next, .start = e->in.input.start};
+    in.ctx = &bi;
+    struct tpu_diag d = {0};
+    double t0 = now_s();
+    assert_int_equal(tpu_estimator_train(e->est, &in, 20, 0, &d), TPU_EIO);
+    assert_true(now_s() - t0 < 10);
+    assert_non_null(strstr(d.msg, "the input function failed at step 7: disk on fire"));
+    /* the checkpoints written before (start, and boundary 4) are intact and loadable */
+    uint64_t step;
+    char path[1024];
+    assert_int_equal(tpu_checkpoint_latest(dir, &step, path, sizeof path, &d), 0);
+    assert_int_equal(step, 4);
+    env_free(e);
+
+    /* NaN in the data at step 3: the loss is NaN at global step 3 */
+    e = env_new();
+    assert_int_equal(env_open(e, NULL), 0);
+    bi = (struct bad_input){.base = &e->in, .nan_at = 5};
+    t0 = now_s();
+    assert_int_equal(tpu_estimator_train(e->est, &in, 20, 0, &d), TPU_ERANGE);
+    assert_true(now_s() - t0 < 10);
+    assert_non_null(strstr(d.msg, "the training loss is NaN at global step 3"));
+    env_free(e);
+
+    /* a host call that fails */
+    e = env_new();
+    e->cfg.host_call_every_n_steps = 2;
+    e->rec.fail_host_call_at = 6;
+    assert_int_equal(env_open(e, NULL), 0);
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 20, 0, &d), TPU_EIO);
+    assert_non_null(strstr(d.msg, "host call refused step 6"));
+    env_free(e);
+    remove_dir(dir);
+    free(dir);
+}
+
+static void test_initial_infeed_sleep(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.initial_infeed_sleep_secs = 0.3;
+    assert_int_equal(env_open(e, NULL), 0);
+    double t0 = now_s();
+    train_ok(e, 2, 0);
+    assert_true(now_s() - t0 >= 0.3);
+    env_free(e);
+}
+
+/* ---- input modes and configuration ---------------------------------------------------- */
+
+static void test_input_modes(void **state)
+{
+    (void)state;
+    struct tpu_run_config c;
+    tpu_run_config_default(&c);
+    c.train_batch_size = 64;
+    uint32_t pr, calls, per_call;
+    struct tpu_diag d = {0};
+    const enum tpu_input_mode modes[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
+                                         TPU_BROADCAST};
+    const uint32_t want_calls[] = {8, 1, 8, 1}, want_per_call[] = {8, 64, 8, 8};
+    for (int i = 0; i < 4; i++) {
+        c.per_host_input_for_training = modes[i];
+        assert_int_equal(tpu_per_replica_batch(&c, TPU_MODE_TRAIN, 8, &pr, &calls, &per_call, &d), 0);
+        assert_int_equal(pr, 8);
+        assert_int_equal(calls, want_calls[i]);
+        assert_int_equal(per_call, want_per_call[i]);
+    }
+    c.train_batch_size = 100;
+    assert_int_equal(tpu_per_replica_batch(&c, TPU_MODE_TRAIN, 8, &pr, &calls, &per_call, &d),
+                     TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "train_batch_size 100 must be divisible by the number of "
+                               "replicas (num_shards) 8"));
+    assert_non_null(strstr(d.msg, "use 96 or 104"));
+    /* the same stream of batches: PER_SHARD_V1, PER_HOST_V1 and PER_HOST_V2 train the same
+     * model (each replica gets the same rows in each) */
+    static float p[3][2048];
+    for (int i = 0; i < 3; i++) {
+        struct env *e = env_new();
+        e->cfg.per_host_input_for_training = modes[i];
+        assert_int_equal(env_open(e, NULL), 0);
+        train_ok(e, 6, 0);
+        read_all_params(e, p[i], 2048);
+        env_free(e);
+    }
+    assert_memory_equal(p[0], p[1], sizeof p[0]);
+    assert_memory_equal(p[0], p[2], sizeof p[0]);
+    /* BROADCAST sends the same 8 rows to both replicas */
+    struct env *e = env_new();
+    e->cfg.per_host_input_for_training = TPU_BROADCAST;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 6, 0);
+    env_free(e);
+}
+
+static void expect_create_error(struct env *e, const char *needle)
+{
+    struct tpu_diag d = {0};
+    assert_int_not_equal(env_open(e, &d), 0);
+    if (!strstr(d.msg, needle))
+        fail_msg("'%s' lacks '%s'", d.msg, needle);
+    assert_null(e->est);
+}
+
+static void test_config_errors(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.train_batch_size = 15;
+    expect_create_error(e, "train_batch_size 15 must be divisible by the number of replicas "
+                           "(num_shards) 2");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.eval_batch_size = 9;
+    expect_create_error(e, "eval_batch_size 9 must be divisible");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.num_shards = 4;
+    expect_create_error(e, "num_shards 4 does not match the 2 replicas");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.num_cores_per_replica = 2;
+    expect_create_error(e, "num_cores_per_replica 2 differs from the device's 1");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.num_cores_per_replica = 3;
+    expect_create_error(e, "num_cores_per_replica 3 must be a power of two");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.iterations_per_loop = 0;
+    expect_create_error(e, "iterations_per_loop is 0");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.save_checkpoints_steps = 10;
+    expect_create_error(e, "save_checkpoints_steps 10 needs a model_dir");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.num_hosts = 2;
+    expect_create_error(e, "num_hosts 2");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.train_batch_size = e->cfg.eval_batch_size = e->cfg.predict_batch_size = 0;
+    expect_create_error(e, "no batch size is set");
+    env_close(e);
+    env_default_config(e);
+    e->cfg.initial_infeed_sleep_secs = -1;
+    expect_create_error(e, "initial_infeed_sleep_secs -1");
+    env_close(e);
+    /* train without steps */
+    env_default_config(e);
+    assert_int_equal(env_open(e, NULL), 0);
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 0, 0, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "give steps"));
+    /* a model spec the runtime cannot build */
+    e->spec.learning_rate = -1;
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 1, 0, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "learning rate -1"));
+    env_free(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loop_boundaries),
+        cmocka_unit_test(test_host_calls_follow_the_global_step),
+        cmocka_unit_test(test_time_based_loop_size),
+        cmocka_unit_test(test_checkpoint_cadence),
+        cmocka_unit_test(test_resume_is_bit_identical),
+        cmocka_unit_test(test_corrupt_checkpoint_is_refused),
+        cmocka_unit_test(test_eval_and_predict_count_every_example_once),
+        cmocka_unit_test(test_finite_input_ends_cleanly),
+        cmocka_unit_test(test_errors_stop_the_run),
+        cmocka_unit_test(test_initial_infeed_sleep),
+        cmocka_unit_test(test_input_modes),
+        cmocka_unit_test(test_config_errors),
+    };
+    return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
+}
