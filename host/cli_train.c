@@ -50,7 +50,7 @@ static const char *const usage_text =
     "  --trace FILE                  write the timeline (Chrome trace JSON, opens in Perfetto)\n"
     "model and data\n"
     "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
-    "  --optimizer sgd|adam          (default sgd: SGD with momentum)\n"
+    "  --optimizer adam|sgd          (default adam, learning rate 0.001; sgd: with momentum)\n"
     "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X\n"
     "  --passes 1|3|6                matmul precision: bf16 inputs (default), or fp32 in passes\n"
     "  --data DIR                    Fashion-MNIST files (default: the Debian package's path)\n"
@@ -117,7 +117,11 @@ static int parse_layers(struct train_opts *o, const char *v)
         p = *end ? end + 1 : end;
     }
     s->n_layers = n + 1; /* the hidden layers plus the classifier */
+    /* shown as the model's shape: "512-256" */
     snprintf(o->layers_text, sizeof o->layers_text, "%s", v);
+    for (char *c = o->layers_text; *c; c++)
+        if (*c == ',')
+            *c = '-';
     return 0;
 }
 
@@ -317,6 +321,8 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
     o->chip = "tpu-v3";
     o->verbose = 1;
     tpu_mlp_default_spec(&o->spec);
+    o->spec.optimizer = TPU_OPT_ADAM; /* Keras's defaults: Adam, learning rate 0.001 */
+    o->spec.learning_rate = 0.001f;
     tpu_run_config_default(&o->rc);
     o->rc.seed = 1;
     o->rc.train_batch_size = o->rc.eval_batch_size = o->rc.predict_batch_size = 512;
@@ -529,7 +535,7 @@ static int cmd_train(struct run *r)
         return rc;
     const double total_device = last.total_seconds;
     if (o->json) {
-        printf("{\"chip\": \"%s\", \"replicas\": %u, \"layers\": \"784,%s,10\", \"global_step\": "
+        printf("{\"chip\": \"%s\", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
                "%llu, \"train_batch_size\": %u, \"loss\": %.6g, \"step_time_s\": %.9g, "
                "\"examples_per_s\": %.6g, \"mxu_utilization\": %.6f, \"infeed_stall_share\": "
                "%.6f, \"host_overhead_share\": %.6f, \"simulated_seconds\": %.9g, "

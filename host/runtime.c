@@ -231,36 +231,6 @@ static struct host_param *find_param(struct tpu_estimator *e, const char *name)
     return NULL;
 }
 
-/* Makes sure every param of the loaded program has a host copy (new ones: zero). */
-static int ensure_host_params(struct tpu_estimator *e, struct tpu_diag *d)
-{
-    for (uint32_t i = 0; i < e->mp.n_params; i++) {
-        const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, e->mp.params[i]);
-        struct host_param *hp = find_param(e, b->name);
-        if (hp) {
-            if (hp->rows != b->rows || hp->cols != b->cols)
-                return tpu__fail(d, TPU_ESHAPE, "param '%s' is [%u, %u] in the %s program but "
-                                 "[%u, %u] in the model's state", b->name, b->rows, b->cols,
-                                 tpu_program_name(e->mp.prog), hp->rows, hp->cols);
-            continue;
-        }
-        struct host_param *np = realloc(e->params, (e->n_params + 1) * sizeof *np);
-        if (!np)
-            return tpu__fail(d, TPU_ENOMEM, "out of memory");
-        e->params = np;
-        hp = &e->params[e->n_params];
-        memset(hp, 0, sizeof *hp);
-        snprintf(hp->name, sizeof hp->name, "%s", b->name);
-        hp->rows = b->rows;
-        hp->cols = b->cols;
-        hp->data = calloc((size_t)b->rows * b->cols, sizeof(float));
-        if (!hp->data)
-            return tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", b->name);
-        e->n_params++;
-    }
-    return 0;
-}
-
 static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
 {
     for (uint32_t i = 0; i < e->mp.n_params; i++) {
@@ -335,7 +305,49 @@ static int save_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
     return rc;
 }
 
-/* Restores the latest checkpoint into the host copy: 1 restored, 0 none, < 0 error. */
+/* Adds a host param of the given shape, or checks the shape of the one there. */
+static int host_param(struct tpu_estimator *e, const char *name, uint32_t rows, uint32_t cols,
+                      const char *what, struct tpu_diag *d)
+{
+    struct host_param *hp = find_param(e, name);
+    if (hp) {
+        if (hp->rows != rows || hp->cols != cols)
+            return tpu__fail(d, TPU_ESHAPE, "param '%s' is [%u, %u] in %s but [%u, %u] in the "
+                             "model; it was saved from a model of another shape", name, rows,
+                             cols, what, hp->rows, hp->cols);
+        return 0;
+    }
+    struct host_param *np = realloc(e->params, (e->n_params + 1) * sizeof *np);
+    if (!np)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    e->params = np;
+    hp = &e->params[e->n_params];
+    memset(hp, 0, sizeof *hp);
+    snprintf(hp->name, sizeof hp->name, "%s", name);
+    hp->rows = rows;
+    hp->cols = cols;
+    hp->data = calloc((size_t)rows * cols, sizeof(float));
+    if (!hp->data)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", name);
+    e->n_params++;
+    return 0;
+}
+
+/* Makes sure every param of the loaded program has a host copy (new ones: zero). */
+static int ensure_host_params(struct tpu_estimator *e, struct tpu_diag *d)
+{
+    for (uint32_t i = 0; i < e->mp.n_params; i++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, e->mp.params[i]);
+        int rc = host_param(e, b->name, b->rows, b->cols, tpu_program_name(e->mp.prog), d);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Restores the latest checkpoint into the host copy: 1 restored, 0 none, < 0 error. The
+ * checkpoint holds the whole training state (optimizer state too); every tensor of it
+ * becomes a host param, and every param of the loaded program must be among them. */
 static int restore_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
 {
     if (!e->cfg.model_dir[0])
@@ -349,16 +361,43 @@ static int restore_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
     }
     if (rc)
         return rc;
-    struct tpu_tensor *t = calloc(e->n_params ? e->n_params : 1, sizeof *t);
-    if (!t)
-        return tpu__fail(d, TPU_ENOMEM, "out of memory");
-    for (size_t i = 0; i < e->n_params; i++)
-        t[i] = (struct tpu_tensor){.name = e->params[i].name, .dtype = TPU_BUF_F32,
-                                   .rows = e->params[i].rows, .cols = e->params[i].cols,
-                                   .data = e->params[i].data};
+    struct tpu_checkpoint_info info;
+    if ((rc = tpu_checkpoint_inspect(path, &info, d)))
+        return rc;
+    for (size_t i = 0; i < info.n_tensors && !rc; i++) {
+        const struct tpu_tensor *t = &info.tensors[i];
+        if (t->dtype != TPU_BUF_F32)
+            rc = tpu__fail(d, TPU_ESHAPE, "%s: tensor '%s' is not f32; it was not written by "
+                           "this runtime", path, t->name);
+        else
+            rc = host_param(e, t->name, t->rows, t->cols, path, d);
+    }
+    for (uint32_t i = 0; i < e->mp.n_params && !rc; i++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, e->mp.params[i]);
+        bool found = false;
+        for (size_t k = 0; k < info.n_tensors; k++)
+            found = found || !strcmp(info.tensors[k].name, b->name);
+        if (!found)
+            rc = tpu__fail(d, TPU_ESHAPE, "%s has no param '%s' that the %s program needs; it "
+                           "was saved from a different model", path, b->name,
+                           tpu_program_name(e->mp.prog));
+    }
+    struct tpu_tensor *t = NULL;
+    if (!rc) {
+        t = calloc(info.n_tensors ? info.n_tensors : 1, sizeof *t);
+        if (!t)
+            rc = tpu__fail(d, TPU_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; !rc && i < info.n_tensors; i++) {
+        struct host_param *hp = find_param(e, info.tensors[i].name);
+        t[i] = (struct tpu_tensor){.name = hp->name, .dtype = TPU_BUF_F32, .rows = hp->rows,
+                                   .cols = hp->cols, .data = hp->data};
+    }
     uint64_t got_step = 0;
-    rc = tpu_checkpoint_load(path, t, e->n_params, &got_step, d);
+    if (!rc)
+        rc = tpu_checkpoint_load(path, t, info.n_tensors, &got_step, d);
     free(t);
+    tpu_checkpoint_info_free(&info);
     if (rc)
         return rc;
     e->global_step = got_step;

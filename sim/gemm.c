@@ -40,8 +40,9 @@
  *
  * NaN. A NaN column sum makes acc NaN, and acc + x is NaN for every x, so once any step
  * produces a NaN the output is NaN whatever payloads were carried; Inf - Inf and 0 * Inf give
- * NaN in both kernels alike. Replacing NaNs by the canonical NaN once, at the end, therefore
- * gives the same bits as replacing them at every array and accumulator output.
+ * NaN in both kernels alike. Replacing NaNs by the canonical NaN once, when an output is
+ * final (the micro-kernel's store after the last K chunk), therefore gives the same bits as
+ * replacing them at every array and accumulator output.
  *
  * Edge cases. m == 0 or n == 0: nothing to do (pointers are not read). k == 0: there are no
  * tiles; Y becomes +0 (not accumulating) or keeps its values with NaNs made canonical, as
@@ -155,8 +156,11 @@ static void pack_b_bf16_c(const struct tpu__pack_src *s, size_t kc, size_t nc, v
 
 /* Separate multiply and add: the definition itself (no FMA: -ffp-contract=off). */
 static void micro_bf16_c(size_t kc, size_t tile, const void *ap_, size_t lda, const void *bp_,
-                         void *c_, size_t ldc, bool store_first)
+                         void *c_, size_t ldc, unsigned flags)
 {
+    const bool store_first = flags & TPU__MICRO_STORE_FIRST;
+    const bool canon = flags & TPU__MICRO_CANON_NAN;
+    const float canon_nan = tpu_f32_from_bits(TPU_F32_CANONICAL_NAN_BITS);
     const float *ap = ap_;
     const float *bp = bp_;
     float *c = c_;
@@ -179,7 +183,8 @@ static void micro_bf16_c(size_t kc, size_t tile, const void *ap_, size_t lda, co
         for (int i = 0; i < C_MR; i++)
             for (int j = 0; j < C_NR; j++) {
                 float *cij = &c[(size_t)i * ldc + (size_t)j];
-                *cij = store_first && k0 == 0 ? t[i][j] : *cij + t[i][j];
+                float v = store_first && k0 == 0 ? t[i][j] : *cij + t[i][j];
+                *cij = canon && k0 + len == kc && isnan(v) ? canon_nan : v;
             }
     }
 }
@@ -229,8 +234,9 @@ static int32_t i32_from_u32(uint32_t u)
 
 /* Integer sums wrap modulo 2^32 and do not depend on order: unsigned arithmetic. */
 static void micro_int8_c(size_t kc, size_t tile, const void *ap_, size_t lda, const void *bp_,
-                         void *c_, size_t ldc, bool store_first)
+                         void *c_, size_t ldc, unsigned flags)
 {
+    const bool store_first = flags & TPU__MICRO_STORE_FIRST;
     const int32_t *ap = ap_;
     const int32_t *bp = bp_;
     int32_t *c = c_;
@@ -402,6 +408,8 @@ static void worker_run(struct gemm_worker *w)
             size_t kcur = min_size(p->kc, p->k - pc);
             size_t kwords = (kcur + kern->k_per_word - 1) / kern->k_per_word;
             bool store_first = !p->accumulate && pc == 0;
+            unsigned flags = (store_first ? TPU__MICRO_STORE_FIRST : 0u) |
+                             (p->is_bf16 && pc + kcur == p->k ? TPU__MICRO_CANON_NAN : 0u);
             struct tpu__pack_src src = block_src(&p->b, pc, jc);
             kern->pack_b(&src, kcur, ncur, w->bbuf, &sb);
             for (size_t ic = w->m0; ic < w->m1; ic += w->mc) {
@@ -411,7 +419,7 @@ static void worker_run(struct gemm_worker *w)
                 for (size_t i = mcur; i < round_up(mcur, mr); i++)
                     memset((unsigned char *)w->abuf + i * w->lda * 4, 0, kwords * 4);
                 void (*micro)(size_t, size_t, const void *, size_t, const void *, void *,
-                              size_t, bool) = kern->micro;
+                              size_t, unsigned) = kern->micro;
                 if (p->is_bf16) {
                     bool use_fma = kern->micro != NULL &&
                                    (p->fma == TPU__GEMM_FMA_ALWAYS ||
@@ -432,7 +440,7 @@ static void worker_run(struct gemm_worker *w)
                         unsigned char *c = p->y + ((ic + ir) * p->n + jc + jr) * 4;
                         size_t mh = min_size(mr, mcur - ir);
                         if (mh == mr && nw == nr) {
-                            micro(kcur, p->tile, ap, w->lda, bp, c, p->n, store_first);
+                            micro(kcur, p->tile, ap, w->lda, bp, c, p->n, flags);
                             continue;
                         }
                         /* edge micro-tile: run it on a full-size copy */
@@ -440,7 +448,7 @@ static void worker_run(struct gemm_worker *w)
                         if (!store_first)
                             for (size_t i = 0; i < mh; i++)
                                 memcpy(t + i * nr * 4, c + i * p->n * 4, nw * 4);
-                        micro(kcur, p->tile, ap, w->lda, bp, t, nr, store_first);
+                        micro(kcur, p->tile, ap, w->lda, bp, t, nr, flags);
                         for (size_t i = 0; i < mh; i++)
                             memcpy(c + i * p->n * 4, t + i * nr * 4, nw * 4);
                     }
@@ -448,9 +456,6 @@ static void worker_run(struct gemm_worker *w)
             }
         }
     }
-    if (p->is_bf16)
-        canonicalise_nans((float *)(void *)p->y + w->m0 * p->n + w->n0, p->n, w->m1 - w->m0,
-                          w->n1 - w->n0);
 }
 
 static void *worker_main(void *arg)

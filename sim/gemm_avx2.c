@@ -180,18 +180,18 @@ INLINE_Y void pack_b_rows_y(const struct tpu__pack_src *s, size_t es, size_t kc,
                             const enum tpu__pack_conv conv)
 {
     const unsigned char *p = s->p;
-    for (size_t j0 = 0; j0 < nc; j0 += Y_NR) {
-        const size_t w = nc - j0;
-        const size_t n0 = w < 8 ? w : 8, n1 = w > 8 ? (w - 8 < 8 ? w - 8 : 8) : 0;
-        for (size_t k = 0; k < kc; k++) {
-            const unsigned char *row = p + (k * s->ld + j0) * es;
-            __m256i v0 = conv_y(row, n0, conv);
-            __m256i v1 = n1 ? conv_y(row + 8 * es, n1, conv) : _mm256_setzero_si256();
+    for (size_t k = 0; k < kc; k++) { /* row by row, as pack_b_rows_z */
+        const unsigned char *row = p + k * s->ld * es;
+        float *out = bp + k * Y_NR;
+        for (size_t j0 = 0; j0 < nc; j0 += Y_NR, out += kc * Y_NR) {
+            const size_t w = nc - j0;
+            const size_t n0 = w < 8 ? w : 8, n1 = w > 8 ? (w - 8 < 8 ? w - 8 : 8) : 0;
+            __m256i v0 = conv_y(row + j0 * es, n0, conv);
+            __m256i v1 = n1 ? conv_y(row + (j0 + 8) * es, n1, conv) : _mm256_setzero_si256();
             stats_y(v0, maxv, minv);
             stats_y(v1, maxv, minv);
-            _mm256_store_si256((__m256i *)(void *)bp, v0);
-            _mm256_store_si256((__m256i *)(void *)(bp + 8), v1);
-            bp += Y_NR;
+            _mm256_store_si256((__m256i *)(void *)out, v0);
+            _mm256_store_si256((__m256i *)(void *)(out + 8), v1);
         }
     }
 }
@@ -269,9 +269,12 @@ TARGET_Y static void pack_b_bf16_y(const struct tpu__pack_src *s, size_t kc, siz
 }
 
 INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t lda,
-                                const float *bp, float *c, size_t ldc, bool store_first,
+                                const float *bp, float *c, size_t ldc, unsigned flags,
                                 const bool fma)
 {
+    const bool store_first = flags & TPU__MICRO_STORE_FIRST;
+    const __m256 canon_nan =
+        _mm256_castsi256_ps(_mm256_set1_epi32((int)TPU_F32_CANONICAL_NAN_BITS));
     for (size_t k0 = 0; k0 < kc; k0 += tile) {
         size_t len = kc - k0 < tile ? kc - k0 : tile;
         __m256 t0[Y_MR], t1[Y_MR];
@@ -298,30 +301,35 @@ INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t 
                 }
             }
         }
+        const bool canon = (flags & TPU__MICRO_CANON_NAN) && k0 + len == kc;
 #pragma GCC unroll 6
         for (int i = 0; i < Y_MR; i++) {
             float *ci = c + (size_t)i * ldc;
-            if (store_first && k0 == 0) {
-                _mm256_storeu_ps(ci, t0[i]);
-                _mm256_storeu_ps(ci + 8, t1[i]);
-            } else {
-                _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), t0[i]));
-                _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), t1[i]));
+            __m256 v0 = t0[i], v1 = t1[i];
+            if (!(store_first && k0 == 0)) {
+                v0 = _mm256_add_ps(_mm256_loadu_ps(ci), v0);
+                v1 = _mm256_add_ps(_mm256_loadu_ps(ci + 8), v1);
             }
+            if (canon) {
+                v0 = _mm256_blendv_ps(v0, canon_nan, _mm256_cmp_ps(v0, v0, _CMP_UNORD_Q));
+                v1 = _mm256_blendv_ps(v1, canon_nan, _mm256_cmp_ps(v1, v1, _CMP_UNORD_Q));
+            }
+            _mm256_storeu_ps(ci, v0);
+            _mm256_storeu_ps(ci + 8, v1);
         }
     }
 }
 
 TARGET_Y static void micro_bf16_y_fma(size_t kc, size_t tile, const void *ap, size_t lda,
-                                      const void *bp, void *c, size_t ldc, bool store_first)
+                                      const void *bp, void *c, size_t ldc, unsigned flags)
 {
-    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, store_first, true);
+    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, true);
 }
 
 TARGET_Y static void micro_bf16_y_plain(size_t kc, size_t tile, const void *ap, size_t lda,
-                                        const void *bp, void *c, size_t ldc, bool store_first)
+                                        const void *bp, void *c, size_t ldc, unsigned flags)
 {
-    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, store_first, false);
+    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, false);
 }
 
 const struct tpu__gemm_kernel tpu__gemm_bf16_avx2 = {
@@ -371,8 +379,9 @@ TARGET_Y static void pack_b_int8_y(const struct tpu__pack_src *s, size_t kc, siz
 }
 
 TARGET_Y static void micro_int8_y(size_t kc, size_t tile, const void *ap_, size_t lda,
-                                  const void *bp_, void *c_, size_t ldc, bool store_first)
+                                  const void *bp_, void *c_, size_t ldc, unsigned flags)
 {
+    const bool store_first = flags & TPU__MICRO_STORE_FIRST;
     const int16_t *ap = ap_; /* pairs: word p of row i at ap + 2 * (i * lda + p) */
     const int32_t *b = bp_;
     int32_t *c = c_;

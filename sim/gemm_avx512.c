@@ -183,24 +183,25 @@ INLINE_Z void pack_a_trans_z(const struct tpu__pack_src *s, size_t es, size_t mc
     }
 }
 
-/* B block, each K row contiguous in memory (the packed order): two vectors per panel row. */
+/* B block, each K row contiguous in memory: read row by row (sequential reads, whatever the
+ * row length), two vectors per panel row written into each panel in turn. */
 INLINE_Z void pack_b_rows_z(const struct tpu__pack_src *s, size_t es, size_t kc, size_t nc,
                             float *bp, __m512i *maxv, __m512i *minv,
                             const enum tpu__pack_conv conv)
 {
     const unsigned char *p = s->p;
-    for (size_t j0 = 0; j0 < nc; j0 += Z_NR) {
-        const size_t w = nc - j0;
-        const __mmask16 m0 = mask16(w), m1 = w > 16 ? mask16(w - 16) : 0;
-        for (size_t k = 0; k < kc; k++) {
-            const unsigned char *row = p + (k * s->ld + j0) * es;
-            __m512i v0 = conv_z(row, m0, conv);
-            __m512i v1 = m1 ? conv_z(row + 16 * es, m1, conv) : _mm512_setzero_si512();
+    for (size_t k = 0; k < kc; k++) {
+        const unsigned char *row = p + k * s->ld * es;
+        float *out = bp + k * Z_NR;
+        for (size_t j0 = 0; j0 < nc; j0 += Z_NR, out += kc * Z_NR) {
+            const size_t w = nc - j0;
+            const __mmask16 m0 = mask16(w), m1 = w > 16 ? mask16(w - 16) : 0;
+            __m512i v0 = conv_z(row + j0 * es, m0, conv);
+            __m512i v1 = m1 ? conv_z(row + (j0 + 16) * es, m1, conv) : _mm512_setzero_si512();
             stats_z(v0, maxv, minv);
             stats_z(v1, maxv, minv);
-            _mm512_store_si512(bp, v0);
-            _mm512_store_si512(bp + 16, v1);
-            bp += Z_NR;
+            _mm512_store_si512(out, v0);
+            _mm512_store_si512(out + 16, v1);
         }
     }
 }
@@ -284,9 +285,11 @@ TARGET_Z static void pack_b_bf16_z(const struct tpu__pack_src *s, size_t kc, siz
 /* `fma` is a compile-time constant in each caller. The multiply + add form uses the
  * explicit-rounding intrinsics so that no compiler setting could fuse the pair. */
 INLINE_Z void micro_bf16_z_body(size_t kc, size_t tile, const float *ap, size_t lda,
-                                const float *bp, float *c, size_t ldc, bool store_first,
+                                const float *bp, float *c, size_t ldc, unsigned flags,
                                 const bool fma)
 {
+    const bool store_first = flags & TPU__MICRO_STORE_FIRST;
+    const __m512 canon_nan = _mm512_castsi512_ps(_mm512_set1_epi32((int)TPU_F32_CANONICAL_NAN_BITS));
     for (size_t k0 = 0; k0 < kc; k0 += tile) {
         size_t len = kc - k0 < tile ? kc - k0 : tile;
         __m512 t0[Z_MR], t1[Z_MR];
@@ -317,33 +320,41 @@ INLINE_Z void micro_bf16_z_body(size_t kc, size_t tile, const float *ap, size_t 
                 }
             }
         }
-        if (store_first && k0 == 0) {
-#pragma GCC unroll 12
-            for (int i = 0; i < Z_MR; i++) {
-                _mm512_storeu_ps(c + (size_t)i * ldc, t0[i]);
-                _mm512_storeu_ps(c + (size_t)i * ldc + 16, t1[i]);
-            }
-        } else {
+        if (!(store_first && k0 == 0)) {
 #pragma GCC unroll 12
             for (int i = 0; i < Z_MR; i++) {
                 float *ci = c + (size_t)i * ldc;
-                _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), t0[i]));
-                _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), t1[i]));
+                t0[i] = _mm512_add_ps(_mm512_loadu_ps(ci), t0[i]);
+                t1[i] = _mm512_add_ps(_mm512_loadu_ps(ci + 16), t1[i]);
             }
+        }
+        if ((flags & TPU__MICRO_CANON_NAN) && k0 + len == kc) {
+#pragma GCC unroll 12
+            for (int i = 0; i < Z_MR; i++) {
+                t0[i] = _mm512_mask_mov_ps(t0[i], _mm512_cmp_ps_mask(t0[i], t0[i], _CMP_UNORD_Q),
+                                           canon_nan);
+                t1[i] = _mm512_mask_mov_ps(t1[i], _mm512_cmp_ps_mask(t1[i], t1[i], _CMP_UNORD_Q),
+                                           canon_nan);
+            }
+        }
+#pragma GCC unroll 12
+        for (int i = 0; i < Z_MR; i++) {
+            _mm512_storeu_ps(c + (size_t)i * ldc, t0[i]);
+            _mm512_storeu_ps(c + (size_t)i * ldc + 16, t1[i]);
         }
     }
 }
 
 TARGET_Z static void micro_bf16_z_fma(size_t kc, size_t tile, const void *ap, size_t lda,
-                                      const void *bp, void *c, size_t ldc, bool store_first)
+                                      const void *bp, void *c, size_t ldc, unsigned flags)
 {
-    micro_bf16_z_body(kc, tile, ap, lda, bp, c, ldc, store_first, true);
+    micro_bf16_z_body(kc, tile, ap, lda, bp, c, ldc, flags, true);
 }
 
 TARGET_Z static void micro_bf16_z_plain(size_t kc, size_t tile, const void *ap, size_t lda,
-                                        const void *bp, void *c, size_t ldc, bool store_first)
+                                        const void *bp, void *c, size_t ldc, unsigned flags)
 {
-    micro_bf16_z_body(kc, tile, ap, lda, bp, c, ldc, store_first, false);
+    micro_bf16_z_body(kc, tile, ap, lda, bp, c, ldc, flags, false);
 }
 
 const struct tpu__gemm_kernel tpu__gemm_bf16_avx512 = {
@@ -405,8 +416,9 @@ TARGET_Z static void pack_b_int8_z(const struct tpu__pack_src *s, size_t kc, siz
 }
 
 TARGET_Z static void micro_int8_z(size_t kc, size_t tile, const void *ap_, size_t lda,
-                                  const void *bp_, void *c_, size_t ldc, bool store_first)
+                                  const void *bp_, void *c_, size_t ldc, unsigned flags)
 {
+    const bool store_first = flags & TPU__MICRO_STORE_FIRST;
     const int16_t *ap = ap_; /* pairs: word p of row i at ap + 2 * (i * lda + p) */
     const int32_t *b = bp_;
     int32_t *c = c_;

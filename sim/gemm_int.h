@@ -156,6 +156,10 @@ static inline uint32_t tpu__pack_conv_one(const void *p, size_t idx, enum tpu__p
     }
 }
 
+/* Flags of the micro-kernels (struct tpu__gemm_kernel). */
+#define TPU__MICRO_STORE_FIRST 1u
+#define TPU__MICRO_CANON_NAN 2u
+
 /* One instruction set's kernels for one data type. */
 struct tpu__gemm_kernel {
     unsigned mr, nr;     /* micro-tile: mr rows x nr columns of C per micro-kernel call */
@@ -172,16 +176,19 @@ struct tpu__gemm_kernel {
     /* C[mr][nr] (row stride ldc words) combined with the product of an A micro-panel
      * (mr rows of stride lda words) and a B panel over a K-chunk of kc values.
      * bf16: the chunk is cut into tiles of `tile` rows (the last may be shorter); each tile's
-     * column sums start at +0, then C = t for the chunk's first tile if `store_first`, else
-     * C = C + t. int8: C = sum (store_first) or C + sum, wrapping; `tile` is unused.
+     * column sums start at +0, then C = t for the chunk's first tile if `flags` has
+     * TPU__MICRO_STORE_FIRST, else C = C + t; with TPU__MICRO_CANON_NAN, NaNs among the
+     * values stored after the chunk's last tile are replaced by the canonical NaN (the driver
+     * asks for it on the last chunk, when C is final). int8: C = sum (STORE_FIRST) or C + sum,
+     * wrapping; `tile` and CANON_NAN are unused.
      * For bf16 this is the FMA kernel, exact only under the driver's exponent test (NULL if
      * the instruction set has none); for int8 the only kernel. */
     void (*micro)(size_t kc, size_t tile, const void *ap, size_t lda, const void *bp, void *c,
-                  size_t ldc, bool store_first);
+                  size_t ldc, unsigned flags);
     /* bf16 only: the same with separate multiply and add, exact for every input. NULL for
      * int8. */
     void (*micro_plain)(size_t kc, size_t tile, const void *ap, size_t lda, const void *bp,
-                        void *c, size_t ldc, bool store_first);
+                        void *c, size_t ldc, unsigned flags);
 };
 
 /* Tables of the x86 kernels (defined only where the compiler targets x86-64). */

@@ -355,6 +355,67 @@ def config_errors():
             assert name in p.stderr and 'error:' in p.stderr, p.stderr
 
 
+FASHION = '/usr/share/datasets/fashion-mnist'
+
+
+@case
+def train_evaluate_predict_on_fashion_mnist():
+    if not os.path.isdir(FASHION):
+        print('skipped: Fashion-MNIST is not installed')
+        return
+    with tempfile.TemporaryDirectory() as d:
+        md = os.path.join(d, 'model')
+        out = json.loads(run('train', '--chip', 'tiny', '--layers', '64', '--epochs', '1',
+                             '--model-dir', md, '--json', '--iterations-per-loop', '50').stdout)
+        # one epoch of 60000 / 512 = 117 full steps, on the tiny chip's 2 replicas
+        assert out['global_step'] == 117 and out['replicas'] == 2, out
+        assert out['test_examples'] == 10000
+        assert out['test_accuracy'] > 0.80, out
+        assert 0 < out['mxu_utilization'] <= 1 and out['host_time'] == 'modeled'
+        assert os.path.exists(os.path.join(md, 'metrics.jsonl'))
+        ev = json.loads(run('evaluate', '--chip', 'tiny', '--layers', '64', '--model-dir', md,
+                            '--json').stdout)
+        assert ev['examples'] == 10000 and ev['global_step'] == 117
+        assert abs(ev['accuracy'] - out['test_accuracy']) < 1e-9
+        npy = os.path.join(d, 'logits.npy')
+        pr = json.loads(run('predict', '--chip', 'tiny', '--layers', '64', '--model-dir', md,
+                            '--limit', '1001', '--output', npy, '--json').stdout)
+        assert pr['predictions'] == 1001
+        descr, rows = read_npy(npy)
+        assert descr == '<f4' and len(rows) == 1001 and len(rows[0]) == 10
+        # training again continues from the checkpoint: global step 117 + 10
+        out = json.loads(run('train', '--chip', 'tiny', '--layers', '64', '--steps', '10',
+                             '--model-dir', md, '--json', '--no-eval').stdout)
+        assert out['global_step'] == 127
+        # a model of another shape cannot load that checkpoint
+        expect_error(['evaluate', '--chip', 'tiny', '--layers', '32', '--model-dir', md], 1,
+                     'w0')
+
+
+@case
+def train_errors():
+    expect_error(['train', '--chip', 'tiny', '--train-batch-size', '101', '--steps', '1'], 2,
+                 'train_batch_size 101 must be divisible by the number of replicas')
+    expect_error(['train', '--iterations-per-loop', '10q'], 2,
+                 "iterations_per_loop '10q' is neither a whole number")
+    expect_error(['train', '--data', '/nonexistent-dir', '--steps', '1'], 1,
+                 '/nonexistent-dir')
+    expect_error(['evaluate', '--chip', 'tiny'], 2, 'give --model-dir')
+    expect_error(['train', '--steps', '5', '--epochs', '1'], 2, 'give one of --steps')
+    expect_error(['train', '--optimizer', 'rmsprop'], 2, "--optimizer 'rmsprop'")
+    expect_error(['train', '--layers', '512,,256'], 2, "--layers '512,,256'")
+    expect_error(['train', '--bogus', '1'], 2, "unknown option '--bogus'")
+    expect_error(['train', '--chip', 'tpu-v1', '--steps', '1'], 1, 'no bf16')
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, 'c.json')
+        with open(cfg, 'w') as f:
+            f.write('{"learning_rate": 0.01, "colour": "blue"}')
+        expect_error(['train', '--config', cfg], 2, "unknown option 'colour'")
+        with open(cfg, 'w') as f:
+            f.write('{"learning_rate": 0.01,}')
+        expect_error(['train', '--config', cfg], 2, 'c.json:1:')
+
+
 def main():
     failed = []
     print(f'[==========] Running {len(CASES)} test(s).')
