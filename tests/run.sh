@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tpusim needs, builds it with every optional part, and runs the whole test
-# suite twice: a plain optimised build, then under AddressSanitizer + UndefinedBehavior-
-# Sanitizer (which fail the test on the first report). Ends with "N passed, N failed" and
+# suite three ways: a plain optimised build; AddressSanitizer + UndefinedBehaviorSanitizer
+# (which fail the test on the first report); and ThreadSanitizer on the threaded parts (the
+# chip's scheduler and queues, the runtime's threads). Ends with "N passed, N failed" and
 # exits non-zero if anything failed.
 #
 #   bash tests/run.sh            everything
@@ -15,27 +16,29 @@ quick=0
 bash tests/install-deps.sh || exit 1
 
 jobs=$(nproc 2>/dev/null || echo 2)
-options=(-Drtl=enabled)
 
-run_suite() { # label, build dir, extra meson options...
-  local label=$1 dir=$2
-  shift 2
+# run_suite LABEL DIR "MESON OPTIONS" [TEST NAMES...]
+run_suite() {
+  local label=$1 dir=$2 opts=$3
+  shift 3
   if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" "${options[@]}" "$@" >"$dir.setup.log" 2>&1 || {
+    # shellcheck disable=SC2086
+    meson setup "$dir" -Drtl=enabled $opts >"$dir.setup.log" 2>&1 || {
       cat "$dir.setup.log"; echo "$label: meson setup failed"; return 1; }
   fi
   rm -f "$dir/meson-logs/testlog.json" # a failed build must not count an old run
   ninja -C "$dir" >"$dir.build.log" 2>&1 || {
     tail -50 "$dir.build.log"; echo "$label: build failed"; return 1; }
-  meson test -C "$dir" --print-errorlogs --num-processes "$jobs" || true
+  meson test -C "$dir" --print-errorlogs --num-processes "$jobs" "$@" || true
 }
 
 labels=()
-run_suite plain build-tests --buildtype=debugoptimized
+run_suite plain build-tests "--buildtype=debugoptimized"
 labels+=("plain=build-tests")
 if [ $quick -eq 0 ]; then
-  run_suite asan+ubsan build-asan --buildtype=debug -Db_sanitize=address,undefined \
-    -Db_lundef=false
+  run_suite asan+ubsan build-asan "--buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false"
   labels+=("asan+ubsan=build-asan")
+  run_suite tsan build-tsan "--buildtype=debugoptimized -Db_sanitize=thread" chip runtime models
+  labels+=("tsan=build-tsan")
 fi
 python3 tests/summarize.py "${labels[@]}"
