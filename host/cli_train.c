@@ -21,10 +21,15 @@
 #include "tpusim/device.h"
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
+#ifdef TPUSIM_HAVE_RTL
+#include "mxu_rtl_provider.h"
+#endif
 
 struct train_opts {
     const char *cmd;
     const char *chip, *data, *trace, *output, *images, *labels;
+    const char *vcd; /* --vcd: waveform of core 0's RTL array */
+    bool rtl;        /* --backend rtl */
     uint32_t chips, cores_per_replica, threads;
     uint64_t steps, max_steps;
     double epochs;
@@ -48,6 +53,10 @@ static const char *const usage_text =
     "  --threads N                   host threads simulating the cores (default: all CPUs)\n"
     "  --timing-only                 count cycles, compute no values (train only)\n"
     "  --trace FILE                  write the timeline (Chrome trace JSON, opens in Perfetto)\n"
+    "  --backend native|rtl          matrix units in C (default), or every matmul on the\n"
+    "                                Verilated RTL array (small MXUs only, e.g. --chip tiny)\n"
+    "  --vcd FILE                    --backend rtl: waveform (VCD) of core 0's array; about\n"
+    "                                12 KB per cycle of an 8x8 array: use a few --steps\n"
     "model and data\n"
     "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
     "  --optimizer adam|sgd          (default adam, learning rate 0.001; sgd: with momentum)\n"
@@ -141,6 +150,13 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
         rc = parse_u32(o, name, v, 1, 256, &o->threads);
     else if (!strcmp(name, "--trace"))
         o->trace = v;
+    else if (!strcmp(name, "--backend")) {
+        if (!strcmp(v, "native") || !strcmp(v, "rtl"))
+            o->rtl = !strcmp(v, "rtl");
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend '%s' is not native or rtl", v);
+    } else if (!strcmp(name, "--vcd"))
+        o->vcd = v;
     else if (!strcmp(name, "--layers"))
         rc = parse_layers(o, v);
     else if (!strcmp(name, "--optimizer")) {
@@ -359,6 +375,24 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
     if (o->timing_only && (o->reference || strcmp(o->cmd, "train")))
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--timing-only computes no values: it "
                               "goes with 'tpusim train' without --reference");
+    if (o->vcd && !o->rtl)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
+                              "it goes with --backend rtl");
+    if (o->rtl) {
+#ifndef TPUSIM_HAVE_RTL
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
+                              "without the RTL matrix unit; rebuild with 'meson configure "
+                              "-Drtl=enabled' (needs verilator and a C++17 compiler)");
+#endif
+        if (o->timing_only)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl computes every matmul's "
+                                  "values on the RTL array; it does not go with --timing-only "
+                                  "(the native backend counts the same cycles)");
+        if (o->spec.passes != 1)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl runs one-pass (bf16 "
+                                  "input) matmuls only; --passes %u needs --backend native",
+                                  o->spec.passes);
+    }
     return 0;
 }
 
@@ -414,15 +448,63 @@ struct run {
     struct train_opts o;
     struct tpu_chip_config chip;
     struct tpu_device *dev;
+#ifdef TPUSIM_HAVE_RTL
+    struct tpu_mxu_rtl_provider *rtl; /* --backend rtl: one RTL array per MXU */
+#endif
     struct tpu_estimator *est;
     struct tpu_dataset train, test;
     struct tpu_model model;
     struct progress prog;
 };
 
+/* --backend rtl: an RTL array for every MXU of the device, and --vcd on core 0's first. */
+static int setup_rtl(struct run *r, struct tpu_device_settings *s)
+{
+#ifdef TPUSIM_HAVE_RTL
+    struct tpu_diag d = {0};
+    const struct tpu_chip_config *c = &r->chip;
+    const uint64_t units = (uint64_t)s->n_chips * c->cores_per_chip * c->mxu_per_core;
+    if (units > 4096)
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--backend rtl: the device has %llu "
+                              "matrix units; the RTL backend simulates at most 4096 (use fewer "
+                              "--chips)", (unsigned long long)units);
+    if (tpu_mxu_rtl_provider_create(c->mxu_rows, c->mxu_cols, (uint32_t)units, &r->rtl, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--backend rtl: chip '%s' has %ux%u "
+                              "matrix units: %s; choose a chip whose MXU has one of those "
+                              "shapes (e.g. --chip tiny)", c->name, c->mxu_rows, c->mxu_cols,
+                              d.msg);
+    if (r->o.vcd && tpu_mxu_rtl_provider_trace_open(r->rtl, 0, r->o.vcd, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--vcd: %s", d.msg);
+    s->mxu = tpu_mxu_rtl_provider_get(r->rtl);
+    return 0;
+#else
+    (void)s;
+    return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
+                          "without the RTL matrix unit");
+#endif
+}
+
+/* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. */
+static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, uint64_t *cycles)
+{
+    *units = 0;
+    *tiles = *cycles = 0;
+#ifdef TPUSIM_HAVE_RTL
+    struct tpu_mxu_rtl_unit_stats st;
+    for (uint32_t u = 0; r->rtl && tpu_mxu_rtl_provider_stats(r->rtl, u, &st) == 0; u++) {
+        ++*units;
+        *tiles += st.tiles;
+        *cycles += st.cycles;
+    }
+#else
+    (void)r;
+#endif
+}
+
 static int setup(struct run *r, bool need_train_data)
 {
     struct tpu_diag d = {0};
+    int rc;
     const char *cmd = r->o.cmd;
     if (tpu_config_load(r->o.chip, &r->chip, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
@@ -439,6 +521,8 @@ static int setup(struct run *r, bool need_train_data)
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace != NULL;
+    if (r->o.rtl && (rc = setup_rtl(r, &s)))
+        return rc;
     if (tpu_device_open(&s, &r->dev, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     /* the spec's batch fields are the runtime's business; check the rest now */
@@ -461,6 +545,9 @@ static void teardown(struct run *r)
 {
     tpu_estimator_destroy(&r->est);
     tpu_device_close(&r->dev);
+#ifdef TPUSIM_HAVE_RTL
+    tpu_mxu_rtl_provider_destroy(&r->rtl); /* after the device that used it */
+#endif
     tpu_dataset_free(&r->train);
     tpu_dataset_free(&r->test);
 }
@@ -551,6 +638,14 @@ static int cmd_train(struct run *r)
         if (o->reference)
             printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
                    ref.test_accuracy, ref_wall);
+        printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
+        if (o->rtl) {
+            uint32_t units;
+            uint64_t tiles, cycles;
+            rtl_totals(r, &units, &tiles, &cycles);
+            printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
+                   (unsigned long long)tiles, (unsigned long long)cycles);
+        }
         printf("}\n");
         return 0;
     }
@@ -575,6 +670,15 @@ static int cmd_train(struct run *r)
     printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
            100 * last.infeed_stall_share, 100 * last.host_overhead_share);
     printf("  simulation         %.1f s of wall time for training\n", train_wall);
+    if (o->rtl) {
+        uint32_t units;
+        uint64_t tiles, cycles;
+        rtl_totals(r, &units, &tiles, &cycles);
+        printf("  RTL backend        %u Verilated %ux%u arrays ran %llu weight tiles in %llu "
+               "clock cycles%s%s\n", units, r->chip.mxu_rows, r->chip.mxu_cols,
+               (unsigned long long)tiles, (unsigned long long)cycles,
+               o->vcd ? "; waveform of core 0's array in " : "", o->vcd ? o->vcd : "");
+    }
     return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "chip_int.h"
+#include "mxu_provider.h"
 #include "util.h"
 
 const char *tpu_unit_name(enum tpu_unit u)
@@ -102,11 +103,8 @@ int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out
                          "cores_per_replica %u must be a power of two from 1 to 128 that "
                          "divides the %llu cores (%u chips x %u cores)",
                          cpr, (unsigned long long)n_cores, s->n_chips, cfg->cores_per_chip);
-    if (s->mxu && (s->mxu->rows != cfg->mxu_rows || s->mxu->cols != cfg->mxu_cols))
-        return tpu__fail(d, TPU_EINVAL,
-                         "the matrix-unit provider simulates a %ux%u array but chip '%s' has "
-                         "%ux%u; use a chip whose MXU matches it",
-                         s->mxu->rows, s->mxu->cols, cfg->name, cfg->mxu_rows, cfg->mxu_cols);
+    if ((rc = tpu__provider_check(s, d)) != 0)
+        return rc;
 
     struct tpu_device *dev = calloc(1, sizeof *dev);
     if (!dev)
@@ -356,9 +354,13 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
             c->bufs[b] = (struct tpu__bufmem){.dtype = bd->dtype, .rows = bd->rows,
                                               .cols = bd->cols};
             if (!dev->s.timing_only) {
-                c->bufs[b].data = calloc(1, tpu_buffer_bytes(bd) ? tpu_buffer_bytes(bd) : 1);
+                /* zeroed now, by writing: the pages are the process's before the first run
+                 * (calloc's lazily mapped pages would fault inside the first step) */
+                size_t bytes = tpu_buffer_bytes(bd) ? tpu_buffer_bytes(bd) : 1;
+                c->bufs[b].data = malloc(bytes);
                 if (!c->bufs[b].data)
                     goto nomem;
+                memset(c->bufs[b].data, 0, bytes);
             }
         }
     }
@@ -579,6 +581,7 @@ int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_c
     }
     if (n > dev->n_cores)
         n = dev->n_cores;
+    dev->n_workers = n;
     pthread_t *th = calloc(n, sizeof *th);
     unsigned started = 0;
     if (th)

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "chip_int.h"
+#include "mxu_provider.h"
 #include "timing.h"
 #include "util.h"
 
@@ -117,6 +118,10 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
 {
     uint64_t cycles, mac_slots, macs;
     enum tpu_unit u = local_cost(dev, op, &cycles, &mac_slots, &macs);
+    if (u == TPU_UNIT_MXU && dev->s.mxu) { /* the provider's own count (mxu_provider.h) */
+        cycles = c->provider_mxu_cycles;
+        mac_slots = cycles * dev->cfg.mxu_rows * dev->cfg.mxu_cols * dev->cfg.mxu_per_core;
+    }
 
     /* bytes from and to HBM; on-chip inputs gate compute, HBM inputs gate their DMA */
     uint64_t in_bytes = 0, out_bytes = 0, hbm_ready = 0, vmem_ready = 0;
@@ -226,7 +231,61 @@ static struct coll_group *group_of(struct tpu_device *dev, const struct core *c,
     return &dev->groups[c->index_in_replica];
 }
 
-/* Values of a collective, done by the last arriver while the others wait. */
+/* The all-reduce of elements [lo, hi): blocks small enough to stay in cache are summed in
+ * replica order, ((x0 + x1) + x2) + ..., (then divided by n for a mean) and written to
+ * every member's y. A block is read completely before it is written, so y may be x. */
+struct reduce_job {
+    const struct tpu_device *dev;
+    const struct coll_group *g;
+    const struct tpu_op *op;
+    size_t lo, hi;
+    bool is_float;
+};
+
+static void *reduce_range(void *arg)
+{
+    const struct reduce_job *j = arg;
+    enum { BLOCK = 2048 };
+    union {
+        float f[BLOCK];
+        uint32_t u[BLOCK];
+    } acc;
+    const uint32_t n = j->g->n;
+    const struct core *cores = j->dev->cores;
+    const uint32_t x = j->op->in[0], y = j->op->out[0];
+    const bool mean = j->op->attrs.reduce == TPU_REDUCE_MEAN;
+    for (size_t lo = j->lo; lo < j->hi; lo += BLOCK) {
+        size_t len = j->hi - lo < BLOCK ? j->hi - lo : BLOCK;
+        if (j->is_float) {
+            memcpy(acc.f, (const float *)cores[j->g->members[0]].bufs[x].data + lo, len * 4);
+            for (uint32_t r = 1; r < n; r++) {
+                const float *v = (const float *)cores[j->g->members[r]].bufs[x].data + lo;
+                for (size_t i = 0; i < len; i++)
+                    acc.f[i] = acc.f[i] + v[i];
+            }
+            if (mean)
+                for (size_t i = 0; i < len; i++)
+                    acc.f[i] = acc.f[i] / (float)n;
+        } else { /* int32, wrapping */
+            memcpy(acc.u, (const uint32_t *)cores[j->g->members[0]].bufs[x].data + lo, len * 4);
+            for (uint32_t r = 1; r < n; r++) {
+                const uint32_t *v = (const uint32_t *)cores[j->g->members[r]].bufs[x].data + lo;
+                for (size_t i = 0; i < len; i++)
+                    acc.u[i] += v[i];
+            }
+            if (mean)
+                for (size_t i = 0; i < len; i++)
+                    acc.u[i] = (uint32_t)((int32_t)acc.u[i] / (int32_t)n);
+        }
+        for (uint32_t r = 0; r < n; r++)
+            memcpy((char *)cores[j->g->members[r]].bufs[y].data + lo * 4, acc.u, len * 4);
+    }
+    return NULL;
+}
+
+/* Values of a collective, done by the last arriver while the others wait. A large
+ * all-reduce is split over the device's worker count (the others are idle meanwhile); the
+ * split does not change a value, since every element is summed in the same order. */
 static int collective_values(struct tpu_device *dev, const struct coll_group *g,
                              const struct tpu_op *op, struct tpu_diag *d)
 {
@@ -236,35 +295,30 @@ static int collective_values(struct tpu_device *dev, const struct coll_group *g,
     const size_t count = (size_t)bd->rows * bd->cols;
     const size_t bytes = count * tpu_buf_dtype_bytes(bd->dtype);
     if (op->code == TPU_OP_ALL_REDUCE) {
-        void *acc = malloc(bytes ? bytes : 1);
-        if (!acc)
-            return tpu__fail(d, TPU_ENOMEM, "out of memory for an all_reduce of %zu bytes", bytes);
-        memcpy(acc, dev->cores[g->members[0]].bufs[op->in[0]].data, bytes);
-        /* sum in replica order: ((x0 + x1) + x2) + ... */
-        if (bd->dtype == TPU_BUF_F32) {
-            float *s = acc;
-            for (uint32_t r = 1; r < g->n; r++) {
-                const float *x = dev->cores[g->members[r]].bufs[op->in[0]].data;
-                for (size_t i = 0; i < count; i++)
-                    s[i] = s[i] + x[i];
-            }
-            if (op->attrs.reduce == TPU_REDUCE_MEAN)
-                for (size_t i = 0; i < count; i++)
-                    s[i] = s[i] / (float)g->n;
-        } else { /* int32, wrapping */
-            uint32_t *s = acc;
-            for (uint32_t r = 1; r < g->n; r++) {
-                const uint32_t *x = dev->cores[g->members[r]].bufs[op->in[0]].data;
-                for (size_t i = 0; i < count; i++)
-                    s[i] += x[i];
-            }
-            if (op->attrs.reduce == TPU_REDUCE_MEAN)
-                for (size_t i = 0; i < count; i++)
-                    s[i] = (uint32_t)((int32_t)s[i] / (int32_t)g->n);
+        enum { MAX_SPLIT = 16 };
+        unsigned parts = dev->n_workers ? dev->n_workers : 1;
+        if (parts > MAX_SPLIT)
+            parts = MAX_SPLIT;
+        if (count < ((size_t)1 << 16))
+            parts = 1; /* not worth a thread */
+        struct reduce_job jobs[MAX_SPLIT];
+        pthread_t th[MAX_SPLIT];
+        bool started[MAX_SPLIT] = {false};
+        for (unsigned k = 0; k < parts; k++) {
+            jobs[k] = (struct reduce_job){.dev = dev, .g = g, .op = op,
+                                          .lo = count * k / parts, .hi = count * (k + 1) / parts,
+                                          .is_float = bd->dtype == TPU_BUF_F32};
+            if (k > 0)
+                started[k] = pthread_create(&th[k], NULL, reduce_range, &jobs[k]) == 0;
         }
-        for (uint32_t r = 0; r < g->n; r++)
-            memcpy(dev->cores[g->members[r]].bufs[op->out[0]].data, acc, bytes);
-        free(acc);
+        reduce_range(&jobs[0]);
+        for (unsigned k = 1; k < parts; k++) {
+            if (started[k])
+                pthread_join(th[k], NULL);
+            else
+                reduce_range(&jobs[k]); /* no thread: do it here */
+        }
+        (void)bytes;
         return 0;
     }
     /* collective_permute: y on member i = x from member (i - shift) mod n */
@@ -346,27 +400,22 @@ static int do_infeed(struct tpu_device *dev, struct core *c, size_t pc, const st
                      struct tpu_diag *d)
 {
     uint64_t issue = tpu__max_u64(c->last_issue, operands_ready(c, op));
-    struct feed_slot s;
-    uint64_t done;
-    if (!tpu__core_infeed_take(dev, c, issue, &s, &done))
-        return 0;
     struct tpu__bufmem *b = &c->bufs[op->out[0]];
-    uint64_t want = buf_bytes(dev, op->out[0]);
-    if (s.bytes != want) {
-        free(s.data);
+    const uint64_t want = buf_bytes(dev, op->out[0]);
+    size_t got = 0;
+    uint64_t done;
+    if (!tpu__core_infeed_take(dev, c, issue, b->data, want, &got, &done))
+        return 0;
+    if (got != want)
         return tpu__fail(d, TPU_ESHAPE,
                          "core %u: infeed op %zu into '%s' expects %llu bytes (%s[%u, %u]) but "
                          "the host queued %zu bytes; queue tensors of the buffer's size",
                          c->id, pc, tpu_program_buffer(dev->prog, op->out[0])->name,
                          (unsigned long long)want, tpu_buf_dtype_name(b->dtype), b->rows,
-                         b->cols, s.bytes);
-    }
-    if (s.data && b->data)
-        memcpy(b->data, s.data, s.bytes);
-    free(s.data);
+                         b->cols, got);
     if (done > issue)
         c->ctr.stall[TPU_STALL_INFEED_EMPTY] += done - issue;
-    c->ctr.infeed_bytes += s.bytes;
+    c->ctr.infeed_bytes += got;
     c->unit_free[TPU_UNIT_INFEED] = tpu__max_u64(c->unit_free[TPU_UNIT_INFEED], done);
     finish_op(c, op, done, done);
     return 1;
@@ -448,9 +497,12 @@ int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu_diag *d)
             break;
         default:
             if (!dev->s.timing_only) {
-                int e = tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
-                                        dev->s.kernel_threads ? dev->s.kernel_threads : 1,
-                                        &c->scratch, d);
+                int e = op->code == TPU_OP_MATMUL && dev->s.mxu
+                            ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, op, c->bufs,
+                                                   &c->provider_mxu_cycles, d)
+                            : tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
+                                              dev->s.kernel_threads ? dev->s.kernel_threads : 1,
+                                              &c->scratch, d);
                 if (e) {
                     char prefix[64];
                     snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);

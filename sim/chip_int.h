@@ -28,10 +28,13 @@ enum core_state {
     CORE_DONE,
 };
 
-/* One entry of a feed queue. */
+/* One entry of a feed queue. Its buffer stays with the slot and is reused (grown when a
+ * larger tensor comes), so steady-state feeding allocates nothing. */
 struct feed_slot {
-    void *data;           /* malloc'd copy, or NULL in timing-only mode */
-    size_t bytes;
+    void *data;           /* the slot's buffer, cap bytes */
+    size_t cap;
+    size_t bytes;         /* the tensor's size */
+    bool has_data;        /* false in timing-only mode */
     uint64_t ready_cycle; /* infeed: in HBM at this cycle; outfeed: at the host */
 };
 
@@ -85,6 +88,8 @@ struct core {
     uint64_t *buf_ready;                /* [n_buffers] value complete */
     uint64_t *buf_read_done;            /* [n_buffers] last reader done (WAR) */
     uint64_t coll_arrival;              /* set when it arrives at a collective */
+    uint64_t provider_mxu_cycles;       /* the current matmul's MXU cycles when settings.mxu
+                                           computed it (mxu_provider.h) */
     bool resuming;                      /* re-running a blocked infeed/outfeed op */
 
     struct tpu_core_counters ctr;
@@ -117,6 +122,7 @@ struct tpu_device {
     pthread_cond_t work_cv;     /* workers wait for a READY core */
     pthread_cond_t host_cv;     /* host feed calls wait for space / data */
     bool running;               /* [L] */
+    unsigned n_workers;         /* worker threads of the current run */
     bool canceled;              /* [L] */
     bool infeed_closed;         /* [L] tpu_device_infeed_close was called */
     int error;                  /* [L] first error of the run */
@@ -137,11 +143,12 @@ int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu_diag *d);
 int tpu__feed_init(struct feed *f, uint32_t depth);
 void tpu__feed_free(struct feed *f);
 void tpu__feed_clear(struct feed *f);
-/* Core side of the queues (under the lock inside). take: 1 with the head slot and the cycle
- * the infeed op completes, or 0 with the core set waiting. put: 1 with the transfer's start
- * and end, or 0 with the core set waiting (or *err set on failure). */
-int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue,
-                          struct feed_slot *out, uint64_t *done_cycle);
+/* Core side of the queues (under the lock inside). take: 1 with the head tensor copied to
+ * dst (if its size is dst_bytes; *got_bytes is its size) and the cycle the infeed op
+ * completes, or 0 with the core set waiting. put: 1 with the transfer's start and end, or 0
+ * with the core set waiting (or *err set on failure). */
+int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue, void *dst,
+                          size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle);
 int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *data,
                           size_t bytes, uint64_t earliest, uint64_t *start_cycle,
                           uint64_t *end_cycle, int *err);

@@ -30,8 +30,9 @@
  * bandwidth in each direction, on a timeline of their own (link_in_free, link_out_free). A
  * shared first-come timeline would make device time depend on which thread pushed first.
  *
- * Invariants (assert_feed): 0 <= count <= depth; head < depth; a slot outside
- * [head, head + count) holds no data. Everything here runs under dev->lock. */
+ * Invariants (assert_feed): 0 <= count <= depth; head < depth; only the slots in
+ * [head, head + count) hold queued tensors (the others keep their buffers for reuse).
+ * Everything here runs under dev->lock, the copies in and out of slots included. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,21 +63,34 @@ int tpu__feed_init(struct feed *f, uint32_t depth)
 
 void tpu__feed_clear(struct feed *f)
 {
-    for (uint32_t i = 0; i < f->count; i++) {
-        struct feed_slot *s = &f->slots[(f->head + i) % f->depth];
-        free(s->data);
-        s->data = NULL;
-    }
     f->head = f->count = 0;
 }
 
 void tpu__feed_free(struct feed *f)
 {
-    if (f->slots)
-        tpu__feed_clear(f);
+    for (uint32_t i = 0; f->slots && i < f->depth; i++)
+        free(f->slots[i].data);
     free(f->slots);
     free(f->slot_free_cycle);
     memset(f, 0, sizeof *f);
+}
+
+/* Copies a tensor into a slot's buffer, growing it if needed (data NULL: no values). */
+static int slot_store(struct feed_slot *s, const void *data, size_t bytes)
+{
+    s->bytes = bytes;
+    s->has_data = data != NULL;
+    if (!data)
+        return 0;
+    if (s->cap < bytes) {
+        void *p = realloc(s->data, bytes);
+        if (!p)
+            return TPU_ENOMEM;
+        s->data = p;
+        s->cap = bytes;
+    }
+    memcpy(s->data, data, bytes);
+    return 0;
 }
 
 static uint32_t tail_index(const struct feed *f)
@@ -107,13 +121,6 @@ int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, s
     if (!data && !dev->s.timing_only)
         return tpu__fail(d, TPU_EINVAL, "infeed data is NULL; only a timing-only device takes "
                          "infeed without data");
-    void *copy = NULL;
-    if (data && !dev->s.timing_only) {
-        copy = malloc(bytes ? bytes : 1);
-        if (!copy)
-            return tpu__fail(d, TPU_ENOMEM, "out of memory queuing %zu infeed bytes", bytes);
-        memcpy(copy, data, bytes);
-    }
     struct core *c = &dev->cores[core];
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->infeed;
@@ -121,17 +128,19 @@ int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, s
         pthread_cond_wait(&dev->host_cv, &dev->lock);
     if (dev->canceled) {
         pthread_mutex_unlock(&dev->lock);
-        free(copy);
         return tpu__fail(d, TPU_ECANCELED, "infeed to core %u: the run was canceled", core);
     }
     uint32_t t = tail_index(f);
+    if (slot_store(&f->slots[t], dev->s.timing_only ? NULL : data, bytes)) {
+        pthread_mutex_unlock(&dev->lock);
+        return tpu__fail(d, TPU_ENOMEM, "out of memory queuing %zu infeed bytes", bytes);
+    }
     uint64_t start = tpu__max_u64(host_cycle, c->link_in_free);
     start = tpu__max_u64(start, f->slot_free_cycle[t]);
     uint64_t occupy = tpu__host_link_share_cycles(&dev->cfg, bytes) -
                       tpu__host_link_share_cycles(&dev->cfg, 0); /* bytes / bandwidth */
     c->link_in_free = start + occupy;
-    f->slots[t] = (struct feed_slot){.data = copy, .bytes = bytes,
-                                     .ready_cycle = start + tpu__host_link_share_cycles(&dev->cfg, bytes)};
+    f->slots[t].ready_cycle = start + tpu__host_link_share_cycles(&dev->cfg, bytes);
     f->count++;
     f->pushes++;
     if (dev->s.trace)
@@ -143,9 +152,9 @@ int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, s
     return 0;
 }
 
-/* Core side: takes the head infeed slot into *out (1), or marks the core waiting (0). */
-int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue,
-                          struct feed_slot *out, uint64_t *done_cycle)
+/* Core side: takes the head infeed tensor into dst (1), or marks the core waiting (0). */
+int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue, void *dst,
+                          size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle)
 {
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->infeed;
@@ -154,9 +163,11 @@ int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue
         pthread_mutex_unlock(&dev->lock);
         return 0;
     }
-    *out = f->slots[f->head];
-    f->slots[f->head].data = NULL;
-    uint64_t done = tpu__max_u64(issue, out->ready_cycle);
+    struct feed_slot *s = &f->slots[f->head];
+    *got_bytes = s->bytes;
+    if (dst && s->has_data && s->bytes == dst_bytes)
+        memcpy(dst, s->data, dst_bytes);
+    uint64_t done = tpu__max_u64(issue, s->ready_cycle);
     f->slot_free_cycle[f->head] = done;
     f->head = (f->head + 1) % f->depth;
     f->count--;
@@ -183,24 +194,19 @@ int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *da
         pthread_mutex_unlock(&dev->lock);
         return 0;
     }
-    void *copy = NULL;
-    if (data) {
-        copy = malloc(bytes ? bytes : 1);
-        if (!copy) {
-            pthread_mutex_unlock(&dev->lock);
-            *err = TPU_ENOMEM;
-            return 0;
-        }
-        memcpy(copy, data, bytes);
-    }
     uint32_t t = tail_index(f);
+    if (slot_store(&f->slots[t], data, bytes)) {
+        pthread_mutex_unlock(&dev->lock);
+        *err = TPU_ENOMEM;
+        return 0;
+    }
     uint64_t start = tpu__max_u64(earliest, c->link_out_free);
     start = tpu__max_u64(start, f->slot_free_cycle[t]);
     uint64_t occupy = tpu__host_link_share_cycles(&dev->cfg, bytes) -
                       tpu__host_link_share_cycles(&dev->cfg, 0);
     c->link_out_free = start + occupy;
     uint64_t ready = start + tpu__host_link_share_cycles(&dev->cfg, bytes);
-    f->slots[t] = (struct feed_slot){.data = copy, .bytes = bytes, .ready_cycle = ready};
+    f->slots[t].ready_cycle = ready;
     f->count++;
     f->pushes++;
     *start_cycle = start;
@@ -227,14 +233,18 @@ int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t
         pthread_mutex_unlock(&dev->lock);
         return tpu__fail(d, TPU_ECANCELED, "outfeed from core %u: the run was canceled", core);
     }
-    struct feed_slot s = f->slots[f->head];
-    if (s.bytes != bytes) {
+    struct feed_slot *s = &f->slots[f->head];
+    if (s->bytes != bytes) {
         pthread_mutex_unlock(&dev->lock);
         return tpu__fail(d, TPU_ESHAPE, "outfeed from core %u holds %zu bytes, but %zu were "
-                         "asked for; read it into a buffer of its size", core, s.bytes, bytes);
+                         "asked for; read it into a buffer of its size", core, s->bytes, bytes);
     }
-    f->slots[f->head].data = NULL;
-    uint64_t got = tpu__max_u64(host_cycle, s.ready_cycle);
+    if (data && s->has_data)
+        memcpy(data, s->data, bytes);
+    else if (data)
+        memset(data, 0, bytes); /* timing-only: no values */
+    uint64_t ready = s->ready_cycle;
+    uint64_t got = tpu__max_u64(host_cycle, ready);
     f->slot_free_cycle[f->head] = got;
     f->head = (f->head + 1) % f->depth;
     f->count--;
@@ -243,12 +253,7 @@ int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t
     assert_feed(f);
     tpu__wake_core(dev, c, CORE_WAIT_OUTFEED);
     pthread_mutex_unlock(&dev->lock);
-    if (data && s.data)
-        memcpy(data, s.data, bytes);
-    else if (data)
-        memset(data, 0, bytes); /* timing-only: no values */
-    free(s.data);
     if (ready_cycle)
-        *ready_cycle = s.ready_cycle;
+        *ready_cycle = ready;
     return 0;
 }

@@ -138,8 +138,8 @@ struct tpu__pack_src {
 };
 
 /* The bf16 part `conv` of stored element `idx` of `p`, as the bits of the fp32 value the
- * packers write (bf16 bits << 16). The portable packers use it, and the vector packers check
- * against its definition (tpu_f32_split_bf16). */
+ * packers write (bf16 bits << 16), by the definition (tpu_f32_split_bf16). The portable
+ * packers use it; the vector packers compute the same lane by lane (the tests compare). */
 static inline uint32_t tpu__pack_conv_one(const void *p, size_t idx, enum tpu__pack_conv conv)
 {
     tpu_bf16 part[3];

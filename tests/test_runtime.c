@@ -480,6 +480,13 @@ static int bad_next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batc
     return rc;
 }
 
+static int bad_start(void *ctx, enum tpu_mode mode, uint64_t step, uint32_t batch,
+                     struct tpu_diag *d)
+{
+    struct bad_input *b = ctx;
+    return b->base->input.start(b->base, mode, step, batch, d);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -498,8 +505,7 @@ static void test_errors_stop_the_run(void **state)
     assert_int_equal(env_open(e, NULL), 0);
     /* input function fails at its 15th call: step 7 (2 calls per step, PER_HOST_V2) */
     struct bad_input bi = {.base = &e->in, .fail_at = 15};
-    struct tpu_input in = {.ctx = &bi, .next = bad_next, .start = e->in.input.start};
-    in.ctx = &bi;
+    struct tpu_input in = {.ctx = &bi, .next = bad_next, .start = bad_start};
     struct tpu_diag d = {0};
     double t0 = now_s();
     assert_int_equal(tpu_estimator_train(e->est, &in, 20, 0, &d), TPU_EIO);

@@ -35,6 +35,7 @@
 #include "tpusim/bf16.h"
 #include "tpusim/config.h"
 #include "tpusim/error.h"
+#include "tpusim/mxu.h"
 #include "tpusim/program.h"
 
 #ifdef __cplusplus
@@ -86,16 +87,43 @@ struct tpu_core_counters {
     uint64_t ops, iterations;
 };
 
-/* A matrix-unit implementation other than the built-in one (the RTL backend). It computes
- * the values of one weight tile streaming rows, exactly as mxu.h defines, and reports the
- * cycles it took; the device checks them against the closed form. */
+/* One matrix unit's share of one matmul: n_tiles weight tiles run back to back on the unit
+ * with double-buffered weights, as mxu.h's cycle model and numerics define. The device cuts
+ * the matmul exactly as gemm.h deals it over a core's MXUs (sim/mxu_provider.c says how).
+ * All buffers belong to the caller; a provider reads w and in and writes out only. */
+struct tpu_mxu_seq {
+    enum tpu_dtype dtype;           /* TPU_DTYPE_BF16 or TPU_DTYPE_INT8 */
+    size_t n_tiles;                 /* >= 1 */
+    const uint64_t *m_rows;         /* [n_tiles] input rows of each tile, each >= 1 */
+    /* dtype BF16: */
+    const tpu_bf16 *const *w_bf16;  /* [n_tiles] -> [rows][cols], W[i][j] for PE(i, j) */
+    const tpu_bf16 *const *in_bf16; /* [n_tiles] -> [m_rows[t]][rows] */
+    float *const *out_f32;          /* [n_tiles] -> [m_rows[t]][cols] column outputs */
+    /* dtype INT8: */
+    const int8_t *const *w_int8;
+    const int8_t *const *in_int8;
+    int32_t *const *out_i32;
+};
+
+/* A matrix-unit implementation other than the built-in one: the RTL backend
+ * (rtl/mxu_rtl.h, tpu_mxu_rtl_provider). With settings.mxu set, every matmul of the chip
+ * runs its tiles on the provider, and the cycles the provider reports are the op's MXU time
+ * (in place of gemm.h's closed form). The device then needs values: timing_only is rejected.
+ * Only one-pass matmuls run on a provider (bf16, f32 rounded to bf16, int8); an f32 matmul in
+ * 3 or 6 bf16 passes fails with TPU_EUNSUPPORTED. */
 struct tpu_mxu_provider {
     void *ctx;
+    const char *name;    /* says which in messages ("rtl") */
     uint32_t rows, cols; /* the array it simulates; must equal the chip's */
-    int (*tile_bf16)(void *ctx, const tpu_bf16 *w, const tpu_bf16 *in, uint64_t m_rows,
-                     float *out, uint64_t *cycles);
-    int (*tile_int8)(void *ctx, const int8_t *w, const int8_t *in, uint64_t m_rows,
-                     int32_t *out, uint64_t *cycles);
+    uint32_t n_units;    /* matrix units it simulates: at least cores x MXUs per core. Core c's
+                            i-th MXU is unit c * mxu_per_core + i */
+    /* Runs seq on `unit`, which starts idle, and sets *cycles to its cycle count: cycle 0 is
+     * the first with work, the count ends with the cycle in which the last output row is
+     * valid (mxu.h's `total`). The device calls a unit from one thread at a time; different
+     * units may run concurrently on different threads. Returns 0 or a negative TPU_E* code
+     * with a sentence in d. */
+    int (*run)(void *ctx, uint32_t unit, const struct tpu_mxu_seq *seq, uint64_t *cycles,
+               struct tpu_diag *d);
 };
 
 enum tpu_log_level { TPU_LOG_ERROR, TPU_LOG_WARN, TPU_LOG_INFO, TPU_LOG_DEBUG };
@@ -108,7 +136,8 @@ struct tpu_device_settings {
     unsigned kernel_threads;      /* host threads inside one matmul kernel; default 1 */
     bool timing_only;             /* count cycles, compute no values */
     bool trace;                   /* record the timeline (tpu_device_write_trace) */
-    const struct tpu_mxu_provider *mxu; /* NULL: the built-in matrix unit */
+    const struct tpu_mxu_provider *mxu; /* NULL: the built-in matrix unit. Borrowed: it must
+                                           outlive the device */
     void (*log)(void *ctx, enum tpu_log_level level, const char *msg);
     void *log_ctx;
 };
