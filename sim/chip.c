@@ -121,7 +121,6 @@ int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out
         goto nomem;
     pthread_mutex_init(&dev->lock, NULL);
     pthread_cond_init(&dev->work_cv, NULL);
-    pthread_cond_init(&dev->host_cv, NULL);
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         struct core *c = &dev->cores[i];
         c->id = i;
@@ -129,6 +128,8 @@ int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out
         c->replica = i / cpr;
         c->index_in_replica = i % cpr;
         c->state = CORE_DONE;
+        pthread_cond_init(&c->host_cv, NULL);
+        c->host_cv_ready = true;
         if (tpu__feed_init(&c->infeed, cfg->infeed_queue_depth) ||
             tpu__feed_init(&c->outfeed, cfg->outfeed_queue_depth))
             goto nomem;
@@ -159,13 +160,14 @@ void tpu_device_close(struct tpu_device **pdev)
     free_core_buffers(dev);
     if (dev->cores) {
         for (uint32_t i = 0; i < dev->n_cores; i++) {
+            if (dev->cores[i].host_cv_ready)
+                pthread_cond_destroy(&dev->cores[i].host_cv);
             tpu__feed_free(&dev->cores[i].infeed);
             tpu__feed_free(&dev->cores[i].outfeed);
             tpu__trace_free(&dev->cores[i].trace);
         }
         pthread_mutex_destroy(&dev->lock);
         pthread_cond_destroy(&dev->work_cv);
-        pthread_cond_destroy(&dev->host_cv);
     }
     if (dev->groups)
         for (uint32_t g = 0; g < dev->n_groups; g++)
@@ -441,6 +443,13 @@ int tpu_device_counters(const struct tpu_device *dev, uint32_t core,
     return 0;
 }
 
+/* Under the lock: every host call blocked on a queue rechecks. */
+static void wake_hosts(struct tpu_device *dev)
+{
+    for (uint32_t i = 0; i < dev->n_cores; i++)
+        pthread_cond_broadcast(&dev->cores[i].host_cv);
+}
+
 void tpu_device_cancel(struct tpu_device *dev)
 {
     pthread_mutex_lock(&dev->lock);
@@ -450,7 +459,7 @@ void tpu_device_cancel(struct tpu_device *dev)
             dev->error = TPU_ECANCELED;
     }
     pthread_cond_broadcast(&dev->work_cv);
-    pthread_cond_broadcast(&dev->host_cv);
+    wake_hosts(dev);
     pthread_mutex_unlock(&dev->lock);
 }
 
@@ -510,7 +519,7 @@ static void *worker(void *arg)
                           "infeed that the host will not send");
                 dev->canceled = true;
                 pthread_cond_broadcast(&dev->work_cv);
-                pthread_cond_broadcast(&dev->host_cv);
+                wake_hosts(dev);
                 break;
             }
             pthread_cond_wait(&dev->work_cv, &dev->lock);
@@ -529,7 +538,7 @@ static void *worker(void *arg)
             }
             dev->canceled = true;
             pthread_cond_broadcast(&dev->work_cv);
-            pthread_cond_broadcast(&dev->host_cv);
+            wake_hosts(dev);
             break;
         }
         if (rc == 1) {

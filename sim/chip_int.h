@@ -95,6 +95,8 @@ struct core {
     struct tpu_core_counters ctr;
     struct feed infeed, outfeed;        /* [L] */
     uint64_t link_in_free, link_out_free; /* [L] this core's share of the host link */
+    pthread_cond_t host_cv;             /* host calls on this core's queues wait here */
+    bool host_cv_ready;
     struct trace_log trace;
 };
 
@@ -120,7 +122,7 @@ struct tpu_device {
 
     pthread_mutex_t lock;
     pthread_cond_t work_cv;     /* workers wait for a READY core */
-    pthread_cond_t host_cv;     /* host feed calls wait for space / data */
+    /* host feed calls wait on their core's host_cv (struct core) for space or data */
     bool running;               /* [L] */
     unsigned n_workers;         /* worker threads of the current run */
     bool canceled;              /* [L] */

@@ -125,7 +125,7 @@ int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, s
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->infeed;
     while (f->count == f->depth && !dev->canceled)
-        pthread_cond_wait(&dev->host_cv, &dev->lock);
+        pthread_cond_wait(&c->host_cv, &dev->lock);
     if (dev->canceled) {
         pthread_mutex_unlock(&dev->lock);
         return tpu__fail(d, TPU_ECANCELED, "infeed to core %u: the run was canceled", core);
@@ -175,7 +175,7 @@ int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue
     *done_cycle = done;
     record_depths(dev, c, done);
     assert_feed(f);
-    pthread_cond_broadcast(&dev->host_cv);
+    pthread_cond_broadcast(&c->host_cv);
     pthread_mutex_unlock(&dev->lock);
     return 1;
 }
@@ -213,7 +213,7 @@ int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *da
     *end_cycle = start + occupy;
     record_depths(dev, c, start);
     assert_feed(f);
-    pthread_cond_broadcast(&dev->host_cv);
+    pthread_cond_broadcast(&c->host_cv);
     pthread_mutex_unlock(&dev->lock);
     return 1;
 }
@@ -228,7 +228,7 @@ int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->outfeed;
     while (f->count == 0 && !dev->canceled)
-        pthread_cond_wait(&dev->host_cv, &dev->lock);
+        pthread_cond_wait(&c->host_cv, &dev->lock);
     if (f->count == 0) {
         pthread_mutex_unlock(&dev->lock);
         return tpu__fail(d, TPU_ECANCELED, "outfeed from core %u: the run was canceled", core);
