@@ -21,27 +21,11 @@
 
 #include "mxu_rtl.h"
 #include "tpusim/mxu.h"
+#include "../tests/xorshift.h"
 
 #define R 8u
 #define C 8u
 #define MAX_TILES 6
-
-struct rng {
-    uint64_t s;
-};
-
-static uint64_t rnd(struct rng *r)
-{
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545F4914F6CDD1Dull;
-}
-
-static unsigned rnd_below(struct rng *r, unsigned n)
-{
-    return (unsigned)((rnd(r) >> 33) % n);
-}
 
 static const uint16_t edges[] = {0x0000, 0x8000, 0x3F80, 0xBF80, 0x7F7F, 0xFF7F, 0x0080,
                                  0x0001, 0x807F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81,

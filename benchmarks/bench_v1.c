@@ -28,23 +28,25 @@ struct result {
 static int stack(const struct tpu_chip_config *cfg, uint32_t batch, uint32_t width,
                  uint32_t layers, struct result *r)
 {
-    char *text = malloc(8192 + (size_t)layers * 256);
-    if (!text)
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
         return -1;
-    int n = sprintf(text, "program stack\nvar n\ntemp x: int8[%u, %u]\n", batch, width);
+    fprintf(f, "program stack\nvar n\ntemp x: int8[%u, %u]\n", batch, width);
     for (uint32_t l = 0; l < layers; l++)
-        n += sprintf(text + n, "param w%u: int8[%u, %u]\ntemp y%u: int32[%u, %u]\n"
-                               "temp h%u: int8[%u, %u]\n",
-                     l, width, width, l, batch, width, l, batch, width);
-    n += sprintf(text + n, "loop n {\n  x = infeed\n");
+        fprintf(f, "param w%u: int8[%u, %u]\ntemp y%u: int32[%u, %u]\ntemp h%u: int8[%u, %u]\n", l,
+                width, width, l, batch, width, l, batch, width);
+    fprintf(f, "loop n {\n  x = infeed\n");
     for (uint32_t l = 0; l < layers; l++) {
         if (l == 0)
-            n += sprintf(text + n, "  y0 = matmul x, w0\n");
+            fprintf(f, "  y0 = matmul x, w0\n");
         else
-            n += sprintf(text + n, "  y%u = matmul h%u, w%u\n", l, l - 1, l);
-        n += sprintf(text + n, "  h%u = convert y%u\n", l, l);
+            fprintf(f, "  y%u = matmul h%u, w%u\n", l, l - 1, l);
+        fprintf(f, "  h%u = convert y%u\n", l, l);
     }
-    sprintf(text + n, "}\n");
+    fprintf(f, "}\n");
+    fclose(f);
     struct tpu_program *p = NULL;
     struct tpu_diag d = {0};
     int rc = tpu_program_parse(text, "stack", &p, &d);

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "npy.h"
 #include "util.h"
@@ -239,35 +238,18 @@ int tpu__npy_write(const char *path, enum tpu__npy_dtype dtype, size_t rows, siz
     if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, dtype_size(dtype), &bytes))
         return tpu__fail(d, TPU_EINVAL, "array (%zu, %zu) is too large to write", rows, cols);
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp)
-        return tpu__fail(d, TPU_ENOMEM, "out of memory writing '%s'", path);
-    snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int rc = tpu__fail(d, TPU_EIO, "cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
+    FILE *f;
+    char *tmp;
+    int rc = tpu__atomic_open(path, "wb", &f, &tmp, d);
+    if (rc)
         return rc;
-    }
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
                              (unsigned char)(hlen >> 8)};
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)n, f) == (size_t)n;
     for (size_t i = (size_t)n; ok && i + 1 < hlen; i++)
         ok = fputc(' ', f) != EOF;
     ok = ok && fputc('\n', f) != EOF && fwrite(data, 1, bytes, f) == bytes;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok)
-            err = errno;
-        unlink(tmp);
-        free(tmp);
-        return tpu__fail(d, TPU_EIO, "cannot write '%s': %s", path, strerror(err));
-    }
-    free(tmp);
-    return 0;
+    return tpu__atomic_commit(f, tmp, path, ok, d);
 }
 
 void tpu__npy_free(struct tpu__npy *a)

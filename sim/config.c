@@ -263,33 +263,6 @@ static void list_keys(const struct field *fields, char *buf, size_t n)
     }
 }
 
-/* Edit distance between two short strings, for "did you mean". Strings longer than 63
- * characters are never close to a key. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return SIZE_MAX;
-    size_t row[64];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* The one candidate within 2 edits of `word` that is closer than all others, or NULL (none
  * is close, or several are equally close: "tpu-v5" is as near tpu-v1 as tpu-v4, and a
  * guess would mislead). */
@@ -299,7 +272,7 @@ static const char *closest(const char *word, const char *const *candidates, size
     size_t best_d = 3;
     bool tie = false;
     for (size_t i = 0; i < n; i++) {
-        size_t dist = edit_distance(word, candidates[i]);
+        size_t dist = tpu__edit_distance(word, candidates[i]);
         if (dist < best_d) {
             best_d = dist;
             best = candidates[i];
@@ -571,9 +544,8 @@ static int parse_object(struct parse_ctx *c, const json_t *obj, const struct fie
             cands[n++] = g->key;
         const char *hint = closest(key, cands, n);
         join_path(path, sizeof path, prefix, key);
-        char hint_text[96] = "";
-        if (hint)
-            snprintf(hint_text, sizeof hint_text, " (did you mean '%s'?)", hint);
+        char hint_text[96];
+        tpu__did_you_mean(hint, hint_text, sizeof hint_text);
         return tpu__fail(c->d, TPU_ECONFIG,
                          "%s: unknown field '%s'%s; the fields of %s%s%s are: %s",
                          c->origin, path, hint_text, prefix[0] ? "'" : "",
@@ -922,11 +894,7 @@ static void preset_hint(const char *name, char *buf, size_t n)
     size_t count = 0;
     while (names[count])
         count++;
-    const char *near = closest(name, names, count);
-    if (near)
-        snprintf(buf, n, " (did you mean '%s'?)", near);
-    else
-        buf[0] = '\0';
+    tpu__did_you_mean(closest(name, names, count), buf, n);
 }
 
 int tpu_config_load_preset(const char *name, struct tpu_chip_config *out, struct tpu_diag *d)

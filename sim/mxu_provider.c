@@ -144,21 +144,27 @@ struct work {
     size_t *first, *count; /* [n_mxu]: each MXU's segment of the arrays above */
 };
 
-/* Sizes the pieces; false when a size overflows. */
+/* a * b * c into *out; false on overflow. */
+static bool mul3(size_t a, size_t b, size_t c, size_t *out)
+{
+    size_t ab;
+    return tpu__mul_size(a, b, &ab) && tpu__mul_size(ab, c, out);
+}
+
+/* Sizes the pieces and allocates them; false when a size overflows or memory runs out. */
 static bool work_alloc(const struct plan *pl, struct work *wk)
 {
-    size_t w_elems, in_elems, out_elems, tiles, t;
-    if (!tpu__mul_size(pl->k_tiles * pl->n_tiles, pl->R * pl->C, &w_elems) ||
-        !tpu__mul_size(pl->m * pl->k_tiles, pl->R, &in_elems) ||
-        !tpu__mul_size(pl->m * pl->n_tiles, pl->k_tiles, &t) ||
-        !tpu__mul_size(t, pl->C, &out_elems) ||
-        !tpu__mul_size(pl->units, pl->k_tiles, &tiles))
+    /* k_tiles * n_tiles, R * C and R * in_size fit: k, n, R and C are below 2^32 */
+    size_t sz[9], mk, tiles;
+    if (!mul3(pl->k_tiles * pl->n_tiles, pl->R * pl->C, pl->in_size, &sz[0]) ||
+        !mul3(pl->m, pl->k_tiles, pl->R * pl->in_size, &sz[1]) ||
+        !mul3(pl->m, pl->k_tiles, pl->n_tiles, &mk) || !mul3(mk, pl->C, 4, &sz[2]) ||
+        !tpu__mul_size(pl->units, pl->k_tiles, &tiles) ||
+        !tpu__mul_size(tiles, sizeof *wk->m_rows, &sz[3]) ||
+        !tpu__mul_size(tiles, sizeof(void *), &sz[4]))
         return false;
-    const size_t sz[] = {
-        w_elems * pl->in_size,        in_elems * pl->in_size,  out_elems * 4,
-        tiles * sizeof *wk->m_rows,   tiles * sizeof(void *),  tiles * sizeof(void *),
-        tiles * sizeof(void *),       pl->n_mxu * sizeof(size_t), pl->n_mxu * sizeof(size_t),
-    };
+    sz[5] = sz[6] = sz[4];
+    sz[7] = sz[8] = pl->n_mxu * sizeof(size_t);
     size_t off[sizeof sz / sizeof sz[0]], total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
         off[i] = total;

@@ -4,7 +4,8 @@
  * to buffer or variable, so that the parser can resolve thousands of operand names quickly
  * and the builder can keep names unique across buffers and variables. The builder checks
  * only what it must to keep the program self-consistent (names, sizes, ids in range); the
- * semantic rules live in program_verify.c and the text form in program_text.c. */
+ * semantic rules live in program_verify.c and the text form in program_print.c and
+ * program_parse.c. */
 #include <stdlib.h>
 #include <string.h>
 

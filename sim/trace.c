@@ -6,12 +6,10 @@
  * at the chip clock, counter events ("ph":"C") for each core's queue depths, and a "host"
  * process for the host's loop phases. Recording appends to growable arrays; an allocation
  * failure drops the event and counts it, never stops the simulation. */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "chip_int.h"
 #include "util.h"
@@ -106,17 +104,11 @@ int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struc
     if (!dev->s.trace)
         return tpu__fail(d, TPU_EINVAL, "the device was opened without tracing; set "
                          "settings.trace to record a timeline");
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp)
-        return tpu__fail(d, TPU_ENOMEM, "out of memory writing '%s'", path);
-    snprintf(tmp, plen, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        int rc = tpu__fail(d, TPU_EIO, "cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
+    FILE *f;
+    char *tmp;
+    int rc = tpu__atomic_open(path, "w", &f, &tmp, d);
+    if (rc)
         return rc;
-    }
     const double us_per_cycle = 1.0 / dev->cfg.clock_mhz;
     fprintf(f, "{\"displayTimeUnit\": \"ns\", \"otherData\": {\"chip\": \"%s\", \"clock_mhz\": "
                "%.6g}, \"traceEvents\": [\n", dev->cfg.name, dev->cfg.clock_mhz);
@@ -161,16 +153,5 @@ int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struc
                 (e->end - e->start) * us_per_cycle);
     }
     fprintf(f, "\n]}\n");
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok)
-            err = errno;
-        unlink(tmp);
-        free(tmp);
-        return tpu__fail(d, TPU_EIO, "cannot write '%s': %s", path, strerror(err));
-    }
-    free(tmp);
-    return 0;
+    return tpu__atomic_commit(f, tmp, path, true, d);
 }

@@ -31,26 +31,9 @@
 
 #include "mxu_rtl.h"
 #include "tpusim/mxu.h"
+#include "xorshift.h"
 
 /* ---- random data ----------------------------------------------------------------------- */
-
-struct rng {
-    uint64_t s;
-};
-
-static uint64_t rnd(struct rng *r)
-{
-    /* xorshift64* */
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545F4914F6CDD1Dull;
-}
-
-static unsigned rnd_below(struct rng *r, unsigned n)
-{
-    return (unsigned)((rnd(r) >> 33) % n);
-}
 
 /* bf16 values every format corner is made of. */
 static const uint16_t bf16_edges[] = {

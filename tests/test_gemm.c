@@ -21,26 +21,9 @@
 
 #include "tpusim/mxu.h"
 #include "gemm_int.h"
+#include "xorshift.h"
 
 /* ---- data ------------------------------------------------------------------------------ */
-
-struct rng {
-    uint64_t s;
-};
-
-static uint64_t rnd(struct rng *r)
-{
-    /* xorshift64* */
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545F4914F6CDD1Dull;
-}
-
-static unsigned rnd_below(struct rng *r, unsigned n)
-{
-    return (unsigned)((rnd(r) >> 33) % n);
-}
 
 /* A normal bf16 with exponent in [-spread, spread] and a random sign and significand. */
 static tpu_bf16 rnd_bf16(struct rng *r, int spread)

@@ -23,30 +23,14 @@
 #include "tpusim/mxu.h"
 #include "tpusim/program.h"
 #include "ops.h"
+#include "xorshift.h"
 
 /* ---- data ------------------------------------------------------------------------------------ */
-
-struct rng {
-    uint64_t s;
-};
-
-static uint64_t rnd(struct rng *r)
-{
-    r->s ^= r->s >> 12; /* xorshift64* */
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545F4914F6CDD1Dull;
-}
 
 /* uniform in [lo, hi) */
 static float rnd_f32(struct rng *r, float lo, float hi)
 {
     return lo + (hi - lo) * (float)((double)(rnd(r) >> 40) / (double)(1ull << 24));
-}
-
-static unsigned rnd_below(struct rng *r, unsigned n)
-{
-    return (unsigned)((rnd(r) >> 33) % n);
 }
 
 /* Mostly ordinary values, with -0, +-Inf, NaN, subnormals and extremes mixed in. */

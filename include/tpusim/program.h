@@ -66,7 +66,7 @@
  * op that does not read it, then possibly updated in place (or by matmul accumulate).
  * tpu_program_verify enforces these and the rest; sim/program_verify.c lists every rule.
  *
- * Text form (sim/program_text.c has the grammar):
+ * Text form (sim/program_parse.c has the grammar):
  *     program mlp_step
  *     var iterations
  *     param w1: f32[784, 128]

@@ -1,4 +1,7 @@
-/* The device program's text form: printing and parsing.
+/* The device program's text form, parsing: tpu_program_parse (include/tpusim/program.h).
+ * Printing is program_print.c; the attribute table both use is in program_int.h. This
+ * comment is the text form's reference: the grammar below is what the printer writes and the
+ * parser reads.
  *
  * The text is what a reader sees of a program (tpusim prints it, tests and users write it),
  * so it reads like the math: outputs, '=', the op, its inputs, then attributes. Printing is
@@ -35,401 +38,36 @@
  *                NaN, by its exact bits); it may not overflow to infinity or underflow to 0
  *
  * Declarations come before the first op. Loops do not nest; a second loop after the first
- * parses (the verifier rejects it), as does anything else that is well formed but wrong. Outputs are listed before '=' and inputs after the
- * op name, in the order of program.h's operand roles; an op that updates buffers in place
- * (sgd_momentum, adam) lists them as outputs: "w1, v1 = sgd_momentum g1 alpha=0.1". The first
- * word after the op name is an input unless it is one of the op's flags and no buffer has
- * that name; the inputs end at the first name not preceded by a ','.
+ * parses (the verifier rejects it), as does anything else that is well formed but wrong.
+ * Outputs are listed before '=' and inputs after the op name, in the order of program.h's
+ * operand roles; an op that updates buffers in place (sgd_momentum, adam) lists them as
+ * outputs: "w1, v1 = sgd_momentum g1 alpha=0.1". The first word after the op name is an input
+ * unless it is one of the op's flags and no buffer has that name; the inputs end at the first
+ * name not preceded by a ','.
  *
  * Attributes an op must state (a forgotten one would silently be zero): scale alpha;
  * reduce_sum/reduce_max axis; softmax_xent alpha; sgd_momentum alpha; adam var, alpha, beta,
  * delta, eps; all_reduce reduce; collective_permute shift, group. The others default to zero
  * (passes to 1) and are printed only when they differ. An attribute the op does not read is
- * printed if it is not zero, so that nothing is hidden, but the parser rejects it.
- *
- * Printing lays the program out as: the header; the variables; the buffers ("temp " padded to
- * the width of "param"); the ops, a loop's body indented by two spaces; a blank line between
- * these groups. Floats print as the shortest "%.6g" .. "%.9g" that reads back to the same bits
- * (strtof in the C locale), so "0.1" stays "0.1". */
+ * printed if it is not zero, so that nothing is hidden, but the parser rejects it. How the
+ * printer lays the lines out is in program_print.c's opening comment. */
 #include <errno.h>
-#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpusim/program.h"
+#include "program_int.h"
 #include "util.h"
 
 #define NAME_MAX_CHARS 47
-#define INDENT "  "
-
-/* ---- attributes as text -------------------------------------------------------------- */
-
-enum attr_type { A_FLAG, A_PASSES, A_INT32, A_REDUCE, A_GROUP, A_VAR, A_IMM, A_FLOAT };
-
-struct attr_desc {
-    unsigned bit;
-    const char *name;
-    enum attr_type type;
-    const char *hint; /* how to write it, for messages */
-};
-
-/* In printing order. */
-static const struct attr_desc attr_descs[] = {
-    {TPU_ATTR_TRANS_A, "trans_a", A_FLAG, "trans_a"},
-    {TPU_ATTR_TRANS_B, "trans_b", A_FLAG, "trans_b"},
-    {TPU_ATTR_ACCUMULATE, "accumulate", A_FLAG, "accumulate"},
-    {TPU_ATTR_PASSES, "passes", A_PASSES, "passes=<1|3|6>"},
-    {TPU_ATTR_AXIS, "axis", A_INT32, "axis=<0|1>"},
-    {TPU_ATTR_REDUCE, "reduce", A_REDUCE, "reduce=<sum|mean>"},
-    {TPU_ATTR_SHIFT, "shift", A_INT32, "shift=<int>"},
-    {TPU_ATTR_GROUP, "group", A_GROUP, "group=<replicas|replica_cores>"},
-    {TPU_ATTR_VAR, "var", A_VAR, "var=<variable>"},
-    {TPU_ATTR_IMM, "imm", A_IMM, "imm=<int>"},
-    {TPU_ATTR_ALPHA, "alpha", A_FLOAT, "alpha=<float>"},
-    {TPU_ATTR_BETA, "beta", A_FLOAT, "beta=<float>"},
-    {TPU_ATTR_GAMMA, "gamma", A_FLOAT, "gamma=<float>"},
-    {TPU_ATTR_DELTA, "delta", A_FLOAT, "delta=<float>"},
-    {TPU_ATTR_EPS, "eps", A_FLOAT, "eps=<float>"},
-};
-#define N_ATTRS (sizeof attr_descs / sizeof attr_descs[0])
-
-/* The attributes the text must state for the op (see the top comment). */
-static unsigned required_attrs(enum tpu_opcode code)
-{
-    switch (code) {
-    case TPU_OP_SCALE:
-    case TPU_OP_SOFTMAX_XENT:
-    case TPU_OP_SGD_MOMENTUM:
-        return TPU_ATTR_ALPHA;
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return TPU_ATTR_AXIS;
-    case TPU_OP_ADAM:
-        return TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS;
-    case TPU_OP_ALL_REDUCE:
-        return TPU_ATTR_REDUCE;
-    case TPU_OP_COLLECTIVE_PERMUTE:
-        return TPU_ATTR_SHIFT | TPU_ATTR_GROUP;
-    default:
-        return 0; /* var_add and loop are written positionally */
-    }
-}
-
-static int32_t *attr_int32(struct tpu_op_attrs *a, unsigned bit)
-{
-    switch (bit) {
-    case TPU_ATTR_AXIS:
-        return &a->axis;
-    case TPU_ATTR_REDUCE:
-        return &a->reduce;
-    case TPU_ATTR_SHIFT:
-        return &a->shift;
-    default:
-        return &a->group;
-    }
-}
-
-static bool *attr_flag(struct tpu_op_attrs *a, unsigned bit)
-{
-    switch (bit) {
-    case TPU_ATTR_TRANS_A:
-        return &a->trans_a;
-    case TPU_ATTR_TRANS_B:
-        return &a->trans_b;
-    default:
-        return &a->accumulate;
-    }
-}
-
-static float *attr_float(struct tpu_op_attrs *a, unsigned bit)
-{
-    switch (bit) {
-    case TPU_ATTR_ALPHA:
-        return &a->alpha;
-    case TPU_ATTR_BETA:
-        return &a->beta;
-    case TPU_ATTR_GAMMA:
-        return &a->gamma;
-    case TPU_ATTR_DELTA:
-        return &a->delta;
-    default:
-        return &a->eps;
-    }
-}
-
-static uint32_t float_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 static float bits_float(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-}
-
-/* Whether the attribute holds the value the parser gives it when the text omits it. */
-static bool attr_is_default(const struct tpu_op *op, const struct attr_desc *ad)
-{
-    struct tpu_op_attrs a = op->attrs;
-    switch (ad->type) {
-    case A_FLAG:
-        return !*attr_flag(&a, ad->bit);
-    case A_PASSES:
-        return a.passes == (op->code == TPU_OP_MATMUL ? 1 : 0);
-    case A_INT32:
-    case A_REDUCE:
-    case A_GROUP:
-        return *attr_int32(&a, ad->bit) == 0;
-    case A_VAR:
-        return a.var == 0;
-    case A_IMM:
-        return a.imm == 0;
-    case A_FLOAT:
-        return float_bits(*attr_float(&a, ad->bit)) == 0;
-    }
-    return true;
-}
-
-/* ---- a growing string ------------------------------------------------------------------ */
-
-struct sbuf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-};
-
-static void sb_putf(struct sbuf *b, const char *fmt, ...) TPU__PRINTF(2, 3);
-
-static void sb_putf(struct sbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = true;
-        return;
-    }
-    if (b->s && b->len + (size_t)n < b->cap) {
-        b->len += (size_t)n;
-        return;
-    }
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap <= b->len + (size_t)n)
-        cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) {
-        b->oom = true;
-        return;
-    }
-    b->s = s;
-    b->cap = cap;
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-/* ---- printing ---------------------------------------------------------------------------- */
-
-/* The shortest decimal form of f that strtof reads back to the same bits. */
-static void format_float(float f, char out[32])
-{
-    uint32_t u = float_bits(f);
-    if (isnan(f)) {
-        if (u == 0x7fc00000u)
-            snprintf(out, 32, "nan");
-        else
-            snprintf(out, 32, "nan:0x%08" PRIx32, u);
-        return;
-    }
-    if (isinf(f)) {
-        snprintf(out, 32, "%s", f < 0 ? "-inf" : "inf");
-        return;
-    }
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(out, 32, "%.*g", prec, (double)f);
-        if (float_bits(strtof(out, NULL)) == u)
-            return;
-    }
-}
-
-static const char *buf_name(const struct tpu_program *p, uint32_t id)
-{
-    const struct tpu_buffer_desc *b = tpu_program_buffer(p, id);
-    return b ? b->name : "?";
-}
-
-static void put_attr(struct sbuf *b, const struct tpu_program *p, const struct tpu_op *op,
-                     const struct attr_desc *ad)
-{
-    struct tpu_op_attrs a = op->attrs;
-    char num[32];
-    switch (ad->type) {
-    case A_FLAG:
-        sb_putf(b, " %s", ad->name);
-        return;
-    case A_PASSES:
-        sb_putf(b, " passes=%u", (unsigned)a.passes);
-        return;
-    case A_INT32:
-        sb_putf(b, " %s=%" PRId32, ad->name, *attr_int32(&a, ad->bit));
-        return;
-    case A_REDUCE:
-        if (a.reduce == TPU_REDUCE_SUM || a.reduce == TPU_REDUCE_MEAN)
-            sb_putf(b, " reduce=%s", a.reduce == TPU_REDUCE_SUM ? "sum" : "mean");
-        else
-            sb_putf(b, " reduce=%" PRId32, a.reduce);
-        return;
-    case A_GROUP:
-        if (a.group == TPU_GROUP_REPLICAS || a.group == TPU_GROUP_REPLICA_CORES)
-            sb_putf(b, " group=%s", a.group == TPU_GROUP_REPLICAS ? "replicas" : "replica_cores");
-        else
-            sb_putf(b, " group=%" PRId32, a.group);
-        return;
-    case A_VAR:
-        if (tpu_program_var_name(p, a.var))
-            sb_putf(b, " var=%s", tpu_program_var_name(p, a.var));
-        else
-            sb_putf(b, " var=%" PRIu32, a.var);
-        return;
-    case A_IMM:
-        sb_putf(b, " imm=%" PRId64, a.imm);
-        return;
-    case A_FLOAT:
-        format_float(*attr_float(&a, ad->bit), num);
-        sb_putf(b, " %s=%s", ad->name, num);
-        return;
-    }
-}
-
-/* Appends the op's line (no indentation, no newline). */
-static void put_op(struct sbuf *b, const struct tpu_program *p, const struct tpu_op *op)
-{
-    const char *var = tpu_program_var_name(p, op->attrs.var);
-    switch (op->code) {
-    case TPU_OP_LOOP_BEGIN:
-        sb_putf(b, "loop %s {", var ? var : "?");
-        return;
-    case TPU_OP_LOOP_END:
-        sb_putf(b, "}");
-        return;
-    case TPU_OP_VAR_ADD:
-        sb_putf(b, "var_add %s %" PRId64, var ? var : "?", op->attrs.imm);
-        return;
-    default:
-        break;
-    }
-    unsigned n_out = tpu_opcode_n_out(op->code), n_in = tpu_opcode_n_in(op->code);
-    for (unsigned i = 0; i < n_out; i++)
-        sb_putf(b, "%s%s", i ? ", " : "", buf_name(p, op->out[i]));
-    sb_putf(b, "%s%s", n_out ? " = " : "", tpu_opcode_name(op->code));
-    for (unsigned i = 0; i < n_in; i++)
-        sb_putf(b, "%s%s", i ? ", " : " ", buf_name(p, op->in[i]));
-    unsigned required = required_attrs(op->code);
-    for (size_t i = 0; i < N_ATTRS; i++) {
-        const struct attr_desc *ad = &attr_descs[i];
-        if ((required & ad->bit) || !attr_is_default(op, ad))
-            put_attr(b, p, op, ad);
-    }
-}
-
-int tpu_program_format_op(const struct tpu_program *p, size_t i, char *buf, size_t size)
-{
-    if (!buf || size < 4)
-        return TPU_EINVAL;
-    buf[0] = '\0';
-    const struct tpu_op *op = tpu_program_op(p, i);
-    if (!op)
-        return TPU_EINVAL;
-    struct sbuf b = {0};
-    put_op(&b, p, op);
-    if (b.oom) {
-        free(b.s);
-        return TPU_ENOMEM;
-    }
-    if (b.len < size) {
-        memcpy(buf, b.s, b.len + 1);
-    } else {
-        memcpy(buf, b.s, size - 4);
-        memcpy(buf + size - 4, "...", 4);
-    }
-    free(b.s);
-    return 0;
-}
-
-/* The whole text into b. */
-static void put_program(struct sbuf *b, const struct tpu_program *p)
-{
-    sb_putf(b, "program %s\n", tpu_program_name(p));
-    size_t n_vars = tpu_program_n_vars(p), n_bufs = tpu_program_n_buffers(p);
-    if (n_vars)
-        sb_putf(b, "\n");
-    for (uint32_t v = 0; v < n_vars; v++)
-        sb_putf(b, "var %s\n", tpu_program_var_name(p, v));
-    if (n_bufs)
-        sb_putf(b, "\n");
-    for (uint32_t id = 0; id < n_bufs; id++) {
-        const struct tpu_buffer_desc *d = tpu_program_buffer(p, id);
-        sb_putf(b, "%s %s: %s[%" PRIu32 ", %" PRIu32 "]\n",
-                d->kind == TPU_BUF_PARAM ? "param" : "temp ", d->name,
-                tpu_buf_dtype_name(d->dtype), d->rows, d->cols);
-    }
-    size_t n_ops = tpu_program_n_ops(p);
-    if (n_ops)
-        sb_putf(b, "\n");
-    unsigned depth = 0;
-    for (size_t i = 0; i < n_ops && !b->oom; i++) {
-        const struct tpu_op *op = tpu_program_op(p, i);
-        if (op->code == TPU_OP_LOOP_END && depth > 0)
-            depth--;
-        for (unsigned k = 0; k < depth; k++)
-            sb_putf(b, INDENT);
-        put_op(b, p, op);
-        sb_putf(b, "\n");
-        if (op->code == TPU_OP_LOOP_BEGIN)
-            depth++;
-    }
-}
-
-int tpu_program_to_string(const struct tpu_program *p, char **out)
-{
-    if (!out)
-        return TPU_EINVAL;
-    *out = NULL;
-    if (!p)
-        return TPU_EINVAL;
-    struct sbuf b = {0};
-    put_program(&b, p);
-    if (b.oom || !b.s) {
-        free(b.s);
-        return TPU_ENOMEM;
-    }
-    *out = b.s;
-    return 0;
-}
-
-int tpu_program_print(const struct tpu_program *p, FILE *f)
-{
-    if (!p || !f)
-        return TPU_EINVAL;
-    char *s;
-    int rc = tpu_program_to_string(p, &s);
-    if (rc)
-        return rc;
-    size_t len = strlen(s);
-    rc = fwrite(s, 1, len, f) == len ? 0 : TPU_EIO;
-    free(s);
-    return rc;
 }
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -594,37 +232,11 @@ static const char *read_token(struct parser *ps, char out[64])
     return s;
 }
 
-/* Edit distance, for "did you mean". */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64)
-        return SIZE_MAX;
-    size_t row[65];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* Keeps the candidate closest to `word` in *best (a suggestion only if close enough). */
 static void consider(const char *word, const char *cand, const char **best, size_t *best_d)
 {
     size_t lw = strlen(word), lc = strlen(cand);
-    size_t dist = edit_distance(word, cand);
+    size_t dist = tpu__edit_distance(word, cand);
     size_t limit = lw / 3 > 2 ? lw / 3 : 2;
     bool prefix = lw >= 3 && lc > lw && strncmp(word, cand, lw) == 0;
     if (prefix && dist > limit)
@@ -633,15 +245,6 @@ static void consider(const char *word, const char *cand, const char **best, size
         *best = cand;
         *best_d = dist;
     }
-}
-
-/* " (did you mean 'x'?)" or "". */
-static void did_you_mean(const char *best, char out[80])
-{
-    if (best)
-        snprintf(out, 80, " (did you mean '%s'?)", best);
-    else
-        out[0] = '\0';
 }
 
 static int grow_lines(size_t **arr, size_t *cap, size_t n)
@@ -811,7 +414,7 @@ static int lookup_var(struct parser *ps, const char *at, const char *name, uint3
     for (uint32_t v = 0; v < tpu_program_n_vars(ps->p); v++)
         consider(name, tpu_program_var_name(ps->p, v), &best, &best_d);
     char dym[80];
-    did_you_mean(best, dym);
+    tpu__did_you_mean(best, dym, sizeof dym);
     return perr(ps, at, "unknown variable '%s'%s; declare it with 'var %s' before the ops",
                 name, dym, name);
 }
@@ -829,7 +432,7 @@ static int lookup_buf(struct parser *ps, const char *at, const char *name, uint3
     for (uint32_t b = 0; b < tpu_program_n_buffers(ps->p); b++)
         consider(name, tpu_program_buffer(ps->p, b)->name, &best, &best_d);
     char dym[80];
-    did_you_mean(best, dym);
+    tpu__did_you_mean(best, dym, sizeof dym);
     return perr(ps, at, "unknown buffer '%s'%s; declare it with 'param' or 'temp' before the "
                 "ops", name, dym);
 }
@@ -852,17 +455,17 @@ static void attr_list(enum tpu_opcode code, char buf[256])
     size_t len = 0;
     buf[0] = '\0';
     unsigned used = tpu_opcode_attrs(code);
-    for (size_t i = 0; i < N_ATTRS; i++)
-        if (used & attr_descs[i].bit)
+    for (size_t i = 0; i < tpu__text_n_attrs; i++)
+        if (used & tpu__text_attrs[i].bit)
             len += (size_t)snprintf(buf + len, 256 - len, "%s%s", len ? ", " : "",
-                                    attr_descs[i].hint);
+                                    tpu__text_attrs[i].hint);
 }
 
-static const struct attr_desc *find_attr(const char *name)
+static const struct tpu__text_attr *find_attr(const char *name)
 {
-    for (size_t i = 0; i < N_ATTRS; i++)
-        if (strcmp(attr_descs[i].name, name) == 0)
-            return &attr_descs[i];
+    for (size_t i = 0; i < tpu__text_n_attrs; i++)
+        if (strcmp(tpu__text_attrs[i].name, name) == 0)
+            return &tpu__text_attrs[i];
     return NULL;
 }
 
@@ -935,7 +538,7 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
     int rc = read_name(ps, name, "an attribute");
     if (rc)
         return rc;
-    const struct attr_desc *ad = find_attr(name);
+    const struct tpu__text_attr *ad = find_attr(name);
     unsigned used = tpu_opcode_attrs(op->code);
     char list[256];
     attr_list(op->code, list);
@@ -958,11 +561,11 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
             return perr(ps, at, "%s takes no attributes, got '%s'", opname, name);
         const char *best = NULL;
         size_t best_d = SIZE_MAX;
-        for (size_t i = 0; i < N_ATTRS; i++)
-            if (used & attr_descs[i].bit)
-                consider(name, attr_descs[i].name, &best, &best_d);
+        for (size_t i = 0; i < tpu__text_n_attrs; i++)
+            if (used & tpu__text_attrs[i].bit)
+                consider(name, tpu__text_attrs[i].name, &best, &best_d);
         char dym[80];
-        did_you_mean(best, dym);
+        tpu__did_you_mean(best, dym, sizeof dym);
         return perr(ps, at, "unknown attribute '%s' for %s%s; %s takes %s", name, opname, dym,
                     opname, list);
     }
@@ -971,10 +574,10 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
     *seen |= ad->bit;
     skip_ws(ps);
     bool has_value = ps->cur < ps->line_end && *ps->cur == '=';
-    if (ad->type == A_FLAG) {
+    if (ad->type == TPU__TA_FLAG) {
         if (has_value)
             return perr(ps, at, "'%s' is a flag: write '%s' alone, without '='", name, name);
-        *attr_flag(&op->attrs, ad->bit) = true;
+        *tpu__text_attr_flag(&op->attrs, ad->bit) = true;
         return 0;
     }
     if (!has_value)
@@ -992,17 +595,17 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
     }
     long long v;
     switch (ad->type) {
-    case A_PASSES:
+    case TPU__TA_PASSES:
         rc = parse_int(ps, val_at, tok, name, 0, UINT8_MAX, &v);
         if (!rc)
             op->attrs.passes = (uint8_t)v;
         return rc;
-    case A_REDUCE:
-    case A_GROUP: {
-        const char *n0 = ad->type == A_REDUCE ? "sum" : "replicas";
-        const char *n1 = ad->type == A_REDUCE ? "mean" : "replica_cores";
+    case TPU__TA_REDUCE:
+    case TPU__TA_GROUP: {
+        const char *n0 = ad->type == TPU__TA_REDUCE ? "sum" : "replicas";
+        const char *n1 = ad->type == TPU__TA_REDUCE ? "mean" : "replica_cores";
         if (strcmp(tok, n0) == 0 || strcmp(tok, n1) == 0) {
-            *attr_int32(&op->attrs, ad->bit) = strcmp(tok, n1) == 0;
+            *tpu__text_attr_int32(&op->attrs, ad->bit) = strcmp(tok, n1) == 0;
             return 0;
         }
         if (is_ident_start(tok[0]))
@@ -1010,15 +613,15 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
                         n0, name, n1);
         rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
         if (!rc)
-            *attr_int32(&op->attrs, ad->bit) = (int32_t)v;
+            *tpu__text_attr_int32(&op->attrs, ad->bit) = (int32_t)v;
         return rc;
     }
-    case A_INT32:
+    case TPU__TA_INT32:
         rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
         if (!rc)
-            *attr_int32(&op->attrs, ad->bit) = (int32_t)v;
+            *tpu__text_attr_int32(&op->attrs, ad->bit) = (int32_t)v;
         return rc;
-    case A_VAR: {
+    case TPU__TA_VAR: {
         ps->cur = val_at;
         char var[NAME_MAX_CHARS + 1];
         rc = read_name(ps, var, "a variable name after 'var='");
@@ -1026,10 +629,10 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
             rc = lookup_var(ps, val_at, var, &op->attrs.var);
         return rc;
     }
-    case A_FLOAT:
-        return parse_float(ps, val_at, tok, name, attr_float(&op->attrs, ad->bit));
-    case A_FLAG:
-    case A_IMM:
+    case TPU__TA_FLOAT:
+        return parse_float(ps, val_at, tok, name, tpu__text_attr_float(&op->attrs, ad->bit));
+    case TPU__TA_FLAG:
+    case TPU__TA_IMM:
         break;
     }
     return 0;
@@ -1118,7 +721,7 @@ static int parse_op(struct parser *ps, const char *word, const char *word_at)
             if (i != TPU_OP_LOOP_BEGIN && i != TPU_OP_LOOP_END)
                 consider(opname, tpu_opcode_name((enum tpu_opcode)i), &best, &best_d);
         char dym[80];
-        did_you_mean(best, dym);
+        tpu__did_you_mean(best, dym, sizeof dym);
         if (n_outs == 0 && !best && next_is_name(ps))
             return perr(ps, op_at, "unknown op '%s'; an op line reads '<outputs> = <op> "
                         "<inputs>' (did you forget the '='?)", opname);
@@ -1157,8 +760,8 @@ static int parse_op(struct parser *ps, const char *word, const char *word_at)
             rc = read_name(ps, name, "an input buffer");
             if (rc)
                 return rc;
-            const struct attr_desc *ad = find_attr(name);
-            bool is_flag = ad && ad->type == A_FLAG && (tpu_opcode_attrs(code) & ad->bit);
+            const struct tpu__text_attr *ad = find_attr(name);
+            bool is_flag = ad && ad->type == TPU__TA_FLAG && (tpu_opcode_attrs(code) & ad->bit);
             if (is_flag && tpu_program_find_buffer(ps->p, name, NULL) != 0) {
                 ps->cur = name_at; /* a flag: no inputs */
             } else if (n_in == 0 && tpu_program_find_buffer(ps->p, name, NULL) != 0 &&
@@ -1204,10 +807,10 @@ static int parse_op(struct parser *ps, const char *word, const char *word_at)
             return perr(ps, op_at, "%s takes %u input%s%s, got %u", opname, n_in,
                         n_in == 1 ? "" : "s", roles, n_ins);
         }
-        unsigned missing = required_attrs(code) & ~seen;
-        for (size_t i = 0; missing && i < N_ATTRS; i++)
-            if (missing & attr_descs[i].bit)
-                return perr(ps, op_at, "%s needs attribute %s", opname, attr_descs[i].hint);
+        unsigned missing = tpu__text_required_attrs(code) & ~seen;
+        for (size_t i = 0; missing && i < tpu__text_n_attrs; i++)
+            if (missing & tpu__text_attrs[i].bit)
+                return perr(ps, op_at, "%s needs attribute %s", opname, tpu__text_attrs[i].hint);
         rc = 0;
     }
     if (rc)
