@@ -430,10 +430,16 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
                 eta);
         if (done >= p->total_steps)
             fputc('\n', stderr);
-    } else if (p->o->verbose == 2 && p->steps_per_epoch) {
+    } else if (p->o->verbose == 2 && li->log_due) {
+        /* TPUEstimator's log_step_count_steps line, in simulated time */
+        fprintf(stderr, "global step %llu: loss %.4f, %.1f global_step/sec, %.0f examples/sec "
+                "(simulated)\n", (unsigned long long)li->global_step, (double)li->loss,
+                li->step_time_s > 0 ? 1.0 / li->step_time_s : 0, li->examples_per_s);
+    }
+    if (p->o->verbose == 2 && p->steps_per_epoch) {
         uint64_t epoch = li->global_step / p->steps_per_epoch;
         if (epoch != p->last_epoch || done >= p->total_steps) {
-            fprintf(stderr, "epoch %llu: global step %llu, loss %.4f, %.0f simulated examples/s, "
+            fprintf(stderr, "epoch %llu done by global step %llu: loss %.4f, %.0f simulated examples/s, "
                     "%.1f s wall\n", (unsigned long long)epoch,
                     (unsigned long long)li->global_step, (double)li->loss, li->examples_per_s, el);
             p->last_epoch = epoch;

@@ -462,6 +462,9 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
                      tpu_device_chip(e->dev)->mxu_cols * tpu_device_chip(e->dev)->mxu_per_core *
                      e->n_cores;
         li.mxu_utilization = cap > 0 ? (double)(now.macs - before.macs) / cap : 0;
+        if (e->cfg.log_step_count_steps && training)
+            li.log_due = e->global_step / e->cfg.log_step_count_steps !=
+                         (e->global_step - ran) / e->cfg.log_step_count_steps;
         (void)slots;
         /* the cores' mean share of the loop spent waiting for infeed */
         li.infeed_stall_share = end > start

@@ -51,6 +51,7 @@ struct recorder {
     uint64_t boundaries[64];
     uint64_t loop_steps[64];
     double step_time[64];
+    bool log_due[64];
     int n;
     uint64_t host_calls[64];
     int n_calls;
@@ -64,6 +65,7 @@ static int rec_after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_
     if (li->mode == TPU_MODE_TRAIN && r->n < 64) {
         r->loop_steps[r->n] = li->steps;
         r->step_time[r->n] = li->step_time_s;
+        r->log_due[r->n] = li->log_due;
         r->boundaries[r->n++] = li->global_step;
     }
     return 0;
@@ -177,9 +179,14 @@ static void test_loop_boundaries(void **state)
 {
     (void)state;
     struct env *e = env_new();
+    e->cfg.log_step_count_steps = 5;
     assert_int_equal(env_open(e, NULL), 0);
     /* ipl 4, 10 steps: loops end at 4, 8, 10 (the last shortened, not padded) */
     train_ok(e, 10, 0);
+    /* a log line is due where a loop crossed a multiple of 5: at 8 and at 10 */
+    assert_false(e->rec.log_due[0]);
+    assert_true(e->rec.log_due[1]);
+    assert_true(e->rec.log_due[2]);
     assert_int_equal(e->rec.n, 3);
     assert_int_equal(e->rec.boundaries[0], 4);
     assert_int_equal(e->rec.boundaries[1], 8);

@@ -149,6 +149,8 @@ struct tpu_loop_info {
     double mxu_utilization;        /* useful MACs / MXU MAC slots over the loop's time */
     double infeed_stall_share;     /* the cores' mean share of device time waiting for infeed */
     double host_overhead_share;    /* host time / total time */
+    bool log_due;                  /* the loop crossed a multiple of log_step_count_steps:
+                                      time for a global_step/sec log line */
 };
 
 struct tpu_hook {
