@@ -9,41 +9,19 @@ Prints CMocka-style summary lines so the suite's totals count each case.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import traceback
 
-TPUSIM = sys.argv[1] if len(sys.argv) > 1 else 'tpusim'
+from cli_harness import case, expect_error, main, run
+
 FASHION = '/usr/share/datasets/fashion-mnist'
-CASES = []
 
 # A small model on the tiny chip (8x8 MXU): 784-12-10, 12 rows per replica, a few steps.
 SMALL = ['--chip', 'tiny', '--layers', '12', '--train-batch-size', '24', '--steps', '4',
          '--iterations-per-loop', '2']
 
 
-def case(fn):
-    CASES.append(fn)
-    return fn
 
-
-def run(*args, expect=0):
-    p = subprocess.run([TPUSIM, *args], capture_output=True, text=True, timeout=240)
-    if p.returncode != expect:
-        raise AssertionError(f'tpusim {" ".join(args)}: exit {p.returncode}, expected {expect}\n'
-                             f'stdout: {p.stdout}\nstderr: {p.stderr}')
-    return p
-
-
-def expect_error(args, code, *needles):
-    p = run(*args, expect=code)
-    err = p.stderr
-    assert err.count('\n') == 1, f'error should be one line, got: {err!r}'
-    assert err.startswith(f'tpusim {args[0]}: error: '), err
-    for n in needles:
-        assert n in err, f'{n!r} not in {err!r}'
-    assert p.stdout == '', f'nothing on stdout on error, got {p.stdout!r}'
 
 
 def have_data():
@@ -128,26 +106,6 @@ def backend_errors():
     expect_error(['train', *SMALL, '--backend', 'rtl', '--vcd', '/nonexistent-dir/w.vcd'], 1,
                  "--vcd: cannot create the waveform file '/nonexistent-dir/w.vcd'")
 
-
-def main():
-    failed = []
-    print(f'[==========] Running {len(CASES)} test(s).')
-    for fn in CASES:
-        print(f'[ RUN      ] {fn.__name__}', flush=True)
-        try:
-            fn()
-            print(f'[       OK ] {fn.__name__}')
-        except Exception:  # noqa: BLE001 - every failure is reported, then counted
-            traceback.print_exc(file=sys.stdout)
-            print(f'[  FAILED  ] {fn.__name__}')
-            failed.append(fn.__name__)
-    print(f'[==========] {len(CASES)} test(s) run.')
-    print(f'[  PASSED  ] {len(CASES) - len(failed)} test(s).')
-    if failed:
-        print(f'[  FAILED  ] {len(failed)} test(s), listed below:')
-        for name in failed:
-            print(f'[  FAILED  ] {name}')
-    return 1 if failed else 0
 
 
 if __name__ == '__main__':
