@@ -627,6 +627,8 @@ static int cmd_train(struct run *r)
     if ((rc = write_trace(r)))
         return rc;
     const double total_device = last.total_seconds;
+    const uint64_t ran = gstep - r->prog.first_step;
+    const double step_s = ran ? last.pass_device_seconds / (double)ran : 0; /* simulated */
     if (o->json) {
         printf("{\"chip\": \"%s\", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
                "%llu, \"train_batch_size\": %u, \"loss\": %.6g, \"step_time_s\": %.9g, "
@@ -635,8 +637,8 @@ static int cmd_train(struct run *r)
                "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
                r->chip.name, tpu_device_n_replicas(r->dev), o->layers_text,
                (unsigned long long)gstep, o->rc.train_batch_size, (double)last.loss,
-               last.step_time_s, last.examples_per_s, last.mxu_utilization,
-               last.infeed_stall_share, last.host_overhead_share, total_device,
+               step_s, last.pass_examples_per_s, last.pass_mxu_utilization,
+               last.pass_infeed_stall_share, last.pass_host_overhead_share, total_device,
                o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", train_wall);
         if (evaluated)
             printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
@@ -670,11 +672,11 @@ static int cmd_train(struct run *r)
         printf("  fp32 host reference %.2f %% (%+.2f points on the chip), %.1f s\n",
                100 * ref.test_accuracy, 100 * (ev.accuracy - ref.test_accuracy), ref_wall);
     printf("  simulated          step %.1f us, %.0f examples/s, %.3f s in all (host time %s)\n",
-           last.step_time_s * 1e6, last.examples_per_s, total_device,
+           step_s * 1e6, last.pass_examples_per_s, total_device,
            o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
-    printf("  matrix units       %.1f %% utilized\n", 100 * last.mxu_utilization);
+    printf("  matrix units       %.1f %% utilized\n", 100 * last.pass_mxu_utilization);
     printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
-           100 * last.infeed_stall_share, 100 * last.host_overhead_share);
+           100 * last.pass_infeed_stall_share, 100 * last.pass_host_overhead_share);
     printf("  simulation         %.1f s of wall time for training\n", train_wall);
     if (o->rtl) {
         uint32_t units;

@@ -397,6 +397,8 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     uint64_t last_ckpt = e->global_step;
     struct tpu_core_counters before;
     sum_counters(e, &before);
+    /* the pass so far: device and host cycles, MACs and MAC capacity, infeed waits */
+    double acc_dev = 0, acc_host = 0, acc_macs = 0, acc_cap = 0, acc_stall = 0;
     while (!ended && (training ? e->global_step < target_step : done < p->steps)) {
         uint64_t remaining = training ? target_step - e->global_step : p->steps - done;
         uint64_t n = remaining < ipl ? remaining : ipl;
@@ -457,7 +459,6 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         li.examples_per_s = li.device_seconds > 0
                                 ? (double)ran * p->per_replica * e->n_replicas / li.device_seconds
                                 : 0;
-        uint64_t slots = now.mxu_mac_slots - before.mxu_mac_slots;
         double cap = (double)(end - start) * tpu_device_chip(e->dev)->mxu_rows *
                      tpu_device_chip(e->dev)->mxu_cols * tpu_device_chip(e->dev)->mxu_per_core *
                      e->n_cores;
@@ -465,7 +466,6 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         if (e->cfg.log_step_count_steps && training)
             li.log_due = e->global_step / e->cfg.log_step_count_steps !=
                          (e->global_step - ran) / e->cfg.log_step_count_steps;
-        (void)slots;
         /* the cores' mean share of the loop spent waiting for infeed */
         li.infeed_stall_share = end > start
                                     ? (double)(now.stall[TPU_STALL_INFEED_EMPTY] -
@@ -474,6 +474,11 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
                                     : 0;
         if (li.infeed_stall_share > 1)
             li.infeed_stall_share = 1;
+        acc_dev += (double)(end - start);
+        acc_macs += (double)(now.macs - before.macs);
+        acc_cap += cap;
+        acc_stall += (double)(now.stall[TPU_STALL_INFEED_EMPTY] -
+                              before.stall[TPU_STALL_INFEED_EMPTY]);
         before = now;
         for (size_t h = 0; h < e->n_hooks && !rc; h++)
             if (e->hooks[h].after_loop)
@@ -504,6 +509,15 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         double launch_s = (double)(start - prev_host) / e->hz;
         double span = li.device_seconds + li.host_seconds + launch_s;
         li.host_overhead_share = span > 0 ? (li.host_seconds + launch_s) / span : 0;
+        acc_host += (double)host + (double)(start - prev_host);
+        li.pass_device_seconds = acc_dev / e->hz;
+        li.pass_host_seconds = acc_host / e->hz;
+        li.pass_mxu_utilization = acc_cap > 0 ? acc_macs / acc_cap : 0;
+        li.pass_infeed_stall_share = acc_dev > 0 ? acc_stall / (acc_dev * e->n_cores) : 0;
+        li.pass_host_overhead_share = acc_dev + acc_host > 0 ? acc_host / (acc_dev + acc_host) : 0;
+        li.pass_examples_per_s = acc_dev > 0 ? (double)done * p->per_replica * e->n_replicas /
+                                                   li.pass_device_seconds
+                                             : 0;
         e->last = li;
         write_metrics(e, &li);
         if (e->cfg.iterations_per_loop_s > 0 && li.step_time_s > 0) {

@@ -149,6 +149,9 @@ struct tpu_loop_info {
     double mxu_utilization;        /* useful MACs / MXU MAC slots over the loop's time */
     double infeed_stall_share;     /* the cores' mean share of device time waiting for infeed */
     double host_overhead_share;    /* host time / total time */
+    /* the same figures over the whole pass (this train/evaluate/predict call) so far */
+    double pass_device_seconds, pass_host_seconds, pass_examples_per_s;
+    double pass_mxu_utilization, pass_infeed_stall_share, pass_host_overhead_share;
     bool log_due;                  /* the loop crossed a multiple of log_step_count_steps:
                                       time for a global_step/sec log line */
 };
