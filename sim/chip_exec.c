@@ -156,7 +156,7 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
     const uint64_t prefetch_from = c->prefetch_from; /* one op of lookahead for DMA */
     uint64_t dma = c->unit_free[TPU_UNIT_DMA];
     uint64_t unit = c->unit_free[u];
-    uint64_t op_start = UINT64_MAX, c_end_prev2 = 0, c_end_prev = 0;
+    uint64_t op_start = UINT64_MAX, c_end_prev = 0;
     uint64_t in_end_next = 0;
     /* in_0 */
     {
@@ -199,10 +199,8 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
             trace(dev, c, TPU_UNIT_DMA, 2, pc, s, s + dout);
             dma = s + dout;
         }
-        c_end_prev2 = c_end_prev;
         c_end_prev = ce;
     }
-    (void)c_end_prev2;
     uint64_t end = tpu__max_u64(unit, dma);
     c->ctr.busy[TPU_UNIT_DMA] += dma > c->unit_free[TPU_UNIT_DMA]
                                      ? tpu__dma_cycles(&dev->cfg, in_bytes) +
@@ -318,7 +316,6 @@ static int collective_values(struct tpu_device *dev, const struct coll_group *g,
             else
                 reduce_range(&jobs[k]); /* no thread: do it here */
         }
-        (void)bytes;
         return 0;
     }
     /* collective_permute: y on member i = x from member (i - shift) mod n */
@@ -369,7 +366,7 @@ static int collective(struct tpu_device *dev, struct core *c, size_t pc, const s
         uint32_t per_chip = 1;
         for (uint32_t r = 1; r < g->n; r++)
             per_chip += dev->cores[g->members[r]].chip == dev->cores[g->members[0]].chip;
-        dur = tpu__all_reduce_cycles(&dev->cfg, dev->s.n_chips, g->n, per_chip, bytes);
+        dur = tpu__all_reduce_cycles(&dev->cfg, g->n, per_chip, bytes);
     } else {
         dur = g->n > 1 ? tpu__permute_cycles(&dev->cfg, bytes, cross_chip) : 0;
     }

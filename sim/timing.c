@@ -159,8 +159,8 @@ void tpu__ici_dims(const struct tpu_chip_config *cfg, uint32_t n_chips,
     }
 }
 
-uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_chips,
-                                uint32_t n_part, uint32_t per_chip, uint64_t bytes)
+uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_part,
+                                uint32_t per_chip, uint64_t bytes)
 {
     /* Two levels. On a chip, `per_chip` cores reduce-scatter and later all-gather through
      * on-chip memory: 2 (p-1)/p B at the chip's HBM bandwidth. Across chips, each dimension
@@ -190,7 +190,6 @@ uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_ch
             shard /= dd;
         }
     }
-    (void)n_chips;
     return (uint64_t)ceil(t_s * cfg->clock_mhz * 1e6) + lat_cycles;
 }
 

@@ -43,9 +43,9 @@ void tpu__ici_dims(const struct tpu_chip_config *cfg, uint32_t n_chips,
                    struct tpu__topology_dims *out);
 
 /* Cycles for an all-reduce of `bytes` per participant over `n_part` cores that are spread
- * `per_chip` to a chip over the device's chips (per_chip * chips_used == n_part). */
-uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_chips,
-                                uint32_t n_part, uint32_t per_chip, uint64_t bytes);
+ * `per_chip` to a chip (per_chip * chips used == n_part). */
+uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_part,
+                                uint32_t per_chip, uint64_t bytes);
 
 /* Cycles for a collective permute moving `bytes` to a neighbour; `cross_chip` if any pair
  * crosses chips. */
