@@ -24,6 +24,7 @@ int tpu__cli_config(int argc, char **argv);
 int tpu__cli_gemm(int argc, char **argv);
 /* train, evaluate and predict (argv[0] says which) */
 int tpu__cli_train(int argc, char **argv);
+int tpu__cli_program(int argc, char **argv);
 
 /* Prints "tpusim <cmd>: error: <formatted>" on stderr. Returns `code` (an exit code). */
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)

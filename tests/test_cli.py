@@ -367,5 +367,41 @@ def train_errors():
 
 
 
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'program')
+
+
+@case
+def program_check_and_run():
+    src = os.path.join(PROGRAMS, 'mlp_step.tpuprog')
+    first = run('program', 'check', src).stdout
+    assert first.startswith('program mlp_step')
+    with tempfile.TemporaryDirectory() as d:
+        again = os.path.join(d, 'again.tpuprog')
+        with open(again, 'w') as f:
+            f.write(first)
+        assert run('program', 'check', again).stdout == first  # canonical text is stable
+        trace = os.path.join(d, 't.json')
+        out = json.loads(run('program', 'run', src, '--var', 'iterations=2', '--json',
+                             '--trace', trace).stdout)
+        assert len(out['cores']) == 2 and out['cycles'] > 0
+        assert all(c['busy_mxu'] > 0 and c['ops'] > 0 for c in out['cores'])
+        assert json.load(open(trace))['traceEvents']
+        # the same cycles without values
+        t = json.loads(run('program', 'run', src, '--var', 'iterations=2', '--json',
+                           '--timing-only').stdout)
+        assert t['cycles'] == out['cycles']
+        bad = os.path.join(d, 'bad.tpuprog')
+        with open(bad, 'w') as f:
+            f.write('program p\ntemp x: f32[2, 2]\ny = relu x\n')
+        expect_error(['program', 'check', bad], 1, 'bad.tpuprog:3:')
+        with open(bad, 'w') as f:
+            f.write('program p\ntemp x: f32[2, 2]\ntemp y: f32[2, 2]\ny = relu x\n')
+        expect_error(['program', 'check', bad], 1, "op 0 'y = relu x'")
+    expect_error(['program', 'run', src, '--var', 'nosuch=3'], 2, "no variable 'nosuch'")
+    expect_error(['program', 'run', src, '--var', 'iterations'], 2, "is not NAME=INTEGER")
+    expect_error(['program', 'check', '/nonexistent.tpuprog'], 1, "cannot open '/nonexistent")
+    expect_error(['program', 'frob'], 2, "'frob' is not 'check' or 'run'")
+
+
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,0 +1,376 @@
+/* `tpusim program`: device programs in their text form, from the shell.
+ *
+ *   tpusim program check FILE [--chip C]     parse, verify against the chip, print it back
+ *   tpusim program run FILE [options]        run it on a simulated device with generated
+ *                                            infeed data and report each core's counters
+ *
+ * `run` feeds every infeed op a tensor of its buffer's shape (uniform random floats in
+ * [-1, 1) from --seed, zeros for integers: a valid label), drains every outfeed, and sets
+ * every variable named on the command line (--var NAME=VALUE; the loop count among them). */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "rng.h"
+#include "tpusim/device.h"
+#include "tpusim/program.h"
+
+static const char usage_text[] =
+    "usage: tpusim program check FILE [--chip NAME|FILE]\n"
+    "       tpusim program run FILE [--chip NAME|FILE] [--chips N] [--threads N]\n"
+    "                               [--var NAME=VALUE]... [--seed N] [--timing-only]\n"
+    "                               [--trace FILE.json] [--json]\n"
+    "\n"
+    "check parses FILE (the text form of include/tpusim/program.h), verifies it against the\n"
+    "chip (default tiny) and prints it back in canonical form. run also runs it once on every\n"
+    "core with generated infeed data and prints each core's cycles, unit busy time and\n"
+    "stalls.\n";
+
+#define MAX_VARS 16
+
+struct prog_opts {
+    const char *sub, *file, *chip, *trace;
+    uint32_t chips;
+    unsigned threads;
+    uint64_t seed;
+    bool timing_only, json;
+    const char *var_name[MAX_VARS];
+    int64_t var_value[MAX_VARS];
+    int n_vars;
+};
+
+static const char *const CMD = "program";
+
+static int parse_args(int argc, char **argv, struct prog_opts *o)
+{
+    *o = (struct prog_opts){.chip = "tiny", .seed = 1};
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? TPU_CLI_USAGE : -1;
+    }
+    o->sub = argv[1];
+    if (strcmp(o->sub, "check") && strcmp(o->sub, "run"))
+        return tpu__cli_error(CMD, TPU_CLI_USAGE, "'%s' is not 'check' or 'run'; see 'tpusim "
+                              "program --help'", o->sub);
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        uint64_t v;
+        int rc = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return -1;
+        } else if (!strcmp(a, "--timing-only")) {
+            o->timing_only = true;
+            continue;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        } else if (a[0] != '-') {
+            if (o->file)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "one program file at a time: '%s' "
+                                      "and '%s'", o->file, a);
+            o->file = a;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return tpu__cli_error(CMD, TPU_CLI_USAGE, "option '%s' needs a value (or is "
+                                  "unknown: see 'tpusim program --help')", a);
+        const char *val = argv[++i];
+        if (!strcmp(a, "--chip"))
+            o->chip = val;
+        else if (!strcmp(a, "--trace"))
+            o->trace = val;
+        else if (!strcmp(a, "--chips")) {
+            rc = tpu__cli_parse_u64(CMD, a, val, 1, 4096, &v);
+            o->chips = (uint32_t)v;
+        } else if (!strcmp(a, "--threads")) {
+            rc = tpu__cli_parse_u64(CMD, a, val, 1, 256, &v);
+            o->threads = (unsigned)v;
+        } else if (!strcmp(a, "--seed"))
+            rc = tpu__cli_parse_u64(CMD, a, val, 0, UINT64_MAX, &o->seed);
+        else if (!strcmp(a, "--var")) {
+            const char *eq = strchr(val, '=');
+            char *end = NULL;
+            long long x = eq ? strtoll(eq + 1, &end, 10) : 0;
+            if (!eq || eq == val || !end || end == eq + 1 || *end || o->n_vars == MAX_VARS)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s' is not NAME=INTEGER (at "
+                                      "most %d); e.g. --var iterations=10", val, MAX_VARS);
+            o->var_name[o->n_vars] = val;
+            o->var_value[o->n_vars++] = x;
+        } else
+            return tpu__cli_error(CMD, TPU_CLI_USAGE, "unknown option '%s'; see 'tpusim "
+                                  "program --help'", a);
+        if (rc)
+            return rc;
+    }
+    if (!o->file)
+        return tpu__cli_error(CMD, TPU_CLI_USAGE, "give the program file: tpusim program %s "
+                              "FILE", o->sub);
+    if (!strcmp(o->sub, "check") && (o->trace || o->n_vars || o->timing_only))
+        return tpu__cli_error(CMD, TPU_CLI_USAGE, "--trace, --var and --timing-only go with "
+                              "'tpusim program run'");
+    return 0;
+}
+
+/* The whole file as a string (caller frees), or NULL after printing the error. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = b;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory reading '%s'", path);
+    else
+        buf[n] = '\0';
+    return buf;
+}
+
+/* The infeed (or outfeed) buffers in the order one run meets them. */
+static size_t feed_order(const struct tpu_program *p, enum tpu_opcode code, int64_t trips,
+                         uint32_t *out, size_t cap)
+{
+    size_t n = 0, begin = SIZE_MAX;
+    for (size_t i = 0; i < tpu_program_n_ops(p); i++) {
+        const struct tpu_op *op = tpu_program_op(p, i);
+        if (op->code == TPU_OP_LOOP_BEGIN) {
+            begin = i;
+            continue;
+        }
+        if (op->code == TPU_OP_LOOP_END) {
+            /* the body again, trips - 1 more times */
+            for (int64_t t = 1; t < trips; t++)
+                for (size_t k = begin + 1; k < i; k++) {
+                    const struct tpu_op *b = tpu_program_op(p, k);
+                    if (b->code == code && n < cap)
+                        out[n++] = code == TPU_OP_INFEED ? b->out[0] : b->in[0];
+                }
+            if (trips <= 0) /* the body never ran: drop what was counted for it */
+                for (size_t k = begin + 1; k < i; k++)
+                    if (tpu_program_op(p, k)->code == code && n > 0)
+                        n--;
+            begin = SIZE_MAX;
+            continue;
+        }
+        if (op->code == code && n < cap)
+            out[n++] = code == TPU_OP_INFEED ? op->out[0] : op->in[0];
+    }
+    return n;
+}
+
+struct feeder {
+    struct tpu_device *dev;
+    const struct tpu_program *p;
+    const uint32_t *order;
+    size_t n;
+    uint64_t seed;
+    bool timing_only;
+    int rc;
+    struct tpu_diag d;
+};
+
+static void *feed(void *arg)
+{
+    struct feeder *f = arg;
+    struct tpu__rng r;
+    tpu__rng_seed(&r, f->seed);
+    for (size_t i = 0; i < f->n && !f->rc; i++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(f->p, f->order[i]);
+        size_t bytes = tpu_buffer_bytes(b), count = (size_t)b->rows * b->cols;
+        void *data = f->timing_only ? NULL : calloc(1, bytes ? bytes : 1);
+        if (data && b->dtype == TPU_BUF_F32)
+            for (size_t k = 0; k < count; k++)
+                ((float *)data)[k] = tpu__rng_uniform(&r) * 2.0f - 1.0f;
+        if (data && b->dtype == TPU_BUF_BF16)
+            for (size_t k = 0; k < count; k++)
+                ((tpu_bf16 *)data)[k] = tpu_bf16_from_f32(tpu__rng_uniform(&r) * 2.0f - 1.0f);
+        for (uint32_t c = 0; c < tpu_device_n_cores(f->dev) && !f->rc; c++)
+            f->rc = tpu_device_infeed(f->dev, c, data, bytes, 0, &f->d);
+        free(data);
+    }
+    return NULL;
+}
+
+struct drainer {
+    struct tpu_device *dev;
+    const struct tpu_program *p;
+    const uint32_t *order;
+    size_t n;
+    uint32_t core;
+    int rc;
+};
+
+static void *drain(void *arg)
+{
+    struct drainer *g = arg;
+    for (size_t i = 0; i < g->n && !g->rc; i++) {
+        size_t bytes = tpu_buffer_bytes(tpu_program_buffer(g->p, g->order[i]));
+        void *buf = malloc(bytes ? bytes : 1);
+        g->rc = buf ? tpu_device_outfeed(g->dev, g->core, buf, bytes, 0, NULL, NULL) : TPU_ENOMEM;
+        free(buf);
+    }
+    return NULL;
+}
+
+static int run(const struct prog_opts *o, struct tpu_program *p,
+               const struct tpu_chip_config *chip)
+{
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, chip);
+    if (o->chips)
+        s.n_chips = o->chips;
+    s.n_threads = o->threads;
+    s.timing_only = o->timing_only;
+    s.trace = o->trace != NULL;
+    struct tpu_device *dev = NULL;
+    struct tpu_diag d = {0};
+    int rc = 0;
+    uint32_t *in_order = NULL, *out_order = NULL;
+    if (tpu_device_open(&s, &dev, &d) || tpu_device_load(dev, p, &d)) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+        goto out;
+    }
+    int64_t trips = 0;
+    for (int i = 0; i < o->n_vars; i++) {
+        char name[64];
+        size_t len = (size_t)(strchr(o->var_name[i], '=') - o->var_name[i]);
+        snprintf(name, sizeof name, "%.*s", (int)(len < 63 ? len : 63), o->var_name[i]);
+        uint32_t id;
+        if (tpu_program_find_var(p, name, &id)) {
+            rc = tpu__cli_error(CMD, TPU_CLI_USAGE, "--var %s: the program has no variable "
+                                "'%s'", o->var_name[i], name);
+            goto out;
+        }
+        tpu_device_set_var(dev, id, o->var_value[i]);
+    }
+    for (size_t i = 0; i < tpu_program_n_ops(p); i++)
+        if (tpu_program_op(p, i)->code == TPU_OP_LOOP_BEGIN)
+            trips = tpu_device_get_var(dev, 0, tpu_program_op(p, i)->attrs.var);
+    const size_t cap = 1u << 20;
+    in_order = malloc(cap * sizeof *in_order);
+    out_order = malloc(cap * sizeof *out_order);
+    if (!in_order || !out_order) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
+        goto out;
+    }
+    size_t n_in = feed_order(p, TPU_OP_INFEED, trips, in_order, cap);
+    size_t n_out = feed_order(p, TPU_OP_OUTFEED, trips, out_order, cap);
+    struct feeder fd = {.dev = dev, .p = p, .order = in_order, .n = n_in, .seed = o->seed,
+                        .timing_only = o->timing_only};
+    uint32_t n_cores = tpu_device_n_cores(dev);
+    struct drainer *dr = calloc(n_cores, sizeof *dr);
+    pthread_t ft, *dt = calloc(n_cores, sizeof *dt);
+    if (!dr || !dt) {
+        free(dr);
+        free(dt);
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
+        goto out;
+    }
+    pthread_create(&ft, NULL, feed, &fd);
+    for (uint32_t c = 0; c < n_cores; c++) {
+        dr[c] = (struct drainer){.dev = dev, .p = p, .order = out_order, .n = n_out, .core = c};
+        pthread_create(&dt[c], NULL, drain, &dr[c]);
+    }
+    uint64_t end = 0;
+    int r = tpu_device_run(dev, 0, &end, &d);
+    if (r)
+        tpu_device_cancel(dev); /* release the feeding threads */
+    pthread_join(ft, NULL);
+    for (uint32_t c = 0; c < n_cores; c++)
+        pthread_join(dt[c], NULL);
+    free(dr);
+    free(dt);
+    if (r) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+        goto out;
+    }
+    if (o->trace && tpu_device_write_trace(dev, o->trace, &d)) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+        goto out;
+    }
+    if (o->json)
+        printf("{\"program\": \"%s\", \"chip\": \"%s\", \"cycles\": %" PRIu64 ", \"cores\": [",
+               tpu_program_name(p), chip->name, end);
+    else
+        printf("program %s on %s: %u cores, %" PRIu64 " cycles (%.3f us at %.0f MHz)%s\n",
+               tpu_program_name(p), chip->name, n_cores, end, end / chip->clock_mhz,
+               chip->clock_mhz, o->timing_only ? ", timing only" : "");
+    for (uint32_t c = 0; c < n_cores; c++) {
+        struct tpu_core_counters k;
+        tpu_device_counters(dev, c, &k);
+        if (o->json) {
+            printf("%s{\"cycles\": %" PRIu64 ", \"ops\": %" PRIu64 ", \"macs\": %" PRIu64,
+                   c ? ", " : "", k.cycles, k.ops, k.macs);
+            for (int u = 0; u < TPU_UNIT_COUNT; u++)
+                printf(", \"busy_%s\": %" PRIu64, tpu_unit_name((enum tpu_unit)u), k.busy[u]);
+            for (int t = 0; t < TPU_STALL_COUNT; t++)
+                printf(", \"stall_%s\": %" PRIu64, tpu_stall_name((enum tpu_stall)t), k.stall[t]);
+            printf("}");
+            continue;
+        }
+        printf("  core %u: %" PRIu64 " cycles, %" PRIu64 " ops;", c, k.cycles, k.ops);
+        for (int u = 0; u < TPU_UNIT_COUNT; u++)
+            if (k.busy[u])
+                printf(" %s %" PRIu64, tpu_unit_name((enum tpu_unit)u), k.busy[u]);
+        printf(";  stalls:");
+        for (int t = 0; t < TPU_STALL_COUNT; t++)
+            printf(" %s %" PRIu64, tpu_stall_name((enum tpu_stall)t), k.stall[t]);
+        printf("\n");
+    }
+    if (o->json)
+        printf("]}\n");
+out:
+    free(in_order);
+    free(out_order);
+    tpu_device_close(&dev);
+    return rc;
+}
+
+int tpu__cli_program(int argc, char **argv)
+{
+    struct prog_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? TPU_CLI_OK : rc;
+    struct tpu_diag d = {0};
+    struct tpu_chip_config chip;
+    if (tpu_config_load(o.chip, &chip, &d))
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+    char *text = read_file(o.file);
+    if (!text)
+        return TPU_CLI_FAIL;
+    struct tpu_program *p = NULL;
+    rc = tpu_program_parse(text, o.file, &p, &d);
+    free(text);
+    if (rc)
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+    if (tpu_program_verify(p, &chip, &d)) {
+        tpu_program_destroy(&p);
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+    }
+    if (!strcmp(o.sub, "check"))
+        rc = tpu_program_print(p, stdout) ? TPU_CLI_FAIL : TPU_CLI_OK;
+    else
+        rc = run(&o, p, &chip);
+    tpu_program_destroy(&p);
+    return rc;
+}
