@@ -35,6 +35,9 @@ int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
 int tpu__cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min,
                        uint64_t max, uint64_t *out);
 
+/* Seconds on the monotonic clock (the simulator's own wall time, for reports). */
+double tpu__cli_now_s(void);
+
 /* Prints a JSON string literal (quoted, escaped) to f. */
 void tpu__cli_json_string(FILE *f, const char *s);
 

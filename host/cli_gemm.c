@@ -64,13 +64,6 @@ struct gemm_opts {
     bool json;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int parse_array(const char *text, uint32_t *rows, uint32_t *cols)
 {
     unsigned long r, c;
@@ -406,7 +399,7 @@ out:
 static int compute(const struct gemm_opts *o, uint32_t tile_rows, struct operands *op,
                    double *secs)
 {
-    double t0 = now_s();
+    double t0 = tpu__cli_now_s();
     int rc;
     if (o->dtype == TPU_DTYPE_INT8)
         rc = tpu_gemm_int8(op->a8, op->b8, op->y, op->m, op->k, op->n, tile_rows, false,
@@ -417,7 +410,7 @@ static int compute(const struct gemm_opts *o, uint32_t tile_rows, struct operand
     else
         rc = tpu_gemm_f32(op->a32, op->b32, op->y, op->m, op->k, op->n, tile_rows, o->passes,
                           o->threads);
-    *secs = now_s() - t0;
+    *secs = tpu__cli_now_s() - t0;
     if (rc)
         return tpu__cli_error(CMD, TPU_CLI_FAIL, "the GEMM kernel failed: %s",
                               tpu_strerror(rc));

@@ -405,13 +405,6 @@ struct progress {
     uint64_t last_epoch;
 };
 
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag *d)
 {
     struct progress *p = ctx;
@@ -419,7 +412,7 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
     if (li->mode != TPU_MODE_TRAIN || p->o->json)
         return 0;
     uint64_t done = li->global_step - p->first_step;
-    double el = wall_s() - p->wall0;
+    double el = tpu__cli_now_s() - p->wall0;
     if (p->o->verbose == 1) {
         int width = 30, filled = p->total_steps ? (int)(width * done / p->total_steps) : width;
         double eta = done ? el * (double)(p->total_steps - done) / (double)done : 0;
@@ -540,7 +533,7 @@ static int setup(struct run *r, bool need_train_data)
     tpu_mlp_program_free(&mp);
     tpu_mlp_model(&r->model, &r->o.spec);
     r->prog.o = &r->o;
-    r->prog.wall0 = wall_s();
+    r->prog.wall0 = tpu__cli_now_s();
     struct tpu_hook hook = {.ctx = &r->prog, .after_loop = after_loop};
     if (tpu_estimator_create(r->dev, &r->o.rc, &r->model, &hook, 1, &r->est, &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
@@ -584,9 +577,9 @@ static int cmd_train(struct run *r)
     r->prog.first_step = tpu_estimator_global_step(r->est);
     r->prog.total_steps = steps ? steps : max_steps;
     r->prog.steps_per_epoch = per_epoch ? per_epoch : 1;
-    double w0 = wall_s();
+    double w0 = tpu__cli_now_s();
     rc = tpu_estimator_train(r->est, &in.input, steps, max_steps, &d);
-    double train_wall = wall_s() - w0;
+    double train_wall = tpu__cli_now_s() - w0;
     if (rc) {
         tpu__dataset_input_free(&in);
         return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
@@ -613,10 +606,10 @@ static int cmd_train(struct run *r)
     if (o->reference) {
         struct tpu__dataset_input rin;
         tpu__dataset_input_init(&rin, &r->train, o->rc.seed);
-        double t0 = wall_s();
+        double t0 = tpu__cli_now_s();
         rc = tpu__reference_train(&o->spec, &r->model, &rin.input, &r->test, gstep,
                                   o->rc.train_batch_size, o->rc.seed, &ref, &d);
-        ref_wall = wall_s() - t0;
+        ref_wall = tpu__cli_now_s() - t0;
         tpu__dataset_input_free(&rin);
         if (rc) {
             tpu__dataset_input_free(&in);

@@ -24,6 +24,7 @@
 #include "tpusim/program.h"
 #include "ops.h"
 #include "xorshift.h"
+#include "ref_gemm.h"
 
 /* ---- data ------------------------------------------------------------------------------------ */
 
@@ -214,36 +215,6 @@ static float *opnd_f32(const struct tpu__bufmem *s, bool trans)
                                : ((const float *)s->data)[src];
         }
     return o;
-}
-
-static float canon(float x)
-{
-    return isnan(x) ? tpu_f32_from_bits(TPU_F32_CANONICAL_NAN_BITS) : x;
-}
-
-/* mxu.h NUMERICS, literally: K in tiles of r rows (padding included), +0 at the top of each
- * column, product and sum rounded separately, tiles into the accumulator in K order. */
-static void ref_gemm_bf16(const tpu_bf16 *a, const tpu_bf16 *b, float *y, size_t m, size_t k,
-                          size_t n, size_t r, bool accumulate)
-{
-    const tpu_bf16 zero = {0};
-    size_t n_tiles = (k + r - 1) / r;
-    for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < n; j++) {
-            volatile float acc = accumulate ? canon(y[i * n + j]) : 0.0f;
-            for (size_t kt = 0; kt < n_tiles; kt++) {
-                volatile float t = 0.0f;
-                for (size_t row = 0; row < r; row++) {
-                    size_t kk = kt * r + row;
-                    tpu_bf16 av = kk < k ? a[i * k + kk] : zero;
-                    tpu_bf16 wv = kk < k ? b[kk * n + j] : zero;
-                    volatile float p = tpu_bf16_to_f32(av) * tpu_bf16_to_f32(wv);
-                    t = t + p;
-                }
-                acc = (kt == 0 && !accumulate) ? canon(t) : canon(acc + canon(t));
-            }
-            y[i * n + j] = acc;
-        }
 }
 
 /* Fills buffer `id` with random values of its dtype. */
