@@ -9,7 +9,9 @@
  * spread). The issue's limit: at most 1.5x the peer. Timing-only, the same step must
  * take under 1 ms of host time.
  *
- * usage: bench_step [steps]   (default 10) */
+ * usage: bench_step [steps]          (default 10)
+ *        bench_step --sim-only [steps]  the simulator's functional steps alone, no peer and
+ *                                       no verdict (for a profiler) */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -186,6 +188,11 @@ static double blas_step(int steps, uint32_t R)
 
 int main(int argc, char **argv)
 {
+    const bool sim_only = argc > 1 && strcmp(argv[1], "--sim-only") == 0;
+    if (sim_only) {
+        argc--;
+        argv++;
+    }
     int steps = argc > 1 ? atoi(argv[1]) : 10;
     if (steps < 1)
         steps = 10;
@@ -198,6 +205,14 @@ int main(int argc, char **argv)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = cpus > 0 ? (unsigned)cpus : 1;
     const uint32_t R = cfg.chips_per_host * cfg.cores_per_chip;
+    if (sim_only) {
+        double t = run_steps(&cfg, false, steps, threads, NULL);
+        if (t < 0)
+            return 1;
+        printf("functional step (simulator) %.3f ms, %d steps, %u threads\n", t * 1e3, steps,
+               threads);
+        return 0;
+    }
     openblas_set_num_threads((int)threads);
     /* warm up both, then measure */
     run_steps(&cfg, false, 1, threads, NULL);

@@ -79,7 +79,6 @@ static void free_core_buffers(struct tpu_device *dev)
         free(c->vars);
         free(c->buf_ready);
         free(c->buf_read_done);
-        tpu__scratch_free(&c->scratch);
         c->bufs = NULL;
         c->vars = NULL;
         c->buf_ready = c->buf_read_done = NULL;
@@ -117,8 +116,11 @@ int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out
     dev->n_groups = cpr + dev->n_replicas;
     dev->cores = calloc(dev->n_cores, sizeof *dev->cores);
     dev->groups = calloc(dev->n_groups, sizeof *dev->groups);
-    if (!dev->cores || !dev->groups)
+    dev->workers = calloc(dev->n_cores, sizeof *dev->workers);
+    if (!dev->cores || !dev->groups || !dev->workers)
         goto nomem;
+    for (uint32_t i = 0; i < dev->n_cores; i++)
+        dev->workers[i].dev = dev;
     pthread_mutex_init(&dev->lock, NULL);
     pthread_cond_init(&dev->work_cv, NULL);
     for (uint32_t i = 0; i < dev->n_cores; i++) {
@@ -172,6 +174,10 @@ void tpu_device_close(struct tpu_device **pdev)
     if (dev->groups)
         for (uint32_t g = 0; g < dev->n_groups; g++)
             free(dev->groups[g].members);
+    if (dev->workers)
+        for (uint32_t i = 0; i < dev->n_cores; i++)
+            tpu__scratch_free(&dev->workers[i].scratch);
+    free(dev->workers);
     tpu__trace_free(&dev->host_trace);
     free(dev->host_names);
     free(dev->groups);
@@ -358,8 +364,10 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
             if (!dev->s.timing_only) {
                 /* zeroed now, by writing: the pages are the process's before the first run
                  * (calloc's lazily mapped pages would fault inside the first step) */
-                size_t bytes = tpu_buffer_bytes(bd) ? tpu_buffer_bytes(bd) : 1;
-                c->bufs[b].data = malloc(bytes);
+                size_t bytes = (tpu_buffer_bytes(bd) + 63) / 64 * 64;
+                if (bytes == 0)
+                    bytes = 64;
+                c->bufs[b].data = aligned_alloc(64, bytes); /* cache lines, for the kernels */
                 if (!c->bufs[b].data)
                     goto nomem;
                 memset(c->bufs[b].data, 0, bytes);
@@ -497,7 +505,8 @@ static bool starved(const struct tpu_device *dev)
 
 static void *worker(void *arg)
 {
-    struct tpu_device *dev = arg;
+    struct worker *w = arg;
+    struct tpu_device *dev = w->dev;
     uint32_t next = 0;
     pthread_mutex_lock(&dev->lock);
     for (;;) {
@@ -528,7 +537,7 @@ static void *worker(void *arg)
         c->state = CORE_RUNNING;
         pthread_mutex_unlock(&dev->lock);
         struct tpu_diag d = {0};
-        int rc = tpu__core_run(dev, c, &d);
+        int rc = tpu__core_run(dev, c, &w->scratch, &d);
         pthread_mutex_lock(&dev->lock);
         if (rc < 0) {
             /* keep the first real error; a cancel is only the echo of one */
@@ -595,9 +604,9 @@ int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_c
     unsigned started = 0;
     if (th)
         for (; started + 1 < n; started++)
-            if (pthread_create(&th[started], NULL, worker, dev) != 0)
+            if (pthread_create(&th[started], NULL, worker, &dev->workers[started + 1]) != 0)
                 break;
-    worker(dev); /* the caller's thread is a worker too */
+    worker(&dev->workers[0]); /* the caller's thread is a worker too */
     for (unsigned i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     free(th);

@@ -449,7 +449,8 @@ static bool canceled(struct tpu_device *dev)
     return x;
 }
 
-int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu_diag *d)
+int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *scratch,
+                  struct tpu_diag *d)
 {
     const size_t n_ops = tpu_program_n_ops(dev->prog);
     while (c->pc < n_ops) {
@@ -499,7 +500,7 @@ int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu_diag *d)
                                                    &c->provider_mxu_cycles, d)
                             : tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
                                               dev->s.kernel_threads ? dev->s.kernel_threads : 1,
-                                              &c->scratch, d);
+                                              scratch, d);
                 if (e) {
                     char prefix[64];
                     snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);

@@ -74,7 +74,6 @@ struct core {
     enum core_state state;      /* [L] */
     struct tpu__bufmem *bufs;   /* [n_buffers] */
     int64_t *vars;              /* [n_vars] */
-    struct tpu__scratch scratch; /* the ops' working memory (ops.h), freed with the buffers */
 
     /* execution position */
     size_t pc;
@@ -108,6 +107,14 @@ struct coll_group {
     uint32_t arrived;
 };
 
+/* A worker thread of a run. Its working memory for the ops (ops.h: a matmul's packed
+ * blocks) belongs to the thread, not to the cores it runs, so it stays warm in the thread's
+ * caches as the thread moves from core to core; it is kept across runs. */
+struct worker {
+    struct tpu_device *dev;
+    struct tpu__scratch scratch;
+};
+
 struct tpu_device {
     struct tpu_device_settings s;
     struct tpu_chip_config cfg;
@@ -125,6 +132,7 @@ struct tpu_device {
     /* host feed calls wait on their core's host_cv (struct core) for space or data */
     bool running;               /* [L] */
     unsigned n_workers;         /* worker threads of the current run */
+    struct worker *workers;     /* [n_cores]: at most one worker per core */
     bool canceled;              /* [L] */
     bool infeed_closed;         /* [L] tpu_device_infeed_close was called */
     int error;                  /* [L] first error of the run */
@@ -139,7 +147,8 @@ struct tpu_device {
 
 /* chip_exec.c: runs core c from its pc until it finishes (returns 1), blocks (returns 0,
  * having set its state under the lock), or fails (negative, message in d). */
-int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu_diag *d);
+int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *scratch,
+                  struct tpu_diag *d);
 
 /* feed.c */
 int tpu__feed_init(struct feed *f, uint32_t depth);

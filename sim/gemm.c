@@ -94,6 +94,10 @@ const char *tpu_dtype_name(enum tpu_dtype t)
 #define GEMM_PACK_COST 8.0
 #define GEMM_THREAD_COST 2.0e6
 #define GEMM_ALIGN_BYTES 64u
+/* Results at least this large are written past the caches once final (TPU__MICRO_STREAM):
+ * they would not stay in the per-core caches anyway, and writing them there first costs a
+ * read of every line. */
+#define GEMM_STREAM_BYTES (2u * 1024u * 1024u)
 
 /* ---- portable C kernels ------------------------------------------------------------------ */
 
@@ -402,14 +406,18 @@ static void worker_run(struct gemm_worker *w)
     /* The buffers are reused memory: give the lanes that only feed discarded outputs (the
      * edge tile's unused part) defined values. Padding rows of A are zeroed per block. */
     memset(w->ctmp, 0, mr * nr * 4);
+    const bool can_stream = p->m * p->n * 4 >= GEMM_STREAM_BYTES &&
+                            (uintptr_t)p->y % GEMM_ALIGN_BYTES == 0 && p->n % 16 == 0;
     for (size_t jc = w->n0; jc < w->n1; jc += w->nc) {
         size_t ncur = min_size(w->nc, w->n1 - jc);
         for (size_t pc = 0; pc < p->k; pc += p->kc) {
             size_t kcur = min_size(p->kc, p->k - pc);
             size_t kwords = (kcur + kern->k_per_word - 1) / kern->k_per_word;
             bool store_first = !p->accumulate && pc == 0;
+            const bool last = pc + kcur == p->k;
             unsigned flags = (store_first ? TPU__MICRO_STORE_FIRST : 0u) |
-                             (p->is_bf16 && pc + kcur == p->k ? TPU__MICRO_CANON_NAN : 0u);
+                             (p->is_bf16 && last ? TPU__MICRO_CANON_NAN : 0u);
+            const bool stream = can_stream && last;
             struct tpu__pack_src src = block_src(&p->b, pc, jc);
             kern->pack_b(&src, kcur, ncur, w->bbuf, &sb);
             for (size_t ic = w->m0; ic < w->m1; ic += w->mc) {
@@ -439,8 +447,18 @@ static void worker_run(struct gemm_worker *w)
                             (const unsigned char *)w->abuf + ir * w->lda * 4;
                         unsigned char *c = p->y + ((ic + ir) * p->n + jc + jr) * 4;
                         size_t mh = min_size(mr, mcur - ir);
+                        /* the next micro-tile's C rows, unless streamed: fetched (for
+                         * writing) while this one computes, so that its stores -- to memory
+                         * not yet cached, often -- do not wait on memory */
+                        if (!stream && ir + mr < mcur) {
+                            size_t mn = min_size(mr, mcur - ir - mr);
+                            for (size_t i = 0; i < mn; i++)
+                                for (size_t off = 0; off < nw * 4; off += 64)
+                                    __builtin_prefetch(c + (mr + i) * p->n * 4 + off, 1, 3);
+                        }
                         if (mh == mr && nw == nr) {
-                            micro(kcur, p->tile, ap, w->lda, bp, c, p->n, flags);
+                            micro(kcur, p->tile, ap, w->lda, bp, c, p->n,
+                                  flags | (stream ? TPU__MICRO_STREAM : 0u));
                             continue;
                         }
                         /* edge micro-tile: run it on a full-size copy */

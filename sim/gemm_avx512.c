@@ -337,10 +337,19 @@ INLINE_Z void micro_bf16_z_body(size_t kc, size_t tile, const float *ap, size_t 
                                            canon_nan);
             }
         }
+        if ((flags & TPU__MICRO_STREAM) && k0 + len == kc) {
 #pragma GCC unroll 12
-        for (int i = 0; i < Z_MR; i++) {
-            _mm512_storeu_ps(c + (size_t)i * ldc, t0[i]);
-            _mm512_storeu_ps(c + (size_t)i * ldc + 16, t1[i]);
+            for (int i = 0; i < Z_MR; i++) {
+                _mm512_stream_ps(c + (size_t)i * ldc, t0[i]);
+                _mm512_stream_ps(c + (size_t)i * ldc + 16, t1[i]);
+            }
+            _mm_sfence(); /* ordered before any later store, like the plain ones */
+        } else {
+#pragma GCC unroll 12
+            for (int i = 0; i < Z_MR; i++) {
+                _mm512_storeu_ps(c + (size_t)i * ldc, t0[i]);
+                _mm512_storeu_ps(c + (size_t)i * ldc + 16, t1[i]);
+            }
         }
     }
 }

@@ -159,6 +159,10 @@ static inline uint32_t tpu__pack_conv_one(const void *p, size_t idx, enum tpu__p
 /* Flags of the micro-kernels (struct tpu__gemm_kernel). */
 #define TPU__MICRO_STORE_FIRST 1u
 #define TPU__MICRO_CANON_NAN 2u
+/* A hint: the values stored after the chunk's last tile are final and will not be read
+ * soon, so they may bypass the caches (non-temporal stores). Given only when C is 64-byte
+ * aligned and ldc a multiple of 16 words. */
+#define TPU__MICRO_STREAM 4u
 
 /* One instruction set's kernels for one data type. */
 struct tpu__gemm_kernel {

@@ -331,6 +331,73 @@ static void test_bf16_blocking(void **state)
     run_bf16_case(&rg, 170, 1000, 70, 128, false);
 }
 
+/* Results of 2 MiB and more, 64-byte aligned, are written past the caches once final
+ * (non-temporal stores, gemm.c); they must be the same bits as any other. One K chunk (two
+ * tiles) with NaNs and infinities (canonical NaNs go through the streamed stores) against the
+ * reference; then, fresh and accumulating, one chunk and two, against the same problem with
+ * Y one float off the alignment (plain stores, which the other tests check against the
+ * reference). Partial micro-tiles on both sides. The vector kernels only: the portable one
+ * never streams. */
+static void run_streamed(const tpu_bf16 *a, const tpu_bf16 *b, const float *y_in, float *y,
+                         size_t m, size_t k, size_t n, enum tpu__gemm_isa isa, unsigned threads)
+{
+    struct tpu__gemm_opts o = {isa, TPU__GEMM_FMA_AUTO, 0};
+    if (y_in)
+        memcpy(y, y_in, m * n * sizeof *y);
+    assert_int_equal(tpu__gemm_bf16_impl(a, b, y, m, k, n, 128, y_in != NULL, threads, &o, NULL),
+                     0);
+}
+
+static void test_bf16_streamed_results(void **state)
+{
+    (void)state;
+    struct rng rg = {0x5EED};
+    const size_t m = 505, n = 1040; /* 505 x 1040 x 4 bytes > 2 MiB; 1040 = 16 x 65 */
+    const size_t ks[] = {130, 390}; /* one K chunk of two tiles; two chunks */
+    float *mem = aligned_alloc(64, (m * n + 16) * sizeof *mem);
+    float *plain = alloc_f32(m * n), *y_in = alloc_f32(m * n);
+    assert_non_null(mem);
+    for (size_t i = 0; i < m * n; i++)
+        y_in[i] = tpu_bf16_to_f32(rnd_bf16(&rg, 10));
+    for (size_t ki = 0; ki < 2; ki++) {
+        const size_t k = ks[ki];
+        tpu_bf16 *a = alloc_bf16(m * k), *b = alloc_bf16(k * n);
+        fill_bf16(&rg, a, m * k, 8);
+        fill_bf16(&rg, b, k * n, 8);
+        if (ki == 0) {
+            /* NaNs with payloads, infinities and zeros of both signs here and there */
+            static const uint16_t odd[] = {0x7FC1, 0xFFA0, 0x7F80, 0xFF80, 0x0000, 0x8000};
+            for (size_t i = 0; i < m * k; i += 97)
+                a[i].bits = odd[rnd_below(&rg, 6)];
+            for (size_t i = 0; i < k * n; i += 89)
+                b[i].bits = odd[rnd_below(&rg, 6)];
+            ref_gemm_bf16(a, b, plain, m, k, n, 128, false);
+            run_streamed(a, b, NULL, mem, m, k, n, TPU__GEMM_ISA_AUTO, 1);
+            expect_same_f32(mem, plain, m, n, "streamed, edge values");
+        }
+        for (int acc = 0; acc < 2; acc++)
+            for (size_t ii = 0; ii < sizeof all_isas / sizeof all_isas[0]; ii++) {
+                if (all_isas[ii] == TPU__GEMM_ISA_SCALAR || !tpu__gemm_isa_supported(all_isas[ii]))
+                    continue;
+                for (unsigned threads = 1; threads <= 3; threads += 2) {
+                    const float *in = acc ? y_in : NULL;
+                    run_streamed(a, b, in, mem + 1, m, k, n, all_isas[ii], threads);
+                    memcpy(plain, mem + 1, m * n * sizeof *plain);
+                    run_streamed(a, b, in, mem, m, k, n, all_isas[ii], threads);
+                    char what[96];
+                    snprintf(what, sizeof what, "streamed k=%zu acc=%d %s threads=%u", k, acc,
+                             isa_name(all_isas[ii]), threads);
+                    expect_same_f32(mem, plain, m, n, what);
+                }
+            }
+        free(a);
+        free(b);
+    }
+    free(mem);
+    free(plain);
+    free(y_in);
+}
+
 /* Every corner of bf16, with the products that overflow and underflow. */
 static void test_bf16_edge_values(void **state)
 {
@@ -1319,6 +1386,7 @@ int main(void)
         cmocka_unit_test(test_bf16_sizes),
         cmocka_unit_test(test_bf16_small_array),
         cmocka_unit_test(test_bf16_blocking),
+        cmocka_unit_test(test_bf16_streamed_results),
         cmocka_unit_test(test_bf16_edge_values),
         cmocka_unit_test(test_bf16_fma_bounds),
         cmocka_unit_test(test_bf16_overflow_by_hand),
