@@ -423,9 +423,10 @@ static void worker_run(struct gemm_worker *w)
             for (size_t ic = w->m0; ic < w->m1; ic += w->mc) {
                 size_t mcur = min_size(w->mc, w->m1 - ic);
                 src = block_src(&p->a, ic, pc);
+                if (mcur % mr != 0) /* its padding rows, in either panel layout */
+                    memset((unsigned char *)w->abuf + (mcur - mcur % mr) * w->lda * 4, 0,
+                           mr * w->lda * 4);
                 kern->pack_a(&src, mcur, kcur, w->abuf, w->lda, &sa);
-                for (size_t i = mcur; i < round_up(mcur, mr); i++)
-                    memset((unsigned char *)w->abuf + i * w->lda * 4, 0, kwords * 4);
                 void (*micro)(size_t, size_t, const void *, size_t, const void *, void *,
                               size_t, unsigned) = kern->micro;
                 if (p->is_bf16) {

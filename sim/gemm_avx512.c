@@ -6,13 +6,15 @@
  *
  * bf16 packing: 16 elements per vector, converted with integer operations that are bf16.h's
  * rounding lane by lane (f32 -> bf16 -> fp32) or, for the split parts, tpu_f32_split_bf16's
- * operations in the same order; transposed sources go through a 16 x 16 register transpose.
- * The statistics are taken on the converted values.
+ * operations in the same order. A is packed K-major per 12-row panel (so A stored row by row
+ * and B stored transposed go through a 16 x 16 register transpose; A stored transposed is
+ * already in that order). The statistics are taken on the converted values.
  *
  * bf16 micro-tile: 12 rows x 32 columns of C = 24 zmm column-sum registers; per k: two
- * vector loads of B, twelve broadcasts of A (fused into the FMA or multiply as memory
- * operands), 24 FMAs (or 24 multiplies and 24 adds). Each lane is one output's column sum,
- * updated in k order, so the vector code performs the definition's operations exactly. */
+ * vector loads of B, twelve broadcasts of A from one contiguous stream, 24 FMAs (or 24
+ * multiplies and 24 adds). Each lane is one output's column sum, updated in k order, so the
+ * vector code performs the definition's operations exactly. Final results of large GEMMs
+ * may be stored non-temporally (TPU__MICRO_STREAM). */
 #include "gemm_int.h"
 
 #if TPU__GEMM_HAVE_X86
@@ -130,55 +132,53 @@ INLINE_Z void transpose16_z(__m512i r[16])
     }
 }
 
-/* A block, each A row contiguous in memory (the packed order). */
+/* The packed A block is K-major within each Z_MR-row micro-panel (gemm_int.h): element
+ * (i, k) of panel q at ap + q * Z_MR * lda + k * Z_MR + i % Z_MR. */
+
+/* A block, each A row contiguous in memory: per panel, 16 x 16 squares (Z_MR rows and four
+ * zero ones) through the register transpose, Z_MR lanes stored per K. */
 INLINE_Z void pack_a_rows_z(const struct tpu__pack_src *s, size_t es, size_t mc, size_t kc,
                             float *ap, size_t lda, __m512i *maxv, __m512i *minv,
                             const enum tpu__pack_conv conv)
 {
     const unsigned char *p = s->p;
-    for (size_t i = 0; i < mc; i++) {
-        const unsigned char *row = p + i * s->ld * es;
-        float *out = ap + i * lda;
-        size_t k = 0;
-        for (; k + 16 <= kc; k += 16) {
-            __m512i v = conv_z(row + k * es, (__mmask16)0xFFFFu, conv);
-            stats_z(v, maxv, minv);
-            _mm512_storeu_si512(out + k, v);
-        }
-        if (k < kc) {
-            __mmask16 m = mask16(kc - k);
-            __m512i v = conv_z(row + k * es, m, conv);
-            stats_z(v, maxv, minv);
-            _mm512_mask_storeu_epi32(out + k, m, v);
+    for (size_t i0 = 0; i0 < mc; i0 += Z_MR) {
+        const size_t ni = mc - i0 < Z_MR ? mc - i0 : Z_MR;
+        float *panel = ap + i0 * lda;
+        for (size_t k0 = 0; k0 < kc; k0 += 16) {
+            const size_t nk = kc - k0 < 16 ? kc - k0 : 16;
+            const __mmask16 mk = mask16(nk);
+            __m512i r[16];
+            for (size_t ii = 0; ii < 16; ii++) {
+                if (ii < ni) {
+                    r[ii] = conv_z(p + ((i0 + ii) * s->ld + k0) * es, mk, conv);
+                    stats_z(r[ii], maxv, minv);
+                } else {
+                    r[ii] = _mm512_setzero_si512();
+                }
+            }
+            transpose16_z(r); /* r[c]: K value k0 + c of rows i0 .. i0 + 15 */
+            const __mmask16 mi = mask16(ni);
+            for (size_t c = 0; c < nk; c++)
+                _mm512_mask_storeu_epi32(panel + (k0 + c) * Z_MR, mi, r[c]);
         }
     }
 }
 
-/* A block stored transposed: element (i, k) at p[k * ld + i]; 16 x 16 squares through the
- * register transpose. */
+/* A block stored transposed: element (i, k) at p[k * ld + i], so a panel's Z_MR values of
+ * one K are contiguous: one masked load and one store each, row by row of the source. */
 INLINE_Z void pack_a_trans_z(const struct tpu__pack_src *s, size_t es, size_t mc, size_t kc,
                              float *ap, size_t lda, __m512i *maxv, __m512i *minv,
                              const enum tpu__pack_conv conv)
 {
     const unsigned char *p = s->p;
-    for (size_t i0 = 0; i0 < mc; i0 += 16) {
-        const size_t ni = mc - i0 < 16 ? mc - i0 : 16;
-        const __mmask16 mi = mask16(ni);
-        for (size_t k0 = 0; k0 < kc; k0 += 16) {
-            const size_t nk = kc - k0 < 16 ? kc - k0 : 16;
-            __m512i r[16];
-            for (size_t kk = 0; kk < 16; kk++) {
-                if (kk < nk) {
-                    r[kk] = conv_z(p + ((k0 + kk) * s->ld + i0) * es, mi, conv);
-                    stats_z(r[kk], maxv, minv);
-                } else {
-                    r[kk] = _mm512_setzero_si512();
-                }
-            }
-            transpose16_z(r); /* r[c]: row i0 + c, K values k0 .. k0 + 15 */
-            const __mmask16 mk = mask16(nk);
-            for (size_t c = 0; c < ni; c++)
-                _mm512_mask_storeu_epi32(ap + (i0 + c) * lda + k0, mk, r[c]);
+    for (size_t k = 0; k < kc; k++) {
+        const unsigned char *row = p + k * s->ld * es;
+        for (size_t i0 = 0; i0 < mc; i0 += Z_MR) {
+            const __mmask16 mi = mask16(mc - i0 < Z_MR ? mc - i0 : Z_MR);
+            __m512i v = conv_z(row + i0 * es, mi, conv);
+            stats_z(v, maxv, minv);
+            _mm512_mask_storeu_epi32(ap + i0 * lda + k * Z_MR, mi, v);
         }
     }
 }
@@ -289,6 +289,7 @@ INLINE_Z void micro_bf16_z_body(size_t kc, size_t tile, const float *ap, size_t 
                                 const bool fma)
 {
     const bool store_first = flags & TPU__MICRO_STORE_FIRST;
+    (void)lda; /* the panel is K-major: Z_MR values per K, contiguous */
     const __m512 canon_nan = _mm512_castsi512_ps(_mm512_set1_epi32((int)TPU_F32_CANONICAL_NAN_BITS));
     for (size_t k0 = 0; k0 < kc; k0 += tile) {
         size_t len = kc - k0 < tile ? kc - k0 : tile;
@@ -298,7 +299,7 @@ INLINE_Z void micro_bf16_z_body(size_t kc, size_t tile, const float *ap, size_t 
             t0[i] = _mm512_setzero_ps();
             t1[i] = _mm512_setzero_ps();
         }
-        const float *a = ap + k0;
+        const float *a = ap + k0 * Z_MR; /* K-major: Z_MR values per K */
         const float *b = bp + k0 * Z_NR;
         for (size_t k = 0; k < len; k++) {
             __m512 b0 = _mm512_load_ps(b);
@@ -306,7 +307,7 @@ INLINE_Z void micro_bf16_z_body(size_t kc, size_t tile, const float *ap, size_t 
             b += Z_NR;
 #pragma GCC unroll 12
             for (int i = 0; i < Z_MR; i++) {
-                __m512 ai = _mm512_set1_ps(a[(size_t)i * lda + k]);
+                __m512 ai = _mm512_set1_ps(a[i]);
                 if (fma) {
                     t0[i] = _mm512_fmadd_ps(ai, b0, t0[i]);
                     t1[i] = _mm512_fmadd_ps(ai, b1, t1[i]);
@@ -319,6 +320,7 @@ INLINE_Z void micro_bf16_z_body(size_t kc, size_t tile, const float *ap, size_t 
                         _MM_FROUND_CUR_DIRECTION);
                 }
             }
+            a += Z_MR;
         }
         if (!(store_first && k0 == 0)) {
 #pragma GCC unroll 12

@@ -5,10 +5,14 @@
  * variant or an allocation failure. The numerics are defined in include/tpusim/mxu.h.
  *
  * Buffers (all 32-bit words: fp32 for bf16 GEMMs, int32 for int8 GEMMs):
- *   packed A block  [mc rounded up to mr][lda]  row-major; row i holds the block's K-slice of
- *                   A row i, as fp32 holding a bf16 value or, for int8, as pairs of int16
- *                   (k, k+1) in one word; words past the K-slice are not read; rows past mc
- *                   are zeroed by the driver.
+ *   packed A block  [mc rounded up to mr][lda]: mr-row micro-panels of mr * lda words each,
+ *                   holding the block's K-slice of A as fp32 holding a bf16 value or, for
+ *                   int8, as pairs of int16 (k, k+1) in one word. Within a panel, row-major
+ *                   (word (i, p) at i * lda + p) or K-major (word (i, p) at p * mr + i: one
+ *                   contiguous stream for the micro-kernel), as each kernel's packer and
+ *                   micro-kernel agree (the AVX-512 bf16 kernel: K-major).
+ *                   Words past the K-slice are not read; the driver zeroes the last panel
+ *                   before packing a block that ends inside it, so rows past mc are zero.
  *   packed B block  [nc rounded up to nr / nr][kwords][nr]  column panels of nr columns; within
  *                   a panel, word (p, j) holds B[k0 + p][j] (fp32 holding a bf16 value) or, for
  *                   int8, the int16 pair (B[k0 + 2p][j], B[k0 + 2p + 1][j]); columns past nc
