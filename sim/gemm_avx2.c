@@ -224,34 +224,14 @@ INLINE_Y void pack_b_trans_y(const struct tpu__pack_src *s, size_t es, size_t kc
     }
 }
 
-/* One packer per (layout, conversion): the conversion is a constant inside each. */
-#define PACK_Y_DISPATCH(fn, s, ...)                                                            \
-    switch ((s)->conv) {                                                                       \
-    case TPU__PACK_BF16:                                                                       \
-        fn(s, 2, __VA_ARGS__, TPU__PACK_BF16);                                                 \
-        break;                                                                                 \
-    case TPU__PACK_F32_HI:                                                                     \
-        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_HI);                                               \
-        break;                                                                                 \
-    case TPU__PACK_F32_MID:                                                                    \
-        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_MID);                                              \
-        break;                                                                                 \
-    case TPU__PACK_F32_LO:                                                                     \
-        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_LO);                                               \
-        break;                                                                                 \
-    default:                                                                                   \
-        fn(s, 4, __VA_ARGS__, TPU__PACK_ZERO);                                                 \
-        break;                                                                                 \
-    }
-
 TARGET_Y static void pack_a_bf16_y(const struct tpu__pack_src *s, size_t mc, size_t kc,
                                    void *dst, size_t lda, struct tpu__exp_stats *st)
 {
     STATS_Y_INIT(maxv, minv);
     if (s->trans && s->conv != TPU__PACK_ZERO) {
-        PACK_Y_DISPATCH(pack_a_trans_y, s, mc, kc, dst, lda, &maxv, &minv)
+        TPU__PACK_DISPATCH(pack_a_trans_y, s, mc, kc, dst, lda, &maxv, &minv)
     } else {
-        PACK_Y_DISPATCH(pack_a_rows_y, s, mc, kc, dst, lda, &maxv, &minv)
+        TPU__PACK_DISPATCH(pack_a_rows_y, s, mc, kc, dst, lda, &maxv, &minv)
     }
     stats_y_finish(maxv, minv, st);
 }
@@ -261,9 +241,9 @@ TARGET_Y static void pack_b_bf16_y(const struct tpu__pack_src *s, size_t kc, siz
 {
     STATS_Y_INIT(maxv, minv);
     if (s->trans && s->conv != TPU__PACK_ZERO) {
-        PACK_Y_DISPATCH(pack_b_trans_y, s, kc, nc, dst, &maxv, &minv)
+        TPU__PACK_DISPATCH(pack_b_trans_y, s, kc, nc, dst, &maxv, &minv)
     } else {
-        PACK_Y_DISPATCH(pack_b_rows_y, s, kc, nc, dst, &maxv, &minv)
+        TPU__PACK_DISPATCH(pack_b_rows_y, s, kc, nc, dst, &maxv, &minv)
     }
     stats_y_finish(maxv, minv, st);
 }

@@ -160,6 +160,27 @@ static inline uint32_t tpu__pack_conv_one(const void *p, size_t idx, enum tpu__p
     }
 }
 
+/* Calls fn(s, element bytes, ..., conversion) with the conversion of `s` as a constant, so
+ * that each (layout, conversion) pair of a vector packer is compiled on its own. */
+#define TPU__PACK_DISPATCH(fn, s, ...)                                                      \
+    switch ((s)->conv) {                                                                       \
+    case TPU__PACK_BF16:                                                                       \
+        fn(s, 2, __VA_ARGS__, TPU__PACK_BF16);                                                 \
+        break;                                                                                 \
+    case TPU__PACK_F32_HI:                                                                     \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_HI);                                               \
+        break;                                                                                 \
+    case TPU__PACK_F32_MID:                                                                    \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_MID);                                              \
+        break;                                                                                 \
+    case TPU__PACK_F32_LO:                                                                     \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_F32_LO);                                               \
+        break;                                                                                 \
+    default:                                                                                   \
+        fn(s, 4, __VA_ARGS__, TPU__PACK_ZERO);                                                 \
+        break;                                                                                 \
+    }
+
 /* Flags of the micro-kernels (struct tpu__gemm_kernel). */
 #define TPU__MICRO_STORE_FIRST 1u
 #define TPU__MICRO_CANON_NAN 2u

@@ -80,8 +80,7 @@ static struct tpu_op mkop(enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32
                           uint32_t i0, uint32_t i1)
 {
     struct tpu_op op;
-    memset(&op, 0, sizeof op);
-    op.code = code;
+    tpu_op_init(&op, code);
     op.out[0] = o0;
     op.out[1] = o1;
     op.out[2] = o2;
