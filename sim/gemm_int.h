@@ -162,7 +162,7 @@ static inline uint32_t tpu__pack_conv_one(const void *p, size_t idx, enum tpu__p
 
 /* Calls fn(s, element bytes, ..., conversion) with the conversion of `s` as a constant, so
  * that each (layout, conversion) pair of a vector packer is compiled on its own. */
-#define TPU__PACK_DISPATCH(fn, s, ...)                                                      \
+#define TPU__PACK_DISPATCH(fn, s, ...)                                                         \
     switch ((s)->conv) {                                                                       \
     case TPU__PACK_BF16:                                                                       \
         fn(s, 2, __VA_ARGS__, TPU__PACK_BF16);                                                 \
