@@ -27,9 +27,9 @@
 #define INDEX_FORMAT "tpusim-checkpoint-index"
 #define INDEX_VERSION 1
 #define INDEX_NAME "checkpoint.json"
-#define CKPT_PREFIX "ckpt-"
-#define CKPT_SUFFIX ".safetensors"
-#define TMP_SUFFIX ".tmp"
+#define DAMAGED_SUFFIX ".damaged"
+/* An index entry is under 100 bytes; a larger file is not an index tpusim wrote. */
+#define MAX_INDEX_BYTES (64 << 20)
 
 const struct tpu__ckpt_dtype tpu__ckpt_dtypes[] = {
     [TPU_BUF_F32] = {"F32", 4},
@@ -123,8 +123,7 @@ bool tpu__ckpt_u64_parse(const char *s, size_t len, uint64_t *out)
     return true;
 }
 
-/* "ckpt-<step>.safetensors" (tmp false) or the same + ".tmp" (tmp true). */
-static bool ckpt_name_parse(const char *name, bool tmp, uint64_t *step)
+bool tpu__ckpt_name_parse(const char *name, bool tmp, uint64_t *step)
 {
     if (!tpu__ckpt_starts_with(name, CKPT_PREFIX))
         return false;
@@ -272,9 +271,11 @@ static bool do_stage(enum tpu_checkpoint_stage s, const char *dir, const char *f
 /* Writes `c` to <final_path>.tmp, fsyncs it, renames it to `final_path`, fsyncs `dir`,
  * asking the fault hook before each stage. On a failure before the rename the temporary
  * file is removed (after it, the file is complete under its final name and only its
- * durability is in doubt); on a simulated crash everything stays as it is. */
+ * durability is in doubt); on a simulated crash everything stays as it is. *renamed (if not
+ * NULL) tells whether the file reached its final name. */
 static int write_atomic(const char *dir, const char *final_path, const struct content *c,
-                        const struct tpu_checkpoint_options *o, struct tpu_diag *d)
+                        const struct tpu_checkpoint_options *o, bool *renamed,
+                        struct tpu_diag *d)
 {
     char *tmp = tpu__ckpt_concat(final_path, TMP_SUFFIX);
     if (!tmp)
@@ -293,6 +294,8 @@ static int write_atomic(const char *dir, const char *final_path, const struct co
     }
     if (f)
         fclose(f); /* what was written before a stage was flushed before it */
+    if (renamed)
+        *renamed = s >= TPU_CHECKPOINT_FSYNC_DIR;
     if (s > TPU_CHECKPOINT_FSYNC_DIR) {
         rc = 0;
     } else if (act == TPU_CHECKPOINT_CRASH) {
@@ -323,16 +326,25 @@ struct index_entry {
     char *name; /* file name in model_dir */
 };
 
+/* An index: the kept checkpoints e[0..n) (oldest save first), and del[0..n_del), the files
+ * that fell out of it and that its writer deletes right after writing it ("deleting" in the
+ * file: a save that crashed or failed to delete them leaves them to the next save, which
+ * can still account for them). */
 struct index {
     struct index_entry *e;
     size_t n;
+    struct index_entry *del;
+    size_t n_del;
 };
 
 static void index_free(struct index *ix)
 {
     for (size_t i = 0; i < ix->n; i++)
         free(ix->e[i].name);
+    for (size_t i = 0; i < ix->n_del; i++)
+        free(ix->del[i].name);
     free(ix->e);
+    free(ix->del);
     *ix = (struct index){0};
 }
 
@@ -355,9 +367,15 @@ static int index_parse_entry(const char *path, json_t *j, const char *what,
     }
     const char *name = json_string_value(p);
     uint64_t step;
-    if (!ckpt_name_parse(name, false, &step)) {
+    if (!tpu__ckpt_name_parse(name, false, &step)) {
         snprintf(msg, sizeof msg, "%s names '%.60s', not a file name of the form "
                  "ckpt-<step>" CKPT_SUFFIX, what, name);
+        return index_bad(d, path, msg);
+    }
+    if (step > TPU_CHECKPOINT_MAX_STEP) {
+        snprintf(msg, sizeof msg, "%s names step %" PRIu64 ", beyond %" PRIu64 " (2^53 - 1), "
+                 "the largest global step tpusim accepts", what, step,
+                 (uint64_t)TPU_CHECKPOINT_MAX_STEP);
         return index_bad(d, path, msg);
     }
     if (json_integer_value(s) < 0 || (uint64_t)json_integer_value(s) != step) {
@@ -381,10 +399,35 @@ static int index_read(const char *model_dir, struct index *ix, bool *found, stru
     int rc = 0;
     json_t *root = NULL;
     FILE *f = fopen(path, "rb");
+    if (!f && errno == EISDIR) {
+        rc = index_bad(d, path, "it is a directory, not a file");
+        goto out;
+    }
     if (!f) {
         if (errno != ENOENT && errno != ENOTDIR)
             rc = tpu__fail(d, TPU_EIO, "cannot open checkpoint index '%s': %s", path,
                            strerror(errno));
+        goto out;
+    }
+    /* the file's real size and kind before its bytes are trusted */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        rc = tpu__fail(d, TPU_EIO, "cannot read checkpoint index '%s': %s", path,
+                       strerror(errno));
+        fclose(f);
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size > MAX_INDEX_BYTES) {
+        char msg[160];
+        if (S_ISDIR(st.st_mode))
+            snprintf(msg, sizeof msg, "it is a directory, not a file");
+        else if (!S_ISREG(st.st_mode))
+            snprintf(msg, sizeof msg, "it is not a regular file");
+        else
+            snprintf(msg, sizeof msg, "it is %lld bytes, more than the %d bytes an index of "
+                     "a million checkpoints takes", (long long)st.st_size, MAX_INDEX_BYTES);
+        rc = index_bad(d, path, msg);
+        fclose(f);
         goto out;
     }
     json_error_t jerr;
@@ -440,6 +483,25 @@ static int index_read(const char *model_dir, struct index *ix, bool *found, stru
             }
         }
     }
+    json_t *del = json_object_get(root, "deleting");
+    if (del && !json_is_array(del)) {
+        rc = index_bad(d, path, "\"deleting\" is not an array");
+        goto out;
+    }
+    size_t n_del = del ? json_array_size(del) : 0;
+    ix->del = calloc(n_del ? n_del : 1, sizeof *ix->del);
+    if (!ix->del) {
+        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
+        goto out;
+    }
+    for (size_t i = 0; i < n_del; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "entry %zu of \"deleting\"", i);
+        rc = index_parse_entry(path, json_array_get(del, i), what, &ix->del[i], d);
+        if (rc)
+            goto out;
+        ix->n_del = i + 1;
+    }
     struct index_entry last = {0};
     rc = index_parse_entry(path, latest, "\"latest\"", &last, d);
     if (rc)
@@ -474,6 +536,12 @@ static int index_write(const char *model_dir, const struct index *ix,
     bool ok = list && root;
     for (size_t i = 0; ok && i < ix->n; i++)
         ok = json_array_append_new(list, index_entry_json(&ix->e[i])) == 0;
+    if (ok && ix->n_del > 0) {
+        json_t *del = json_array();
+        ok = del && json_object_set_new(root, "deleting", del) == 0;
+        for (size_t i = 0; ok && i < ix->n_del; i++)
+            ok = json_array_append_new(del, index_entry_json(&ix->del[i])) == 0;
+    }
     char *text = ok ? json_dumps(root, JSON_INDENT(2)) : NULL;
     json_decref(list);
     json_decref(root);
@@ -485,7 +553,7 @@ static int index_write(const char *model_dir, const struct index *ix,
         rc = tpu__fail(d, TPU_ENOMEM, "out of memory writing the checkpoint index");
     } else {
         struct content c = {.head = body, .head_bytes = strlen(body)};
-        rc = write_atomic(model_dir, path, &c, o, d);
+        rc = write_atomic(model_dir, path, &c, o, NULL, d);
     }
     free(body);
     free(path);
@@ -561,48 +629,90 @@ static int build_header(const struct tpu_tensor *const *order, size_t n, uint64_
     return 0;
 }
 
-/* After the new index is durable: removes leftover temporary files and, with keep_max > 0,
- * every checkpoint file the index does not name. Failures to delete are not errors (the file
- * is out of the index; the next save tries again). */
+/* Deletes model_dir/name (asking the fault hook first); sets *removed if it went. */
+static int delete_file(const char *model_dir, const char *name,
+                       const struct tpu_checkpoint_options *o, bool *removed,
+                       struct tpu_diag *d)
+{
+    char *path = join(model_dir, name);
+    if (!path)
+        return 0; /* out of memory: the file stays, the next save tries again */
+    int rc = 0, act = fault_at(o, TPU_CHECKPOINT_DELETE, path);
+    if (act == TPU_CHECKPOINT_CRASH)
+        rc = crashed(d, path, TPU_CHECKPOINT_DELETE);
+    else if (act == TPU_CHECKPOINT_PROCEED && unlink(path) == 0)
+        *removed = true;
+    free(path);
+    return rc;
+}
+
+static bool index_has(const struct index *ix, const char *name)
+{
+    for (size_t i = 0; i < ix->n; i++)
+        if (!strcmp(ix->e[i].name, name))
+            return true;
+    return false;
+}
+
+/* After the new index `ix` is durable: deletes the files its "deleting" list names (which
+ * came from a valid index), and leftover temporary files of checkpoints and of the index.
+ * Nothing else: a checkpoint file no valid index named is not this save's to delete (see the
+ * header). Failures to delete are not errors (the next save tries again). */
 static int collect_garbage(const char *model_dir, const struct index *ix,
                            const struct tpu_checkpoint_options *o, struct tpu_diag *d)
 {
-    DIR *dir = opendir(model_dir);
-    if (!dir)
-        return 0;
     int rc = 0;
     bool removed = false;
-    struct dirent *de;
-    while ((de = readdir(dir)) != NULL) {
-        uint64_t step;
-        bool victim = false;
-        if (!strcmp(de->d_name, INDEX_NAME TMP_SUFFIX) ||
-            ckpt_name_parse(de->d_name, true, &step)) {
-            victim = true;
-        } else if (o->keep_max > 0 && ckpt_name_parse(de->d_name, false, &step)) {
-            victim = true;
-            for (size_t i = 0; i < ix->n; i++)
-                if (!strcmp(ix->e[i].name, de->d_name))
-                    victim = false;
+    for (size_t i = 0; i < ix->n_del && rc == 0; i++)
+        rc = delete_file(model_dir, ix->del[i].name, o, &removed, d);
+    DIR *dir = rc == 0 ? opendir(model_dir) : NULL;
+    if (dir) {
+        struct dirent *de;
+        while (rc == 0 && (de = readdir(dir)) != NULL) {
+            uint64_t step;
+            if (!strcmp(de->d_name, INDEX_NAME TMP_SUFFIX) ||
+                tpu__ckpt_name_parse(de->d_name, true, &step))
+                rc = delete_file(model_dir, de->d_name, o, &removed, d);
         }
-        if (!victim)
-            continue;
-        char *path = join(model_dir, de->d_name);
-        if (!path)
-            break;
-        int act = fault_at(o, TPU_CHECKPOINT_DELETE, path);
-        if (act == TPU_CHECKPOINT_CRASH) {
-            rc = crashed(d, path, TPU_CHECKPOINT_DELETE);
-            free(path);
-            break;
-        }
-        if (act == TPU_CHECKPOINT_PROCEED && unlink(path) == 0)
-            removed = true;
-        free(path);
+        closedir(dir);
     }
-    closedir(dir);
     if (removed && rc == 0)
         fsync_dir(model_dir);
+    return rc;
+}
+
+/* Whether model_dir's index (if it reads as valid) names `name`. */
+static bool index_names(const char *model_dir, const char *name)
+{
+    struct index ix;
+    bool found, named = false;
+    if (index_read(model_dir, &ix, &found, NULL) == 0 && found)
+        named = index_has(&ix, name);
+    index_free(&ix);
+    return named;
+}
+
+/* Renames a damaged index to checkpoint.json.damaged, so that nothing a user might want to
+ * repair by hand is lost when the new index is written. */
+static int move_damaged_index(const char *model_dir, char **moved_to, struct tpu_diag *d)
+{
+    char *from = join(model_dir, INDEX_NAME), *to = join(model_dir, INDEX_NAME DAMAGED_SUFFIX);
+    int rc = 0;
+    if (!from || !to) {
+        rc = tpu__fail(d, TPU_ENOMEM, "out of memory saving a checkpoint");
+    } else if (rename(from, to) != 0) {
+        rc = tpu__fail(d, TPU_EIO, "the checkpoint index '%s' is damaged and cannot be moved "
+                       "aside to '%s': %s; move or remove it yourself", from, to,
+                       strerror(errno));
+    } else {
+        fsync_dir(model_dir);
+    }
+    free(from);
+    if (rc) {
+        free(to);
+        to = NULL;
+    }
+    *moved_to = to;
     return rc;
 }
 
@@ -617,9 +727,10 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
     if (!model_dir || !model_dir[0])
         return tpu__fail(d, TPU_EINVAL, "checkpoint save: model_dir is empty; give the "
                          "directory that holds the run's checkpoints");
-    if (global_step > (uint64_t)INT64_MAX)
+    if (global_step > TPU_CHECKPOINT_MAX_STEP)
         return tpu__fail(d, TPU_EINVAL, "checkpoint save: global_step %" PRIu64 " is larger "
-                         "than 2^63 - 1, the largest step the index records", global_step);
+                         "than %" PRIu64 " (2^53 - 1), the largest step a checkpoint holds",
+                         global_step, (uint64_t)TPU_CHECKPOINT_MAX_STEP);
     int rc = tpu__ckpt_validate_tensors(tensors, n_tensors, "checkpoint save", d);
     if (rc)
         return rc;
@@ -629,11 +740,13 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
 
     char fname[64];
     snprintf(fname, sizeof fname, CKPT_PREFIX "%" PRIu64 CKPT_SUFFIX, global_step);
-    char *path = join(model_dir, fname);
+    char *path = join(model_dir, fname), *moved_to = NULL;
     const struct tpu_tensor **order = malloc((n_tensors ? n_tensors : 1) * sizeof *order);
     struct index old = {0}, fresh = {0};
     unsigned char *head = NULL;
     size_t head_bytes = 0;
+    struct tpu_diag idiag = {0};
+    bool damaged = false;
     if (!path || !order) {
         rc = tpu__fail(d, TPU_ENOMEM, "out of memory saving a checkpoint");
         goto out;
@@ -645,9 +758,17 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
         goto out;
     }
     bool found;
-    rc = index_read(model_dir, &old, &found, d);
-    if (rc)
+    rc = index_read(model_dir, &old, &found, &idiag);
+    if (rc == TPU_EPARSE) {
+        /* a damaged index: it is moved aside before the new one is written, and what it
+         * named is not this save's to delete (old stays empty) */
+        damaged = true;
+        rc = 0;
+    } else if (rc) {
+        if (d)
+            *d = idiag;
         goto out;
+    }
     rc = mkdir_p(model_dir, d);
     if (rc)
         goto out;
@@ -663,9 +784,14 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
         goto out;
     struct content c = {.head = head, .head_bytes = head_bytes, .body = order,
                         .n_body = n_tensors};
-    rc = write_atomic(model_dir, path, &c, o, d);
-    if (rc)
+    bool renamed = false;
+    rc = write_atomic(model_dir, path, &c, o, &renamed, d);
+    if (rc) {
+        /* renamed but its directory not fsynced: the file is not committed, and goes */
+        if (rc != TPU_ECANCELED && renamed && !index_has(&old, fname))
+            unlink(path);
         goto out;
+    }
 
     /* the new index: the old one without this file, then this file; the oldest go first */
     fresh.e = calloc(old.n + 1, sizeof *fresh.e);
@@ -678,58 +804,207 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
             fresh.e[fresh.n++] = old.e[i];
     fresh.e[fresh.n++] = (struct index_entry){.step = global_step, .name = fname};
     size_t first = o->keep_max > 0 && fresh.n > o->keep_max ? fresh.n - o->keep_max : 0;
-    struct index kept = {.e = fresh.e + first, .n = fresh.n - first};
-    rc = index_write(model_dir, &kept, o, d);
-    if (rc)
+    /* what to delete: what keep_max drops, and what the old index still had to delete (if
+     * it is there); never this save's file */
+    fresh.del = calloc(first + old.n_del + 1, sizeof *fresh.del);
+    if (!fresh.del) {
+        rc = tpu__fail(d, TPU_ENOMEM, "out of memory saving a checkpoint");
         goto out;
+    }
+    for (size_t i = 0; i < first; i++)
+        fresh.del[fresh.n_del++] = fresh.e[i];
+    for (size_t i = 0; i < old.n_del; i++) {
+        if (!strcmp(old.del[i].name, fname))
+            continue;
+        char *old_path = join(model_dir, old.del[i].name);
+        struct stat st;
+        if (old_path && lstat(old_path, &st) == 0)
+            fresh.del[fresh.n_del++] = old.del[i];
+        free(old_path);
+    }
+    struct index kept = {.e = fresh.e + first, .n = fresh.n - first, .del = fresh.del,
+                         .n_del = fresh.n_del};
+    if (damaged && (rc = move_damaged_index(model_dir, &moved_to, d)))
+        goto out;
+    rc = index_write(model_dir, &kept, o, d);
+    if (rc) {
+        /* the file was never committed: it goes, unless an index names it (an older save
+         * of this step, or this index if only its directory's fsync failed). A simulated
+         * crash leaves everything as a killed process would. */
+        if (rc != TPU_ECANCELED && !index_has(&old, fname) && !index_names(model_dir, fname))
+            unlink(path);
+        goto out;
+    }
     rc = collect_garbage(model_dir, &kept, o, d);
     if (rc)
         goto out;
     if (path_out)
         memcpy(path_out, path, strlen(path) + 1);
+    if (damaged)
+        tpu__fail(d, 0, "warning: %s; it was moved to '%s' and a new index lists the "
+                  "checkpoints saved from now on (the checkpoint files it named stay, and "
+                  "keep_max never deletes them)", idiag.msg, moved_to);
 out:
     free(fresh.e); /* its names are borrowed from `old` and fname */
+    free(fresh.del);
     index_free(&old);
+    free(moved_to);
     free(head);
     free(order);
     free(path);
     return rc;
 }
 
-/* ---- reading the index --------------------------------------------------------------- */
+/* ---- finding the latest checkpoint ---------------------------------------------------- */
+
+static int cmp_step_desc(const void *a, const void *b)
+{
+    const struct index_entry *x = a, *y = b;
+    return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+/* Every ckpt-<step>.safetensors entry of model_dir that ix does not name, highest step
+ * first, into *out (new memory). */
+static int scan_files(const char *model_dir, const struct index *ix, struct index *out,
+                      struct tpu_diag *d)
+{
+    *out = (struct index){0};
+    DIR *dir = opendir(model_dir);
+    if (!dir)
+        return tpu__fail(d, TPU_EIO, "cannot list model_dir '%s': %s", model_dir,
+                         strerror(errno));
+    size_t cap = 0;
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        uint64_t step;
+        if (!tpu__ckpt_name_parse(de->d_name, false, &step) || index_has(ix, de->d_name))
+            continue;
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            struct index_entry *ne = realloc(out->e, cap * sizeof *ne);
+            if (!ne) {
+                rc = tpu__fail(d, TPU_ENOMEM, "out of memory listing '%s'", model_dir);
+                break;
+            }
+            out->e = ne;
+        }
+        out->e[out->n].step = step;
+        out->e[out->n].name = strdup(de->d_name);
+        if (!out->e[out->n].name) {
+            rc = tpu__fail(d, TPU_ENOMEM, "out of memory listing '%s'", model_dir);
+            break;
+        }
+        out->n++;
+    }
+    closedir(dir);
+    if (rc)
+        index_free(out);
+    else if (out->n > 1)
+        qsort(out->e, out->n, sizeof *out->e, cmp_step_desc);
+    return rc;
+}
 
 int tpu_checkpoint_latest(const char *model_dir, uint64_t *step, char *path, size_t cap,
                           struct tpu_diag *d)
 {
     if (!model_dir || !model_dir[0])
         return tpu__fail(d, TPU_EINVAL, "checkpoint latest: model_dir is empty");
-    struct index ix;
-    bool found;
-    int rc = index_read(model_dir, &ix, &found, d);
-    if (rc)
-        return rc;
-    if (!found)
-        return tpu__fail(d, TPU_ENOTFOUND, "'%s' holds no checkpoint (it has no %s index); "
-                         "training starts from step 0", model_dir, INDEX_NAME);
-    const struct index_entry *last = &ix.e[ix.n - 1];
-    char *full = join(model_dir, last->name);
     struct stat st;
+    if (stat(model_dir, &st) != 0) {
+        if (errno == ENOENT)
+            return tpu__fail(d, TPU_ENOTFOUND, "'%s' holds no checkpoint (the directory does "
+                             "not exist); training starts from step 0", model_dir);
+        return tpu__fail(d, TPU_EIO, "cannot read model_dir '%s': %s", model_dir,
+                         strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return tpu__fail(d, TPU_EINVAL, "model_dir '%s' is not a directory; give the directory "
+                         "that holds the run's checkpoints (" INDEX_NAME " and "
+                         CKPT_PREFIX "<step>" CKPT_SUFFIX " files)", model_dir);
+    struct index ix, files = {0};
+    bool found;
+    struct tpu_diag idiag = {0};
+    int irc = index_read(model_dir, &ix, &found, &idiag);
+    if (irc && irc != TPU_EPARSE) {
+        if (d)
+            *d = idiag;
+        return irc;
+    }
+    int rc = scan_files(model_dir, &ix, &files, d);
+    if (rc) {
+        index_free(&ix);
+        return rc;
+    }
+    if (ix.n + files.n == 0) {
+        if (irc)
+            return tpu__fail(d, TPU_EPARSE, "%s; no " CKPT_PREFIX "<step>" CKPT_SUFFIX " file "
+                             "is beside it, so there is nothing to resume from: repair the "
+                             "index or remove it", idiag.msg);
+        return tpu__fail(d, TPU_ENOTFOUND, "'%s' holds no checkpoint (no " INDEX_NAME " index "
+                         "and no " CKPT_PREFIX "<step>" CKPT_SUFFIX " file); training starts "
+                         "from step 0", model_dir);
+    }
+
+    /* the latest: the index's last entry, or without a valid index the highest step among
+     * the files; `next`, the highest step of the others, is only named in messages */
+    const struct index_entry *latest = ix.n ? &ix.e[ix.n - 1] : &files.e[0], *next = NULL;
+    for (size_t k = 0; k < ix.n + files.n; k++) {
+        const struct index_entry *e = k < ix.n ? &ix.e[k] : &files.e[k - ix.n];
+        if (e != latest && (!next || e->step > next->step))
+            next = e;
+    }
+    char *full = join(model_dir, latest->name);
+    struct tpu_checkpoint_info info;
+    struct tpu_diag vd = {0};
+    int vrc = full ? tpu_checkpoint_inspect(full, &info, &vd) : TPU_ENOMEM;
     if (!full) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading the checkpoint index");
-    } else if (stat(full, &st) != 0) {
-        rc = tpu__fail(d, TPU_EIO, "%s/%s names '%s' as the latest checkpoint, but it cannot "
-                       "be read: %s; restore the file or repair the index", model_dir,
-                       INDEX_NAME, last->name, strerror(errno));
-    } else if (path && strlen(full) + 1 > cap) {
-        rc = tpu__fail(d, TPU_ERANGE, "checkpoint latest: the path '%s' needs %zu bytes but "
-                       "the buffer holds %zu", full, strlen(full) + 1, cap);
+        rc = tpu__fail(d, TPU_ENOMEM, "out of memory finding the latest checkpoint");
+    } else if (vrc == TPU_ENOMEM) {
+        if (d)
+            *d = vd;
+        rc = vrc;
+    } else if (vrc) {
+        /* never TPU_ENOTFOUND here: that would let a caller start again from step 0 */
+        char fix[300];
+        if (vrc == TPU_ENOTFOUND)
+            snprintf(fix, sizeof fix, "restore it, or remove the " INDEX_NAME " that names it "
+                     "to resume from the newest checkpoint file that verifies");
+        else if (next)
+            snprintf(fix, sizeof fix, "restore a good copy, or move it%s out of model_dir to "
+                     "resume from the checkpoint file of the highest step (%s)",
+                     found ? " and " INDEX_NAME : "", next->name);
+        else
+            snprintf(fix, sizeof fix, "restore a good copy, or move it%s out of model_dir to "
+                     "start again from step 0", found ? " and " INDEX_NAME : "");
+        rc = tpu__fail(d, vrc == TPU_ENOTFOUND ? TPU_EIO : vrc, "%s%sthe latest checkpoint in "
+                       "'%s', %s, does not verify: %s; tpusim does not fall back to an older "
+                       "checkpoint on its own: %s", irc ? idiag.msg : "", irc ? "; " : "",
+                       model_dir, latest->name, vd.msg, fix);
     } else {
-        if (path)
-            memcpy(path, full, strlen(full) + 1);
-        if (step)
-            *step = last->step;
+        tpu_checkpoint_info_free(&info);
+        if (path && strlen(full) + 1 > cap) {
+            rc = tpu__fail(d, TPU_ERANGE, "checkpoint latest: the path '%s' needs %zu bytes "
+                           "but the buffer holds %zu", full, strlen(full) + 1, cap);
+        } else {
+            if (path)
+                memcpy(path, full, strlen(full) + 1);
+            if (step)
+                *step = latest->step;
+            if (irc)
+                tpu__fail(d, 0, "warning: %s; using %s (global step %" PRIu64 "), the "
+                          "checkpoint file of the highest step", idiag.msg, latest->name,
+                          latest->step);
+            else if (!found)
+                tpu__fail(d, 0, "warning: '%s' has no " INDEX_NAME " index; using %s (global "
+                          "step %" PRIu64 "), the checkpoint file of the highest step; the next "
+                          "save writes a new index (and never deletes files no index names)",
+                          model_dir,
+                          latest->name, latest->step);
+        }
     }
     free(full);
+    index_free(&files);
     index_free(&ix);
     return rc;
 }

@@ -20,6 +20,9 @@
 #error "tensors are written in host byte order, and safetensors data is little-endian"
 #endif
 
+#define CKPT_PREFIX "ckpt-"
+#define CKPT_SUFFIX ".safetensors"
+#define TMP_SUFFIX ".tmp"
 #define FORMAT_ID "tpusim-checkpoint-v1"
 #define FORMAT_PREFIX "tpusim-checkpoint-v"
 #define RESERVED_PREFIX "tpusim."
@@ -58,6 +61,11 @@ char *tpu__ckpt_concat(const char *a, const char *b);
 
 /* s[0..len) as a decimal number without sign or leading zeros that fits in 64 bits. */
 bool tpu__ckpt_u64_parse(const char *s, size_t len, uint64_t *out);
+
+/* Whether the file name `name` (no directory) is "ckpt-<step>.safetensors" (tmp false) or
+ * the same + ".tmp" (tmp true), with the step into *step. Any step that fits in 64 bits is
+ * parsed; the caller checks it against TPU_CHECKPOINT_MAX_STEP. */
+bool tpu__ckpt_name_parse(const char *name, bool tmp, uint64_t *step);
 
 static inline bool tpu__ckpt_starts_with(const char *s, const char *prefix)
 {

@@ -242,6 +242,10 @@ static int parse_meta(struct ckpt *c, struct tpu_diag *d)
                                       &c->step))
         return bad(d, p, KEY_STEP " is %s%s%s, not a decimal step number",
                    step ? "'" : "", step ? json_string_value(step) : "missing", step ? "'" : "");
+    if (c->step > TPU_CHECKPOINT_MAX_STEP)
+        return bad(d, p, KEY_STEP " is %" PRIu64 ", beyond %" PRIu64 " (2^53 - 1), the largest "
+                   "global step tpusim accepts; the file is damaged or was not written by tpusim",
+                   c->step, (uint64_t)TPU_CHECKPOINT_MAX_STEP);
     json_t *dc = json_object_get(c->meta, KEY_DATA_CRC);
     if (!dc || !crc_parse(json_string_value(dc), &c->data_crc))
         return bad(d, p, KEY_DATA_CRC " is %s%s%s, not 8 lowercase hex digits",
@@ -327,6 +331,27 @@ static int check_layout(struct ckpt *c, uint64_t header_bytes, uint64_t file_byt
     return rc;
 }
 
+static int is_a_directory(struct tpu_diag *d, const char *path)
+{
+    return tpu__fail(d, TPU_EINVAL, "checkpoint '%s' is a directory, not a checkpoint file; "
+                     "give the path of a ckpt-<step>" CKPT_SUFFIX " file (a model_dir's latest "
+                     "is found by 'tpusim evaluate --model-dir DIR')", path);
+}
+
+/* The step in the header against the step in the file's name, when the name has one. */
+static int check_step_name(const struct ckpt *c, struct tpu_diag *d)
+{
+    const char *slash = strrchr(c->path, '/');
+    const char *base = slash ? slash + 1 : c->path;
+    uint64_t named;
+    if (!tpu__ckpt_name_parse(base, false, &named) || named == c->step)
+        return 0;
+    return bad(d, c->path, "its header says global step %" PRIu64 " but its name says step %"
+               PRIu64 "; a checkpoint's name and step must agree (rename it to "
+               CKPT_PREFIX "%" PRIu64 CKPT_SUFFIX ", or restore the original file)", c->step,
+               named, c->step);
+}
+
 /* Opens `path` and checks everything but the data: header length, JSON, structure, layout
  * against the file's length, tpusim's metadata. Leaves c->f at the data section. */
 static int ckpt_open(const char *path, struct ckpt *c, struct tpu_diag *d)
@@ -335,12 +360,23 @@ static int ckpt_open(const char *path, struct ckpt *c, struct tpu_diag *d)
     int rc = 0;
     char *hdr = NULL;
     c->f = fopen(path, "rb");
+    if (!c->f && errno == EISDIR)
+        return is_a_directory(d, path);
     if (!c->f)
         return tpu__fail(d, errno == ENOENT ? TPU_ENOTFOUND : TPU_EIO,
                          "cannot open checkpoint '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(c->f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = tpu__fail(d, TPU_EIO, "checkpoint '%s' is not a regular file", path);
+    if (fstat(fileno(c->f), &st) != 0) {
+        rc = tpu__fail(d, TPU_EIO, "cannot read checkpoint '%s': %s", path, strerror(errno));
+        goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = is_a_directory(d, path);
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = tpu__fail(d, TPU_EINVAL, "checkpoint '%s' is not a regular file (a device, pipe "
+                       "or socket); give the path of a ckpt-<step>" CKPT_SUFFIX " file", path);
         goto out;
     }
     uint64_t file_bytes = (uint64_t)st.st_size;
@@ -416,6 +452,8 @@ static int ckpt_open(const char *path, struct ckpt *c, struct tpu_diag *d)
         }
     }
     rc = parse_meta(c, d);
+    if (rc == 0)
+        rc = check_step_name(c, d);
     if (rc)
         goto out;
     c->data_bytes = file_bytes - 8 - n;

@@ -273,6 +273,18 @@ static void assert_loads(const char *path, uint64_t step)
     assert_same_data(&want, &got);
 }
 
+/* Loads `path` and checks its step (whatever the data). */
+static void assert_loads_step(const char *path, uint64_t step)
+{
+    struct model got;
+    model_blank(&got, 0);
+    uint64_t s = 0;
+    struct tpu_diag d = {0};
+    if (tpu_checkpoint_load(path, got.t, 5, &s, &d))
+        fail_msg("load of %s failed: %s", path, d.msg);
+    assert_true(s == step);
+}
+
 static void assert_msg(const struct tpu_diag *d, const char *needle)
 {
     if (!strstr(d->msg, needle))
@@ -601,12 +613,21 @@ static void run_fault(struct fixture *f, enum tpu_checkpoint_stage stage, const 
     bool index = strstr(match, "checkpoint.json") != NULL;
     /* the index commits the save: before its rename the old checkpoint is the latest */
     bool before_commit = !index || stage <= TPU_CHECKPOINT_RENAME;
+    /* a crash after the data file's rename and before the index's leaves ckpt-200 in place,
+     * named by no index: no save may delete it (it cannot tell it from a user's file) */
+    bool orphan = action == TPU_CHECKPOINT_CRASH && before_commit &&
+                  (index || stage == TPU_CHECKPOINT_FSYNC_DIR);
+    char p200[256];
+    ckpt_path(f, 200, p200, sizeof p200);
     if (action == TPU_CHECKPOINT_FAIL) {
         assert_int_equal(rc, TPU_EIO);
         assert_msg(&d, "fault injected at stage");
         assert_msg(&d, sname);
-        /* a failed save leaves no temporary file */
+        /* a failed save leaves no temporary file, and no file it did not commit */
         assert_int_equal(count_files(f->model_dir, ".tmp"), 0);
+        if (exists(p200) != !before_commit)
+            fail_msg("after a failure at stage %s of %s, ckpt-200 %s", sname, match,
+                     before_commit ? "is left behind" : "is missing");
     } else {
         assert_int_equal(rc, TPU_ECANCELED);
         assert_msg(&d, "simulated a crash");
@@ -618,10 +639,13 @@ static void run_fault(struct fixture *f, enum tpu_checkpoint_stage stage, const 
     /* before the commit step 100 is the latest, after it 200 */
     assert_consistent(f, before_commit ? 100 : 200);
 
-    /* the next save recovers: it succeeds, and only its checkpoint remains (keep_max 1) */
+    /* the next save recovers: it succeeds, and only its checkpoint remains (keep_max 1),
+     * with the crash's uncommitted file if there is one, intact */
     save_model(f, 300, 1, NULL, 0);
     assert_consistent(f, 300);
-    assert_int_equal(count_files(f->model_dir, ".safetensors"), 1);
+    assert_int_equal(count_files(f->model_dir, ".safetensors"), orphan ? 2 : 1);
+    if (orphan)
+        assert_loads(p200, 200);
     assert_int_equal(count_files(f->model_dir, ".tmp"), 0);
 }
 
@@ -1066,38 +1090,84 @@ static void test_expectation_mismatch(void **state)
 
 /* ---- the index damaged --------------------------------------------------------------- */
 
+/* Checks that latest returns 0 with `want` and a warning holding the needles. */
+static void expect_latest_warns(const struct fixture *f, uint64_t want, const char *n1,
+                                const char *n2)
+{
+    struct tpu_diag d = {0};
+    uint64_t step = 0;
+    char path[256], want_path[256];
+    int rc = tpu_checkpoint_latest(f->model_dir, &step, path, sizeof path, &d);
+    if (rc)
+        fail_msg("latest failed: %s", d.msg);
+    assert_int_equal(d.code, 0);
+    if (strncmp(d.msg, "warning: ", 9) != 0)
+        fail_msg("expected a warning, got \"%s\"", d.msg);
+    assert_msg(&d, n1);
+    if (n2)
+        assert_msg(&d, n2);
+    assert_int_equal(step, want);
+    ckpt_path(f, want, want_path, sizeof want_path);
+    assert_string_equal(path, want_path);
+}
+
 static void test_damaged_index(void **state)
 {
     struct fixture *f = *state;
     save_model(f, 100, 2, NULL, 0);
-    char ipath[256];
+    char ipath[256], dpath[300];
     snprintf(ipath, sizeof ipath, "%s/checkpoint.json", f->model_dir);
+    snprintf(dpath, sizeof dpath, "%s/checkpoint.json.damaged", f->model_dir);
     size_t len;
     unsigned char *good = slurp(ipath, &len);
     struct tpu_diag d = {0};
 
+    /* a damaged index is a warning: the latest comes from the files */
     const char *syntax = "{\n  \"format\": \"tpusim-checkpoint-index\",\n  \"version\" 1\n}\n";
     spit(ipath, syntax, strlen(syntax));
-    assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EPARSE);
-    assert_msg(&d, "its JSON is malformed at line 3, column");
-    /* a save refuses to overwrite a damaged index, and writes nothing */
+    expect_latest_warns(f, 100, "its JSON is malformed at line 3, column",
+                        "using ckpt-100.safetensors (global step 100), the checkpoint file of "
+                        "the highest step");
+    /* a save moves it aside (kept for repair by hand), writes a new index naming only the new
+     * checkpoint, and warns; the files the damaged index named stay */
     struct model m;
     model_init(&m, 200);
-    assert_int_equal(tpu_checkpoint_save(f->model_dir, 200, m.t, 5, NULL, NULL, 0, &d),
-                     TPU_EPARSE);
+    assert_int_equal(tpu_checkpoint_save(f->model_dir, 200, m.t, 5, NULL, NULL, 0, &d), 0);
+    assert_int_equal(d.code, 0);
+    assert_msg(&d, "warning: ");
     assert_msg(&d, "is not a valid checkpoint index");
-    char p200[256];
+    assert_msg(&d, "it was moved to '");
+    size_t dlen;
+    unsigned char *moved = slurp(dpath, &dlen);
+    assert_int_equal(dlen, strlen(syntax));
+    assert_memory_equal(moved, syntax, dlen);
+    free(moved);
+    struct tpu_checkpoint_entry *e = NULL;
+    size_t n = 0;
+    assert_int_equal(tpu_checkpoint_list(f->model_dir, &e, &n, NULL), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(e[0].global_step, 200);
+    tpu_checkpoint_list_free(e, n);
+    /* keep_max 1 deletes what the new index named (200), never 100, which no valid index
+     * this save read names */
+    save_model(f, 300, 1, NULL, 0);
+    char p100[256], p200[256];
+    ckpt_path(f, 100, p100, sizeof p100);
     ckpt_path(f, 200, p200, sizeof p200);
     assert_false(exists(p200));
+    assert_loads(p100, 100);
+    assert_consistent(f, 300);
 
+    rm_rf(f->model_dir);
+    save_model(f, 100, 2, NULL, 0);
     const char *bad_entry = "{\"format\": \"tpusim-checkpoint-index\", \"version\": 1, "
                             "\"latest\": {\"path\": \"ckpt-100.safetensors\", "
                             "\"global_step\": 100}, "
                             "\"checkpoints\": [{\"path\": \"../ckpt-100.safetensors\", "
                             "\"global_step\": 100}]}";
     spit(ipath, bad_entry, strlen(bad_entry));
-    assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EPARSE);
-    assert_msg(&d, "entry 0 of \"checkpoints\" names '../ckpt-100.safetensors'");
+    expect_latest_warns(f, 100, "entry 0 of \"checkpoints\" names '../ckpt-100.safetensors'",
+                        NULL);
 
     const char *wrong_step = "{\"format\": \"tpusim-checkpoint-index\", \"version\": 1, "
                              "\"latest\": {\"path\": \"ckpt-100.safetensors\", "
@@ -1105,23 +1175,182 @@ static void test_damaged_index(void **state)
                              "\"checkpoints\": [{\"path\": \"ckpt-100.safetensors\", "
                              "\"global_step\": 10}]}";
     spit(ipath, wrong_step, strlen(wrong_step));
-    assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EPARSE);
-    assert_msg(&d, "gives global_step 10 for 'ckpt-100.safetensors'");
+    expect_latest_warns(f, 100, "gives global_step 10 for 'ckpt-100.safetensors'", NULL);
+    assert_int_equal(tpu_checkpoint_list(f->model_dir, &e, &n, &d), TPU_EPARSE);
 
+    /* a later version is refused, by latest and by save, which writes nothing */
     const char *future = "{\"format\": \"tpusim-checkpoint-index\", \"version\": 2}";
     spit(ipath, future, strlen(future));
     assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EUNSUPPORTED);
     assert_msg(&d, "is checkpoint index version 2");
+    assert_int_equal(tpu_checkpoint_save(f->model_dir, 200, m.t, 5, NULL, NULL, 0, &d),
+                     TPU_EUNSUPPORTED);
+    assert_false(exists(p200));
 
-    /* the index names a file that is gone */
-    spit(ipath, good, len);
-    char p100[256];
-    ckpt_path(f, 100, p100, sizeof p100);
+    /* a damaged index with no checkpoint file beside it: nothing to resume from, an error */
+    spit(ipath, syntax, strlen(syntax));
     assert_int_equal(unlink(p100), 0);
+    assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EPARSE);
+    assert_msg(&d, "its JSON is malformed");
+    assert_msg(&d, "nothing to resume from");
+
+    /* the index names a file that is gone: an error, never a silent fallback, never "no
+     * checkpoint" (which would start again at step 0) */
+    rm_rf(f->model_dir);
+    save_model(f, 100, 0, NULL, 0);
+    save_model(f, 200, 0, NULL, 0);
+    assert_int_equal(unlink(p200), 0);
     assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EIO);
-    assert_msg(&d, "names 'ckpt-100.safetensors' as the latest checkpoint, but it cannot be "
-               "read");
+    assert_msg(&d, "the latest checkpoint in '");
+    assert_msg(&d, "', ckpt-200.safetensors, does not verify: cannot open checkpoint");
+    assert_msg(&d, "No such file or directory");
+    assert_msg(&d, "remove the checkpoint.json that names it");
+    /* which is what the fix says: without the index, the highest step that is there */
+    assert_int_equal(unlink(ipath), 0);
+    expect_latest_warns(f, 100, "has no checkpoint.json index", NULL);
     free(good);
+}
+
+/* Issue #9: a model_dir whose index was lost. Training must resume from the files, and no
+ * save may delete checkpoints it cannot account for. */
+static void test_missing_index_recovers_and_keeps_files(void **state)
+{
+    struct fixture *f = *state;
+    save_model(f, 3, 5, NULL, 0);
+    save_model(f, 500, 5, NULL, 0);
+    char ipath[256], p3[256], p500[256], p501[256];
+    snprintf(ipath, sizeof ipath, "%s/checkpoint.json", f->model_dir);
+    ckpt_path(f, 3, p3, sizeof p3);
+    ckpt_path(f, 500, p500, sizeof p500);
+    ckpt_path(f, 501, p501, sizeof p501);
+    assert_int_equal(unlink(ipath), 0);
+
+    expect_latest_warns(f, 500, "has no checkpoint.json index",
+                        "using ckpt-500.safetensors (global step 500)");
+    /* saves with keep_max 1 delete what their own index named, not the older files */
+    save_model(f, 501, 1, NULL, 0);
+    save_model(f, 502, 1, NULL, 0);
+    assert_false(exists(p501));
+    assert_loads(p3, 3);
+    assert_loads(p500, 500);
+    assert_consistent(f, 502);
+
+    /* no index and the newest file damaged: an error that names it and the one before it */
+    assert_int_equal(unlink(ipath), 0);
+    char p502[256];
+    ckpt_path(f, 502, p502, sizeof p502);
+    size_t len;
+    unsigned char *buf = slurp(p502, &len);
+    buf[len - 1] ^= 0x01;
+    spit(p502, buf, len);
+    free(buf);
+    struct tpu_diag d = {0};
+    uint64_t step = 7;
+    assert_int_equal(tpu_checkpoint_latest(f->model_dir, &step, NULL, 0, &d), TPU_EPARSE);
+    assert_msg(&d, "ckpt-502.safetensors, does not verify");
+    assert_msg(&d, "fails its checksum");
+    assert_msg(&d, "move it out of model_dir to resume from the checkpoint file of the highest "
+               "step (ckpt-500.safetensors)");
+    assert_int_equal(step, 7);
+    /* done as it says: 500 */
+    char moved[300];
+    snprintf(moved, sizeof moved, "%s/damaged-502", f->dir);
+    assert_int_equal(rename(p502, moved), 0);
+    expect_latest_warns(f, 500, "has no checkpoint.json index", NULL);
+    /* a leftover temporary file is no checkpoint */
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/ckpt-900.safetensors.tmp", f->model_dir);
+    spit(tmp, "x", 1);
+    expect_latest_warns(f, 500, "has no checkpoint.json index", NULL);
+}
+
+/* Issue #9: the step in a file is checked against its name, the index and a sane range. */
+static void edit_huge_step(json_t *root, unsigned char **data, size_t *len)
+{
+    (void)data, (void)len;
+    json_object_set_new(json_object_get(root, "__metadata__"), "tpusim.global_step",
+                        json_string("9223372036854775806"));
+}
+
+static void test_step_checks(void **state)
+{
+    struct fixture *f = *state;
+    char p500[256], p600[256], other[256], big[300];
+    save_model(f, 500, 5, p500, sizeof p500);
+    ckpt_path(f, 600, p600, sizeof p600);
+    /* a file renamed to another step */
+    assert_int_equal(rename(p500, p600), 0);
+    expect_load_fails(p600, TPU_EPARSE, "its header says global step 500 but its name says "
+                      "step 600", "rename it to ckpt-500.safetensors");
+    /* under a name without a step it loads (the name is the caller's) */
+    snprintf(other, sizeof other, "%s/best.safetensors", f->model_dir);
+    assert_int_equal(rename(p600, other), 0);
+    assert_loads(other, 500);
+    /* the step of the issue, in a file of that name: out of range */
+    snprintf(big, sizeof big, "%s/ckpt-9223372036854775806.safetensors", f->model_dir);
+    assert_int_equal(rename(other, big), 0);
+    edit_header(big, edit_huge_step);
+    expect_load_fails(big, TPU_EPARSE, "tpusim.global_step is 9223372036854775806, beyond "
+                      "9007199254740991 (2^53 - 1)", NULL);
+    /* and as the latest an index names: an error, never a resume at that step */
+    char ipath[256];
+    snprintf(ipath, sizeof ipath, "%s/checkpoint.json", f->model_dir);
+    const char *ix = "{\"format\": \"tpusim-checkpoint-index\", \"version\": 1, "
+                     "\"latest\": {\"path\": \"ckpt-9223372036854775806.safetensors\", "
+                     "\"global_step\": 9223372036854775806}, \"checkpoints\": [{\"path\": "
+                     "\"ckpt-9223372036854775806.safetensors\", \"global_step\": "
+                     "9223372036854775806}]}";
+    spit(ipath, ix, strlen(ix));
+    struct tpu_diag d = {0};
+    uint64_t step = 7;
+    assert_int_equal(tpu_checkpoint_latest(f->model_dir, &step, NULL, 0, &d), TPU_EPARSE);
+    assert_msg(&d, "names step 9223372036854775806, beyond 9007199254740991");
+    assert_msg(&d, "ckpt-9223372036854775806.safetensors, does not verify");
+    assert_msg(&d, "tpusim.global_step is 9223372036854775806");
+    assert_int_equal(step, 7);
+}
+
+/* Issue #9: a directory where a checkpoint file or the index belongs, or a model_dir that is
+ * a file, says so; sizes are checked against the file's real size. */
+static void test_directories_and_sizes(void **state)
+{
+    struct fixture *f = *state;
+    struct tpu_diag d = {0};
+    struct tpu_checkpoint_info info;
+    expect_load_fails(f->dir, TPU_EINVAL, "is a directory, not a checkpoint file", NULL);
+    assert_int_equal(tpu_checkpoint_inspect(f->dir, &info, &d), TPU_EINVAL);
+    assert_msg(&d, "is a directory");
+
+    save_model(f, 100, 5, NULL, 0);
+    char ipath[256], p200[256];
+    snprintf(ipath, sizeof ipath, "%s/checkpoint.json", f->model_dir);
+    assert_int_equal(unlink(ipath), 0);
+    assert_int_equal(mkdir(ipath, 0777), 0);
+    expect_latest_warns(f, 100, "checkpoint.json: is not a valid checkpoint index: it is a "
+                        "directory", NULL);
+    assert_int_equal(rmdir(ipath), 0);
+    /* without an index, a directory named like the latest checkpoint is refused */
+    ckpt_path(f, 200, p200, sizeof p200);
+    assert_int_equal(mkdir(p200, 0777), 0);
+    assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EINVAL);
+    assert_msg(&d, "ckpt-200.safetensors, does not verify");
+    assert_msg(&d, "is a directory, not a checkpoint file");
+    assert_int_equal(rmdir(p200), 0);
+    /* an index larger than any index (sparse: no disk used) is not read */
+    FILE *fp = fopen(ipath, "wb");
+    assert_non_null(fp);
+    fclose(fp);
+    assert_int_equal(truncate(ipath, (off_t)65 << 20), 0);
+    expect_latest_warns(f, 100, "it is 68157440 bytes, more than", NULL);
+    assert_int_equal(unlink(ipath), 0);
+
+    /* model_dir is a file */
+    char file[256];
+    snprintf(file, sizeof file, "%s/not-a-dir", f->dir);
+    spit(file, "x", 1);
+    assert_int_equal(tpu_checkpoint_latest(file, NULL, NULL, 0, &d), TPU_EINVAL);
+    assert_msg(&d, "model_dir '");
+    assert_msg(&d, "' is not a directory");
 }
 
 /* ---- metadata and inspection --------------------------------------------------------- */
@@ -1241,7 +1470,16 @@ static void test_save_rejects_bad_arguments(void **state)
     model_init(&m, 1);
     assert_int_equal(tpu_checkpoint_save(f->model_dir, UINT64_MAX, m.t, 5, NULL, NULL, 0, &d),
                      TPU_EINVAL);
-    assert_msg(&d, "global_step 18446744073709551615 is larger than 2^63 - 1");
+    assert_msg(&d, "global_step 18446744073709551615 is larger than 9007199254740991 (2^53 - 1)");
+    /* the largest step saves; one more does not */
+    assert_int_equal(tpu_checkpoint_save(f->model_dir, TPU_CHECKPOINT_MAX_STEP + 1, m.t, 5, NULL,
+                                         NULL, 0, &d), TPU_EINVAL);
+    assert_msg(&d, "global_step 9007199254740992 is larger");
+    char pmax[256];
+    assert_int_equal(tpu_checkpoint_save(f->model_dir, TPU_CHECKPOINT_MAX_STEP, m.t, 5, NULL,
+                                         pmax, sizeof pmax, &d), 0);
+    assert_loads_step(pmax, TPU_CHECKPOINT_MAX_STEP);
+    rm_rf(f->model_dir);
     assert_int_equal(tpu_checkpoint_save("", 1, m.t, 5, NULL, NULL, 0, &d), TPU_EINVAL);
     assert_msg(&d, "model_dir is empty");
 
@@ -1384,6 +1622,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_metadata, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expectation_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_index, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_index_recovers_and_keeps_files, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_step_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_directories_and_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inspect_and_metadata, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_rejects_bad_arguments, setup, teardown),

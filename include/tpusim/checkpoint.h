@@ -15,6 +15,9 @@
  *     Paths are file names relative to model_dir (the directory can be moved). "checkpoints"
  *     lists the kept checkpoints oldest save first; "latest" is its last entry.
  *   *.tmp                            a save in progress (or one a crash interrupted)
+ *   checkpoint.json.damaged          a damaged index a save moved aside (see below)
+ * Global steps go from 0 to TPU_CHECKPOINT_MAX_STEP (2^53 - 1, the largest integer every
+ * JSON reader holds exactly); a file's step must equal the step in its name and in the index.
  *
  * The safetensors file (Hugging Face's format, readable by its libraries and by any JSON
  * reader): 8 bytes N (unsigned 64-bit little-endian), N bytes of UTF-8 JSON starting with
@@ -42,18 +45,44 @@
  * renamed over its final name, and the directory fsynced; then the index is written the same
  * way. A checkpoint counts once the index names it: a crash at any point leaves the previous
  * index and every checkpoint it names intact. Only after the new index is safely on disk are
- * the checkpoints that fell out of it deleted; with keep_max > 0 that is every
- * ckpt-<step>.safetensors file in model_dir the index does not name (so the leftovers of an
- * earlier crash go too); leftover "*.tmp" files of checkpoints and of the index are always
- * deleted. One process saves into a model_dir at a time (as TensorFlow's chief does).
+ * the checkpoints that fell out of it deleted.
+ *
+ * What a save may delete (keep_max): only checkpoints the save can account for, that is the
+ * entries of a valid index it read that are not among the latest keep_max saves of the index
+ * it wrote, and its own leftover "*.tmp" files (of checkpoints and of the index). A
+ * ckpt-<step>.safetensors file that no valid index names (copied in by a user, left by an
+ * older index that was lost or damaged, or renamed into place by a save that crashed before
+ * its index was written) is never deleted; a later save of the same step replaces it. If a
+ * save cannot write its index, it removes the checkpoint file it just wrote, unless that
+ * step was already in the index. One process saves into a model_dir at a time (as
+ * TensorFlow's chief does).
+ *
+ * A damaged index (bad JSON or structure, or a directory where the index belongs) does not
+ * stop a save: it is renamed to checkpoint.json.damaged (replacing an older one), the new
+ * index lists only the new checkpoint, and the save returns 0 with a warning in the diag
+ * (code 0, the message starting "warning: "). An index of a later version is refused.
+ *
+ * Finding the latest checkpoint (tpu_checkpoint_latest): the last entry of a valid index,
+ * or, when the index is missing or damaged, the ckpt-<step>.safetensors file of the highest
+ * step (a warning in the diag says so). Either way the file must verify completely (as
+ * tpu_checkpoint_inspect does: structure, checksums, and its step against its name and the
+ * index); if it does not, or is missing, that is an error naming the file, what is wrong and
+ * the checkpoint before it: tpusim never falls back to an older checkpoint on its own (that
+ * would redo steps and replace the damaged file), and never reports "no checkpoint" when
+ * checkpoint files exist (so training never starts again at step 0 over them).
  *
  * Loading checks, before any caller buffer is written: the header length, the JSON (syntax
  * errors give line and column), the header's structure (dtypes, 2-D shapes, data_offsets
  * against dtype and shape, overlaps, gaps, the file's length), tpusim's metadata, the
- * caller's expected tensor names, dtypes and shapes, and every checksum. Each failure returns
- * a negative code with one sentence in the diag naming the file and the tensor:
+ * caller's expected tensor names, dtypes and shapes, and every checksum. The global step
+ * in the header must be at most TPU_CHECKPOINT_MAX_STEP and, when the file's name is
+ * ckpt-<step>.safetensors, equal that step. The header length and every data offset are
+ * checked against the file's real size before anything is allocated or read. Each failure returns a negative code with one
+ * sentence in the diag naming the file and the tensor:
  *   TPU_EPARSE        damaged, truncated or overlong file, bad JSON or structure, checksum
- *                     mismatch, or a safetensors file tpusim did not write
+ *                     mismatch, a step out of range or not the one of the file's name, or
+ *                     a safetensors file tpusim did not write
+ *   TPU_EINVAL        the path is a directory or another non-regular file
  *   TPU_ESHAPE        a tensor missing or extra, or of another dtype or shape, than expected
  *   TPU_EUNSUPPORTED  a later tpusim checkpoint format
  *   TPU_EIO, TPU_ENOMEM  the file system or memory failed
@@ -71,6 +100,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The largest global step a checkpoint holds: 2^53 - 1. */
+#define TPU_CHECKPOINT_MAX_STEP ((UINT64_C(1) << 53) - 1)
 
 /* A named 2-D tensor: [rows][cols] row-major elements of `dtype` (bf16 as its 16-bit
  * pattern, tpu_bf16) at `data`. The struct and everything it points to stay the caller's. */
@@ -132,18 +164,24 @@ void tpu_checkpoint_default_options(struct tpu_checkpoint_options *o);
  * above). Creates model_dir and its parents if needed. opts NULL means the defaults. The
  * full path of the new file goes to path_out (NUL-terminated) if path_out is not NULL; it
  * must fit in path_cap bytes or nothing is written (TPU_ERANGE). global_step is at most
- * 2^63 - 1. The tensors' data must not change during the call. Returns 0, or TPU_EINVAL
- * (bad tensors, names or metadata), TPU_EPARSE (the existing index is damaged: nothing is
- * written), TPU_EIO, TPU_ENOMEM, or TPU_ECANCELED (a fault hook's simulated crash). */
+ * TPU_CHECKPOINT_MAX_STEP. The tensors' data must not change during the call. Returns 0
+ * (with a warning in d if a damaged index was moved aside), or TPU_EINVAL (bad tensors,
+ * names, metadata or step), TPU_EUNSUPPORTED (the existing index is of a later version:
+ * nothing is written), TPU_EIO, TPU_ENOMEM, or TPU_ECANCELED (a fault hook's simulated
+ * crash). */
 int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
                         const struct tpu_tensor *tensors, size_t n_tensors,
                         const struct tpu_checkpoint_options *opts, char *path_out,
                         size_t path_cap, struct tpu_diag *d);
 
-/* The latest checkpoint in model_dir: its global step (if step is not NULL) and full path
- * (if path is not NULL; must fit in cap bytes, else TPU_ERANGE). TPU_ENOTFOUND when
- * model_dir has no index (no checkpoint was ever completed there); TPU_EPARSE for a damaged
- * index; TPU_EIO when the index names a file that is missing. */
+/* The latest checkpoint in model_dir, by the rule above: its global step (if step is not
+ * NULL) and full path (if path is not NULL; must fit in cap bytes, else TPU_ERANGE). Returns
+ * 0, with a warning in d (code 0, message "warning: ...") if the index was missing or
+ * damaged (d is left alone otherwise); TPU_ENOTFOUND when model_dir does not exist or holds
+ * neither an index nor a checkpoint file; TPU_EINVAL when model_dir is not a directory;
+ * TPU_EUNSUPPORTED for an index of a later version; TPU_EPARSE when the index is damaged and
+ * no checkpoint file is there, or when the latest file does not verify; TPU_EIO when it is
+ * missing or unreadable; TPU_ENOMEM. */
 int tpu_checkpoint_latest(const char *model_dir, uint64_t *step, char *path, size_t cap,
                           struct tpu_diag *d);
 
