@@ -696,6 +696,8 @@ static int cmd_evaluate(struct run *r)
     tpu__dataset_input_free(&tin);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if (d.msg[0] && !r->o.json)
+        fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
     if ((rc = write_trace(r)))
         return rc;
     if (r->o.json)
@@ -745,6 +747,8 @@ static int cmd_predict(struct run *r)
     uint64_t n = 0;
     rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
     tpu__dataset_input_free(&tin);
+    if (!rc && d.msg[0] && !r->o.json)
+        fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
     if (!rc && r->o.output)
         rc = tpu__npy_write(r->o.output, TPU__NPY_F32, n, p.cols, p.out, &d);
     free(p.out);
