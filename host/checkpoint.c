@@ -309,11 +309,19 @@ static int write_atomic(const char *dir, const char *final_path, const struct co
         if (injected)
             snprintf(why, sizeof why, " (fault injected at stage %s)",
                      tpu_checkpoint_stage_name(st));
-        rc = tpu__fail(d, TPU_EIO, "cannot %s '%s'%s%s%s: %s%s", stage_action(st), final_path,
-                       st < TPU_CHECKPOINT_RENAME ? " (as '" : "",
+        const int e = injected ? EIO : err;
+        const char *fix = "; the checkpoints saved before are intact";
+        if (e == ENOSPC || e == EDQUOT)
+            fix = "; the file system is full: free space there or choose another model_dir "
+                  "(the checkpoints saved before are intact)";
+        else if (e == EROFS || e == EACCES || e == EPERM)
+            fix = "; model_dir must be writable: make it so (a read-only mount: remount it "
+                  "read-write) or choose another model_dir (the checkpoints saved before are "
+                  "intact)";
+        rc = tpu__fail(d, TPU_EIO, "cannot %s '%s'%s%s%s: %s%s%s", stage_action(st),
+                       final_path, st < TPU_CHECKPOINT_RENAME ? " (as '" : "",
                        st < TPU_CHECKPOINT_RENAME ? tmp : "",
-                       st < TPU_CHECKPOINT_RENAME ? "')" : "", strerror(injected ? EIO : err),
-                       why);
+                       st < TPU_CHECKPOINT_RENAME ? "')" : "", strerror(e), why, fix);
     }
     free(tmp);
     return rc;
