@@ -97,6 +97,15 @@ def assert_consistent(model_dir):
     return ix['latest']['global_step']
 
 
+def latest_step(model_dir):
+    """The index's latest step, or -1 while there is no index (it is replaced atomically, so
+    a reader sees the old or the new one, whole)."""
+    try:
+        return index(model_dir)['latest']['global_step']
+    except FileNotFoundError:
+        return -1
+
+
 def ckpts(model_dir):
     return sorted(n for n in os.listdir(model_dir) if n.endswith('.safetensors'))
 
@@ -232,7 +241,13 @@ def kill_9_at_random_points_then_resume_bit_identical():
         while kills < KILLS:
             p = subprocess.Popen([TPUSIM, 'train', *base, '--max-steps', '100000'],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(rng.uniform(0.0, 0.08))
+            # let this run commit a checkpoint (however slow the machine or the build), then
+            # kill it at a random point of the next few steps and saves
+            deadline = time.monotonic() + 60
+            while (latest_step(md) <= latest and p.poll() is None and
+                   time.monotonic() < deadline):
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0.0, 0.03))
             p.kill()  # SIGKILL
             p.wait()
             assert p.returncode == -9, (p.returncode, p.stderr.read())
