@@ -13,7 +13,10 @@
  *        "checkpoints": [{"path": "ckpt-200.safetensors", "global_step": 200},
  *                        {"path": "ckpt-300.safetensors", "global_step": 300}]}
  *     Paths are file names relative to model_dir (the directory can be moved). "checkpoints"
- *     lists the kept checkpoints oldest save first; "latest" is its last entry.
+ *     lists the kept checkpoints oldest save first; "latest" is its last entry. An optional
+ *     "deleting" array, of entries of the same form, names the files that fell out of
+ *     "checkpoints" and that the save which wrote the index deletes right after; if a crash
+ *     or a failed unlink leaves one, the next save still accounts for it and deletes it.
  *   *.tmp                            a save in progress (or one a crash interrupted)
  *   checkpoint.json.damaged          a damaged index a save moved aside (see below)
  * Global steps go from 0 to TPU_CHECKPOINT_MAX_STEP (2^53 - 1, the largest integer every
