@@ -90,6 +90,24 @@ static char *join(const char *dir, const char *name)
     return p;
 }
 
+FILE *tpu__ckpt_fopen_read(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    /* reads of a regular file ignore O_NONBLOCK; clear it all the same */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return f;
+}
+
 char *tpu__ckpt_concat(const char *a, const char *b)
 {
     size_t al = strlen(a), bl = strlen(b);
@@ -406,7 +424,7 @@ static int index_read(const char *model_dir, struct index *ix, bool *found, stru
         return tpu__fail(d, TPU_ENOMEM, "out of memory reading the checkpoint index");
     int rc = 0;
     json_t *root = NULL;
-    FILE *f = fopen(path, "rb");
+    FILE *f = tpu__ckpt_fopen_read(path);
     if (!f && errno == EISDIR) {
         rc = index_bad(d, path, "it is a directory, not a file");
         goto out;

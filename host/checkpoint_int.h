@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <zlib.h>
@@ -55,6 +56,11 @@ int tpu__ckpt_validate_tensors(const struct tpu_tensor *t, size_t n, const char 
 
 /* Whether s is valid UTF-8 (safetensors names and metadata are UTF-8 strings). */
 bool tpu__ckpt_utf8_valid(const char *s);
+
+/* fopen(path, "rb") that never blocks: a FIFO or device named like a checkpoint or the index
+ * opens at once (and fails the caller's regular-file check) instead of waiting for a
+ * writer. NULL with errno set on failure. */
+FILE *tpu__ckpt_fopen_read(const char *path);
 
 /* a + b in new memory (the caller frees it), or NULL when out of memory. */
 char *tpu__ckpt_concat(const char *a, const char *b);

@@ -359,7 +359,7 @@ static int ckpt_open(const char *path, struct ckpt *c, struct tpu_diag *d)
     *c = (struct ckpt){.path = path};
     int rc = 0;
     char *hdr = NULL;
-    c->f = fopen(path, "rb");
+    c->f = tpu__ckpt_fopen_read(path);
     if (!c->f && errno == EISDIR)
         return is_a_directory(d, path);
     if (!c->f)

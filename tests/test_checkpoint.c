@@ -1344,6 +1344,16 @@ static void test_directories_and_sizes(void **state)
     expect_latest_warns(f, 100, "it is 68157440 bytes, more than", NULL);
     assert_int_equal(unlink(ipath), 0);
 
+    /* a FIFO named like the index or a checkpoint is refused at once, not waited on */
+    assert_int_equal(mkfifo(ipath, 0600), 0);
+    expect_latest_warns(f, 100, "checkpoint.json: is not a valid checkpoint index: it is not a "
+                        "regular file", NULL);
+    assert_int_equal(unlink(ipath), 0);
+    assert_int_equal(mkfifo(p200, 0600), 0);
+    assert_int_equal(tpu_checkpoint_latest(f->model_dir, NULL, NULL, 0, &d), TPU_EINVAL);
+    assert_msg(&d, "ckpt-200.safetensors' is not a regular file (a device, pipe or socket)");
+    assert_int_equal(unlink(p200), 0);
+
     /* model_dir is a file */
     char file[256];
     snprintf(file, sizeof file, "%s/not-a-dir", f->dir);
