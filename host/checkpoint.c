@@ -376,8 +376,8 @@ static void index_free(struct index *ix)
 
 static int index_bad(struct tpu_diag *d, const char *path, const char *what)
 {
-    return tpu__fail(d, TPU_EPARSE, "%s: is not a valid checkpoint index: %s; repair it (the "
-                     "checkpoint files beside it are not affected)", path, what);
+    return tpu__fail(d, TPU_EPARSE, "%s: is not a valid checkpoint index: %s; repair or remove "
+                     "it (the checkpoint files beside it are not affected)", path, what);
 }
 
 /* One {"path": ..., "global_step": ...} object; the name is checked against the step. */
@@ -461,8 +461,8 @@ static int index_read(const char *model_dir, struct index *ix, bool *found, stru
     fclose(f);
     if (!root) {
         rc = tpu__fail(d, TPU_EPARSE, "%s: is not a valid checkpoint index: its JSON is "
-                       "malformed at line %d, column %d: %s; repair it (the checkpoint files "
-                       "beside it are not affected)", path, jerr.line, jerr.column, jerr.text);
+                       "malformed at line %d, column %d: %s; repair or remove it (the "
+                       "checkpoint files beside it are not affected)", path, jerr.line, jerr.column, jerr.text);
         goto out;
     }
     json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "version");

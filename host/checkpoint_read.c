@@ -334,8 +334,7 @@ static int check_layout(struct ckpt *c, uint64_t header_bytes, uint64_t file_byt
 static int is_a_directory(struct tpu_diag *d, const char *path)
 {
     return tpu__fail(d, TPU_EINVAL, "checkpoint '%s' is a directory, not a checkpoint file; "
-                     "give the path of a ckpt-<step>" CKPT_SUFFIX " file (a model_dir's latest "
-                     "is found by 'tpusim evaluate --model-dir DIR')", path);
+                     "give the path of a ckpt-<step>" CKPT_SUFFIX " file", path);
 }
 
 /* The step in the header against the step in the file's name, when the name has one. */
