@@ -52,7 +52,8 @@
  *
  * What a save may delete (keep_max): only checkpoints the save can account for, that is the
  * entries of a valid index it read that are not among the latest keep_max saves of the index
- * it wrote, and its own leftover "*.tmp" files (of checkpoints and of the index). A
+ * it wrote (and those the index it read still lists under "deleting"), and leftover "*.tmp"
+ * files of checkpoints and of the index. A
  * ckpt-<step>.safetensors file that no valid index names (copied in by a user, left by an
  * older index that was lost or damaged, or renamed into place by a save that crashed before
  * its index was written) is never deleted; a later save of the same step replaces it. If a
@@ -80,8 +81,8 @@
  * caller's expected tensor names, dtypes and shapes, and every checksum. The global step
  * in the header must be at most TPU_CHECKPOINT_MAX_STEP and, when the file's name is
  * ckpt-<step>.safetensors, equal that step. The header length and every data offset are
- * checked against the file's real size before anything is allocated or read. Each failure returns a negative code with one
- * sentence in the diag naming the file and the tensor:
+ * checked against the file's real size before anything is allocated or read. Each failure
+ * returns a negative code with one sentence in the diag naming the file and the tensor:
  *   TPU_EPARSE        damaged, truncated or overlong file, bad JSON or structure, checksum
  *                     mismatch, a step out of range or not the one of the file's name, or
  *                     a safetensors file tpusim did not write
