@@ -462,7 +462,8 @@ static int index_read(const char *model_dir, struct index *ix, bool *found, stru
     if (!root) {
         rc = tpu__fail(d, TPU_EPARSE, "%s: is not a valid checkpoint index: its JSON is "
                        "malformed at line %d, column %d: %s; repair or remove it (the "
-                       "checkpoint files beside it are not affected)", path, jerr.line, jerr.column, jerr.text);
+                       "checkpoint files beside it are not affected)", path, jerr.line,
+                       jerr.column, jerr.text);
         goto out;
     }
     json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "version");
