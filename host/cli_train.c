@@ -511,6 +511,13 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
             fputs(usage_text, stdout);
             return -1;
         }
+        if (strncmp(a, "--", 2) != 0) {
+            const bool after_flag = i > 1 && !set_flag(o, argv[i - 1], true);
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "'%s' is not an option (options start "
+                                  "with --)%s%s%s", a, after_flag ? "; " : "",
+                                  after_flag ? argv[i - 1] : "",
+                                  after_flag ? " takes no value: it is on when given" : "");
+        }
         int rc;
         if (!set_flag(o, a, true)) {
             if ((rc = check_scope(o, a)))

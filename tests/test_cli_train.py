@@ -12,6 +12,7 @@ import re
 import sys
 import tempfile
 
+import cli_harness
 from cli_harness import case, expect_error, main, run
 
 FASHION = '/usr/share/datasets/fashion-mnist'
@@ -46,6 +47,10 @@ def trace_of_train_then_evaluate_holds_both():
 # one small trained model, made by the first case that needs it
 _MODEL = {}
 _TMP = tempfile.TemporaryDirectory()
+# relative paths in the cases land in the temporary directory, never in the source tree
+if os.sep in cli_harness.TPUSIM:
+    cli_harness.TPUSIM = os.path.abspath(cli_harness.TPUSIM)
+os.chdir(_TMP.name)
 
 
 def trained_model_dir():
@@ -246,6 +251,13 @@ def config_file_flags_and_messages():
 
 
 @case
+def stray_arguments_are_named():
+    expect_error(['train', '--json', 'true'], 2, "'true' is not an option (options start with "
+                 "--); --json takes no value: it is on when given")
+    expect_error(['train', 'tiny'], 2, "'tiny' is not an option (options start with --)")
+
+
+@case
 def config_file_errors():
     with tempfile.TemporaryDirectory() as d:
         expect_error(['train', '--config', d], 2, f"--config '{d}' is a directory; give a JSON "
@@ -256,6 +268,8 @@ def config_file_errors():
                              ({'steps': True}, "'steps' is not a true/false option"),
                              ({'config': 'other.json'}, "a config file cannot name another"),
                              ({'colour': 'blue'}, "unknown option 'colour'"),
+                             ({'json': 'true'}, "'json' is a true/false option: give it true "
+                                                "or false"),
                              ({'steps': [1]}, "'steps' must be a number, a string, true or "
                                               "false")):
             with open(cfg, 'w') as f:
