@@ -177,7 +177,7 @@ static const char *const usage_text =
     "                                12 KB per cycle of an 8x8 array: use a few --steps\n"
     "model and data\n"
     "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
-    "  --optimizer adam|sgd          [train] (default adam, learning rate 0.001; sgd: with momentum)\n"
+    "  --optimizer adam|sgd          [train] default adam (learning rate 0.001); sgd: momentum\n"
     "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X   [train]\n"
     "  --passes 1|3|6                matmul precision: bf16 inputs (default), or fp32 in passes\n"
     "  --data DIR                    Fashion-MNIST files (default: the Debian package's path)\n"
