@@ -38,6 +38,21 @@ int tpu__cli_parse_u64(const char *cmd, const char *opt, const char *text, uint6
 /* Seconds on the monotonic clock (the simulator's own wall time, for reports). */
 double tpu__cli_now_s(void);
 
+/* Whether `path`, the value of output option `opt`, can be written, checked before any
+ * work: not a directory, not a read-only file, in an existing writable directory. On
+ * failure prints an error naming the path, the rule and the fix; returns TPU_CLI_USAGE. */
+int tpu__cli_check_output_file(const char *cmd, const char *opt, const char *path);
+
+/* The same for a directory the command writes into (--model-dir): an existing writable
+ * directory, or a missing one whose nearest existing ancestor is a writable directory (it
+ * is created with its parents). */
+int tpu__cli_check_output_dir(const char *cmd, const char *opt, const char *path);
+
+/* Parses and checks the options of a run config file (--config's JSON) for subcommand
+ * cmd ("train", "evaluate" or "predict") as the command line would, without running
+ * anything; prints an error like any option error. Returns an exit code (0 when valid). */
+int tpu__cli_train_check_config(const char *cmd, const char *path);
+
 /* Prints a JSON string literal (quoted, escaped) to f. */
 void tpu__cli_json_string(FILE *f, const char *s);
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "dataset_input.h"
 #include "npy.h"
 #include "reference.h"
+#include "tpusim/checkpoint.h"
 #include "tpusim/dataset.h"
 #include "tpusim/device.h"
 #include "tpusim/models.h"
@@ -25,33 +27,149 @@
 #include "mxu_rtl_provider.h"
 #endif
 
+/* The longest value an option takes, in characters: a path (a file or directory the
+ * command reads or writes), --model-dir (the runtime's model_dir field) and any other value. */
+#define OPT_PATH_MAX 4000
+#define OPT_MODEL_DIR_MAX (sizeof(((struct tpu_run_config *)0)->model_dir) - 1)
+#define OPT_TEXT_MAX 255
+
+/* The options' values. Strings are copies (never pointers into argv or a config file), so a
+ * value outlives whatever it was read from; an empty string is an option not given. */
 struct train_opts {
     const char *cmd;
-    const char *chip, *data, *trace, *output, *images, *labels;
-    const char *vcd; /* --vcd: waveform of core 0's RTL array */
-    bool rtl;        /* --backend rtl */
+    char chip[OPT_PATH_MAX + 1], data[OPT_PATH_MAX + 1], trace[OPT_PATH_MAX + 1];
+    char output[OPT_PATH_MAX + 1];
+    char vcd[OPT_PATH_MAX + 1]; /* --vcd: waveform of core 0's RTL array */
+    bool rtl;                   /* --backend rtl */
     uint32_t chips, cores_per_replica, threads;
     uint64_t steps, max_steps;
     double epochs;
-    char layers_text[256];
+    char layers_text[OPT_TEXT_MAX + 1];
     struct tpu_mlp_spec spec;
     struct tpu_run_config rc;
     unsigned verbose;
     bool json, reference, no_eval, timing_only;
     uint64_t limit;
+    unsigned config_depth; /* inside --config's file: 1 */
 };
+
+/* The subcommands an option belongs to, and the longest value it takes; an option not
+ * listed belongs to all three and takes at most OPT_TEXT_MAX characters. An option given to
+ * a subcommand it does not belong to is an error, never silently ignored. */
+enum { CMD_TRAIN = 1, CMD_EVALUATE = 2, CMD_PREDICT = 4 };
+static const struct option_rule {
+    const char *name;
+    unsigned cmds; /* CMD_* bits; 0: all */
+    size_t max_chars; /* 0: OPT_TEXT_MAX */
+    const char *why;  /* why the others do not take it */
+} option_rules[] = {
+    {"--chip", 0, OPT_PATH_MAX, NULL},
+    {"--data", 0, OPT_PATH_MAX, NULL},
+    {"--trace", 0, OPT_PATH_MAX, NULL},
+    {"--vcd", 0, OPT_PATH_MAX, NULL},
+    {"--config", 0, OPT_PATH_MAX, NULL},
+    {"--model-dir", 0, OPT_MODEL_DIR_MAX, NULL},
+    {"--layers", 0, OPT_TEXT_MAX, NULL},
+    {"--iterations-per-loop", 0, OPT_TEXT_MAX, NULL},
+    {"--output", CMD_PREDICT, OPT_PATH_MAX, "only predict writes logits"},
+    {"--limit", CMD_PREDICT, 0, "evaluate takes --steps batches instead"},
+    {"--predict-batch-size", CMD_PREDICT, 0, "only predict runs prediction batches"},
+    {"--timing-only", CMD_TRAIN, 0, "evaluating and predicting compute values"},
+    {"--reference", CMD_TRAIN, 0, "the host reference is trained beside the chip"},
+    {"--no-eval", CMD_TRAIN, 0, "it skips the evaluation after training"},
+    {"--optimizer", CMD_TRAIN, 0, "the optimizer acts only in training"},
+    {"--learning-rate", CMD_TRAIN, 0, "the optimizer acts only in training"},
+    {"--momentum", CMD_TRAIN, 0, "the optimizer acts only in training"},
+    {"--beta1", CMD_TRAIN, 0, "the optimizer acts only in training"},
+    {"--beta2", CMD_TRAIN, 0, "the optimizer acts only in training"},
+    {"--epsilon", CMD_TRAIN, 0, "the optimizer acts only in training"},
+    {"--l2", CMD_TRAIN, 0, "the optimizer acts only in training"},
+    {"--seed", CMD_TRAIN, 0, "the weights come from the checkpoint and the test set is read "
+                             "in order"},
+    {"--steps", CMD_TRAIN | CMD_EVALUATE, 0, "predict reads the whole test set (or --limit "
+                                             "examples)"},
+    {"--max-steps", CMD_TRAIN, 0, "evaluate takes --steps batches"},
+    {"--epochs", CMD_TRAIN, 0, "evaluate takes --steps batches"},
+    {"--train-batch-size", CMD_TRAIN, 0, "evaluate uses --eval-batch-size, predict "
+                                         "--predict-batch-size"},
+    {"--eval-batch-size", CMD_TRAIN | CMD_EVALUATE, 0, "predict uses --predict-batch-size"},
+    {"--per-host-input-for-training", CMD_TRAIN, 0, "it is the training input's mode"},
+    {"--eval-training-input-configuration", CMD_TRAIN | CMD_EVALUATE, 0,
+     "it is the evaluation input's mode"},
+    {"--save-checkpoints-steps", CMD_TRAIN, 0, "only training writes checkpoints"},
+    {"--keep-checkpoint-max", CMD_TRAIN, 0, "only training writes checkpoints"},
+    {"--log-step-count-steps", CMD_TRAIN, 0, "it paces the training log"},
+    {"--host-call-every-n-steps", CMD_TRAIN, 0, "host calls run on training steps"},
+    {"--initial-infeed-sleep-secs", CMD_TRAIN, 0, "it delays the training input"},
+    {"--strict-input", CMD_TRAIN, 0, "it is about a training input that ends early"},
+};
+
+static unsigned cmd_bit(const char *cmd)
+{
+    return !strcmp(cmd, "train") ? CMD_TRAIN : !strcmp(cmd, "evaluate") ? CMD_EVALUATE
+                                                                         : CMD_PREDICT;
+}
+
+static const struct option_rule *option_rule(const char *name)
+{
+    for (size_t i = 0; i < sizeof option_rules / sizeof option_rules[0]; i++)
+        if (!strcmp(option_rules[i].name, name))
+            return &option_rules[i];
+    return NULL;
+}
+
+/* Whether option `name` belongs to o->cmd; if not, prints why. */
+static int check_scope(const struct train_opts *o, const char *name)
+{
+    const struct option_rule *r = option_rule(name);
+    if (!r || !r->cmds || (r->cmds & cmd_bit(o->cmd)))
+        return 0;
+    char owners[64] = "";
+    static const char *const cmd_names[] = {"train", "evaluate", "predict"};
+    for (unsigned b = 0; b < 3; b++)
+        if (r->cmds & (1u << b))
+            snprintf(owners + strlen(owners), sizeof owners - strlen(owners), "%s'tpusim %s'",
+                     owners[0] ? " and " : "", cmd_names[b]);
+    return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s belongs to %s, not to 'tpusim %s' (%s); "
+                          "leave it out", name, owners, o->cmd, r->why);
+}
+
+/* Whether value v of option `name` is within the option's length; if not, prints the limit. */
+static int check_length(const struct train_opts *o, const char *name, const char *v)
+{
+    const struct option_rule *r = option_rule(name);
+    size_t max = r && r->max_chars ? r->max_chars : OPT_TEXT_MAX, n = strlen(v);
+    if (n > max)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '%.40s...' is %zu characters long; it "
+                              "takes at most %zu%s", name, v, n, max,
+                              max == OPT_TEXT_MAX ? "" : ": give a shorter path (a relative "
+                              "one, or through a symbolic link)");
+    if (n == 0)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '' is empty: give it a value, or leave "
+                              "the option out", name);
+    return 0;
+}
+
+/* Copies the value of a string option (its length is checked already). */
+static void set_text(char *dst, size_t cap, const char *v)
+{
+    snprintf(dst, cap, "%s", v);
+}
 
 static const char *const usage_text =
     "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
     "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
     "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
+    "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
+    "the others to all three. evaluate and predict need --model-dir with a checkpoint.\n"
     "\n"
     "chip and device\n"
-    "  --chip NAME|FILE              chip preset or JSON file (default tpu-v3)\n"
+    "  --chip NAME|FILE              chip preset or JSON file (default tpu-v3); training needs\n"
+    "                                a bf16 matrix unit (tpu-v1's is int8 only)\n"
     "  --chips N                     chips on the host (default: the chip's chips_per_host)\n"
     "  --cores-per-replica N         model parallelism (default 1)\n"
     "  --threads N                   host threads simulating the cores (default: all CPUs)\n"
-    "  --timing-only                 count cycles, compute no values (train only)\n"
+    "  --timing-only                 [train] count cycles, compute no values (no evaluation)\n"
     "  --trace FILE                  write the timeline (Chrome trace JSON, opens in Perfetto)\n"
     "  --backend native|rtl          matrix units in C (default), or every matmul on the\n"
     "                                Verilated RTL array (small MXUs only, e.g. --chip tiny)\n"
@@ -59,28 +177,39 @@ static const char *const usage_text =
     "                                12 KB per cycle of an 8x8 array: use a few --steps\n"
     "model and data\n"
     "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
-    "  --optimizer adam|sgd          (default adam, learning rate 0.001; sgd: with momentum)\n"
-    "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X\n"
+    "  --optimizer adam|sgd          [train] default adam (learning rate 0.001); sgd: momentum\n"
+    "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X   [train]\n"
     "  --passes 1|3|6                matmul precision: bf16 inputs (default), or fp32 in passes\n"
     "  --data DIR                    Fashion-MNIST files (default: the Debian package's path)\n"
-    "  --seed N                      initialization and shuffling (default 1)\n"
-    "  --reference                   also train the same model in fp32 on the host and compare\n"
+    "  --seed N                      [train] initialization and shuffling (default 1)\n"
+    "  --reference                   [train] also train the same model in fp32 on the host\n"
+    "                                and compare\n"
+    "  --no-eval                     [train] do not evaluate after training\n"
     "TPUConfig / RunConfig\n"
-    "  --steps N | --max-steps N | --epochs X   how long to train (default 1 epoch)\n"
+    "  --steps N                     [train, evaluate] train N steps; evaluate N batches of\n"
+    "                                --eval-batch-size (default: the whole test set)\n"
+    "  --max-steps N | --epochs X    [train] train up to global step N, or X epochs (default 1)\n"
     "  --iterations-per-loop N|Ns|Nm|Nh   steps per launch, or simulated time per launch\n"
-    "  --train-batch-size N  --eval-batch-size N  --predict-batch-size N   (global; 512)\n"
-    "  --per-host-input-for-training PER_SHARD_V1|PER_HOST_V1|PER_HOST_V2|BROADCAST\n"
-    "  --eval-training-input-configuration PER_HOST_V1|SLICED\n"
-    "  --model-dir DIR               checkpoints (safetensors) and metrics.jsonl\n"
-    "  --save-checkpoints-steps N  --keep-checkpoint-max N  --log-step-count-steps N\n"
-    "  --host-call-every-n-steps N  --initial-infeed-sleep-secs X  --strict-input\n"
+    "  --train-batch-size N          [train] global batch (default 512, as the next two)\n"
+    "  --eval-batch-size N           [train, evaluate]\n"
+    "  --predict-batch-size N        [predict]\n"
+    "  --per-host-input-for-training PER_SHARD_V1|PER_HOST_V1|PER_HOST_V2|BROADCAST   [train]\n"
+    "  --eval-training-input-configuration PER_HOST_V1|SLICED   [train, evaluate]\n"
+    "  --model-dir DIR               checkpoints (safetensors) and metrics.jsonl; at most\n"
+    "                                511 characters\n"
+    "  --save-checkpoints-steps N  --keep-checkpoint-max N  --log-step-count-steps N   [train]\n"
+    "  --host-call-every-n-steps N  --initial-infeed-sleep-secs X  --strict-input   [train]\n"
     "  --host-time modeled|measured  how host phases are charged (default modeled)\n"
     "output\n"
     "  --verbose 0|1|2               0 silent, 1 progress bar (default), 2 a line per epoch\n"
     "  --json                        machine-readable summary\n"
-    "  --config FILE.json            options from a file\n"
-    "  --limit N                     predict: only the first N test examples\n"
-    "  --output FILE.npy             predict: write the logits\n";
+    "  --config FILE.json            options from a file: {\"steps\": 100, \"json\": true};\n"
+    "                                the keys are these options' names with '_' for '-'\n"
+    "  --limit N                     [predict] only the first N test examples\n"
+    "  --output FILE.npy             [predict] write the logits\n"
+    "  --help                        this text\n"
+    "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
+    "any work: their directory must exist and be writable.\n";
 
 /* ---- option parsing ------------------------------------------------------------------------ */
 
@@ -134,14 +263,21 @@ static int parse_layers(struct train_opts *o, const char *v)
     return 0;
 }
 
+/* An option with a value. Returns 1 if `name` is not one, else 0 or an exit code (the error
+ * printed). */
 static int set_option(struct train_opts *o, const char *name, const char *v)
 {
     double x = 0;
     uint32_t u = 0;
     struct tpu_diag d = {0};
     int rc = 0;
+    /* an option of the table is checked before its value is parsed; any other after (its
+     * value has no effect then: an error ends the command) */
+    const struct option_rule *rule = option_rule(name);
+    if (rule && ((rc = check_length(o, name, v)) || (rc = check_scope(o, name))))
+        return rc;
     if (!strcmp(name, "--chip"))
-        o->chip = v;
+        set_text(o->chip, sizeof o->chip, v);
     else if (!strcmp(name, "--chips"))
         rc = parse_u32(o, name, v, 1, 4096, &o->chips);
     else if (!strcmp(name, "--cores-per-replica"))
@@ -149,14 +285,14 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
     else if (!strcmp(name, "--threads"))
         rc = parse_u32(o, name, v, 1, 256, &o->threads);
     else if (!strcmp(name, "--trace"))
-        o->trace = v;
+        set_text(o->trace, sizeof o->trace, v);
     else if (!strcmp(name, "--backend")) {
         if (!strcmp(v, "native") || !strcmp(v, "rtl"))
             o->rtl = !strcmp(v, "rtl");
         else
             rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend '%s' is not native or rtl", v);
     } else if (!strcmp(name, "--vcd"))
-        o->vcd = v;
+        set_text(o->vcd, sizeof o->vcd, v);
     else if (!strcmp(name, "--layers"))
         rc = parse_layers(o, v);
     else if (!strcmp(name, "--optimizer")) {
@@ -189,7 +325,7 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
             rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--passes %s is not 1, 3 or 6", v);
         o->spec.passes = u;
     } else if (!strcmp(name, "--data"))
-        o->data = v;
+        set_text(o->data, sizeof o->data, v);
     else if (!strcmp(name, "--seed"))
         rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_MAX, &o->rc.seed);
     else if (!strcmp(name, "--steps"))
@@ -220,7 +356,7 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
             rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--eval-training-input-configuration '%s'"
                                 " is not PER_HOST_V1 or SLICED", v);
     } else if (!strcmp(name, "--model-dir"))
-        snprintf(o->rc.model_dir, sizeof o->rc.model_dir, "%s", v);
+        set_text(o->rc.model_dir, sizeof o->rc.model_dir, v);
     else if (!strcmp(name, "--save-checkpoints-steps"))
         rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->rc.save_checkpoints_steps);
     else if (!strcmp(name, "--keep-checkpoint-max"))
@@ -245,32 +381,42 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
     else if (!strcmp(name, "--limit"))
         rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->limit);
     else if (!strcmp(name, "--output"))
-        o->output = v;
+        set_text(o->output, sizeof o->output, v);
     else
         return 1; /* not an option with a value */
+    if (!rc && !rule)
+        rc = check_length(o, name, v);
     return rc;
 }
 
-static int set_flag(struct train_opts *o, const char *name)
+/* A true/false option: on from the command line, on or off from a config file. Returns 1 if
+ * `name` is not one. */
+static int set_flag(struct train_opts *o, const char *name, bool on)
 {
     if (!strcmp(name, "--json"))
-        o->json = true;
+        o->json = on;
     else if (!strcmp(name, "--reference"))
-        o->reference = true;
+        o->reference = on;
     else if (!strcmp(name, "--strict-input"))
-        o->rc.strict_input = true;
+        o->rc.strict_input = on;
     else if (!strcmp(name, "--timing-only"))
-        o->timing_only = true;
+        o->timing_only = on;
     else if (!strcmp(name, "--no-eval"))
-        o->no_eval = true;
+        o->no_eval = on;
     else
         return 1;
     return 0;
 }
 
-/* Options from a JSON object: "learning_rate": 0.1 means --learning-rate 0.1. */
+/* Options from a JSON object: "learning_rate": 0.1 means --learning-rate 0.1, "json": true
+ * means --json (false: off). The values are copied into o (set_option) before the JSON is
+ * freed. */
 static int load_config(struct train_opts *o, const char *path)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--config '%s' is a directory; give a JSON "
+                              "file of options, e.g. {\"steps\": 100, \"chip\": \"tiny\"}", path);
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root)
@@ -286,40 +432,56 @@ static int load_config(struct train_opts *o, const char *path)
     json_t *val;
     json_object_foreach(root, key, val)
     {
-        char name[96], text[512];
+        char name[96], text[64];
+        if (strlen(key) > 60 || !strcmp(key, "help")) {
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%.60s'; the keys "
+                                "are the long options of 'tpusim %s --help' with '_' for '-'",
+                                path, key, o->cmd);
+            goto out;
+        }
         snprintf(name, sizeof name, "--%s", key);
         for (char *c = name + 2; *c; c++)
             if (*c == '_')
                 *c = '-';
-        if (json_is_true(val) || json_is_false(val)) {
-            if (set_flag(o, name)) {
-                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is not a true/false "
-                                    "option", path, key);
+        if (!strcmp(name, "--config")) {
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: 'config': a config file cannot name "
+                                "another; put the options of both in one file", path);
+            goto out;
+        }
+        if (json_is_boolean(val)) {
+            int r = set_flag(o, name, json_is_true(val));
+            if (r == 1) {
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is not a true/false option; "
+                                    "give it the value it takes on the command line (see "
+                                    "'tpusim %s --help')", path, key, o->cmd);
                 goto out;
             }
-            if (json_is_false(val)) {
-                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s': false is the default; "
-                                    "leave the key out", path, key);
+            if ((rc = check_scope(o, name)))
                 goto out;
-            }
             continue;
         }
+        const char *v = text;
         if (json_is_integer(val))
             snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
         else if (json_is_real(val))
             snprintf(text, sizeof text, "%.17g", json_real_value(val));
         else if (json_is_string(val))
-            snprintf(text, sizeof text, "%s", json_string_value(val));
+            v = json_string_value(val); /* whole: jansson rejects \u0000 by default */
         else {
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string or "
-                                "true", path, key);
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string, "
+                                "true or false", path, key);
             goto out;
         }
-        int r = set_option(o, name, text);
+        int r = set_option(o, name, v);
         if (r == 1) {
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys are "
-                                "the long options of 'tpusim %s --help' with '_' for '-'",
-                                path, key, o->cmd);
+            /* a flag given a value, or no option at all (o is not used after an error) */
+            if (set_flag(o, name, true) == 0)
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is a true/false option: "
+                                    "give it true or false", path, key);
+            else
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys "
+                                    "are the long options of 'tpusim %s --help' with '_' for "
+                                    "'-'", path, key, o->cmd);
             goto out;
         }
         if (r) {
@@ -334,7 +496,7 @@ out:
 
 static int parse_args(int argc, char **argv, struct train_opts *o)
 {
-    o->chip = "tpu-v3";
+    set_text(o->chip, sizeof o->chip, "tpu-v3");
     o->verbose = 1;
     tpu_mlp_default_spec(&o->spec);
     o->spec.optimizer = TPU_OPT_ADAM; /* Keras's defaults: Adam, learning rate 0.001 */
@@ -349,12 +511,26 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
             fputs(usage_text, stdout);
             return -1;
         }
-        if (!set_flag(o, a))
+        if (strncmp(a, "--", 2) != 0) {
+            const bool after_flag = i > 1 && !set_flag(o, argv[i - 1], true);
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "'%s' is not an option (options start "
+                                  "with --)%s%s%s", a, after_flag ? "; " : "",
+                                  after_flag ? argv[i - 1] : "",
+                                  after_flag ? " takes no value: it is on when given" : "");
+        }
+        int rc;
+        if (!set_flag(o, a, true)) {
+            if ((rc = check_scope(o, a)))
+                return rc;
             continue;
+        }
         if (i + 1 >= argc)
             return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "option '%s' needs a value (or is "
                                   "unknown: see 'tpusim %s --help')", a, o->cmd);
-        int rc = !strcmp(a, "--config") ? load_config(o, argv[i + 1]) : set_option(o, a, argv[i + 1]);
+        if (!strcmp(a, "--config"))
+            rc = check_length(o, a, argv[i + 1]) ? TPU_CLI_USAGE : load_config(o, argv[i + 1]);
+        else
+            rc = set_option(o, a, argv[i + 1]);
         if (rc == 1)
             return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "unknown option '%s'; run 'tpusim %s "
                                   "--help' for the list", a, o->cmd);
@@ -366,16 +542,13 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
     if (given > 1)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give one of --steps, --max-steps and "
                               "--epochs");
-    if ((o->output || o->limit) && strcmp(o->cmd, "predict"))
-        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--output and --limit belong to 'tpusim "
-                              "predict'");
     if (strcmp(o->cmd, "train") && !o->rc.model_dir[0])
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give --model-dir: '%s' reads the "
                               "checkpoint a 'tpusim train --model-dir DIR' wrote", o->cmd);
-    if (o->timing_only && (o->reference || strcmp(o->cmd, "train")))
+    if (o->timing_only && o->reference)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--timing-only computes no values: it "
                               "goes with 'tpusim train' without --reference");
-    if (o->vcd && !o->rtl)
+    if (o->vcd[0] && !o->rtl)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
                               "it goes with --backend rtl");
     if (o->rtl) {
@@ -472,7 +645,7 @@ static int setup_rtl(struct run *r, struct tpu_device_settings *s)
                               "matrix units: %s; choose a chip whose MXU has one of those "
                               "shapes (e.g. --chip tiny)", c->name, c->mxu_rows, c->mxu_cols,
                               d.msg);
-    if (r->o.vcd && tpu_mxu_rtl_provider_trace_open(r->rtl, 0, r->o.vcd, &d))
+    if (r->o.vcd[0] && tpu_mxu_rtl_provider_trace_open(r->rtl, 0, r->o.vcd, &d))
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--vcd: %s", d.msg);
     s->mxu = tpu_mxu_rtl_provider_get(r->rtl);
     return 0;
@@ -500,17 +673,60 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
 #endif
 }
 
+/* What can be known before any work: the chip can run the subcommand, every output path
+ * can be written, and evaluate and predict have a checkpoint to read (TPUEstimator's rule:
+ * no evaluating or predicting with the untrained initial weights). */
+static int preflight(struct run *r)
+{
+    const struct train_opts *o = &r->o;
+    const char *cmd = o->cmd;
+    struct tpu_diag d = {0};
+    int rc;
+    if (tpu_config_load(o->chip, &r->chip, &d))
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    const bool train = !strcmp(cmd, "train");
+    if (train && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "chip '%s' cannot train: its matrix unit "
+                              "multiplies int8 only (an inference chip), and training needs a "
+                              "chip whose matrix unit takes bf16 (tpu-v2 and later, or tiny); "
+                              "train on one of those (e.g. --chip tpu-v2), then evaluate or "
+                              "predict its checkpoint on %s with --int8", r->chip.name,
+                              r->chip.name);
+    if ((o->trace[0] && (rc = tpu__cli_check_output_file(cmd, "--trace", o->trace))) ||
+        (o->output[0] && (rc = tpu__cli_check_output_file(cmd, "--output", o->output))) ||
+        (o->vcd[0] && (rc = tpu__cli_check_output_file(cmd, "--vcd", o->vcd))))
+        return rc;
+    const char *md = o->rc.model_dir;
+    if (train)
+        return md[0] ? tpu__cli_check_output_dir(cmd, "--model-dir", md) : 0;
+    struct stat st;
+    if (stat(md, &st) == 0 && !S_ISDIR(st.st_mode))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--model-dir '%s' is a file, not a directory; "
+                              "give the directory a 'tpusim train --model-dir DIR' wrote", md);
+    rc = tpu_checkpoint_latest(md, NULL, NULL, 0, &d);
+    if (rc == TPU_ENOTFOUND)
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "could not find a trained model in model_dir "
+                              "'%s' (%s); 'tpusim %s' reads the latest checkpoint that 'tpusim "
+                              "train --model-dir %s' writes: train first, or give the model_dir "
+                              "of a trained model", md, stat(md, &st) != 0 ? "no such directory"
+                              : "no checkpoint in it", cmd, md);
+    if (rc)
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "--model-dir '%s': %s", md, d.msg);
+    return 0;
+}
+
 static int setup(struct run *r, bool need_train_data)
 {
     struct tpu_diag d = {0};
-    int rc;
     const char *cmd = r->o.cmd;
-    if (tpu_config_load(r->o.chip, &r->chip, &d))
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    int rc = preflight(r);
+    if (rc)
+        return rc;
+    const char *data = r->o.data[0] ? r->o.data : NULL; /* NULL: the Debian package's path */
     r->o.spec.sizes[0] = 784;
     r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
-    if ((need_train_data && tpu_dataset_fashion_mnist(r->o.data, true, &r->train, &d)) ||
-        tpu_dataset_fashion_mnist(r->o.data, false, &r->test, &d))
+    if ((need_train_data && tpu_dataset_fashion_mnist(data, true, &r->train, &d)) ||
+        tpu_dataset_fashion_mnist(data, false, &r->test, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &r->chip);
@@ -519,7 +735,7 @@ static int setup(struct run *r, bool need_train_data)
     s.cores_per_replica = r->o.rc.num_cores_per_replica;
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
-    s.trace = r->o.trace != NULL;
+    s.trace = r->o.trace[0] != '\0';
     if (r->o.rtl && (rc = setup_rtl(r, &s)))
         return rc;
     if (tpu_device_open(&s, &r->dev, &d))
@@ -554,7 +770,7 @@ static void teardown(struct run *r)
 static int write_trace(struct run *r)
 {
     struct tpu_diag d = {0};
-    if (r->o.trace && tpu_device_write_trace(r->dev, r->o.trace, &d))
+    if (r->o.trace[0] && tpu_device_write_trace(r->dev, r->o.trace, &d))
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
     return 0;
 }
@@ -678,7 +894,7 @@ static int cmd_train(struct run *r)
         printf("  RTL backend        %u Verilated %ux%u arrays ran %llu weight tiles in %llu "
                "clock cycles%s%s\n", units, r->chip.mxu_rows, r->chip.mxu_cols,
                (unsigned long long)tiles, (unsigned long long)cycles,
-               o->vcd ? "; waveform of core 0's array in " : "", o->vcd ? o->vcd : "");
+               o->vcd[0] ? "; waveform of core 0's array in " : "", o->vcd);
     }
     return 0;
 }
@@ -692,7 +908,8 @@ static int cmd_evaluate(struct run *r)
     struct tpu__dataset_input tin;
     tpu__dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct tpu_eval_result ev;
-    rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &ev, &d);
+    /* TPUEstimator's steps: that many batches of eval_batch_size (0: the whole test set) */
+    rc = tpu_estimator_evaluate(r->est, &tin.input, r->o.steps, &ev, &d);
     tpu__dataset_input_free(&tin);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
@@ -743,25 +960,42 @@ static int cmd_predict(struct run *r)
     struct tpu__dataset_input tin;
     tpu__dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
-    p.out = r->o.output ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
+    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
     uint64_t n = 0;
     rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
     tpu__dataset_input_free(&tin);
     if (!rc && d.msg[0] && !r->o.json)
         fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
-    if (!rc && r->o.output)
+    if (!rc && r->o.output[0])
         rc = tpu__npy_write(r->o.output, TPU__NPY_F32, n, p.cols, p.out, &d);
     free(p.out);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if ((rc = write_trace(r)))
+        return rc;
     if (r->o.json)
         printf("{\"predictions\": %llu, \"accuracy\": %.6f}\n", (unsigned long long)n,
                n ? (double)p.correct / n : 0);
     else
         printf("tpusim predict: %llu predictions (one per example; accuracy %.2f %%)%s%s\n",
                (unsigned long long)n, n ? 100.0 * p.correct / n : 0,
-               r->o.output ? ", logits in " : "", r->o.output ? r->o.output : "");
+               r->o.output[0] ? ", logits in " : "", r->o.output);
     return 0;
+}
+
+int tpu__cli_train_check_config(const char *cmd, const char *path)
+{
+    if (!cmd || (strcmp(cmd, "train") && strcmp(cmd, "evaluate") && strcmp(cmd, "predict")))
+        return tpu__cli_error(cmd ? cmd : "train", TPU_CLI_USAGE, "'%s' is not train, evaluate "
+                              "or predict", cmd ? cmd : "(null)");
+    if (!path)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--config needs a file");
+    struct train_opts o;
+    memset(&o, 0, sizeof o);
+    o.cmd = cmd;
+    char *argv[] = {(char *)cmd, (char *)"--config", (char *)path};
+    int rc = parse_args(3, argv, &o);
+    return rc < 0 ? TPU_CLI_OK : rc;
 }
 
 int tpu__cli_train(int argc, char **argv)

@@ -1,10 +1,14 @@
-/* Helpers shared by the subcommands: error printing and strict number parsing. */
+/* Helpers shared by the subcommands: error printing, strict number parsing, and checks that
+ * an output path can be written before any work is done. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -60,4 +64,98 @@ double tpu__cli_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The directory part of path ("." for a bare name), in dir (cap bytes); false if too long. */
+static bool parent_dir(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return snprintf(dir, cap, ".") < (int)cap;
+    size_t n = slash == path ? 1 : (size_t)(slash - path); /* "/x": the root */
+    if (n >= cap)
+        return false;
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return true;
+}
+
+/* Whether dir is an existing directory the process may create files in; if not, prints why
+ * for option opt's value `value`. */
+static int check_writable_dir(const char *cmd, const char *opt, const char *value,
+                              const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno == ENOENT)
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s': the directory '%s' does not "
+                                  "exist; create it first (mkdir -p '%s') or give another path",
+                                  opt, value, dir, dir);
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s': the directory '%s' cannot be used: "
+                              "%s", opt, value, dir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s': '%s' is not a directory, so "
+                              "nothing can be written under it; give another path", opt, value,
+                              dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s': the directory '%s' is not writable "
+                              "(%s); give a path in a directory you can write", opt, value, dir,
+                              strerror(errno));
+    return 0;
+}
+
+int tpu__cli_check_output_file(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s' is a directory; give the name of "
+                                  "a file to write, e.g. '%s/%s'", opt, path, path,
+                                  !strcmp(opt, "--output") ? "logits.npy" :
+                                  !strcmp(opt, "--vcd") ? "mxu.vcd" : "trace.json");
+        if (access(path, W_OK) != 0)
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s' exists and is not writable (%s); "
+                                  "give another file", opt, path, strerror(errno));
+    } else if (errno != ENOENT) {
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s' cannot be written: %s", opt, path,
+                              strerror(errno));
+    }
+    char dir[4096];
+    if (!parent_dir(path, dir, sizeof dir))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%.40s...' is longer than %zu characters",
+                              opt, path, sizeof dir - 1);
+    return check_writable_dir(cmd, opt, path, dir);
+}
+
+int tpu__cli_check_output_dir(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s' is a file, not a directory; give "
+                                  "a directory (it is created if missing)", opt, path);
+        return check_writable_dir(cmd, opt, path, path);
+    }
+    if (errno != ENOENT)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s' cannot be used: %s", opt, path,
+                              strerror(errno));
+    /* missing: it will be created with its missing parents, in the nearest one that exists */
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%.40s...' is longer than %zu characters",
+                              opt, path, sizeof dir - 1);
+    for (;;) {
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') /* "a/b/" is "a/b" */
+            dir[--n] = '\0';
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else
+            slash[slash == dir ? 1 : 0] = '\0';
+        if (stat(dir, &st) == 0 || errno != ENOENT || !strcmp(dir, ".") || !strcmp(dir, "/"))
+            break;
+    }
+    return check_writable_dir(cmd, opt, path, dir);
 }

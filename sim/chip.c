@@ -180,6 +180,7 @@ void tpu_device_close(struct tpu_device **pdev)
     free(dev->workers);
     tpu__trace_free(&dev->host_trace);
     free(dev->host_names);
+    free(dev->op_labels);
     free(dev->groups);
     free(dev->cores);
     free(dev->place);
@@ -340,6 +341,10 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
     rc = clone_program(prog, &copy, d);
     if (rc)
         return rc;
+    if ((rc = tpu__trace_program(dev, copy, d))) {
+        tpu_program_destroy(&copy);
+        return rc;
+    }
     free_core_buffers(dev);
     tpu_program_destroy(&dev->prog);
     free(dev->place);

@@ -46,10 +46,13 @@ struct feed {
     uint64_t pushes, pops;
 };
 
+#define TPU__TRACE_LABEL_MAX 80 /* an opcode's name, a space, a buffer's name (48) */
+
 /* A trace event: a unit busy from start to end. */
 struct trace_event {
     uint64_t start, end;
-    uint32_t op;   /* op index, or UINT32_MAX for a host event */
+    uint32_t op;   /* index into the device's op_labels (the log's op_base plus the op's index
+                      in its program), or UINT32_MAX for a host transfer */
     uint8_t unit;  /* enum tpu_unit */
     uint8_t kind;  /* 0 compute, 1 dma in, 2 dma out, 3 stall */
 };
@@ -62,6 +65,8 @@ struct trace_counter {
 struct trace_log {
     struct trace_event *events;
     size_t n, cap;
+    uint32_t op_base;   /* added to the op index of each event recorded: the first label of the
+                           loaded program in the device's op_labels (0 for the host's log) */
     struct trace_counter *counters;
     size_t n_counters, cap_counters;
 };
@@ -143,6 +148,13 @@ struct tpu_device {
                                     field indexes host_names */
     char (*host_names)[32];
     size_t n_host_names, cap_host_names;
+
+    /* The label of every op of every program loaded while tracing ("matmul h1"), so that the
+     * events recorded under a program keep their names after another program replaces it
+     * (train, then evaluate). A program whose labels equal the previous one's reuses them. */
+    char (*op_labels)[TPU__TRACE_LABEL_MAX];
+    size_t n_op_labels, cap_op_labels;
+    size_t last_labels_base, last_labels_n; /* the labels of the last program loaded */
 };
 
 /* chip_exec.c: runs core c from its pc until it finishes (returns 1), blocks (returns 0,
@@ -165,6 +177,10 @@ int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *da
                           uint64_t *end_cycle, int *err);
 
 /* trace.c */
+/* Records the op labels of prog, about to be loaded, and points every core's log at them.
+ * Does nothing when the device does not trace. Returns 0 or TPU_ENOMEM (message in d). */
+int tpu__trace_program(struct tpu_device *dev, const struct tpu_program *prog,
+                       struct tpu_diag *d);
 void tpu__trace_event(struct trace_log *t, uint8_t unit, uint8_t kind, uint32_t op,
                       uint64_t start, uint64_t end);
 void tpu__trace_counter(struct trace_log *t, uint64_t cycle, uint32_t infeed_depth,

@@ -5,7 +5,11 @@
  * core ("core 1 mxu"), complete events ("ph":"X") with times in microseconds of device time
  * at the chip clock, counter events ("ph":"C") for each core's queue depths, and a "host"
  * process for the host's loop phases. Recording appends to growable arrays; an allocation
- * failure drops the event and counts it, never stops the simulation. */
+ * failure drops the event and counts it, never stops the simulation.
+ *
+ * An event names its op by an index into the device's op labels, which keep the label of
+ * every op of every program loaded while tracing: a run that trains, then evaluates (another
+ * program), writes one timeline of both, each op under its own program's name. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +29,58 @@ void tpu__trace_event(struct trace_log *t, uint8_t unit, uint8_t kind, uint32_t 
         t->events = e;
         t->cap = cap;
     }
-    t->events[t->n++] = (struct trace_event){.start = start, .end = end, .op = op,
+    t->events[t->n++] = (struct trace_event){.start = start, .end = end,
+                                             .op = op == UINT32_MAX ? op : t->op_base + op,
                                              .unit = unit, .kind = kind};
+}
+
+/* The label of op i of p: its opcode and its first output (or input) buffer. */
+static void program_op_label(const struct tpu_program *p, size_t i, char *buf, size_t n)
+{
+    const struct tpu_op *o = tpu_program_op(p, i);
+    const char *first = "";
+    uint32_t b = o->out[0] != TPU_NO_BUF ? o->out[0] : o->in[0];
+    if (b != TPU_NO_BUF)
+        first = tpu_program_buffer(p, b)->name;
+    snprintf(buf, n, "%s%s%s", tpu_opcode_name(o->code), *first ? " " : "", first);
+}
+
+int tpu__trace_program(struct tpu_device *dev, const struct tpu_program *prog,
+                       struct tpu_diag *d)
+{
+    if (!dev->s.trace)
+        return 0;
+    const size_t n_ops = tpu_program_n_ops(prog);
+    char label[TPU__TRACE_LABEL_MAX];
+    /* the same program again (the runtime reloads a mode's program): reuse its labels */
+    bool same = dev->n_op_labels > 0 && dev->last_labels_n == n_ops;
+    for (size_t i = 0; same && i < n_ops; i++) {
+        program_op_label(prog, i, label, sizeof label);
+        same = !strcmp(label, dev->op_labels[dev->last_labels_base + i]);
+    }
+    if (!same) {
+        if (dev->n_op_labels + n_ops > UINT32_MAX - 1)
+            return tpu__fail(d, TPU_ENOMEM, "the trace holds %zu op labels, the most it can "
+                             "hold; open the device again for a new trace", dev->n_op_labels);
+        if (dev->n_op_labels + n_ops > dev->cap_op_labels) {
+            size_t cap = dev->cap_op_labels ? dev->cap_op_labels : 64;
+            while (cap < dev->n_op_labels + n_ops)
+                cap *= 2;
+            char(*l)[TPU__TRACE_LABEL_MAX] = realloc(dev->op_labels, cap * sizeof *l);
+            if (!l)
+                return tpu__fail(d, TPU_ENOMEM, "out of memory keeping the trace's op labels "
+                                 "(%zu)", cap);
+            dev->op_labels = l;
+            dev->cap_op_labels = cap;
+        }
+        dev->last_labels_base = dev->n_op_labels;
+        dev->last_labels_n = n_ops;
+        for (size_t i = 0; i < n_ops; i++)
+            program_op_label(prog, i, dev->op_labels[dev->n_op_labels++], TPU__TRACE_LABEL_MAX);
+    }
+    for (uint32_t ci = 0; ci < dev->n_cores; ci++)
+        dev->cores[ci].trace.op_base = (uint32_t)dev->last_labels_base;
+    return 0;
 }
 
 void tpu__trace_counter(struct trace_log *t, uint64_t cycle, uint32_t infeed_depth,
@@ -83,20 +137,14 @@ int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t sta
 
 static const char *const kind_name[] = {"", "dma in", "dma out", "stall"};
 
-static void op_label(const struct tpu_device *dev, uint32_t op, const struct trace_event *e,
-                     char *buf, size_t n)
+static void op_label(const struct tpu_device *dev, const struct trace_event *e, char *buf,
+                     size_t n)
 {
-    if (op == UINT32_MAX) {
+    if (e->op == UINT32_MAX)
         snprintf(buf, n, "%s", e->unit == TPU_UNIT_INFEED ? "host to device" : "transfer");
-        return;
-    }
-    const struct tpu_op *o = tpu_program_op(dev->prog, op);
-    const char *first = "";
-    uint32_t b = o->out[0] != TPU_NO_BUF ? o->out[0] : o->in[0];
-    if (b != TPU_NO_BUF)
-        first = tpu_program_buffer(dev->prog, b)->name;
-    snprintf(buf, n, "%s%s%s%s%s", tpu_opcode_name(o->code), *first ? " " : "", first,
-             e->kind ? " " : "", kind_name[e->kind & 3]);
+    else
+        snprintf(buf, n, "%s%s%s", e->op < dev->n_op_labels ? dev->op_labels[e->op] : "op",
+                 e->kind ? " " : "", kind_name[e->kind & 3]);
 }
 
 int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struct tpu_diag *d)
@@ -128,10 +176,10 @@ int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struc
                        "\"args\": {\"name\": \"core %u %s\"}}",
                     c->chip, ci * TPU_UNIT_COUNT + (uint32_t)u, ci,
                     tpu_unit_name((enum tpu_unit)u));
-        char label[128];
+        char label[TPU__TRACE_LABEL_MAX + 16];
         for (size_t i = 0; i < c->trace.n; i++) {
             const struct trace_event *e = &c->trace.events[i];
-            op_label(dev, e->op, e, label, sizeof label);
+            op_label(dev, e, label, sizeof label);
             fprintf(f, ",\n{\"ph\": \"X\", \"name\": ");
             /* labels are identifiers and fixed words: no escaping needed */
             fprintf(f, "\"%s\", \"pid\": %u, \"tid\": %u, \"ts\": %.6f, \"dur\": %.6f}", label,

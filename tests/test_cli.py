@@ -355,7 +355,7 @@ def train_errors():
     expect_error(['train', '--optimizer', 'rmsprop'], 2, "--optimizer 'rmsprop'")
     expect_error(['train', '--layers', '512,,256'], 2, "--layers '512,,256'")
     expect_error(['train', '--bogus', '1'], 2, "unknown option '--bogus'")
-    expect_error(['train', '--chip', 'tpu-v1', '--steps', '1'], 1, 'no bf16')
+    expect_error(['train', '--chip', 'tpu-v1', '--steps', '1'], 2, 'int8 only')
     with tempfile.TemporaryDirectory() as d:
         cfg = os.path.join(d, 'c.json')
         with open(cfg, 'w') as f:

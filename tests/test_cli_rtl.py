@@ -103,8 +103,10 @@ def backend_errors():
     expect_error(['train', '--chip', 'tpu-v3', '--backend', 'rtl', '--steps', '1'], 1,
                  "--backend rtl: chip 'tpu-v3' has 128x128 matrix units",
                  'the built shapes are 8x8, 4x4, 4x8, 8x4', '--chip tiny')
-    expect_error(['train', *SMALL, '--backend', 'rtl', '--vcd', '/nonexistent-dir/w.vcd'], 1,
-                 "--vcd: cannot create the waveform file '/nonexistent-dir/w.vcd'")
+    # checked before any work, as every output path
+    expect_error(['train', *SMALL, '--backend', 'rtl', '--vcd', '/nonexistent-dir/w.vcd'], 2,
+                 "--vcd '/nonexistent-dir/w.vcd': the directory '/nonexistent-dir' does not "
+                 "exist")
 
 
 

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""`tpusim train`, `evaluate` and `predict` as a new user drives them: the trace of a whole
+run, output paths checked before any work, config files, option lengths, the options each
+subcommand takes, and refusals that say why and what to do instead.
+
+usage: test_cli_train.py PATH/TO/tpusim
+Prints CMocka-style summary lines so the suite's totals count each case.
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+import cli_harness
+from cli_harness import case, expect_error, main, run
+
+FASHION = '/usr/share/datasets/fashion-mnist'
+
+
+def have_data():
+    if not os.path.isdir(FASHION):
+        print('skipped: Fashion-MNIST is not installed')
+        return False
+    return True
+
+
+@case
+def trace_of_train_then_evaluate_holds_both():
+    # the README's example: the trace is written after the evaluation that follows training,
+    # which runs another program; the training's events keep their own program's names
+    if not have_data():
+        return
+    with tempfile.TemporaryDirectory() as d:
+        t = os.path.join(d, 't.json')
+        run('train', '--chip', 'tiny', '--layers', '16', '--steps', '2', '--trace', t,
+            '--verbose', '0')
+        with open(t) as f:
+            events = json.load(f)['traceEvents']
+        names = {e['name'] for e in events if e['ph'] == 'X'}
+        assert 'adam w0' in names, sorted(names)               # the training program
+        assert 'classify_count counts' in names, sorted(names)  # the evaluation program
+        assert 'outfeed loss' in names, sorted(names)
+
+
+
+# one small trained model, made by the first case that needs it
+_MODEL = {}
+_TMP = tempfile.TemporaryDirectory()
+# relative paths in the cases land in the temporary directory, never in the source tree
+if os.sep in cli_harness.TPUSIM:
+    cli_harness.TPUSIM = os.path.abspath(cli_harness.TPUSIM)
+os.chdir(_TMP.name)
+
+
+def trained_model_dir():
+    if 'dir' not in _MODEL:
+        md = os.path.join(_TMP.name, 'model')
+        run('train', '--chip', 'tiny', '--layers', '8', '--steps', '2', '--model-dir', md,
+            '--no-eval', '--verbose', '0')
+        _MODEL['dir'] = md
+    return _MODEL['dir']
+
+
+@case
+def predict_writes_its_trace():
+    if not have_data():
+        return
+    md = trained_model_dir()
+    with tempfile.TemporaryDirectory() as d:
+        t = os.path.join(d, 'p.json')
+        p = run('predict', '--chip', 'tiny', '--layers', '8', '--model-dir', md, '--limit', '10',
+                '--trace', t)
+        assert '10 predictions' in p.stdout, p.stdout
+        with open(t) as f:
+            names = {e['name'] for e in json.load(f)['traceEvents'] if e['ph'] == 'X'}
+        assert any(n.startswith('matmul') for n in names), sorted(names)
+        assert not any(n.startswith('adam') for n in names), sorted(names)
+
+
+@case
+def output_paths_are_checked_before_any_work():
+    with tempfile.TemporaryDirectory() as d:
+        md = os.path.join(d, 'new-model')
+        missing = os.path.join(d, 'no-such-dir', 't.json')
+        # before any work: training would have made the model_dir and its first checkpoint
+        expect_error(['train', '--chip', 'tiny', '--layers', '8', '--steps', '2', '--model-dir',
+                      md, '--trace', missing], 2,
+                     f"--trace '{missing}': the directory '{os.path.dirname(missing)}' does not "
+                     "exist", 'mkdir -p')
+        assert not os.path.exists(md)
+        expect_error(['train', '--chip', 'tiny', '--steps', '1', '--trace', d], 2,
+                     f"--trace '{d}' is a directory; give the name of a file to write")
+        expect_error(['predict', '--model-dir', md, '--output', d], 2,
+                     f"--output '{d}' is a directory", 'logits.npy')
+        expect_error(['predict', '--model-dir', md, '--output', missing], 2,
+                     f"--output '{missing}': the directory")
+        afile = os.path.join(d, 'a-file')
+        open(afile, 'w').close()
+        expect_error(['train', '--chip', 'tiny', '--steps', '1', '--model-dir', afile], 2,
+                     f"--model-dir '{afile}' is a file, not a directory")
+        expect_error(['train', '--chip', 'tiny', '--steps', '1', '--model-dir',
+                      os.path.join(afile, 'm')], 2, 'Not a directory')
+        expect_error(['train', '--chip', 'tiny', '--steps', '1', '--trace',
+                      os.path.join(afile, 't.json')], 2,
+                     f"--trace '{afile}/t.json' cannot be written: Not a directory")
+        assert not os.path.exists(md)
+
+
+@case
+def config_string_options_are_kept():
+    # several string options in one file: each keeps its own value after the file is closed
+    if not have_data():
+        return
+    with tempfile.TemporaryDirectory() as d:
+        md = os.path.join(d, 'm')
+        cfg = os.path.join(d, 'run.json')
+        with open(cfg, 'w') as f:
+            json.dump({'chip': 'tiny', 'layers': '8,4', 'data': FASHION, 'model_dir': md,
+                       'optimizer': 'sgd', 'iterations_per_loop': '2', 'json': True,
+                       'no_eval': True, 'verbose': 0}, f)
+        out = json.loads(run('train', '--config', cfg, '--steps', '2').stdout)
+        assert out['chip'] == 'tiny' and out['layers'] == '784-8-4-10', out
+        assert os.path.isdir(md) and 'test_accuracy' not in out
+
+
+LONG_PATH = 'a' * 600
+
+
+@case
+def long_values_are_rejected_with_the_limit():
+    expect_error(['train', '--model-dir', LONG_PATH], 2,
+                 '--model-dir', 'is 600 characters long; it takes at most 511')
+    long4k = 'b' * 4001
+    for opt in ('--chip', '--data', '--trace', '--config'):
+        expect_error(['train', opt, long4k], 2, opt, 'is 4001 characters long; it takes at most '
+                     '4000')
+    expect_error(['predict', '--model-dir', 'm', '--output', long4k], 2,
+                 'is 4001 characters long; it takes at most 4000')
+    expect_error(['train', '--layers', '8,' * 200 + '8'], 2,
+                 '--layers', 'is 401 characters long; it takes at most 255')
+    expect_error(['train', '--iterations-per-loop', '1' * 300], 2, 'takes at most 255')
+    expect_error(['train', '--seed', ''], 2, "--seed '' is empty")
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, 'c.json')
+        with open(cfg, 'w') as f:
+            json.dump({'model_dir': LONG_PATH}, f)  # was cut to 511 characters, silently
+        expect_error(['train', '--config', cfg], 2, 'is 600 characters long; it takes at most 511')
+        with open(cfg, 'w') as f:
+            f.write('{"trace": "t\\u0000.json"}')
+        expect_error(['train', '--config', cfg], 2, 'c.json:1:24: \\u0000 is not allowed')
+
+
+@case
+def evaluate_steps_counts_batches():
+    if not have_data():
+        return
+    md = trained_model_dir()
+    ev = json.loads(run('evaluate', '--chip', 'tiny', '--layers', '8', '--model-dir', md,
+                        '--steps', '3', '--json').stdout)
+    assert ev['examples'] == 3 * 512 and ev['global_step'] == 2, ev
+    ev = json.loads(run('evaluate', '--chip', 'tiny', '--layers', '8', '--model-dir', md,
+                        '--steps', '2', '--eval-batch-size', '100', '--json').stdout)
+    assert ev['examples'] == 200, ev
+
+
+@case
+def options_of_other_subcommands_are_refused():
+    expect_error(['evaluate', '--model-dir', 'm', '--epochs', '1'], 2,
+                 "--epochs belongs to 'tpusim train', not to 'tpusim evaluate'", 'leave it out')
+    expect_error(['predict', '--model-dir', 'm', '--steps', '3'], 2,
+                 "--steps belongs to 'tpusim train' and 'tpusim evaluate', not to 'tpusim "
+                 "predict'")
+    expect_error(['evaluate', '--model-dir', 'm', '--no-eval'], 2, '--no-eval belongs to')
+    expect_error(['predict', '--model-dir', 'm', '--learning-rate', '0.1'], 2,
+                 '--learning-rate belongs to')
+    expect_error(['train', '--limit', '10'], 2, "--limit belongs to 'tpusim predict'")
+    expect_error(['evaluate', '--model-dir', 'm', '--timing-only'], 2,
+                 "--timing-only belongs to 'tpusim train'")
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, 'c.json')
+        with open(cfg, 'w') as f:
+            json.dump({'max_steps': 100}, f)
+        expect_error(['evaluate', '--model-dir', 'm', '--config', cfg], 2,
+                     "--max-steps belongs to 'tpusim train'")
+
+
+@case
+def evaluate_and_predict_need_a_checkpoint():
+    with tempfile.TemporaryDirectory() as d:
+        md = os.path.join(d, 'never-trained')
+        for cmd in ('evaluate', 'predict'):
+            expect_error([cmd, '--chip', 'tiny', '--model-dir', md], 1,
+                         f"could not find a trained model in model_dir '{md}' (no such "
+                         "directory)", f"'tpusim train --model-dir {md}'")
+            assert not os.path.exists(md)  # and it was not created
+        empty = os.path.join(d, 'empty')
+        os.mkdir(empty)
+        expect_error(['evaluate', '--chip', 'tiny', '--model-dir', empty], 1,
+                     f"could not find a trained model in model_dir '{empty}' (no checkpoint in "
+                     "it)")
+        assert os.listdir(empty) == []
+
+
+@case
+def tpu_v1_cannot_train():
+    # refused from the options alone: before the data is read (this directory does not exist)
+    expect_error(['train', '--chip', 'tpu-v1', '--steps', '1', '--data', '/nonexistent-dir'], 2,
+                 "chip 'tpu-v1' cannot train: its matrix unit multiplies int8 only",
+                 'tpu-v2 and later', 'on tpu-v1 with --int8')
+
+
+def parser_option_names():
+    """Every option name the train/evaluate/predict parser compares its arguments with."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'host', 'cli_train.c')
+    with open(src) as f:
+        text = f.read()
+    return set(re.findall(r'strcmp\((?:name|a), "(--[a-z0-9-]+)"\)', text))
+
+
+def help_option_names(cmd):
+    return set(re.findall(r'(?<![\w-])(--[a-z0-9][a-z0-9-]*)', run(cmd, '--help').stdout))
+
+
+@case
+def help_lists_every_option_the_parser_takes():
+    parsed = parser_option_names()
+    assert {'--no-eval', '--json', '--config', '--model-dir', '--help'} <= parsed, parsed
+    for cmd in ('train', 'evaluate', 'predict'):
+        shown = help_option_names(cmd)
+        assert parsed - shown == set(), f'not in --help: {sorted(parsed - shown)}'
+        unknown = sorted(shown - parsed)
+        assert not unknown, f'in --help, unknown to the parser: {unknown}'
+
+
+@case
+def config_file_flags_and_messages():
+    if not have_data():
+        return
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, 'c.json')
+        with open(cfg, 'w') as f:
+            json.dump({'json': True, 'no_eval': True, 'reference': False, 'strict_input': False,
+                       'chip': 'tiny', 'layers': '8', 'verbose': 0}, f)
+        out = json.loads(run('train', '--config', cfg, '--steps', '1').stdout)
+        assert out['global_step'] == 1 and 'test_accuracy' not in out, out
+        with open(cfg, 'w') as f:
+            json.dump({'json': True, 'no_eval': False, 'chip': 'tiny', 'layers': '8',
+                       'verbose': 0}, f)
+        out = json.loads(run('train', '--config', cfg, '--steps', '1').stdout)
+        assert out['test_examples'] == 10000, out  # no_eval false: evaluated
+
+
+@case
+def stray_arguments_are_named():
+    expect_error(['train', '--json', 'true'], 2, "'true' is not an option (options start with "
+                 "--); --json takes no value: it is on when given")
+    expect_error(['train', 'tiny'], 2, "'tiny' is not an option (options start with --)")
+
+
+@case
+def config_file_errors():
+    with tempfile.TemporaryDirectory() as d:
+        expect_error(['train', '--config', d], 2, f"--config '{d}' is a directory; give a JSON "
+                     "file of options")
+        cfg = os.path.join(d, 'c.json')
+        for body, needle in (({'json': 1}, "'json' is a true/false option: give it true or "
+                                           "false"),
+                             ({'steps': True}, "'steps' is not a true/false option"),
+                             ({'config': 'other.json'}, "a config file cannot name another"),
+                             ({'colour': 'blue'}, "unknown option 'colour'"),
+                             ({'json': 'true'}, "'json' is a true/false option: give it true "
+                                                "or false"),
+                             ({'steps': [1]}, "'steps' must be a number, a string, true or "
+                                              "false")):
+            with open(cfg, 'w') as f:
+                json.dump(body, f)
+            expect_error(['train', '--config', cfg], 2, needle)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
