@@ -73,35 +73,17 @@ static const struct option_rule {
     {"--iterations-per-loop", 0, OPT_TEXT_MAX, NULL},
     {"--output", CMD_PREDICT, OPT_PATH_MAX, "only predict writes logits"},
     {"--limit", CMD_PREDICT, 0, "evaluate takes --steps batches instead"},
-    {"--predict-batch-size", CMD_PREDICT, 0, "only predict runs prediction batches"},
     {"--timing-only", CMD_TRAIN, 0, "evaluating and predicting compute values"},
     {"--reference", CMD_TRAIN, 0, "the host reference is trained beside the chip"},
     {"--no-eval", CMD_TRAIN, 0, "it skips the evaluation after training"},
-    {"--optimizer", CMD_TRAIN, 0, "the optimizer acts only in training"},
-    {"--learning-rate", CMD_TRAIN, 0, "the optimizer acts only in training"},
-    {"--momentum", CMD_TRAIN, 0, "the optimizer acts only in training"},
-    {"--beta1", CMD_TRAIN, 0, "the optimizer acts only in training"},
-    {"--beta2", CMD_TRAIN, 0, "the optimizer acts only in training"},
-    {"--epsilon", CMD_TRAIN, 0, "the optimizer acts only in training"},
-    {"--l2", CMD_TRAIN, 0, "the optimizer acts only in training"},
-    {"--seed", CMD_TRAIN, 0, "the weights come from the checkpoint and the test set is read "
-                             "in order"},
     {"--steps", CMD_TRAIN | CMD_EVALUATE, 0, "predict reads the whole test set (or --limit "
                                              "examples)"},
     {"--max-steps", CMD_TRAIN, 0, "evaluate takes --steps batches"},
     {"--epochs", CMD_TRAIN, 0, "evaluate takes --steps batches"},
-    {"--train-batch-size", CMD_TRAIN, 0, "evaluate uses --eval-batch-size, predict "
-                                         "--predict-batch-size"},
-    {"--eval-batch-size", CMD_TRAIN | CMD_EVALUATE, 0, "predict uses --predict-batch-size"},
-    {"--per-host-input-for-training", CMD_TRAIN, 0, "it is the training input's mode"},
-    {"--eval-training-input-configuration", CMD_TRAIN | CMD_EVALUATE, 0,
-     "it is the evaluation input's mode"},
-    {"--save-checkpoints-steps", CMD_TRAIN, 0, "only training writes checkpoints"},
-    {"--keep-checkpoint-max", CMD_TRAIN, 0, "only training writes checkpoints"},
-    {"--log-step-count-steps", CMD_TRAIN, 0, "it paces the training log"},
-    {"--host-call-every-n-steps", CMD_TRAIN, 0, "host calls run on training steps"},
-    {"--initial-infeed-sleep-secs", CMD_TRAIN, 0, "it delays the training input"},
-    {"--strict-input", CMD_TRAIN, 0, "it is about a training input that ends early"},
+    /* The estimator's constructor arguments (TPUConfig, RunConfig, batch sizes, the model's
+     * hyperparameters) belong to every subcommand, as TPUEstimator takes them all whatever
+     * it is asked to do next: one command line or config file serves train, evaluate and
+     * predict. Those that a subcommand does not use are accepted and have no effect. */
 };
 
 static unsigned cmd_bit(const char *cmd)
@@ -161,7 +143,8 @@ static const char *const usage_text =
     "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
     "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
     "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
-    "the others to all three. evaluate and predict need --model-dir with a checkpoint.\n"
+    "the others to all three (as TPUEstimator's constructor arguments do: those a subcommand\n"
+    "does not use have no effect). evaluate and predict need --model-dir with a checkpoint.\n"
     "\n"
     "chip and device\n"
     "  --chip NAME|FILE              chip preset or JSON file (default tpu-v3); training needs\n"
@@ -177,11 +160,11 @@ static const char *const usage_text =
     "                                12 KB per cycle of an 8x8 array: use a few --steps\n"
     "model and data\n"
     "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
-    "  --optimizer adam|sgd          [train] default adam (learning rate 0.001); sgd: momentum\n"
-    "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X   [train]\n"
+    "  --optimizer adam|sgd          default adam (learning rate 0.001); sgd: momentum\n"
+    "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X\n"
     "  --passes 1|3|6                matmul precision: bf16 inputs (default), or fp32 in passes\n"
     "  --data DIR                    Fashion-MNIST files (default: the Debian package's path)\n"
-    "  --seed N                      [train] initialization and shuffling (default 1)\n"
+    "  --seed N                      initialization and shuffling (default 1)\n"
     "  --reference                   [train] also train the same model in fp32 on the host\n"
     "                                and compare\n"
     "  --no-eval                     [train] do not evaluate after training\n"
@@ -190,15 +173,15 @@ static const char *const usage_text =
     "                                --eval-batch-size (default: the whole test set)\n"
     "  --max-steps N | --epochs X    [train] train up to global step N, or X epochs (default 1)\n"
     "  --iterations-per-loop N|Ns|Nm|Nh   steps per launch, or simulated time per launch\n"
-    "  --train-batch-size N          [train] global batch (default 512, as the next two)\n"
-    "  --eval-batch-size N           [train, evaluate]\n"
-    "  --predict-batch-size N        [predict]\n"
-    "  --per-host-input-for-training PER_SHARD_V1|PER_HOST_V1|PER_HOST_V2|BROADCAST   [train]\n"
-    "  --eval-training-input-configuration PER_HOST_V1|SLICED   [train, evaluate]\n"
+    "  --train-batch-size N          global batch (default 512, as the next two)\n"
+    "  --eval-batch-size N\n"
+    "  --predict-batch-size N\n"
+    "  --per-host-input-for-training PER_SHARD_V1|PER_HOST_V1|PER_HOST_V2|BROADCAST\n"
+    "  --eval-training-input-configuration PER_HOST_V1|SLICED\n"
     "  --model-dir DIR               checkpoints (safetensors) and metrics.jsonl; at most\n"
     "                                511 characters\n"
-    "  --save-checkpoints-steps N  --keep-checkpoint-max N  --log-step-count-steps N   [train]\n"
-    "  --host-call-every-n-steps N  --initial-infeed-sleep-secs X  --strict-input   [train]\n"
+    "  --save-checkpoints-steps N  --keep-checkpoint-max N  --log-step-count-steps N\n"
+    "  --host-call-every-n-steps N  --initial-infeed-sleep-secs X  --strict-input\n"
     "  --host-time modeled|measured  how host phases are charged (default modeled)\n"
     "output\n"
     "  --verbose 0|1|2               0 silent, 1 progress bar (default), 2 a line per epoch\n"
@@ -274,7 +257,7 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
     /* an option of the table is checked before its value is parsed; any other after (its
      * value has no effect then: an error ends the command) */
     const struct option_rule *rule = option_rule(name);
-    if (rule && ((rc = check_length(o, name, v)) || (rc = check_scope(o, name))))
+    if ((rc = check_length(o, name, v)) || (rc = check_scope(o, name)))
         return rc;
     if (!strcmp(name, "--chip"))
         set_text(o->chip, sizeof o->chip, v);

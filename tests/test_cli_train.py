@@ -172,8 +172,8 @@ def options_of_other_subcommands_are_refused():
                  "--steps belongs to 'tpusim train' and 'tpusim evaluate', not to 'tpusim "
                  "predict'")
     expect_error(['evaluate', '--model-dir', 'm', '--no-eval'], 2, '--no-eval belongs to')
-    expect_error(['predict', '--model-dir', 'm', '--learning-rate', '0.1'], 2,
-                 '--learning-rate belongs to')
+    expect_error(['predict', '--model-dir', 'm', '--reference'], 2,
+                 "--reference belongs to 'tpusim train'")
     expect_error(['train', '--limit', '10'], 2, "--limit belongs to 'tpusim predict'")
     expect_error(['evaluate', '--model-dir', 'm', '--timing-only'], 2,
                  "--timing-only belongs to 'tpusim train'")

@@ -217,7 +217,9 @@ def directories_where_files_belong():
         # model_dir is a file
         f = os.path.join(env.tmp, 'file')
         open(f, 'w').close()
-        expect_error(['evaluate', *env.args(f)], 1, f"model_dir '{f}' is not a directory")
+        # the command line refuses it before any work; the library says the same (test_checkpoint)
+        expect_error(['evaluate', *env.args(f)], 2, f"--model-dir '{f}' is a file, not a "
+                     "directory")
     finally:
         env.close()
 
@@ -358,11 +360,27 @@ def read_only_model_dir_gives_a_clear_error_and_keeps_the_last_checkpoint():
         if p.returncode != 0:
             print(f'skipped: remount read-only failed: {p.stderr.strip()}')
             return
+        # refused before any work, naming the reason (a model_dir that turns read-only during
+        # a run is the library's case: test_checkpoint's write-error tests)
         expect_error(['train', *env.args(md, '--iterations-per-loop', '1',
                                          '--save-checkpoints-steps', '1', '--no-eval',
-                                         '--max-steps', '6')], 1,
-                     f"cannot create '{md}/ckpt-4.safetensors'", 'Read-only file system',
-                     'model_dir must be writable')
+                                         '--max-steps', '6')], 2,
+                     f"--model-dir '{md}': the directory '{md}' is not writable (Read-only "
+                     "file system)")
+        assert assert_consistent(md) == 3
+        # a model_dir that turns read-only during the run: the save fails with its reason
+        subprocess.run(['mount', '-o', 'remount,rw', mnt], check=True)
+        proc = subprocess.Popen([TPUSIM, 'train', *env.args(
+            md, '--iterations-per-loop', '1', '--save-checkpoints-steps', '1', '--no-eval',
+            '--max-steps', '6', '--initial-infeed-sleep-secs', '3')],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        subprocess.run(['mount', '-o', 'remount,ro', mnt], check=True)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, (proc.returncode, err)
+        for n in (f"cannot create '{md}/ckpt-4.safetensors'", 'Read-only file system',
+                  'model_dir must be writable'):
+            assert n in err, (n, err)
         assert assert_consistent(md) == 3
         assert verify(os.path.join(md, 'ckpt-3.safetensors')) == before
         # reading needs no writes: evaluate works
