@@ -46,7 +46,7 @@ N_TRAIN, N_TEST, BATCH, STEPS = 64, 40, 16, 4
 LAYERS = '12'
 # iterations_per_loop: 2 steps, or a simulated time that holds one to three of these steps
 IPL = {'steps': '2', 'seconds': '0.0003s'}
-TIMEOUT_S = 60  # a run that takes longer has hung: these runs take well under a second
+TIMEOUT_S = 45  # a run that takes longer has hung: these runs take well under a second
 
 FACTORS = [
     ('cmd', ['train', 'evaluate', 'predict']),
@@ -66,10 +66,10 @@ MSG_RTL_TIMING = ("--backend rtl computes every matmul's values on the RTL array
 MSG_NO_RTL = '--backend rtl: this tpusim was built without the RTL matrix unit'
 
 
-def refusal(row, have_rtl=True):
-    """The documented message a run must be refused with, or None if it is valid. Only the
-    rules that do not depend on the build decide validity (have_rtl=True); in a build
-    without the RTL every rtl run is refused as well."""
+def refusal(row, have_rtl):
+    """The documented message a run must be refused with, or None if it is valid. In a
+    build without the RTL every rtl run is refused, so there the all-pairs runs cover the
+    other options' pairs with native runs."""
     if row['timing_only'] and row['cmd'] != 'train':
         return MSG_TIMING_ONLY
     if row['backend'] == 'rtl' and not have_rtl:
@@ -80,7 +80,7 @@ def refusal(row, have_rtl=True):
 
 
 # ---- the all-pairs generator -----------------------------------------------------------------
-def all_pairs(factors, valid):
+def all_pairs(factors, is_valid):
     """Rows (dicts) in which every pair of values of two factors appears at least once:
     first in valid rows for every pair some valid row can hold, then in invalid rows for the
     pairs no valid row can hold. Greedy and deterministic: each row starts from the first
@@ -92,11 +92,11 @@ def all_pairs(factors, valid):
              for x in values[a] for y in values[b]]
 
     def holdable(partial):
-        """Some valid full row extends the partial one (the rules are small: brute force
-        over the unassigned factors the rules involve is enough, and so is the product)."""
+        """Some valid full row extends the partial one: brute force over the unassigned
+        factors, which stops at the first valid row (the whole product is 2304 rows)."""
         free = [n for n in names if n not in partial]
         for combo in itertools.product(*(values[n] for n in free)):
-            if valid({**partial, **dict(zip(free, combo))}):
+            if is_valid({**partial, **dict(zip(free, combo))}):
                 return True
         return False
 
@@ -109,7 +109,7 @@ def all_pairs(factors, valid):
             for n in names:
                 if n in row:
                     continue
-                best, best_score = None, -1
+                best, best_score = None, -1  # a holdable row always has a next value
                 for v in values[n]:
                     trial = {**row, n: v}
                     if want_valid and not holdable(trial):
@@ -312,7 +312,22 @@ def row_name(i, row):
     return f'combo_{i:02d}_' + '_'.join(bits)
 
 
-ROWS = all_pairs(FACTORS, lambda r: refusal(r) is None)
+def have_rtl():
+    env = os.environ.get('TPUSIM_HAVE_RTL')
+    if env is not None:
+        return env == '1'
+    p = tpusim(['train', '--backend', 'rtl', '--timing-only'], None)
+    return MSG_NO_RTL not in p.stderr
+
+
+HAVE_RTL = have_rtl()
+
+
+def valid(row):
+    return refusal(row, HAVE_RTL) is None
+
+
+ROWS = all_pairs(FACTORS, valid)
 
 for _i, _row in enumerate(ROWS):
     def _case(row=_row):
@@ -330,12 +345,12 @@ def all_pairs_covers_every_pair():
         for x, y in itertools.product(xs, ys):
             hit = [r for r in ROWS if r[a] == x and r[b] == y]
             assert hit, f'no run with {a}={x} and {b}={y}'
-            if any(refusal(r) is None for r in product if r[a] == x and r[b] == y):
-                assert any(refusal(r) is None for r in hit), \
+            if any(valid(r) for r in product if r[a] == x and r[b] == y):
+                assert any(valid(r) for r in hit), \
                     f'no valid run with {a}={x} and {b}={y}'
     # far fewer runs than the product, and the same runs every time
     assert len(ROWS) <= 30, len(ROWS)
-    assert ROWS == all_pairs(FACTORS, lambda r: refusal(r) is None)
+    assert ROWS == all_pairs(FACTORS, valid)
 
 
 CASES.insert(0, all_pairs_covers_every_pair)
@@ -462,19 +477,10 @@ def make_base(work):
     return md, json.loads(p.stdout)
 
 
-def have_rtl():
-    env = os.environ.get('TPUSIM_HAVE_RTL')
-    if env is not None:
-        return env == '1'
-    p = tpusim(['train', '--backend', 'rtl', '--timing-only'], None)
-    return MSG_NO_RTL not in p.stderr
-
-
 if __name__ == '__main__':
     with tempfile.TemporaryDirectory() as _work:
         WORK = _work
         DATA = write_fashion_subset(os.path.join(_work, 'data'), N_TRAIN, N_TEST)
-        HAVE_RTL = have_rtl()
         BASE_DIR, BASE = make_base(_work)
         print(f'{len(ROWS)} all-pairs runs over {len(FACTORS)} options; RTL in this build: '
               f'{HAVE_RTL}')
