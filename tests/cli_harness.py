@@ -83,3 +83,35 @@ def main():
             print(f'[  FAILED  ] {name}')
     return 1 if failed else 0
 
+
+
+# ---- small Fashion-MNIST-format data ---------------------------------------------------------
+FASHION_DIR = '/usr/share/datasets/fashion-mnist'
+
+
+def write_fashion_subset(dir_, n_train, n_test):
+    """Writes the four Fashion-MNIST IDX files (uncompressed, the names tpusim looks for) into
+    dir_, holding the first n_train training and n_test test images with their labels. They
+    come from Debian's dataset-fashion-mnist when it is installed; otherwise they are made up
+    (deterministic noise, labels 0..9 in turn), which trains and evaluates all the same."""
+    import gzip
+    import os
+    import random
+    os.makedirs(dir_, exist_ok=True)
+    for prefix, n in (('train', n_train), ('t10k', n_test)):
+        src = os.path.join(FASHION_DIR, f'{prefix}-images-idx3-ubyte.gz')
+        if os.path.exists(src):
+            with gzip.open(src, 'rb') as f:
+                images = f.read(16 + n * 784)[16:]
+            with gzip.open(os.path.join(FASHION_DIR, f'{prefix}-labels-idx1-ubyte.gz'), 'rb') as f:
+                labels = f.read(8 + n)[8:]
+            assert len(images) == n * 784 and len(labels) == n, f'{src} holds fewer than {n}'
+        else:
+            rnd = random.Random(n)
+            images = bytes(rnd.randrange(256) for _ in range(n * 784))
+            labels = bytes(i % 10 for i in range(n))
+        with open(os.path.join(dir_, f'{prefix}-images-idx3-ubyte'), 'wb') as f:
+            f.write(struct.pack('>IIII', 0x803, n, 28, 28) + images)
+        with open(os.path.join(dir_, f'{prefix}-labels-idx1-ubyte'), 'wb') as f:
+            f.write(struct.pack('>II', 0x801, n) + labels)
+    return dir_
