@@ -60,7 +60,8 @@ FACTORS = [
     ('ipl', ['steps', 'seconds']),
 ]
 
-MSG_TIMING_ONLY = "--timing-only computes no values: it goes with 'tpusim train' without --reference"
+MSG_TIMING_ONLY = ("--timing-only belongs to 'tpusim train', not to 'tpusim {cmd}' (evaluating "
+                   "and predicting compute values)")
 MSG_RTL_TIMING = ("--backend rtl computes every matmul's values on the RTL array; it does not "
                   "go with --timing-only")
 MSG_NO_RTL = '--backend rtl: this tpusim was built without the RTL matrix unit'
@@ -71,7 +72,7 @@ def refusal(row, have_rtl):
     build without the RTL every rtl run is refused, so there the all-pairs runs cover the
     other options' pairs with native runs."""
     if row['timing_only'] and row['cmd'] != 'train':
-        return MSG_TIMING_ONLY
+        return MSG_TIMING_ONLY.format(cmd=row['cmd'])
     if row['backend'] == 'rtl' and not have_rtl:
         return MSG_NO_RTL
     if row['backend'] == 'rtl' and row['timing_only']:
