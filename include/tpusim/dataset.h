@@ -29,6 +29,8 @@ extern "C" {
 /* Where the Debian package dataset-fashion-mnist installs its files. */
 #define TPU_DATASET_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define TPU_DATASET_FASHION_MNIST_CLASSES 10u
+#define TPU_DATASET_FASHION_MNIST_ROWS 28u /* every image is 28x28 */
+#define TPU_DATASET_FASHION_MNIST_COLS 28u
 
 #define TPU_DATASET_ORIGIN_MAX 512
 
@@ -74,8 +76,10 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
  * also be present uncompressed, without the .gz.
  *
  * If a file is missing, fails with TPU_ENOTFOUND and a sentence saying how to install the
- * package or which files a --data directory must hold; other failures are those of
- * tpu_dataset_load_idx(). Ownership as there. */
+ * package or which files a --data directory must hold. Images that are not 28x28 fail with
+ * TPU_ESHAPE (the models built for Fashion-MNIST take 784 inputs), found from the header
+ * before any data is read, and labels outside 0-9 with TPU_ERANGE; other failures are those
+ * of tpu_dataset_load_idx(). Ownership as there. */
 int tpu_dataset_fashion_mnist(const char *dir, bool train, struct tpu_dataset *out,
                               struct tpu_diag *d);
 
