@@ -13,11 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "rng.h"
 #include "tpusim/device.h"
 #include "tpusim/program.h"
+#include "util.h"
 
 static const char usage_text[] =
     "usage: tpusim program check FILE [--chip NAME|FILE]\n"
@@ -28,9 +30,12 @@ static const char usage_text[] =
     "check parses FILE (the text form of include/tpusim/program.h), verifies it against the\n"
     "chip (default tiny) and prints it back in canonical form. run also runs it once on every\n"
     "core with generated infeed data and prints each core's cycles, unit busy time and\n"
-    "stalls.\n";
+    "stalls. FILE is text of at most 16 MiB.\n";
 
 #define MAX_VARS 16
+/* The largest program text read, in bytes: far beyond any real program, small enough that a
+ * wrong file (a disk image, /dev/zero) fails at once. */
+#define PROGRAM_TEXT_MAX_BYTES (16 << 20)
 
 struct prog_opts {
     const char *sub, *file, *chip, *trace;
@@ -116,32 +121,72 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
     return 0;
 }
 
-/* The whole file as a string (caller frees), or NULL after printing the error. */
+/* The whole file as a string (caller frees), or NULL after printing the error. A program text
+ * is at most PROGRAM_TEXT_MAX_BYTES (the usage text says so) and holds no NUL byte: the
+ * parser reads a C string, so text after a NUL would be silently ignored. */
 static char *read_file(const char *path)
 {
+    char qp[TPU__QUOTE_PATH_BYTES];
+    tpu__quote(path, qp, sizeof qp);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tpu__cli_error(CMD, TPU_CLI_FAIL, "cannot open '%s': %s", path, strerror(errno));
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "cannot open '%s': %s", qp, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "'%s' is a directory; give a program text file "
+                       "(see 'tpusim program --help')", qp);
         return NULL;
     }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
+    bool too_big = false;
     for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
         n += got;
+        if (n > PROGRAM_TEXT_MAX_BYTES) {
+            too_big = true;
+            break;
+        }
         if (n + 1 == cap) {
             char *b = realloc(buf, cap *= 2);
-            if (!b) {
+            if (!b)
                 free(buf);
-                buf = NULL;
-            }
             buf = b;
         }
     }
+    int read_errno = ferror(f) ? errno : 0;
     fclose(f);
-    if (!buf)
-        tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory reading '%s'", path);
-    else
-        buf[n] = '\0';
+    if (!buf) {
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory reading '%s'", qp);
+        return NULL;
+    }
+    if (too_big || read_errno) {
+        free(buf);
+        if (too_big)
+            tpu__cli_error(CMD, TPU_CLI_FAIL, "'%s' is larger than %d MiB (%d bytes), the limit "
+                           "for a program text; a program is a few kilobytes of text: is this "
+                           "the right file?", qp, PROGRAM_TEXT_MAX_BYTES >> 20,
+                           PROGRAM_TEXT_MAX_BYTES);
+        else
+            tpu__cli_error(CMD, TPU_CLI_FAIL, "cannot read '%s': %s", qp, strerror(read_errno));
+        return NULL;
+    }
+    const char *nul = memchr(buf, '\0', n);
+    if (nul) {
+        size_t line = 1, col = 1;
+        for (const char *c = buf; c < nul; c++, col++)
+            if (*c == '\n') {
+                line++;
+                col = 0;
+            }
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "%s:%zu:%zu: a NUL byte (\\x00); a program is text "
+                       "and holds none (is this a binary file?)", qp, line, col);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
     return buf;
 }
 
