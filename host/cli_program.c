@@ -9,6 +9,7 @@
  * every variable named on the command line (--var NAME=VALUE; the loop count among them). */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +59,10 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
         return argc < 2 ? TPU_CLI_USAGE : -1;
     }
     o->sub = argv[1];
+    char qb[TPU__QUOTE_BYTES], qb2[TPU__QUOTE_BYTES];
     if (strcmp(o->sub, "check") && strcmp(o->sub, "run"))
         return tpu__cli_error(CMD, TPU_CLI_USAGE, "'%s' is not 'check' or 'run'; see 'tpusim "
-                              "program --help'", o->sub);
+                              "program --help'", tpu__quote(o->sub, qb, sizeof qb));
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         uint64_t v;
@@ -77,13 +79,15 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
         } else if (a[0] != '-') {
             if (o->file)
                 return tpu__cli_error(CMD, TPU_CLI_USAGE, "one program file at a time: '%s' "
-                                      "and '%s'", o->file, a);
+                                      "and '%s'", tpu__quote(o->file, qb, sizeof qb),
+                                      tpu__quote(a, qb2, sizeof qb2));
             o->file = a;
             continue;
         }
         if (i + 1 >= argc)
             return tpu__cli_error(CMD, TPU_CLI_USAGE, "option '%s' needs a value (or is "
-                                  "unknown: see 'tpusim program --help')", a);
+                                  "unknown: see 'tpusim program --help')",
+                                  tpu__quote(a, qb, sizeof qb));
         const char *val = argv[++i];
         if (!strcmp(a, "--chip"))
             o->chip = val;
@@ -100,15 +104,24 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
         else if (!strcmp(a, "--var")) {
             const char *eq = strchr(val, '=');
             char *end = NULL;
+            errno = 0;
             long long x = eq ? strtoll(eq + 1, &end, 10) : 0;
-            if (!eq || eq == val || !end || end == eq + 1 || *end || o->n_vars == MAX_VARS)
-                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s' is not NAME=INTEGER (at "
-                                      "most %d); e.g. --var iterations=10", val, MAX_VARS);
+            if (o->n_vars == MAX_VARS)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "more than %d --var options; set at "
+                                      "most %d variables", MAX_VARS, MAX_VARS);
+            if (!eq || eq == val || !end || end == eq + 1 || *end)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s' is not NAME=INTEGER; "
+                                      "e.g. --var iterations=10",
+                                      tpu__quote(val, qb, sizeof qb));
+            if (errno == ERANGE)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s': the value is out of "
+                                      "range (%lld to %lld)", tpu__quote(val, qb, sizeof qb),
+                                      LLONG_MIN, LLONG_MAX);
             o->var_name[o->n_vars] = val;
             o->var_value[o->n_vars++] = x;
         } else
             return tpu__cli_error(CMD, TPU_CLI_USAGE, "unknown option '%s'; see 'tpusim "
-                                  "program --help'", a);
+                                  "program --help'", tpu__quote(a, qb, sizeof qb));
         if (rc)
             return rc;
     }
@@ -301,8 +314,10 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
         snprintf(name, sizeof name, "%.*s", (int)(len < 63 ? len : 63), o->var_name[i]);
         uint32_t id;
         if (tpu_program_find_var(p, name, &id)) {
+            char qb[TPU__QUOTE_BYTES], qn[TPU__QUOTE_BYTES];
             rc = tpu__cli_error(CMD, TPU_CLI_USAGE, "--var %s: the program has no variable "
-                                "'%s'", o->var_name[i], name);
+                                "'%s'", tpu__quote(o->var_name[i], qb, sizeof qb),
+                                tpu__quote(name, qn, sizeof qn));
             goto out;
         }
         tpu_device_set_var(dev, id, o->var_value[i]);

@@ -236,9 +236,7 @@ static size_t quote_piece(const unsigned char *p, size_t len, char piece[8])
         piece[u] = '\0';
         return u;
     }
-    if (p[0] == '\\')
-        snprintf(piece, 8, "\\\\");
-    else if (p[0] < 0x20 || p[0] >= 0x7F)
+    if (p[0] < 0x20 || p[0] >= 0x7F)
         snprintf(piece, 8, "\\x%02X", (unsigned)p[0]);
     else
         snprintf(piece, 8, "%c", (char)p[0]);

@@ -47,9 +47,10 @@ int tpu__atomic_open(const char *path, const char *mode, FILE **f, char **tmp,
 int tpu__atomic_commit(FILE *f, char *tmp, const char *path, bool ok, struct tpu_diag *d);
 
 /* A user's string made safe to put in a message: printable ASCII and well-formed UTF-8 stay
- * as they are; control characters (newline, tab, ESC, DEL, the C1 range), bytes that are not
- * well-formed UTF-8 and the backslash itself become \xNN (\\ for a backslash), so a
- * message stays one line of valid UTF-8 and shows exactly which byte was wrong. The result is
+ * as they are; control characters (newline, tab, ESC, DEL, the C1 range) and bytes that are
+ * not well-formed UTF-8 become \xNN, so a message stays one line of valid UTF-8 and shows
+ * exactly which byte was wrong. (A backslash stays as it is: paths and JSON escapes read
+ * naturally, at the price of "\x0A" typed literally looking like an escaped newline.) The result is
  * cut to fit buf[0..n) and then ends in "..." (never in the middle of an escape or a UTF-8
  * character). tpu__quote_n reads len bytes (NUL bytes included, as \x00). Both return buf;
  * n must be at least 8. A NULL s gives "(null)". (util.c) */

@@ -7,6 +7,7 @@ usage: test_cli_inputs.py PATH/TO/tpusim
 Prints CMocka-style summary lines so the suite's totals count each case.
 """
 import gzip
+import json
 import os
 import stat
 import struct
@@ -142,6 +143,40 @@ def program_size_directory_nul():
         with open(path, 'wb') as f:
             f.write(b'program p\nvar \0n\nfrob\n')
         expect_error(['program', 'check', path], 1, f'{path}:2:5: a NUL byte (\\x00)')
+
+
+# ---- chip configurations ----------------------------------------------------------------------
+@case
+def config_directory_and_odd_names():
+    with tempfile.TemporaryDirectory() as d:
+        expect_error(['config', 'check', d], 1,
+                     f"'{d}' is a directory; give a chip configuration JSON file")
+        expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip', d], 1,
+                     f"'{d}' is a directory")
+        path = os.path.join(d, 'chip.json')
+        with open(path, 'w') as f:
+            f.write(run('config', 'show', 'tiny', '--json').stdout)
+        cfg = json.loads(open(path).read())['config']
+        cfg['name'] = 'my\nchip\x1b[2J'
+        with open(path, 'w') as f:
+            json.dump(cfg, f)
+        expect_error(['config', 'check', path], 1,
+                     "field 'name' is \"my\\x0Achip\\x1B[2J\", which contains '\\x0A'")
+    # '\udcff' is the byte 0xff on the command line (not UTF-8)
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip', 'tpu\nv4\udcff'], 1,
+                 "'tpu\\x0Av4\\xFF' is neither a built-in chip preset")
+
+
+@case
+def program_var_out_of_range_and_odd_options():
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'p.txt')
+        with open(path, 'w') as f:
+            f.write(PROGRAM)
+        expect_error(['program', 'run', path, '--var', 'n=99999999999999999999'], 2,
+                     "--var 'n=99999999999999999999': the value is out of range")
+        expect_error(['program', 'run', path, '--bogus\x1b', '1'], 2,
+                     "unknown option '--bogus\\x1B'")
 
 
 if __name__ == '__main__':
