@@ -179,5 +179,18 @@ def program_var_out_of_range_and_odd_options():
                      "unknown option '--bogus\\x1B'")
 
 
+# ---- SCALE-Sim topologies ---------------------------------------------------------------------
+@case
+def topology_directory_and_odd_fields():
+    with tempfile.TemporaryDirectory() as d:
+        expect_error(['gemm', '--topology', d, '--chip', 'tiny'], 1,
+                     f"'{d}' is a directory; give a SCALE-Sim topology file")
+        path = os.path.join(d, 'layers.csv')
+        with open(path, 'wb') as f:
+            f.write(b'Layer, M, N, K,\nfc1, 1\x1b[2J, 2, 3,\n')
+        expect_error(['gemm', '--topology', path, '--chip', 'tiny'], 1,
+                     f"{path}:2: column 'M' is '1\\x1B[2J', not a whole number >= 1")
+
+
 if __name__ == '__main__':
     sys.exit(main())
