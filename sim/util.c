@@ -62,9 +62,12 @@ static char *make_state(const char *tmp_name, const char *final_path)
 }
 
 /* The file a symbolic link finally names, into *out (new memory), following a chain of
- * links; the last one may be dangling (the file is then created there). */
-static int resolve_link(const char *path, char **out, struct tpu_diag *d)
+ * links; the last one may be dangling (the file is then created there). *direct is set when
+ * the chain goes through /proc (/dev/stdout -> /proc/self/fd/1 -> a file the shell
+ * opened): that file is written in place, as a redirection would, not replaced. */
+static int resolve_link(const char *path, char **out, bool *direct, struct tpu_diag *d)
 {
+    *direct = false;
     char *cur = strdup(path);
     if (!cur)
         return tpu__fail(d, TPU_ENOMEM, "out of memory writing '%s'", path);
@@ -84,6 +87,11 @@ static int resolve_link(const char *path, char **out, struct tpu_diag *d)
             return rc;
         }
         target[n] = '\0';
+        if (!strncmp(target, "/proc/", 6)) {
+            *direct = true;
+            *out = cur;
+            return 0;
+        }
         char *next;
         const char *slash = strrchr(cur, '/');
         if (target[0] == '/' || !slash) {
@@ -110,16 +118,31 @@ int tpu__atomic_open(const char *path, const char *mode, FILE **f, char **tmp,
 {
     *f = NULL;
     *tmp = NULL;
+    char qp[TPU__QUOTE_PATH_BYTES];
+    const char *raw_path = path;
+    path = tpu__quote(raw_path, qp, sizeof qp); /* for messages */
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    if (stat(raw_path, &st) == 0 && S_ISDIR(st.st_mode))
         return tpu__fail(d, TPU_EIO, "cannot write '%s': it is a directory; give a file name "
                          "(such as '%s/out')", path, path);
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        /* a device, FIFO or socket: renaming over it would replace it with a plain file */
-        *tmp = make_state("", path);
+    char *final_path = NULL;
+    bool direct = false;
+    if (stat(raw_path, &st) == 0 && !S_ISREG(st.st_mode))
+        direct = true; /* a device, FIFO or socket: a rename would replace it with a file */
+    else {
+        int rc = resolve_link(raw_path, &final_path, &direct, d);
+        if (rc)
+            return rc;
+        if (direct) {
+            free(final_path);
+            final_path = NULL;
+        }
+    }
+    if (direct) {
+        *tmp = make_state("", raw_path);
         if (!*tmp)
             return tpu__fail(d, TPU_ENOMEM, "out of memory writing '%s'", path);
-        *f = fopen(path, mode);
+        *f = fopen(raw_path, mode);
         if (!*f) {
             int rc = tpu__fail(d, TPU_EIO, "cannot open '%s' for writing: %s", path,
                                strerror(errno));
@@ -129,10 +152,6 @@ int tpu__atomic_open(const char *path, const char *mode, FILE **f, char **tmp,
         }
         return 0;
     }
-    char *final_path = NULL;
-    int rc = resolve_link(path, &final_path, d);
-    if (rc)
-        return rc;
     bool exists = stat(final_path, &st) == 0;
     size_t cap = strlen(final_path) + 32;
     char *tmp_name = malloc(cap);
@@ -149,7 +168,9 @@ int tpu__atomic_open(const char *path, const char *mode, FILE **f, char **tmp,
     }
     *f = fopen(tmp_name, mode);
     if (!*f) {
-        rc = tpu__fail(d, TPU_EIO, "cannot create '%s': %s", tmp_name, strerror(errno));
+        char qt[TPU__QUOTE_PATH_BYTES];
+        int rc = tpu__fail(d, TPU_EIO, "cannot create '%s': %s",
+                           tpu__quote(tmp_name, qt, sizeof qt), strerror(errno));
         free(tmp_name);
         free(*tmp);
         *tmp = NULL;
@@ -191,8 +212,9 @@ int tpu__atomic_commit(FILE *f, char *tmp, const char *path, bool ok, struct tpu
     if (!ok && !direct)
         unlink(tmp);
     free(tmp);
+    char qp[TPU__QUOTE_PATH_BYTES];
     if (!ok)
-        return tpu__fail(d, TPU_EIO, "cannot write '%s': %s", path,
+        return tpu__fail(d, TPU_EIO, "cannot write '%s': %s", tpu__quote(path, qp, sizeof qp),
                          strerror(err ? err : EIO));
     return 0;
 }

@@ -34,7 +34,8 @@ void tpu__did_you_mean(const char *best, char *buf, size_t n);
  *  - a symbolic link (or a chain of them): the same, on the file the link points to (the
  *    temporary goes in the target's directory); the link stays a link;
  *  - anything else that exists and is not a directory (a device such as /dev/null or
- *    /dev/stdout, a FIFO, a socket): opened and written directly, no temporary, no rename;
+ *    /dev/stdout, a FIFO, a socket), or a link through /proc (/dev/stdout redirected to a
+ *    file): opened and written directly, no temporary, no rename;
  *  - a directory: fails with "'<path>' is a directory; ...".
  * It returns 0 with *f open (fopen's `mode`) and *tmp the writer's state (new memory, opaque:
  * the temporary's name and the final path), or fails with a sentence and *f, *tmp NULL.

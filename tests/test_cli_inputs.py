@@ -11,6 +11,7 @@ import json
 import os
 import stat
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -122,6 +123,19 @@ def output_through_symlink_device_fifo():
         reader.join(60)
         assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
         assert len(got) == 1 and got[0][:6] == b'\x93NUMPY' and len(got[0]) == 128 + 64, got
+        # /dev/stdout redirected to a file (>> here, so that the summary printed after the
+        # dump does not overwrite it): the shell's file is written, not replaced
+        out = os.path.join(d, 'stdout.bin')
+        with open(out, 'ab') as f:
+            ino = os.fstat(f.fileno()).st_ino
+            p = subprocess.run([sys.argv[1], 'gemm', '-m', '4', '-k', '4', '-n', '4', '--chip',
+                                'tiny', '--dump', '/dev/stdout', '--json'], stdout=f,
+                               stderr=subprocess.PIPE, timeout=240)
+        assert p.returncode == 0, p.stderr
+        assert os.stat(out).st_ino == ino, 'the redirected file was replaced'
+        with open(out, 'rb') as f:
+            data = f.read()
+        assert data.startswith(b'\x93NUMPY') and b'"chip": "tiny"' in data, data[:200]
         # a directory is refused with a sentence
         expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip', 'tiny', '--dump', d],
                      1, f"cannot write '{d}': it is a directory; give a file name")
