@@ -199,6 +199,12 @@ static char *read_file(const char *path)
         free(buf);
         return NULL;
     }
+    if (n == 0) {
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "'%s' is empty; a program text starts with 'program "
+                       "<name>' (see 'tpusim program --help')", qp);
+        free(buf);
+        return NULL;
+    }
     buf[n] = '\0';
     return buf;
 }

@@ -187,6 +187,11 @@ int tpu__npy_read(const char *path, struct tpu__npy *out, struct tpu_diag *d)
     void *data = NULL;
     unsigned char pre[12];
     size_t got = fread(pre, 1, 10, f);
+    if (got == 0) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: is empty; a NumPy .npy file starts with \\x93NUMPY "
+                       "and a header (save the array with numpy.save)", path);
+        goto out;
+    }
     if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         rc = tpu__fail(d, TPU_EPARSE, "%s: is not a NumPy .npy file (it does not start with "
                        "\\x93NUMPY); save the array with numpy.save", path);

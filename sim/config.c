@@ -857,6 +857,11 @@ int tpu_config_load_file(const char *path, struct tpu_chip_config *out, struct t
                        path, CONFIG_FILE_MAX_BYTES);
     }
     fclose(f);
+    if (!rc && len == 0)
+        rc = tpu__fail(d, TPU_EPARSE, "chip configuration file '%s' is empty; a configuration "
+                       "is a JSON object ({...}), such as the \"config\" member of 'tpusim config "
+                       "show tpu-v4 --json'",
+                       path);
     if (!rc)
         rc = load_buffer(buf, len, path, out, d);
     free(buf);

@@ -154,6 +154,8 @@ def program_size_directory_nul():
         with open(path, 'w') as f:
             f.write(PROGRAM)
         run('program', 'check', path)
+        expect_error(['program', 'check', '/dev/null'], 1,
+                     "'/dev/null' is empty; a program text starts with 'program <name>'")
         with open(path, 'wb') as f:
             f.write(b'program p\nvar \0n\nfrob\n')
         expect_error(['program', 'check', path], 1, f'{path}:2:5: a NUL byte (\\x00)')

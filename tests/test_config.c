@@ -813,6 +813,11 @@ static void test_load_file_errors(void **state)
     assert_msg_has(&d, "missing.json': No such file or directory");
     assert_sentinel(&c);
 
+    /* an empty file is named as one (jansson: "'[' or '{' expected near end of file") */
+    assert_int_equal(tpu_config_load_file("/dev/null", &c, &d), TPU_EPARSE);
+    assert_msg_has(&d, "chip configuration file '/dev/null' is empty; a configuration is a "
+                       "JSON object ({...})");
+
     /* a directory is named as one (it used to be "cannot read ...: Is a directory") */
     assert_int_equal(tpu_config_load_file(fs->dir, &c, &d), TPU_EIO);
     assert_msg_has(&d, "' is a directory; give a chip configuration JSON file (such as "

@@ -130,6 +130,10 @@ static void test_errors(void **state)
     fclose(fp);
     expect_error(f->path, TPU_EPARSE, "is not a NumPy .npy file");
 
+    fp = fopen(f->path, "wb");
+    fclose(fp);
+    expect_error(f->path, TPU_EPARSE, "a.npy: is empty; a NumPy .npy file starts with \\x93NUMPY");
+
     write_raw(f->path, 9, "{}", 0);
     expect_error(f->path, TPU_EPARSE, "format version 9");
 
