@@ -251,10 +251,11 @@ static int load_operand(const char *path, const char *which, enum tpu_dtype dtyp
         return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
     enum tpu__npy_dtype want = dtype == TPU_DTYPE_INT8 ? TPU__NPY_I8 : TPU__NPY_F32;
     if (arr->dtype != want) {
+        char qp[TPU__QUOTE_PATH_BYTES];
         int rc = tpu__cli_error(CMD, TPU_CLI_FAIL,
                                 "%s (operand %s) holds %s; --dtype %s needs %s data (numpy: "
                                 "a.astype(np.%s))",
-                                path, which, tpu__npy_dtype_name(arr->dtype),
+                                tpu__quote(path, qp, sizeof qp), which, tpu__npy_dtype_name(arr->dtype),
                                 tpu_dtype_name(dtype), tpu__npy_dtype_name(want),
                                 tpu__npy_dtype_name(want));
         tpu__npy_free(arr);
@@ -295,8 +296,10 @@ static int make_operands(const struct gemm_opts *o, struct operands *op)
         op->k = (size_t)o->k;
         op->n = (size_t)o->n;
     }
-    size_t na = op->m * op->k, nb = op->k * op->n, ny = op->m * op->n;
-    if ((double)na > 1e9 || (double)nb > 1e9 || (double)ny > 1e9) {
+    size_t na, nb, ny; /* checked: the sizes of two files may multiply past 2^64 */
+    if (!tpu__mul_size(op->m, op->k, &na) || !tpu__mul_size(op->k, op->n, &nb) ||
+        !tpu__mul_size(op->m, op->n, &ny) || (double)na > 1e9 || (double)nb > 1e9 ||
+        (double)ny > 1e9) {
         rc = tpu__cli_error(CMD, TPU_CLI_FAIL,
                             "computing values for M=%zu K=%zu N=%zu needs more than 1e9 "
                             "elements in one operand; add --timing-only",

@@ -99,8 +99,10 @@ int tpu_dataset_fashion_mnist(const char *dir, bool train, struct tpu_dataset *o
                                     "Fashion-MNIST's images are 28x28: is this directory "
                                     "Fashion-MNIST's (or MNIST's)?", out, d)))
         goto done;
+    char qdir[TPU_DATASET_ORIGIN_MAX - 64]; /* a longer name ends in "...", visibly */
     snprintf(out->origin, sizeof out->origin, "Fashion-MNIST %s (%u examples) from %s",
-             train ? "train" : "test", (unsigned)out->n_examples, dir);
+             train ? "train" : "test", (unsigned)out->n_examples,
+             tpu__quote(dir, qdir, sizeof qdir));
 done:
     free(images);
     free(labels);

@@ -586,7 +586,7 @@ int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint
     out->n_classes = n_classes;
     out->x = x;
     out->y = y;
-    snprintf(out->origin, sizeof out->origin, "%s", images_path);
+    tpu__quote(images_path, out->origin, sizeof out->origin); /* "..." if cut */
     x = NULL;
     y = NULL;
 

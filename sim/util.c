@@ -80,8 +80,10 @@ static int resolve_link(const char *path, char **out, bool *direct, struct tpu_d
         char target[4096];
         ssize_t n = readlink(cur, target, sizeof target - 1);
         if (n < 0 || (size_t)n >= sizeof target - 1) {
+            char qp[TPU__QUOTE_PATH_BYTES], qc[TPU__QUOTE_PATH_BYTES];
             int rc = tpu__fail(d, TPU_EIO, "cannot write '%s': cannot read the symbolic link "
-                               "'%s': %s", path, cur,
+                               "'%s': %s", tpu__quote(path, qp, sizeof qp),
+                               tpu__quote(cur, qc, sizeof qc),
                                n < 0 ? strerror(errno) : "its target is too long");
             free(cur);
             return rc;
@@ -110,7 +112,9 @@ static int resolve_link(const char *path, char **out, bool *direct, struct tpu_d
         cur = next;
     }
     free(cur);
-    return tpu__fail(d, TPU_EIO, "cannot write '%s': %s", path, strerror(ELOOP));
+    char qp[TPU__QUOTE_PATH_BYTES];
+    return tpu__fail(d, TPU_EIO, "cannot write '%s': %s", tpu__quote(path, qp, sizeof qp),
+                     strerror(ELOOP));
 }
 
 int tpu__atomic_open(const char *path, const char *mode, FILE **f, char **tmp,

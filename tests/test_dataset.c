@@ -816,6 +816,40 @@ static void test_fashion_mnist_from_dir(void **state)
                                   "(example 2) is 10; with 10 classes a label must be 0 to 9"));
 }
 
+/* A directory name too long for the origin string ends in "...", visibly cut. */
+static void test_fashion_mnist_long_dir(void **state)
+{
+    struct fixture *f = *state;
+    char dir[700], path[800];
+    int len = snprintf(dir, sizeof dir, "%s/", f->dir);
+    memset(dir + len, 'a', 250);
+    dir[len + 250] = '\0';
+    assert_int_equal(mkdir(dir, 0700), 0);
+    len += 250;
+    dir[len++] = '/';
+    memset(dir + len, 'b', 250);
+    dir[len + 250] = '\0';
+    assert_int_equal(mkdir(dir, 0700), 0);
+    const uint32_t dims[3] = {3, 28, 28};
+    snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte", dir);
+    write_images(path, 0x803, dims, 3, 3 * 784, false);
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte", dir);
+    write_file(path, tiny_labels, sizeof tiny_labels, false);
+    struct tpu_dataset ds;
+    struct tpu_diag d;
+    assert_int_equal(tpu_dataset_fashion_mnist(dir, false, &ds, &d), 0);
+    size_t n = strlen(ds.origin);
+    assert_true(n < sizeof ds.origin);
+    assert_string_equal(ds.origin + n - 3, "...");
+    assert_memory_equal(ds.origin, "Fashion-MNIST test (3 examples) from /tmp/", 42);
+    tpu_dataset_free(&ds);
+    /* remove_tree goes one level deep: take the inner directory away here */
+    unlink(path);
+    snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_fashion_mnist_class_names(void **state)
 {
     (void)state;
@@ -1068,6 +1102,7 @@ int main(void)
         cmocka_unit_test(test_fashion_mnist_installed),
         cmocka_unit_test_setup_teardown(test_fashion_mnist_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fashion_mnist_from_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fashion_mnist_long_dir, setup, teardown),
         cmocka_unit_test(test_fashion_mnist_class_names),
         cmocka_unit_test(test_shuffle),
         cmocka_unit_test(test_split),
