@@ -184,7 +184,9 @@ static int gzip_read(struct idx_file *f, unsigned char *p, size_t len, size_t *g
     size_t total = 0;
     int rc;
     while (total < len) {
-        if (f->in_pos == f->in_len || (f->member_done && f->in_len - f->in_pos < 2))
+        /* some input; after a member, two bytes if the file has them (another magic?) */
+        while (!f->in_eof &&
+               (f->in_pos == f->in_len || (f->member_done && f->in_len - f->in_pos < 2)))
             if ((rc = fill_input(f, d)))
                 return rc;
         const size_t avail = f->in_len - f->in_pos;
