@@ -323,6 +323,14 @@ static void test_error_missing_files(void **state)
     expect_fail(img, nope, 0, TPU_EIO, want);
     snprintf(want, sizeof want, "'%s' is a directory; expected an IDX image file", f->dir);
     expect_fail(f->dir, lab, 0, TPU_EIO, want);
+    /* a name with a control character or a byte that is not UTF-8 is quoted */
+    expect_fail("/nonexistent/a\nb\xfe", lab, 0, TPU_EIO,
+                "cannot open the image file '/nonexistent/a\\x0Ab\\xFE': No such file");
+    /* the label file's name in a later message too (labels 4, 0, 2 with 3 classes) */
+    char odd[256];
+    write_file(in_dir(f, "lab\x1b", odd, sizeof odd), tiny_labels, sizeof tiny_labels, false);
+    expect_fail(img, odd, 3, TPU_ERANGE, "lab\\x1B: the label at byte offset 8 (example 0) "
+                                         "is 4; with 3 classes a label must be 0 to 2");
 }
 
 static void test_error_empty_and_short_magic(void **state)
