@@ -195,6 +195,20 @@ def program_var_out_of_range_and_odd_options():
                      "unknown option '--bogus\\x1B'")
 
 
+@case
+def config_show_from_a_pipe():
+    """A pipe can be read once: show used to read it a second time and find it empty."""
+    text = run('config', 'show', 'tiny', '--json').stdout
+    cfg = json.dumps(json.loads(text)['config'])
+    p = subprocess.run([sys.argv[1], 'config', 'show', '/dev/stdin', '--json'], input=cfg,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)['config']['name'] == 'tiny'
+    p = subprocess.run([sys.argv[1], 'config', 'show', '/dev/stdin'], input='{}\0x',
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 1 and "holds a NUL byte at byte offset 2" in p.stderr, p.stderr
+
+
 # ---- SCALE-Sim topologies ---------------------------------------------------------------------
 @case
 def topology_directory_and_odd_fields():
