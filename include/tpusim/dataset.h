@@ -60,7 +60,9 @@ struct tpu_dataset {
  * a file that cannot be opened (TPU_EIO, with the system's reason); a wrong or foreign magic,
  * an unsupported data type, a wrong number of dimensions, a zero dimension, an empty or
  * truncated header, truncated data, bytes after the data, corrupt gzip data (with zlib's
- * message) (TPU_EPARSE); dimensions too large to hold in memory (TPU_ERANGE); image and
+ * message: a bad CRC-32 or length in a member's trailer), gzip data cut short (a missing
+ * trailer included), bytes after the last gzip member that are not another member
+ * (TPU_EPARSE); dimensions too large to hold in memory (TPU_ERANGE); image and
  * label counts that differ (TPU_ESHAPE); a label >= n_classes (TPU_ERANGE); no memory
  * (TPU_ENOMEM).
  *
