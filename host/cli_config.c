@@ -5,14 +5,18 @@
  * sim/config.c (the library), so the CLI and the simulator accept exactly the same files.
  * `show --json` prints {"config": <the document as given>, "derived": {...}}; its "config"
  * member is itself a valid configuration file, so a user can start a new chip from a preset. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "cli.h"
 #include "tpusim/config.h"
+#include "util.h"
 
 static const char usage_config[] =
     "usage: tpusim config <command> [options]\n"
@@ -252,6 +256,54 @@ static json_t *load_document(const char *name_or_path, json_error_t *err)
     return json_load_file(name_or_path, 0, err);
 }
 
+/* The configuration and its document from one read of a file that can be read only once (a
+ * pipe, a FIFO: `tpusim config show <(...)`): tpu_config_load() would drain it and
+ * load_document() then find it empty. The same limit and rules as tpu_config_load_file().
+ * Returns 0, or the CLI status after printing the error. */
+#define SHOW_ONCE_MAX_BYTES (1u << 20) /* sim/config.c's limit for a configuration file */
+static int load_once(const char *cmd, const char *path, struct tpu_chip_config *cfg,
+                     json_t **doc)
+{
+    char qp[TPU__QUOTE_PATH_BYTES];
+    tpu__quote(path, qp, sizeof qp);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "cannot open chip configuration file '%s': %s",
+                              qp, strerror(errno));
+    char *text = malloc(SHOW_ONCE_MAX_BYTES + 1);
+    size_t len = text ? fread(text, 1, SHOW_ONCE_MAX_BYTES + 1, f) : 0;
+    int read_errno = ferror(f) ? errno : 0;
+    fclose(f);
+    int rc = 0;
+    if (!text)
+        rc = tpu__cli_error(cmd, TPU_CLI_FAIL, "out of memory reading '%s'", qp);
+    else if (read_errno)
+        rc = tpu__cli_error(cmd, TPU_CLI_FAIL, "cannot read chip configuration file '%s': %s",
+                            qp, strerror(read_errno));
+    else if (len > SHOW_ONCE_MAX_BYTES)
+        rc = tpu__cli_error(cmd, TPU_CLI_FAIL, "chip configuration file '%s' is larger than %u "
+                            "bytes; a configuration is a few kilobytes of JSON: is this the "
+                            "right file?", qp, SHOW_ONCE_MAX_BYTES);
+    else if (memchr(text, '\0', len))
+        rc = tpu__cli_error(cmd, TPU_CLI_FAIL, "chip configuration file '%s' holds a NUL byte "
+                            "at byte offset %zu; a configuration is JSON text", qp,
+                            (size_t)((char *)memchr(text, '\0', len) - text));
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    text[len] = '\0';
+    struct tpu_diag d;
+    tpu_diag_clear(&d);
+    json_error_t err;
+    if (tpu_config_load_string(text, path, cfg, &d) != 0)
+        rc = tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    else if (!(*doc = json_loads(text, 0, &err)))
+        rc = tpu__cli_error(cmd, TPU_CLI_FAIL, "%s: %s", qp, err.text);
+    free(text);
+    return rc;
+}
+
 /* ---- subcommands ------------------------------------------------------------------------ */
 
 /* Scans argv[1..]: --help prints `usage` and returns 0; --json sets *json; other options
@@ -364,14 +416,25 @@ static int cmd_show(int argc, char **argv)
                               pos[0], pos[1]);
 
     struct tpu_chip_config cfg;
-    struct tpu_diag d;
-    tpu_diag_clear(&d);
-    if (tpu_config_load(pos[0], &cfg, &d) != 0)
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
-    json_error_t err;
-    json_t *doc = load_document(pos[0], &err);
-    if (!doc) /* the file changed since it was validated */
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s: %s", pos[0], err.text);
+    json_t *doc = NULL;
+    struct stat st;
+    if (!tpu_config_preset_json(pos[0]) && stat(pos[0], &st) == 0 && !S_ISREG(st.st_mode) &&
+        !S_ISDIR(st.st_mode)) {
+        if ((rc = load_once(cmd, pos[0], &cfg, &doc)) != 0)
+            return rc;
+    } else {
+        struct tpu_diag d;
+        tpu_diag_clear(&d);
+        if (tpu_config_load(pos[0], &cfg, &d) != 0)
+            return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+        json_error_t err;
+        doc = load_document(pos[0], &err);
+        if (!doc) { /* the file changed since it was validated */
+            char qp[TPU__QUOTE_PATH_BYTES];
+            return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s: %s",
+                                  tpu__quote(pos[0], qp, sizeof qp), err.text);
+        }
+    }
     if (json) {
         json_t *root = json_object();
         json_object_set(root, "config", doc);

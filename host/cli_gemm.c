@@ -18,6 +18,7 @@
 #include "tpusim/config.h"
 #include "tpusim/gemm.h"
 #include "tpusim/scalesim.h"
+#include "util.h"
 
 static const char *const CMD = "gemm";
 
@@ -67,13 +68,13 @@ struct gemm_opts {
 static int parse_array(const char *text, uint32_t *rows, uint32_t *cols)
 {
     unsigned long r, c;
-    char x, extra;
+    char x, extra, qb[TPU__QUOTE_BYTES];
     if (sscanf(text, "%lu%c%lu%c", &r, &x, &c, &extra) != 3 || (x != 'x' && x != 'X') ||
         r < 1 || c < 1 || r > 4096 || c > 4096 || strspn(text, "0123456789xX") != strlen(text))
         return tpu__cli_error(CMD, TPU_CLI_USAGE,
                               "--array '%s' is not ROWSxCOLS with each from 1 to 4096; give "
                               "e.g. --array 128x128",
-                              text);
+                              tpu__quote(text, qb, sizeof qb));
     *rows = (uint32_t)r;
     *cols = (uint32_t)c;
     return 0;
@@ -85,6 +86,7 @@ static int parse_args(int argc, char **argv, struct gemm_opts *o)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu > 0 ? (unsigned)ncpu : 1;
     bool have_passes = false;
+    char qb[TPU__QUOTE_BYTES];
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -109,7 +111,7 @@ static int parse_args(int argc, char **argv, struct gemm_opts *o)
         if (!known)
             return tpu__cli_error(CMD, TPU_CLI_USAGE,
                                   "unknown option '%s'; run 'tpusim gemm --help' for the list",
-                                  arg);
+                                  tpu__quote(arg, qb, sizeof qb));
         if (i + 1 >= argc)
             return tpu__cli_error(CMD, TPU_CLI_USAGE, "option '%s' needs a value", arg);
         const char *val = argv[++i];
@@ -137,7 +139,8 @@ static int parse_args(int argc, char **argv, struct gemm_opts *o)
                 o->dtype = TPU_DTYPE_FP32;
             else
                 rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
-                                    "--dtype '%s' is not one of bf16, int8, fp32", val);
+                                    "--dtype '%s' is not one of bf16, int8, fp32",
+                                    tpu__quote(val, qb, sizeof qb));
         } else if (!strcmp(arg, "--passes")) {
             rc = tpu__cli_parse_u64(CMD, "--passes", val, 1, 6, &v);
             if (!rc && v != 1 && v != 3 && v != 6)
@@ -155,11 +158,12 @@ static int parse_args(int argc, char **argv, struct gemm_opts *o)
                 rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
                                     "--schedule '%s' is not 'tpu' (double-buffered "
                                     "weight-stationary) or 'serial' (SCALE-Sim v2)",
-                                    val);
+                                    tpu__quote(val, qb, sizeof qb));
         } else if (!strcmp(arg, "--dataflow")) {
             if (tpu_dataflow_parse(val, &o->dataflow) != 0)
                 rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
-                                    "--dataflow '%s' is not one of ws, os, is", val);
+                                    "--dataflow '%s' is not one of ws, os, is",
+                                    tpu__quote(val, qb, sizeof qb));
             o->have_dataflow = true;
         } else if (!strcmp(arg, "--a")) {
             o->a_path = val;
@@ -247,10 +251,11 @@ static int load_operand(const char *path, const char *which, enum tpu_dtype dtyp
         return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
     enum tpu__npy_dtype want = dtype == TPU_DTYPE_INT8 ? TPU__NPY_I8 : TPU__NPY_F32;
     if (arr->dtype != want) {
+        char qp[TPU__QUOTE_PATH_BYTES];
         int rc = tpu__cli_error(CMD, TPU_CLI_FAIL,
                                 "%s (operand %s) holds %s; --dtype %s needs %s data (numpy: "
                                 "a.astype(np.%s))",
-                                path, which, tpu__npy_dtype_name(arr->dtype),
+                                tpu__quote(path, qp, sizeof qp), which, tpu__npy_dtype_name(arr->dtype),
                                 tpu_dtype_name(dtype), tpu__npy_dtype_name(want),
                                 tpu__npy_dtype_name(want));
         tpu__npy_free(arr);
@@ -291,8 +296,10 @@ static int make_operands(const struct gemm_opts *o, struct operands *op)
         op->k = (size_t)o->k;
         op->n = (size_t)o->n;
     }
-    size_t na = op->m * op->k, nb = op->k * op->n, ny = op->m * op->n;
-    if ((double)na > 1e9 || (double)nb > 1e9 || (double)ny > 1e9) {
+    size_t na, nb, ny; /* checked: the sizes of two files may multiply past 2^64 */
+    if (!tpu__mul_size(op->m, op->k, &na) || !tpu__mul_size(op->k, op->n, &nb) ||
+        !tpu__mul_size(op->m, op->n, &ny) || (double)na > 1e9 || (double)nb > 1e9 ||
+        (double)ny > 1e9) {
         rc = tpu__cli_error(CMD, TPU_CLI_FAIL,
                             "computing values for M=%zu K=%zu N=%zu needs more than 1e9 "
                             "elements in one operand; add --timing-only",

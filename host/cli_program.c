@@ -9,15 +9,18 @@
  * every variable named on the command line (--var NAME=VALUE; the loop count among them). */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "rng.h"
 #include "tpusim/device.h"
 #include "tpusim/program.h"
+#include "util.h"
 
 static const char usage_text[] =
     "usage: tpusim program check FILE [--chip NAME|FILE]\n"
@@ -28,9 +31,12 @@ static const char usage_text[] =
     "check parses FILE (the text form of include/tpusim/program.h), verifies it against the\n"
     "chip (default tiny) and prints it back in canonical form. run also runs it once on every\n"
     "core with generated infeed data and prints each core's cycles, unit busy time and\n"
-    "stalls.\n";
+    "stalls. FILE is text of at most 16 MiB.\n";
 
 #define MAX_VARS 16
+/* The largest program text read, in bytes: far beyond any real program, small enough that a
+ * wrong file (a disk image, /dev/zero) fails at once. */
+#define PROGRAM_TEXT_MAX_BYTES (16 << 20)
 
 struct prog_opts {
     const char *sub, *file, *chip, *trace;
@@ -53,9 +59,10 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
         return argc < 2 ? TPU_CLI_USAGE : -1;
     }
     o->sub = argv[1];
+    char qb[TPU__QUOTE_BYTES], qb2[TPU__QUOTE_BYTES];
     if (strcmp(o->sub, "check") && strcmp(o->sub, "run"))
         return tpu__cli_error(CMD, TPU_CLI_USAGE, "'%s' is not 'check' or 'run'; see 'tpusim "
-                              "program --help'", o->sub);
+                              "program --help'", tpu__quote(o->sub, qb, sizeof qb));
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         uint64_t v;
@@ -72,13 +79,15 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
         } else if (a[0] != '-') {
             if (o->file)
                 return tpu__cli_error(CMD, TPU_CLI_USAGE, "one program file at a time: '%s' "
-                                      "and '%s'", o->file, a);
+                                      "and '%s'", tpu__quote(o->file, qb, sizeof qb),
+                                      tpu__quote(a, qb2, sizeof qb2));
             o->file = a;
             continue;
         }
         if (i + 1 >= argc)
             return tpu__cli_error(CMD, TPU_CLI_USAGE, "option '%s' needs a value (or is "
-                                  "unknown: see 'tpusim program --help')", a);
+                                  "unknown: see 'tpusim program --help')",
+                                  tpu__quote(a, qb, sizeof qb));
         const char *val = argv[++i];
         if (!strcmp(a, "--chip"))
             o->chip = val;
@@ -95,15 +104,24 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
         else if (!strcmp(a, "--var")) {
             const char *eq = strchr(val, '=');
             char *end = NULL;
+            errno = 0;
             long long x = eq ? strtoll(eq + 1, &end, 10) : 0;
-            if (!eq || eq == val || !end || end == eq + 1 || *end || o->n_vars == MAX_VARS)
-                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s' is not NAME=INTEGER (at "
-                                      "most %d); e.g. --var iterations=10", val, MAX_VARS);
+            if (o->n_vars == MAX_VARS)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "more than %d --var options; set at "
+                                      "most %d variables", MAX_VARS, MAX_VARS);
+            if (!eq || eq == val || !end || end == eq + 1 || *end)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s' is not NAME=INTEGER; "
+                                      "e.g. --var iterations=10",
+                                      tpu__quote(val, qb, sizeof qb));
+            if (errno == ERANGE)
+                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s': the value is out of "
+                                      "range (%lld to %lld)", tpu__quote(val, qb, sizeof qb),
+                                      LLONG_MIN, LLONG_MAX);
             o->var_name[o->n_vars] = val;
             o->var_value[o->n_vars++] = x;
         } else
             return tpu__cli_error(CMD, TPU_CLI_USAGE, "unknown option '%s'; see 'tpusim "
-                                  "program --help'", a);
+                                  "program --help'", tpu__quote(a, qb, sizeof qb));
         if (rc)
             return rc;
     }
@@ -116,32 +134,78 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
     return 0;
 }
 
-/* The whole file as a string (caller frees), or NULL after printing the error. */
+/* The whole file as a string (caller frees), or NULL after printing the error. A program text
+ * is at most PROGRAM_TEXT_MAX_BYTES (the usage text says so) and holds no NUL byte: the
+ * parser reads a C string, so text after a NUL would be silently ignored. */
 static char *read_file(const char *path)
 {
+    char qp[TPU__QUOTE_PATH_BYTES];
+    tpu__quote(path, qp, sizeof qp);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tpu__cli_error(CMD, TPU_CLI_FAIL, "cannot open '%s': %s", path, strerror(errno));
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "cannot open '%s': %s", qp, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "'%s' is a directory; give a program text file "
+                       "(see 'tpusim program --help')", qp);
         return NULL;
     }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
+    bool too_big = false;
     for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
         n += got;
+        if (n > PROGRAM_TEXT_MAX_BYTES) {
+            too_big = true;
+            break;
+        }
         if (n + 1 == cap) {
             char *b = realloc(buf, cap *= 2);
-            if (!b) {
+            if (!b)
                 free(buf);
-                buf = NULL;
-            }
             buf = b;
         }
     }
+    int read_errno = ferror(f) ? errno : 0;
     fclose(f);
-    if (!buf)
-        tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory reading '%s'", path);
-    else
-        buf[n] = '\0';
+    if (!buf) {
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory reading '%s'", qp);
+        return NULL;
+    }
+    if (too_big || read_errno) {
+        free(buf);
+        if (too_big)
+            tpu__cli_error(CMD, TPU_CLI_FAIL, "'%s' is larger than %d MiB (%d bytes), the limit "
+                           "for a program text; a program is a few kilobytes of text: is this "
+                           "the right file?", qp, PROGRAM_TEXT_MAX_BYTES >> 20,
+                           PROGRAM_TEXT_MAX_BYTES);
+        else
+            tpu__cli_error(CMD, TPU_CLI_FAIL, "cannot read '%s': %s", qp, strerror(read_errno));
+        return NULL;
+    }
+    const char *nul = memchr(buf, '\0', n);
+    if (nul) {
+        size_t line = 1, col = 1;
+        for (const char *c = buf; c < nul; c++, col++)
+            if (*c == '\n') {
+                line++;
+                col = 0;
+            }
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "%s:%zu:%zu: a NUL byte (\\x00); a program is text "
+                       "and holds none (is this a binary file?)", qp, line, col);
+        free(buf);
+        return NULL;
+    }
+    if (n == 0) {
+        tpu__cli_error(CMD, TPU_CLI_FAIL, "'%s' is empty; a program text starts with 'program "
+                       "<name>' (see 'tpusim program --help')", qp);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
     return buf;
 }
 
@@ -256,8 +320,10 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
         snprintf(name, sizeof name, "%.*s", (int)(len < 63 ? len : 63), o->var_name[i]);
         uint32_t id;
         if (tpu_program_find_var(p, name, &id)) {
+            char qb[TPU__QUOTE_BYTES], qn[TPU__QUOTE_BYTES];
             rc = tpu__cli_error(CMD, TPU_CLI_USAGE, "--var %s: the program has no variable "
-                                "'%s'", o->var_name[i], name);
+                                "'%s'", tpu__quote(o->var_name[i], qb, sizeof qb),
+                                tpu__quote(name, qn, sizeof qn));
             goto out;
         }
         tpu_device_set_var(dev, id, o->var_value[i]);

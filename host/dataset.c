@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "idx.h"
 #include "rng.h"
 #include "tpusim/dataset.h"
 #include "util.h"
@@ -91,10 +92,17 @@ int tpu_dataset_fashion_mnist(const char *dir, bool train, struct tpu_dataset *o
                            TPU_DATASET_FASHION_MNIST_DIR);
         goto done;
     }
-    if ((rc = tpu_dataset_load_idx(images, labels, TPU_DATASET_FASHION_MNIST_CLASSES, out, d)))
+    /* the models take 28x28 = 784 inputs and 10 classes: other shapes fail here, up front */
+    if ((rc = tpu__dataset_load_idx(images, labels, TPU_DATASET_FASHION_MNIST_CLASSES,
+                                    TPU_DATASET_FASHION_MNIST_ROWS,
+                                    TPU_DATASET_FASHION_MNIST_COLS,
+                                    "Fashion-MNIST's images are 28x28: is this directory "
+                                    "Fashion-MNIST's (or MNIST's)?", out, d)))
         goto done;
+    char qdir[TPU_DATASET_ORIGIN_MAX - 64]; /* a longer name ends in "...", visibly */
     snprintf(out->origin, sizeof out->origin, "Fashion-MNIST %s (%u examples) from %s",
-             train ? "train" : "test", (unsigned)out->n_examples, dir);
+             train ? "train" : "test", (unsigned)out->n_examples,
+             tpu__quote(dir, qdir, sizeof qdir));
 done:
     free(images);
     free(labels);

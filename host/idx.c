@@ -1,12 +1,16 @@
 /* Reading MNIST-format IDX files into a struct tpu_dataset (see tpusim/dataset.h for the
  * format and the contract of tpu_dataset_load_idx()).
  *
- * Both files go through zlib's gz* interface, which decompresses gzip data and passes plain
- * data through unchanged, so one reader serves both; the gzip magic decides, never the file
- * name. Each file is read to its very end, even past the bytes its header announces: that is
- * how bytes after the data are found and how zlib gets to check the gzip trailer's CRC and
- * length. Buffers grow with the data actually read, never with what a header claims, so a
- * corrupt header cannot make the reader allocate more than the file holds.
+ * A file is plain or gzip-compressed; the gzip magic (1f 8b) decides, never the file name.
+ * gzip data goes through zlib's inflate() directly rather than its gz* file interface: that
+ * interface stops without a word when a file ends right after the deflate data (the trailer
+ * cut off) and skips whatever follows the last gzip member, so a damaged download would load.
+ * Here every member must end with its trailer, whose CRC-32 and length inflate() checks; a
+ * further member may follow (as `cat a.gz b.gz` makes), anything else after the last one is
+ * an error. Each file is read to its very end, even past the bytes its header announces:
+ * that is how bytes after the data are found and how the last trailer gets checked. Buffers
+ * grow with the data actually read, never with what a header claims, so a corrupt header
+ * cannot make the reader allocate more than the file holds.
  *
  * This file does not shuffle, split or batch (dataset.c), and knows nothing of particular
  * datasets. */
@@ -19,6 +23,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "idx.h"
 #include "tpusim/dataset.h"
 #include "util.h"
 
@@ -29,21 +34,34 @@
 
 /* The data buffer starts this large (or as large as the data, if smaller) and doubles. */
 #define INITIAL_CAPACITY_BYTES ((size_t)16 << 20)
-/* gzread() takes an unsigned length and returns an int: read at most this much per call. */
-#define GZREAD_MAX_BYTES ((size_t)1 << 30)
+/* The raw (compressed) bytes are read in pieces of this size. */
+#define INPUT_BUFFER_BYTES ((size_t)128 << 10)
+/* inflate() takes an unsigned length: ask it for at most this much per call. */
+#define INFLATE_MAX_BYTES ((size_t)1 << 30)
 
 enum idx_kind {
     IDX_IMAGES,
     IDX_LABELS,
 };
 
-/* One open IDX file. Invariant: offset_bytes is the number of IDX bytes (after
- * decompression) consumed so far, so every message can say where it stopped. */
+/* One open IDX file. Invariants: offset_bytes is the number of IDX bytes (after
+ * decompression) handed out so far, so every message can say where it stopped; in[in_pos ..
+ * in_len) are raw bytes read from fd and not consumed yet, raw_bytes counts all raw bytes
+ * consumed. For gzip, zs is set up (zs_ready) and member_done says the current member ended
+ * with a good trailer. */
 struct idx_file {
-    const char *path;
+    const char *path; /* quoted for messages (qpath) */
+    char qpath[TPU__QUOTE_PATH_BYTES];
     enum idx_kind kind;
-    gzFile gz;             /* NULL once closed */
+    int fd;                /* -1 once closed */
     bool gzip;             /* compressed (else read directly) */
+    unsigned char *in;     /* [INPUT_BUFFER_BYTES] raw bytes */
+    size_t in_pos, in_len;
+    bool in_eof;           /* read() returned 0 */
+    uint64_t raw_bytes;    /* raw bytes consumed */
+    z_stream zs;
+    bool zs_ready;
+    bool member_done;
     uint64_t offset_bytes; /* IDX bytes read so far */
     uint32_t n_dims;
     uint32_t dims[IDX_MAX_DIMS]; /* count, then rows and columns for images */
@@ -114,56 +132,147 @@ static const char *decompressed(const struct idx_file *f)
 
 static void idx_close(struct idx_file *f)
 {
-    if (f->gz) {
-        gzclose_r(f->gz);
-        f->gz = NULL;
+    if (f->zs_ready) {
+        inflateEnd(&f->zs);
+        f->zs_ready = false;
     }
+    if (f->fd >= 0) {
+        close(f->fd);
+        f->fd = -1;
+    }
+    free(f->in);
+    f->in = NULL;
 }
 
-/* zlib prefixes its messages with the path it was given, "<fd:N>" for gzdopen(); the
- * message already names the file, so keep only zlib's own words. */
-static const char *zlib_words(const char *msg)
+/* Refills the raw input buffer (the unconsumed bytes move to its start). */
+static int fill_input(struct idx_file *f, struct tpu_diag *d)
 {
-    const char *p = msg && msg[0] == '<' ? strstr(msg, ">: ") : NULL;
-    return p ? p + 3 : (msg ? msg : "unknown error");
+    if (f->in_pos > 0) {
+        memmove(f->in, f->in + f->in_pos, f->in_len - f->in_pos);
+        f->in_len -= f->in_pos;
+        f->in_pos = 0;
+    }
+    while (!f->in_eof && f->in_len < INPUT_BUFFER_BYTES) {
+        ssize_t n = read(f->fd, f->in + f->in_len, INPUT_BUFFER_BYTES - f->in_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tpu__fail(d, TPU_EIO, "%s: read error at byte offset %llu of the file: %s",
+                             f->path, (unsigned long long)(f->raw_bytes + f->in_len),
+                             strerror(errno));
+        if (n == 0)
+            f->in_eof = true;
+        f->in_len += (size_t)n;
+        if (n > 0)
+            break; /* enough to go on with */
+    }
+    return 0;
+}
+
+static int gzip_corrupt(const struct idx_file *f, const char *why, struct tpu_diag *d)
+{
+    return tpu__fail(d, TPU_EPARSE,
+                     "%s: the gzip data is corrupt or cut short: decompression failed after "
+                     "byte offset %llu of the data (zlib: %s); get the file again",
+                     f->path, (unsigned long long)f->offset_bytes, why);
+}
+
+/* Decompresses up to len bytes into p; *got < len only at the end of the last member. */
+static int gzip_read(struct idx_file *f, unsigned char *p, size_t len, size_t *got,
+                     struct tpu_diag *d)
+{
+    size_t total = 0;
+    int rc;
+    while (total < len) {
+        /* some input; after a member, two bytes if the file has them (another magic?) */
+        while (!f->in_eof &&
+               (f->in_pos == f->in_len || (f->member_done && f->in_len - f->in_pos < 2)))
+            if ((rc = fill_input(f, d)))
+                return rc;
+        const size_t avail = f->in_len - f->in_pos;
+        if (f->member_done) {
+            if (avail == 0)
+                break; /* the end of the last member, and of the file */
+            if (avail < 2 || f->in[f->in_pos] != 0x1f || f->in[f->in_pos + 1] != 0x8b) {
+                const uint64_t at = f->raw_bytes;
+                uint64_t extra = 0;
+                for (;;) { /* count the rest for the message */
+                    extra += f->in_len - f->in_pos;
+                    f->raw_bytes += f->in_len - f->in_pos;
+                    f->in_pos = f->in_len;
+                    if (f->in_eof)
+                        break;
+                    if ((rc = fill_input(f, d)))
+                        return rc;
+                }
+                return tpu__fail(d, TPU_EPARSE,
+                                 "%s: has %llu bytes after the end of the gzip data (at byte "
+                                 "offset %llu of the file) that are not another gzip member; "
+                                 "the file is damaged or was appended to: get it again",
+                                 f->path, (unsigned long long)extra, (unsigned long long)at);
+            }
+            inflateReset(&f->zs); /* another member follows */
+            f->member_done = false;
+        }
+        if (f->in_pos == f->in_len) /* f->in_eof: the data stops inside a member */
+            return tpu__fail(d, TPU_EPARSE,
+                             "%s: the gzip data is cut short: the file ends after %llu bytes, "
+                             "inside the compressed stream or its trailer (CRC-32 and length), "
+                             "after byte offset %llu of the data; get the file again",
+                             f->path, (unsigned long long)f->raw_bytes,
+                             (unsigned long long)f->offset_bytes);
+        size_t want = len - total;
+        if (want > INFLATE_MAX_BYTES)
+            want = INFLATE_MAX_BYTES;
+        f->zs.next_in = f->in + f->in_pos;
+        f->zs.avail_in = (uInt)(f->in_len - f->in_pos);
+        f->zs.next_out = p + total;
+        f->zs.avail_out = (uInt)want;
+        int ret = inflate(&f->zs, Z_NO_FLUSH);
+        size_t used = (f->in_len - f->in_pos) - f->zs.avail_in;
+        size_t made = want - f->zs.avail_out;
+        f->in_pos += used;
+        f->raw_bytes += used;
+        total += made;
+        f->offset_bytes += made;
+        if (ret == Z_STREAM_END)
+            f->member_done = true;
+        else if (ret == Z_MEM_ERROR)
+            return tpu__fail(d, TPU_ENOMEM, "%s: out of memory while decompressing", f->path);
+        else if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT || ret == Z_STREAM_ERROR)
+            return gzip_corrupt(f, f->zs.msg ? f->zs.msg : "compressed data error", d);
+        /* Z_OK or Z_BUF_ERROR: more input or more room; the loop provides either */
+    }
+    *got = total;
+    return 0;
 }
 
 /* Reads up to len bytes into buf; *got_bytes < len only at the end of the data. A read or
- * decompression error fails with zlib's message and the offset where it happened. */
+ * decompression error fails with the reason and the offset where it happened. */
 static int idx_read(struct idx_file *f, void *buf, size_t len, size_t *got_bytes,
                     struct tpu_diag *d)
 {
+    if (f->gzip)
+        return gzip_read(f, buf, len, got_bytes, d);
     unsigned char *p = buf;
     size_t total = 0;
     while (total < len) {
-        size_t want = len - total;
-        if (want > GZREAD_MAX_BYTES)
-            want = GZREAD_MAX_BYTES;
-        int n = gzread(f->gz, p + total, (unsigned)want);
-        if (n > 0) {
-            total += (size_t)n;
-            f->offset_bytes += (uint64_t)n;
+        if (f->in_pos == f->in_len) {
+            if (f->in_eof)
+                break;
+            int rc = fill_input(f, d);
+            if (rc)
+                return rc;
+            continue;
         }
-        if (n < 0 || (size_t)n < want) {
-            int errnum = Z_OK;
-            const char *msg = gzerror(f->gz, &errnum);
-            if (n < 0 || errnum != Z_OK) {
-                if (errnum == Z_MEM_ERROR)
-                    return tpu__fail(d, TPU_ENOMEM, "%s: out of memory while decompressing",
-                                     f->path);
-                if (errnum == Z_ERRNO)
-                    return tpu__fail(d, TPU_EIO, "%s: read error at byte offset %llu: %s",
-                                     f->path, (unsigned long long)f->offset_bytes,
-                                     zlib_words(msg));
-                return tpu__fail(d, TPU_EPARSE,
-                                 "%s: the gzip data is corrupt or cut short: decompression "
-                                 "failed after byte offset %llu of the data (zlib: %s); get "
-                                 "the file again",
-                                 f->path, (unsigned long long)f->offset_bytes,
-                                 zlib_words(msg));
-            }
-            break; /* the end of the data */
-        }
+        size_t n = f->in_len - f->in_pos;
+        if (n > len - total)
+            n = len - total;
+        memcpy(p + total, f->in + f->in_pos, n);
+        f->in_pos += n;
+        f->raw_bytes += n;
+        total += n;
+        f->offset_bytes += n;
     }
     *got_bytes = total;
     return 0;
@@ -236,27 +345,41 @@ static int idx_open(struct idx_file *f, const char *path, enum idx_kind kind,
                     struct tpu_diag *d)
 {
     memset(f, 0, sizeof *f);
-    f->path = path;
+    f->fd = -1;
     f->kind = kind;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    f->path = tpu__quote(path, f->qpath, sizeof f->qpath);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    path = f->path; /* messages name the quoted path from here on */
+    if (f->fd < 0)
         return tpu__fail(d, TPU_EIO, "cannot open the %s file '%s': %s", kind_noun(kind), path,
                          strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        close(fd);
+    if (fstat(f->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        idx_close(f);
         return tpu__fail(d, TPU_EIO, "'%s' is a directory; expected an IDX %s file", path,
                          kind_noun(kind));
     }
-    f->gz = gzdopen(fd, "rb");
-    if (!f->gz) {
-        close(fd);
-        return tpu__fail(d, TPU_ENOMEM, "cannot read '%s': out of memory", path);
-    }
-    gzbuffer(f->gz, 128 * 1024);
-    f->gzip = !gzdirect(f->gz);
-
     int rc;
+    f->in = malloc(INPUT_BUFFER_BYTES);
+    if (!f->in) {
+        rc = tpu__fail(d, TPU_ENOMEM, "cannot read '%s': out of memory", path);
+        goto fail;
+    }
+    while (!f->in_eof && f->in_len < 2) /* enough to see the gzip magic */
+        if ((rc = fill_input(f, d)))
+            goto fail;
+    f->gzip = f->in_len >= 2 && f->in[0] == 0x1f && f->in[1] == 0x8b;
+    if (f->gzip) {
+        /* 15 + 16: a gzip wrapper (header, then the CRC-32 and length trailer, both checked)
+         * around a deflate stream with a window of up to 32 KiB */
+        int zrc = inflateInit2(&f->zs, 15 + 16);
+        if (zrc != Z_OK) {
+            rc = tpu__fail(d, TPU_ENOMEM, "cannot read '%s': out of memory", path);
+            goto fail;
+        }
+        f->zs_ready = true;
+    }
+
     unsigned char magic[4];
     size_t got;
     if ((rc = idx_read(f, magic, sizeof magic, &got, d)))
@@ -376,6 +499,13 @@ fail:
 int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint32_t n_classes,
                          struct tpu_dataset *out, struct tpu_diag *d)
 {
+    return tpu__dataset_load_idx(images_path, labels_path, n_classes, 0, 0, NULL, out, d);
+}
+
+int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint32_t n_classes,
+                          uint32_t image_rows, uint32_t image_cols, const char *fix,
+                          struct tpu_dataset *out, struct tpu_diag *d)
+{
     if (!images_path || !labels_path || !out)
         return tpu__fail(d, TPU_EINVAL, "tpu_dataset_load_idx: images_path, labels_path and "
                          "out must not be NULL");
@@ -386,6 +516,17 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     int rc = idx_open(&img, images_path, IDX_IMAGES, d);
     if (rc)
         return rc;
+    /* the shape the caller's model needs, from the header alone: before any data is read */
+    if (image_rows && (img.dims[1] != image_rows || img.dims[2] != image_cols)) {
+        rc = tpu__fail(d, TPU_ESHAPE, "%s: holds images of %ux%u pixels (bytes 8-15 of the "
+                       "header), but %ux%u images are needed (%llu input features per "
+                       "example)%s%s", img.path, (unsigned)img.dims[1], (unsigned)img.dims[2],
+                       (unsigned)image_rows, (unsigned)image_cols,
+                       (unsigned long long)image_rows * image_cols, fix ? "; " : "",
+                       fix ? fix : "");
+        idx_close(&img);
+        return rc;
+    }
     if ((rc = idx_open(&lab, labels_path, IDX_LABELS, d))) {
         idx_close(&img);
         return rc;
@@ -394,7 +535,7 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     if (lab.dims[0] != n) {
         rc = tpu__fail(d, TPU_ESHAPE, "%s holds %u images but %s holds %u labels; the two "
                        "files must describe the same examples (one is from another set?)",
-                       images_path, (unsigned)n, labels_path, (unsigned)lab.dims[0]);
+                       img.path, (unsigned)n, lab.path, (unsigned)lab.dims[0]);
         goto done;
     }
 
@@ -412,7 +553,7 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
         while (labels[i] < n_classes)
             i++;
         rc = tpu__fail(d, TPU_ERANGE, "%s: the label at byte offset %llu (example %u) is %u; "
-                       "with %u classes a label must be 0 to %u", labels_path,
+                       "with %u classes a label must be 0 to %u", lab.path,
                        (unsigned long long)(lab.header_bytes + i), (unsigned)i,
                        (unsigned)labels[i], (unsigned)n_classes, (unsigned)(n_classes - 1));
         goto done;
@@ -426,7 +567,7 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     y = malloc((size_t)n * sizeof *y);
     if (!x || !y) {
         rc = tpu__fail(d, TPU_ENOMEM, "%s: cannot allocate %zu bytes for %u examples",
-                       images_path, n_values * sizeof *x + (size_t)n * sizeof *y,
+                       img.path, n_values * sizeof *x + (size_t)n * sizeof *y,
                        (unsigned)n);
         goto done;
     }
@@ -447,7 +588,7 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     out->n_classes = n_classes;
     out->x = x;
     out->y = y;
-    snprintf(out->origin, sizeof out->origin, "%s", images_path);
+    tpu__quote(images_path, out->origin, sizeof out->origin); /* "..." if cut */
     x = NULL;
     y = NULL;
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "npy.h"
 #include "util.h"
@@ -66,7 +67,7 @@ static int parse_header(const char *path, const char *hdr, enum tpu__npy_dtype *
     const char *end = strchr(p, '\'');
     if (!end || end - p > 16)
         return tpu__fail(d, TPU_EPARSE, "%s: the .npy header's 'descr' is malformed", path);
-    char descr[20];
+    char descr[20], qd[TPU__QUOTE_BYTES];
     memcpy(descr, p, (size_t)(end - p));
     descr[end - p] = '\0';
     size_t i;
@@ -77,7 +78,7 @@ static int parse_header(const char *path, const char *hdr, enum tpu__npy_dtype *
         return tpu__fail(d, TPU_EPARSE,
                          "%s: holds dtype '%s'; tpusim reads little-endian float32 ('<f4'), "
                          "int8 ('|i1') or int32 ('<i4') (numpy: a.astype('<f4'))",
-                         path, descr);
+                         path, tpu__quote(descr, qd, sizeof qd));
     *dtype = dtypes[i].dtype;
 
     p = find_key(hdr, "fortran_order");
@@ -135,16 +136,62 @@ static int parse_header(const char *path, const char *hdr, enum tpu__npy_dtype *
     return 0;
 }
 
+/* The data section into a new buffer (*out, owned by the caller) of exactly `bytes` bytes;
+ * *got is how many the file had (fewer means truncated). The buffer grows with the bytes
+ * actually read, never ahead of them, so a header that declares a huge shape costs nothing
+ * before the file is seen to be too short (a FIFO or a device has no size to check first). */
+static int read_data(FILE *f, const char *path, size_t bytes, void **out, size_t *got,
+                     struct tpu_diag *d)
+{
+    const size_t first = (size_t)16 << 20;
+    size_t cap = bytes < first ? bytes : first, have = 0;
+    unsigned char *buf = malloc(cap);
+    if (!buf)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory: '%s' needs %zu bytes", path, cap);
+    for (;;) {
+        size_t n = fread(buf + have, 1, cap - have, f);
+        have += n;
+        if (have < cap || have == bytes)
+            break;
+        size_t next = cap <= bytes / 2 ? cap * 2 : bytes;
+        unsigned char *grown = realloc(buf, next);
+        if (!grown) {
+            free(buf);
+            return tpu__fail(d, TPU_ENOMEM, "out of memory: '%s' needs %zu bytes", path, next);
+        }
+        buf = grown;
+        cap = next;
+    }
+    *out = buf;
+    *got = have;
+    return 0;
+}
+
 int tpu__npy_read(const char *path, struct tpu__npy *out, struct tpu_diag *d)
 {
+    char qp[TPU__QUOTE_PATH_BYTES];
+    tpu__quote(path, qp, sizeof qp);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return tpu__fail(d, TPU_EIO, "cannot open '%s': %s", path, strerror(errno));
+        return tpu__fail(d, TPU_EIO, "cannot open '%s': %s", qp, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return tpu__fail(d, TPU_EIO, "'%s' is a directory; give a NumPy .npy file (written "
+                         "by numpy.save)", qp);
+    }
+    const bool sized = S_ISREG(st.st_mode); /* st_size is the file's length */
+    path = qp;
     int rc = 0;
     char *hdr = NULL;
     void *data = NULL;
     unsigned char pre[12];
     size_t got = fread(pre, 1, 10, f);
+    if (got == 0) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: is empty; a NumPy .npy file starts with \\x93NUMPY "
+                       "and a header (save the array with numpy.save)", path);
+        goto out;
+    }
     if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         rc = tpu__fail(d, TPU_EPARSE, "%s: is not a NumPy .npy file (it does not start with "
                        "\\x93NUMPY); save the array with numpy.save", path);
@@ -173,6 +220,12 @@ int tpu__npy_read(const char *path, struct tpu__npy *out, struct tpu_diag *d)
                        path, hlen);
         goto out;
     }
+    if (sized && (uint64_t)st.st_size < hstart + hlen) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated: it claims %zu bytes "
+                       "after the %zu-byte preamble, the file has %lld bytes in all", path,
+                       hlen, hstart, (long long)st.st_size);
+        goto out;
+    }
     hdr = malloc(hlen + 1);
     if (!hdr) {
         rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
@@ -183,21 +236,33 @@ int tpu__npy_read(const char *path, struct tpu__npy *out, struct tpu_diag *d)
         goto out;
     }
     hdr[hlen] = '\0';
+    if (memchr(hdr, '\0', hlen)) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header holds a NUL byte at byte offset "
+                       "%zu; a header is ASCII text", path,
+                       hstart + (size_t)((char *)memchr(hdr, '\0', hlen) - hdr));
+        goto out;
+    }
     enum tpu__npy_dtype dtype = TPU__NPY_F32;
     size_t rows = 0, cols = 0, count, bytes;
     rc = parse_header(path, hdr, &dtype, &rows, &cols, d);
     if (rc)
         goto out;
     if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, dtype_size(dtype), &bytes)) {
-        rc = tpu__fail(d, TPU_ESHAPE, "%s: shape (%zu, %zu) is too large", path, rows, cols);
+        rc = tpu__fail(d, TPU_ESHAPE, "%s: shape (%zu, %zu) of %s is more than 2^64 bytes; "
+                       "the header is corrupt", path, rows, cols, tpu__npy_dtype_name(dtype));
         goto out;
     }
-    data = malloc(bytes);
-    if (!data) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory: '%s' needs %zu bytes", path, bytes);
+    /* the declared size against the real one, before allocating anything for it */
+    if (sized && (uint64_t)st.st_size - (hstart + hlen) < bytes) {
+        rc = tpu__fail(d, TPU_EPARSE,
+                       "%s: is truncated: shape (%zu, %zu) of %s needs %zu data bytes after "
+                       "the %zu-byte header, the file has %llu",
+                       path, rows, cols, tpu__npy_dtype_name(dtype), bytes, hstart + hlen,
+                       (unsigned long long)((uint64_t)st.st_size - (hstart + hlen)));
         goto out;
     }
-    got = fread(data, 1, bytes, f);
+    if ((rc = read_data(f, path, bytes, &data, &got, d)))
+        goto out;
     if (got != bytes) {
         rc = tpu__fail(d, TPU_EPARSE,
                        "%s: is truncated: shape (%zu, %zu) of %s needs %zu data bytes after "

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "topology.h"
 #include "util.h"
@@ -89,14 +90,18 @@ static int line_fail(struct parser *ps, int code, const char *fmt, ...)
     return tpu__fail(ps->d, code, "%s:%" PRIu32 ": %s", ps->source, ps->line, body);
 }
 
-static int quote_len(struct slice s)
-{
-    return (int)(s.len < QUOTE_MAX ? s.len : QUOTE_MAX);
-}
+/* A field or line as a message quotes it (tpu__quote_n: control characters and bytes that
+ * are not UTF-8 as \xNN, cut with "..."). Returned by value so that a call can sit in a
+ * message's argument list: the array lives until the end of that full expression. */
+struct quoted {
+    char s[QUOTE_MAX + 4];
+};
 
-static const char *quote_ellipsis(struct slice s)
+static struct quoted quote(struct slice s)
 {
-    return s.len > QUOTE_MAX ? "..." : "";
+    struct quoted q;
+    tpu__quote_n(s.p, s.len, q.s, sizeof q.s);
+    return q;
 }
 
 /* ---- fields ------------------------------------------------------------------------------ */
@@ -178,21 +183,21 @@ static int parse_dim(struct parser *ps, struct slice s, const char *col, uint64_
         return line_fail(ps, TPU_EPARSE, "column '%s' is empty; it needs a whole number >= 1",
                          col);
     if (!all_digits(s))
-        return line_fail(ps, TPU_EPARSE, "column '%s' is '%.*s%s', not a whole number >= 1", col,
-                         quote_len(s), s.p, quote_ellipsis(s));
+        return line_fail(ps, TPU_EPARSE, "column '%s' is '%s', not a whole number >= 1", col,
+                         quote(s).s);
     uint64_t v = 0;
     for (size_t i = 0; i < s.len; i++) {
         uint64_t digit = (uint64_t)(s.p[i] - '0');
         if (v > (UINT64_MAX - digit) / 10)
             return line_fail(ps, TPU_ERANGE,
-                             "column '%s' is '%.*s%s', larger than the largest value taken, "
+                             "column '%s' is '%s', larger than the largest value taken, "
                              "%" PRIu64,
-                             col, quote_len(s), s.p, quote_ellipsis(s), UINT64_MAX);
+                             col, quote(s).s, UINT64_MAX);
         v = v * 10 + digit;
     }
     if (v == 0)
-        return line_fail(ps, TPU_EPARSE, "column '%s' is '%.*s', not a whole number >= 1", col,
-                         quote_len(s), s.p);
+        return line_fail(ps, TPU_EPARSE, "column '%s' is '%s', not a whole number >= 1", col,
+                         quote(s).s);
     *out = v;
     return 0;
 }
@@ -208,15 +213,15 @@ static int check_sparsity(struct parser *ps, struct slice s, size_t column)
             if (a.len == b.len && memcmp(a.p, b.p, a.len) == 0 && !slice_ieq(a, "0"))
                 return 0;
             return line_fail(ps, TPU_EUNSUPPORTED,
-                             "column 'Sparsity' is '%.*s%s': tpusim times dense layers only; "
+                             "column 'Sparsity' is '%s': tpusim times dense layers only; "
                              "use 1:1 or leave the column out",
-                             quote_len(s), s.p, quote_ellipsis(s));
+                             quote(s).s);
         }
     }
     return line_fail(ps, TPU_EPARSE,
-                     "column %zu is '%.*s%s': a %s row has %zu columns (%s) and may end with an "
+                     "column %zu is '%s': a %s row has %zu columns (%s) and may end with an "
                      "N:M sparsity ratio such as 1:1",
-                     column, quote_len(s), s.p, quote_ellipsis(s), ps->layout->kind,
+                     column, quote(s).s, ps->layout->kind,
                      ps->layout->n_cols, ps->layout->joined);
 }
 
@@ -303,9 +308,9 @@ static int check_macs(struct parser *ps, struct slice name, uint64_t m, uint64_t
     if (mul_u64(m, n, &mn) && mul_u64(mn, k, &mn))
         return 0;
     return line_fail(ps, TPU_ERANGE,
-                     "layer '%.*s%s' has M x N x K = %" PRIu64 " x %" PRIu64 " x %" PRIu64
+                     "layer '%s' has M x N x K = %" PRIu64 " x %" PRIu64 " x %" PRIu64
                      " multiply-accumulates, more than fit in 64 bits",
-                     quote_len(name), name.p, quote_ellipsis(name), m, n, k);
+                     quote(name).s, m, n, k);
 }
 
 static int read_gemm_row(struct parser *ps, const struct slice *f)
@@ -386,10 +391,10 @@ static int read_conv_row(struct parser *ps, const struct slice *f)
     }
     if (c.channels > TPU__TOPOLOGY_MAX_LAYERS - ps->topo.n_layers)
         return line_fail(ps, TPU_ERANGE,
-                         "depth-wise layer '%.*s%s' (its name contains 'DP') expands into "
+                         "depth-wise layer '%s' (its name contains 'DP') expands into "
                          "%" PRIu64 " layers, one per channel, more than the %zu one topology "
                          "may hold",
-                         quote_len(f[0]), f[0].p, quote_ellipsis(f[0]), c.channels,
+                         quote(f[0]).s, c.channels,
                          TPU__TOPOLOGY_MAX_LAYERS);
     int rc = check_macs(ps, f[0], m, c.num_filters, window);
     if (rc)
@@ -453,14 +458,14 @@ static int read_header(struct parser *ps, const struct slice *f, size_t n, struc
     line = trim(line);
     if (n >= 2 && n <= MAX_FIELDS && all_digits(f[1]))
         return line_fail(ps, TPU_EPARSE,
-                         "the first line is a layer ('%.*s%s'), not a header; SCALE-Sim skips "
+                         "the first line is a layer ('%s'), not a header; SCALE-Sim skips "
                          "the first line unread, so add a header: " GEMM_HEADER
                          " for a GEMM topology or " CONV_HEADER " for a convolution topology",
-                         quote_len(line), line.p, quote_ellipsis(line));
+                         quote(line).s);
     return line_fail(ps, TPU_EPARSE,
-                     "'%.*s%s' is not a SCALE-Sim topology header; expected " GEMM_HEADER
+                     "'%s' is not a SCALE-Sim topology header; expected " GEMM_HEADER
                      " (GEMM) or " CONV_HEADER " (convolution)",
-                     quote_len(line), line.p, quote_ellipsis(line));
+                     quote(line).s);
 }
 
 int tpu__topology_parse(const char *text, size_t len, const char *source,
@@ -541,13 +546,21 @@ int tpu__topology_read(const char *path, struct tpu__topology *out, struct tpu_d
 {
     if (!path || !out)
         return tpu__fail(d, TPU_EINVAL, "tpu__topology_read needs a path and a result struct");
-    char why[256];
+    char why[256], qpath[TPU__QUOTE_PATH_BYTES];
     FILE *f = fopen(path, "rb");
+    const char *raw_path = path;
+    path = tpu__quote(raw_path, qpath, sizeof qpath); /* for messages, and as the source */
     if (!f) {
         int e = errno;
         if (strerror_r(e, why, sizeof why) != 0)
             snprintf(why, sizeof why, "error %d", e);
         return tpu__fail(d, TPU_EIO, "cannot open topology file '%s': %s", path, why);
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return tpu__fail(d, TPU_EIO, "'%s' is a directory; give a SCALE-Sim topology file "
+                         "(CSV, such as 'Layer, M, N, K,' then one row per layer)", path);
     }
 
     size_t cap = 4096, len = 0;

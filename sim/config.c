@@ -377,12 +377,15 @@ static int parse_name(struct parse_ctx *c, const json_t *v, const char *path)
     if (rc)
         return rc;
     for (const char *p = s; *p; p++)
-        if (!name_char_ok(*p))
+        if (!name_char_ok(*p)) {
+            char qs[TPU__QUOTE_BYTES], qc[8];
             return tpu__fail(c->d, TPU_ECONFIG,
-                             "%s: field '%s' is \"%s\", which contains '%c'; a chip name is "
+                             "%s: field '%s' is \"%s\", which contains '%s'; a chip name is "
                              "1 to %d letters, digits, '-', '_' or '.' (it appears in file "
                              "names of reports)",
-                             c->origin, path, s, *p, TPU_CONFIG_NAME_MAX - 1);
+                             c->origin, path, tpu__quote(s, qs, sizeof qs),
+                             tpu__quote_n(p, 1, qc, sizeof qc), TPU_CONFIG_NAME_MAX - 1);
+        }
     if (!s[0])
         return tpu__fail(c->d, TPU_ECONFIG,
                          "%s: field '%s' is empty; give the chip a name such as \"my-chip\"",
@@ -446,11 +449,12 @@ static int parse_dtypes(struct parse_ctx *c, const json_t *v, const char *path)
         size_t k = 0;
         while (k < N_DTYPES && strcmp(s, dtypes[k].name) != 0)
             k++;
+        char qs[TPU__QUOTE_BYTES];
         if (k == N_DTYPES)
             return tpu__fail(c->d, TPU_ECONFIG,
                              "%s: field '%s' is \"%s\", which is not a matrix-unit data "
                              "type; allowed: bf16, int8",
-                             c->origin, item, s);
+                             c->origin, item, tpu__quote(s, qs, sizeof qs));
         if (bits & dtypes[k].bit)
             return tpu__fail(c->d, TPU_ECONFIG,
                              "%s: field '%s' lists \"%s\" twice; list each data type once",
@@ -472,10 +476,11 @@ static int parse_topology(struct parse_ctx *c, const json_t *v, const char *path
             c->cfg->ici_topology = topologies[i].topology;
             return 0;
         }
+    char qs[TPU__QUOTE_BYTES];
     return tpu__fail(c->d, TPU_ECONFIG,
                      "%s: field '%s' is \"%s\", which is not a topology; allowed: none, "
                      "ring, torus_2d, torus_3d",
-                     c->origin, path, s);
+                     c->origin, path, tpu__quote(s, qs, sizeof qs));
 }
 
 static int parse_object(struct parse_ctx *c, const json_t *obj, const struct field *fields,
@@ -543,7 +548,8 @@ static int parse_object(struct parse_ctx *c, const json_t *obj, const struct fie
         for (const struct field *g = fields; g->key && n < 16; g++)
             cands[n++] = g->key;
         const char *hint = closest(key, cands, n);
-        join_path(path, sizeof path, prefix, key);
+        char qkey[TPU__QUOTE_BYTES];
+        join_path(path, sizeof path, prefix, tpu__quote(key, qkey, sizeof qkey));
         char hint_text[96];
         tpu__did_you_mean(hint, hint_text, sizeof hint_text);
         return tpu__fail(c->d, TPU_ECONFIG,
@@ -624,11 +630,14 @@ static int check_strings(const struct tpu_chip_config *cfg, const char *origin,
                          "%s: field 'name' must be 1 to %d characters; give the chip a name",
                          origin, TPU_CONFIG_NAME_MAX - 1);
     for (size_t i = 0; i < len; i++)
-        if (!name_char_ok(cfg->name[i]))
+        if (!name_char_ok(cfg->name[i])) {
+            char qs[TPU__QUOTE_BYTES], qc[8];
             return tpu__fail(d, TPU_ECONFIG,
-                             "%s: field 'name' is \"%s\", which contains '%c'; a chip name is "
+                             "%s: field 'name' is \"%s\", which contains '%s'; a chip name is "
                              "letters, digits, '-', '_' or '.'",
-                             origin, cfg->name, cfg->name[i]);
+                             origin, tpu__quote(cfg->name, qs, sizeof qs),
+                             tpu__quote_n(cfg->name + i, 1, qc, sizeof qc));
+        }
     if (!bounded_strlen(cfg->description, sizeof cfg->description, &len))
         return tpu__fail(d, TPU_ECONFIG,
                          "%s: field 'description' is not NUL-terminated within %d bytes",
@@ -773,10 +782,12 @@ static int load_buffer(const char *text, size_t len, const char *origin,
     json_error_t err;
     json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!doc) {
+        char qt[2 * JSON_ERROR_TEXT_LENGTH]; /* jansson quotes the text it stopped at */
+        tpu__quote(err.text, qt, sizeof qt);
         if (err.line > 0)
             return tpu__fail(d, TPU_EPARSE, "%s:%d:%d: syntax error: %s", origin, err.line,
-                             err.column, err.text);
-        return tpu__fail(d, TPU_EPARSE, "%s: syntax error: %s", origin, err.text);
+                             err.column, qt);
+        return tpu__fail(d, TPU_EPARSE, "%s: syntax error: %s", origin, qt);
     }
     struct tpu_chip_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -795,8 +806,8 @@ static int load_buffer(const char *text, size_t len, const char *origin,
 int tpu_config_load_string(const char *json, const char *origin, struct tpu_chip_config *out,
                            struct tpu_diag *d)
 {
-    if (!origin)
-        origin = "<string>";
+    char qorigin[TPU__QUOTE_PATH_BYTES];
+    origin = tpu__quote(origin ? origin : "<string>", qorigin, sizeof qorigin);
     if (!json || !out)
         return tpu__fail(d, TPU_EINVAL, "%s: tpu_config_load_string needs JSON text and an "
                          "output struct (got NULL)", origin);
@@ -814,12 +825,20 @@ int tpu_config_load_file(const char *path, struct tpu_chip_config *out, struct t
     if (!path || !out)
         return tpu__fail(d, TPU_EINVAL,
                          "tpu_config_load_file needs a path and an output struct (got NULL)");
-    char why[128];
-    FILE *f = fopen(path, "rb");
+    char why[128], qpath[TPU__QUOTE_PATH_BYTES];
+    const char *raw_path = path;
+    path = tpu__quote(raw_path, qpath, sizeof qpath); /* for messages and as the origin */
+    FILE *f = fopen(raw_path, "rb");
     if (!f) {
         errno_text(errno, why, sizeof why);
         return tpu__fail(d, TPU_EIO, "cannot open chip configuration file '%s': %s", path,
                          why);
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return tpu__fail(d, TPU_EIO, "'%s' is a directory; give a chip configuration JSON "
+                         "file (such as configs/tpu-v4.json) or a preset name", path);
     }
     char *buf = malloc(CONFIG_FILE_MAX_BYTES + 1);
     if (!buf) {
@@ -838,6 +857,11 @@ int tpu_config_load_file(const char *path, struct tpu_chip_config *out, struct t
                        path, CONFIG_FILE_MAX_BYTES);
     }
     fclose(f);
+    if (!rc && len == 0)
+        rc = tpu__fail(d, TPU_EPARSE, "chip configuration file '%s' is empty; a configuration "
+                       "is a JSON object ({...}), such as the \"config\" member of 'tpusim config "
+                       "show tpu-v4 --json'",
+                       path);
     if (!rc)
         rc = load_buffer(buf, len, path, out, d);
     free(buf);
@@ -907,9 +931,10 @@ int tpu_config_load_preset(const char *name, struct tpu_chip_config *out, struct
         char names[256], hint[96];
         list_presets(names, sizeof names);
         preset_hint(name, hint, sizeof hint);
+        char qname[TPU__QUOTE_BYTES];
         return tpu__fail(d, TPU_ENOTFOUND,
-                         "no built-in chip preset is named '%s'%s; the presets are: %s", name,
-                         hint, names);
+                         "no built-in chip preset is named '%s'%s; the presets are: %s",
+                         tpu__quote(name, qname, sizeof qname), hint, names);
     }
     char origin[TPU_CONFIG_NAME_MAX + 32];
     snprintf(origin, sizeof origin, "preset '%s'", name);
@@ -948,13 +973,13 @@ int tpu_config_load(const char *name_or_path, struct tpu_chip_config *out, struc
         }
         return rc;
     }
-    char names[256], hint[96];
+    char names[256], hint[96], qname[TPU__QUOTE_PATH_BYTES];
     list_presets(names, sizeof names);
     preset_hint(name_or_path, hint, sizeof hint);
     return tpu__fail(d, TPU_ENOTFOUND,
                      "'%s' is neither a built-in chip preset nor an existing file%s; the "
                      "presets are: %s; or give the path of a JSON configuration file",
-                     name_or_path, hint, names);
+                     tpu__quote(name_or_path, qname, sizeof qname), hint, names);
 }
 
 /* ---- derived figures -------------------------------------------------------------------- */

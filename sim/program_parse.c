@@ -147,12 +147,14 @@ static void describe(struct parser *ps, char out[64])
                                          s[n] == ':'))
             n++;
     } else {
+        /* one character: a UTF-8 one whole, so that it shows as itself (or as \xNN bytes) */
         n = 1;
+        if ((unsigned char)*s >= 0xC0)
+            while (n < 4 && s + n < ps->line_end && ((unsigned char)s[n] & 0xC0) == 0x80)
+                n++;
     }
-    if (n > 40)
-        snprintf(out, 64, "'%.40s...'", s);
-    else
-        snprintf(out, 64, "'%.*s'", (int)n, s);
+    char q[48];
+    snprintf(out, 64, "'%s'", tpu__quote_n(s, n, q, sizeof q));
 }
 
 static int expect_char(struct parser *ps, char c, const char *context)
@@ -225,9 +227,10 @@ static const char *read_token(struct parser *ps, char out[64])
     while (s + n < ps->line_end && s[n] != ' ' && s[n] != '\t' && s[n] != '\r' &&
            s[n] != ',' && s[n] != ']' && s[n] != '#')
         n++;
-    size_t keep = n < 63 ? n : 63;
-    memcpy(out, s, keep);
-    out[keep] = '\0';
+    /* quoted: a token with a control character or a byte that is not UTF-8 shows it as \xNN
+     * in messages, and an overlong one ends in "..." (it then matches no name or number
+     * instead of being cut to a different valid one) */
+    tpu__quote_n(s, n, out, 64);
     ps->cur = s + n;
     return s;
 }
@@ -911,7 +914,10 @@ int tpu_program_parse(const char *text, const char *origin, struct tpu_program *
     if (!out)
         return tpu__fail(d, TPU_EINVAL, "no place to store the parsed program");
     *out = NULL;
-    struct parser ps = {.origin = origin ? origin : "<text>", .d = d, .line = 0};
+    char qorigin[TPU__QUOTE_PATH_BYTES];
+    struct parser ps = {.origin = tpu__quote(origin ? origin : "<text>", qorigin,
+                                             sizeof qorigin),
+                        .d = d, .line = 0};
     if (!text)
         return tpu__fail(d, TPU_EINVAL, "%s: no text to parse", ps.origin);
     int rc = 0;

@@ -523,6 +523,15 @@ static void test_strings(void **state)
     expect_mutation_error("\"test-chip\"", "\"my chip\"", TPU_ECONFIG,
                           "field 'name' is \"my chip\", which contains ' '", NULL);
     expect_mutation_error("\"test-chip\"", "\"\"", TPU_ECONFIG, "field 'name' is empty", NULL);
+    /* control characters (JSON escapes) are quoted, not echoed raw */
+    expect_mutation_error("\"test-chip\"", "\"my\\nchip\\u001b[31m\"", TPU_ECONFIG,
+                          "field 'name' is \"my\\x0Achip\\x1B[31m\", which contains '\\x0A'",
+                          NULL);
+    expect_mutation_error("\"mxu\": {", "\"mxu\": {\"r\\tws\": 1, ", TPU_ECONFIG,
+                          "unknown field 'mxu.r\\x09ws'", NULL);
+    expect_mutation_error("\"torus_2d\"", "\"ring\\u0085\"", TPU_ECONFIG,
+                          "field 'ici.topology' is \"ring\\xC2\\x85\", which is not a topology",
+                          NULL);
     char name[80];
     memset(name, 'x', sizeof name);
     name[0] = '"';
@@ -658,6 +667,11 @@ static void test_validate_struct(void **state)
     assert_int_equal(tpu_config_validate(&c, "sweep", &d), TPU_ECONFIG);
     assert_msg_has(&d, "sweep: field 'mxu.rows'");
     assert_msg_has(&d, "got 0");
+
+    c = base;
+    snprintf(c.name, sizeof c.name, "bad\nname\xfe");
+    assert_int_equal(tpu_config_validate(&c, "sweep", &d), TPU_ECONFIG);
+    assert_msg_has(&d, "sweep: field 'name' is \"bad\\x0Aname\\xFE\", which contains '\\x0A'");
 
     c = base;
     c.clock_mhz = NAN;
@@ -799,10 +813,15 @@ static void test_load_file_errors(void **state)
     assert_msg_has(&d, "missing.json': No such file or directory");
     assert_sentinel(&c);
 
-    /* a directory opens but cannot be read */
+    /* an empty file is named as one (jansson: "'[' or '{' expected near end of file") */
+    assert_int_equal(tpu_config_load_file("/dev/null", &c, &d), TPU_EPARSE);
+    assert_msg_has(&d, "chip configuration file '/dev/null' is empty; a configuration is a "
+                       "JSON object ({...})");
+
+    /* a directory is named as one (it used to be "cannot read ...: Is a directory") */
     assert_int_equal(tpu_config_load_file(fs->dir, &c, &d), TPU_EIO);
-    assert_msg_has(&d, "cannot read chip configuration file");
-    assert_msg_has(&d, "Is a directory");
+    assert_msg_has(&d, "' is a directory; give a chip configuration JSON file (such as "
+                       "configs/tpu-v4.json) or a preset name");
     assert_sentinel(&c);
 
     /* syntax and semantic errors name the file */

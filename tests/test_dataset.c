@@ -323,6 +323,14 @@ static void test_error_missing_files(void **state)
     expect_fail(img, nope, 0, TPU_EIO, want);
     snprintf(want, sizeof want, "'%s' is a directory; expected an IDX image file", f->dir);
     expect_fail(f->dir, lab, 0, TPU_EIO, want);
+    /* a name with a control character or a byte that is not UTF-8 is quoted */
+    expect_fail("/nonexistent/a\nb\xfe", lab, 0, TPU_EIO,
+                "cannot open the image file '/nonexistent/a\\x0Ab\\xFE': No such file");
+    /* the label file's name in a later message too (labels 4, 0, 2 with 3 classes) */
+    char odd[256];
+    write_file(in_dir(f, "lab\x1b", odd, sizeof odd), tiny_labels, sizeof tiny_labels, false);
+    expect_fail(img, odd, 3, TPU_ERANGE, "lab\\x1B: the label at byte offset 8 (example 0) "
+                                         "is 4; with 3 classes a label must be 0 to 2");
 }
 
 static void test_error_empty_and_short_magic(void **state)
@@ -496,14 +504,13 @@ static void test_error_corrupt_gzip(void **state)
     in_dir(f, "bad.gz", bad, sizeof bad);
 
     /* the CRC in the trailer (the last 8 bytes: CRC-32, then the length) does not match.
-     * zlib checks it when it reaches the end of the stream, which for a file this small is
-     * on the first read, before any data is handed over */
+     * zlib checks it when it reaches the end of the stream, after all 34 bytes came out */
     memcpy(buf, good, len);
     buf[len - 8] ^= 0xFF;
     write_file(bad, buf, len, false);
     expect_fail(bad, lab, 0, TPU_EPARSE,
                 "bad.gz: the gzip data is corrupt or cut short: decompression failed after byte "
-                "offset 0 of the data (zlib: incorrect data check); get the file again");
+                "offset 34 of the data (zlib: incorrect data check); get the file again");
 
     /* the first deflate block (after the 10-byte gzip header) has the reserved type 3 */
     memcpy(buf, good, len);
@@ -515,13 +522,15 @@ static void test_error_corrupt_gzip(void **state)
 
     /* cut off inside the trailer: all 34 bytes of data come out, the stream's end does not */
     write_file(bad, good, len - 4, false);
-    expect_fail(bad, lab, 0, TPU_EPARSE,
-                "bad.gz: the gzip data is corrupt or cut short: decompression failed after byte "
-                "offset 34 of the data (zlib: unexpected end of file)");
+    char want[256];
+    snprintf(want, sizeof want, "bad.gz: the gzip data is cut short: the file ends after %zu "
+             "bytes, inside the compressed stream or its trailer (CRC-32 and length), after "
+             "byte offset 34 of the data; get the file again", len - 4);
+    expect_fail(bad, lab, 0, TPU_EPARSE, want);
 }
 
-/* A bad CRC at the end of a file larger than zlib's buffers: the data read before the end
- * is handed over, so the offset is past the start, and the load still fails. */
+/* A bad length at the end of a file larger than the reader's buffers: every byte of the
+ * data comes out, then the trailer's check fails the load. */
 static void test_error_corrupt_gzip_large(void **state)
 {
     struct fixture *f = *state;
@@ -547,10 +556,69 @@ static void test_error_corrupt_gzip_large(void **state)
     const char *p = strstr(d.msg, "decompression failed after byte offset ");
     assert_non_null(p);
     assert_int_equal(sscanf(p, "decompression failed after byte offset %llu", &offset), 1);
-    if (!(offset > 0 && offset < 1568016))
+    if (offset != 1568016)
         print_error("%s\n", d.msg);
-    assert_true(offset > 0 && offset < 1568016);
+    assert_int_equal(offset, 1568016);
     assert_non_null(strstr(d.msg, "of the data (zlib: incorrect length check)"));
+}
+
+/* The trailer of a file larger than the reader's buffers cut off: the deflate data ends
+ * exactly where the IDX data does, so only the missing trailer tells (zlib's gzread()
+ * accepted this file). With a flipped bit as well, the load must not hand over the changed
+ * pixels. Bytes after the last member fail; a second member is data. */
+static void test_error_gzip_trailer_and_members(void **state)
+{
+    struct fixture *f = *state;
+    char img[256], lab[256], bad[256], want[512];
+    const uint32_t dims[3] = {3000, 28, 28}; /* 2352016 bytes, more than one buffer */
+    write_images(in_dir(f, "images.gz", img, sizeof img), 0x803, dims, 3, 3000 * 784, true);
+    unsigned char lbuf[8 + 3000] = {0, 0, 8, 1};
+    put_be32(lbuf + 4, 3000);
+    write_file(in_dir(f, "labels", lab, sizeof lab), lbuf, sizeof lbuf, false);
+    in_dir(f, "bad.gz", bad, sizeof bad);
+    unsigned char *buf = malloc(4 << 20);
+    assert_non_null(buf);
+    size_t len = read_raw(img, buf, 4 << 20);
+
+    /* no trailer at all */
+    write_file(bad, buf, len - 8, false);
+    snprintf(want, sizeof want, "bad.gz: the gzip data is cut short: the file ends after %zu "
+             "bytes, inside the compressed stream or its trailer (CRC-32 and length), after "
+             "byte offset 2352016 of the data; get the file again", len - 8);
+    expect_fail(bad, lab, 0, TPU_EPARSE, want);
+
+    /* a flipped bit in the deflate data and no trailer */
+    buf[len / 2] ^= 0x10;
+    write_file(bad, buf, len - 8, false);
+    struct tpu_dataset ds;
+    struct tpu_diag d;
+    assert_int_equal(tpu_dataset_load_idx(bad, lab, 0, &ds, &d), TPU_EPARSE);
+    assert_non_null(strstr(d.msg, "bad.gz: the gzip data is"));
+    buf[len / 2] ^= 0x10;
+
+    /* garbage after the trailer */
+    memcpy(buf + len, "garbage!", 8);
+    write_file(bad, buf, len + 8, false);
+    snprintf(want, sizeof want, "bad.gz: has 8 bytes after the end of the gzip data (at byte "
+             "offset %zu of the file) that are not another gzip member; the file is damaged "
+             "or was appended to: get it again", len);
+    expect_fail(bad, lab, 0, TPU_EPARSE, want);
+    /* one stray byte too */
+    buf[len] = 0;
+    write_file(bad, buf, len + 1, false);
+    expect_fail(bad, lab, 0, TPU_EPARSE, "bad.gz: has 1 bytes after the end of the gzip data");
+
+    /* two members (cat a.gz b.gz) are one file: the label file split in two */
+    char a_gz[256], b_gz[256];
+    write_file(in_dir(f, "a.gz", a_gz, sizeof a_gz), lbuf, 1000, true);
+    write_file(in_dir(f, "b.gz", b_gz, sizeof b_gz), lbuf + 1000, sizeof lbuf - 1000, true);
+    size_t la = read_raw(a_gz, buf, 4 << 20);
+    size_t lb = read_raw(b_gz, buf + la, (4 << 20) - la);
+    write_file(bad, buf, la + lb, false);
+    assert_int_equal(tpu_dataset_load_idx(img, bad, 0, &ds, &d), 0);
+    assert_int_equal(ds.n_examples, 3000);
+    tpu_dataset_free(&ds);
+    free(buf);
 }
 
 static void test_error_count_mismatch(void **state)
@@ -706,21 +774,44 @@ static void test_fashion_mnist_missing(void **state)
     assert_memory_equal(&ds, &before, sizeof ds);
 }
 
-/* A --data directory may hold the files uncompressed; labels above 9 are rejected. */
+/* A --data directory may hold the files uncompressed; images that are not 28x28 are rejected
+ * from the header (they overflowed the model's 784-input batches, or trained on wrong data);
+ * labels above 9 are rejected. */
 static void test_fashion_mnist_from_dir(void **state)
 {
     struct fixture *f = *state;
-    char path[256];
+    char path[256], want[512];
     write_file(in_dir(f, "t10k-images-idx3-ubyte", path, sizeof path), tiny_images,
                sizeof tiny_images, false);
     write_file(in_dir(f, "t10k-labels-idx1-ubyte", path, sizeof path), tiny_labels,
                sizeof tiny_labels, false);
-    struct tpu_dataset ds;
+    struct tpu_dataset ds, before;
     struct tpu_diag d;
+    memset(&ds, 0xA5, sizeof ds);
+    memcpy(&before, &ds, sizeof ds);
+    assert_int_equal(tpu_dataset_fashion_mnist(f->dir, false, &ds, &d), TPU_ESHAPE);
+    snprintf(want, sizeof want, "%s/t10k-images-idx3-ubyte: holds images of 2x3 pixels (bytes "
+             "8-15 of the header), but 28x28 images are needed (784 input features per "
+             "example); Fashion-MNIST's images are 28x28: is this directory Fashion-MNIST's "
+             "(or MNIST's)?", f->dir);
+    assert_string_equal(d.msg, want);
+    assert_memory_equal(&ds, &before, sizeof ds);
+    /* larger images too (29x28 would overrun each 784-float row) */
+    const uint32_t big[3] = {3, 29, 28};
+    write_images(in_dir(f, "t10k-images-idx3-ubyte", path, sizeof path), 0x803, big, 3,
+                 3 * 29 * 28, false);
+    assert_int_equal(tpu_dataset_fashion_mnist(f->dir, false, &ds, &d), TPU_ESHAPE);
+    assert_non_null(strstr(d.msg, "t10k-images-idx3-ubyte: holds images of 29x28 pixels"));
+
+    const uint32_t dims[3] = {3, 28, 28};
+    write_images(in_dir(f, "t10k-images-idx3-ubyte", path, sizeof path), 0x803, dims, 3,
+                 3 * 784, false);
+    write_file(in_dir(f, "t10k-labels-idx1-ubyte", path, sizeof path), tiny_labels,
+               sizeof tiny_labels, false);
     assert_int_equal(tpu_dataset_fashion_mnist(f->dir, false, &ds, &d), 0);
+    assert_int_equal(ds.n_features, 784);
     assert_int_equal(ds.n_examples, 3);
     assert_int_equal(ds.n_classes, 10);
-    char want[256];
     snprintf(want, sizeof want, "Fashion-MNIST test (3 examples) from %s", f->dir);
     assert_string_equal(ds.origin, want);
     tpu_dataset_free(&ds);
@@ -731,6 +822,40 @@ static void test_fashion_mnist_from_dir(void **state)
     assert_int_equal(tpu_dataset_fashion_mnist(f->dir, false, &ds, &d), TPU_ERANGE);
     assert_non_null(strstr(d.msg, "t10k-labels-idx1-ubyte.gz: the label at byte offset 10 "
                                   "(example 2) is 10; with 10 classes a label must be 0 to 9"));
+}
+
+/* A directory name too long for the origin string ends in "...", visibly cut. */
+static void test_fashion_mnist_long_dir(void **state)
+{
+    struct fixture *f = *state;
+    char dir[700], path[800];
+    int len = snprintf(dir, sizeof dir, "%s/", f->dir);
+    memset(dir + len, 'a', 250);
+    dir[len + 250] = '\0';
+    assert_int_equal(mkdir(dir, 0700), 0);
+    len += 250;
+    dir[len++] = '/';
+    memset(dir + len, 'b', 250);
+    dir[len + 250] = '\0';
+    assert_int_equal(mkdir(dir, 0700), 0);
+    const uint32_t dims[3] = {3, 28, 28};
+    snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte", dir);
+    write_images(path, 0x803, dims, 3, 3 * 784, false);
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte", dir);
+    write_file(path, tiny_labels, sizeof tiny_labels, false);
+    struct tpu_dataset ds;
+    struct tpu_diag d;
+    assert_int_equal(tpu_dataset_fashion_mnist(dir, false, &ds, &d), 0);
+    size_t n = strlen(ds.origin);
+    assert_true(n < sizeof ds.origin);
+    assert_string_equal(ds.origin + n - 3, "...");
+    assert_memory_equal(ds.origin, "Fashion-MNIST test (3 examples) from /tmp/", 42);
+    tpu_dataset_free(&ds);
+    /* remove_tree goes one level deep: take the inner directory away here */
+    unlink(path);
+    snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_fashion_mnist_class_names(void **state)
@@ -978,12 +1103,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_error_trailing_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_corrupt_gzip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_corrupt_gzip_large, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_gzip_trailer_and_members, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_count_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_label_range, setup, teardown),
         cmocka_unit_test(test_error_null_arguments),
         cmocka_unit_test(test_fashion_mnist_installed),
         cmocka_unit_test_setup_teardown(test_fashion_mnist_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fashion_mnist_from_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fashion_mnist_long_dir, setup, teardown),
         cmocka_unit_test(test_fashion_mnist_class_names),
         cmocka_unit_test(test_shuffle),
         cmocka_unit_test(test_split),

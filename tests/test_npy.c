@@ -8,9 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "npy.h"
+#include "util.h"
 
 struct fixture {
     char dir[64];
@@ -127,6 +130,10 @@ static void test_errors(void **state)
     fclose(fp);
     expect_error(f->path, TPU_EPARSE, "is not a NumPy .npy file");
 
+    fp = fopen(f->path, "wb");
+    fclose(fp);
+    expect_error(f->path, TPU_EPARSE, "a.npy: is empty; a NumPy .npy file starts with \\x93NUMPY");
+
     write_raw(f->path, 9, "{}", 0);
     expect_error(f->path, TPU_EPARSE, "format version 9");
 
@@ -170,6 +177,144 @@ static void test_write_error_keeps_nothing(void **state)
     assert_non_null(strstr(d.msg, "cannot create '/nonexistent/dir/y.npy.tmp"));
 }
 
+
+/* A header that declares a huge shape in a file of a few bytes fails on the file's size,
+ * before anything is allocated for the data (it asked for 8 TiB before). */
+static void test_huge_shape_checked_against_file(void **state)
+{
+    struct fixture *f = *state;
+    write_raw(f->path, 1,
+              "{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 2097152), }", 16);
+    expect_error(f->path, TPU_EPARSE, "is truncated: shape (1048576, 2097152) of float32 needs "
+                                      "8796093022208 data bytes after the 82-byte header, the "
+                                      "file has 16");
+    /* rows x cols x 4 wraps around 2^64 */
+    write_raw(f->path, 1,
+              "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
+              16);
+    expect_error(f->path, TPU_ESHAPE, "shape (4294967296, 4294967296) of float32 is more than "
+                                      "2^64 bytes");
+    /* a header length beyond the file */
+    FILE *fp = fopen(f->path, "wb");
+    fwrite("\x93NUMPY\x01\x00\xff\x7f{'descr'", 1, 18, fp);
+    fclose(fp);
+    expect_error(f->path, TPU_EPARSE, "the .npy header is truncated: it claims 32767 bytes");
+}
+
+static void test_directory_and_odd_names(void **state)
+{
+    struct fixture *f = *state;
+    char msg[160];
+    snprintf(msg, sizeof msg, "'%s' is a directory; give a NumPy .npy file", f->dir);
+    expect_error(f->dir, TPU_EIO, msg);
+    /* a name with a newline and a byte that is not UTF-8 is quoted, not echoed raw */
+    expect_error("/nonexistent/a\nb\xff.npy", TPU_EIO,
+                 "cannot open '/nonexistent/a\\x0Ab\\xFF.npy': No such file");
+    write_raw(f->path, 1, "{'descr': '<f\n\x1b', 'fortran_order': False, 'shape': (2, 2), }",
+              16);
+    expect_error(f->path, TPU_EPARSE, "holds dtype '<f\\x0A\\x1B'");
+}
+
+/* The atomic writer: a regular file is replaced by rename (keeping its mode); a symbolic link
+ * stays a link and its target gets the data; a device or a FIFO is written through. */
+static void test_write_through_links_and_devices(void **state)
+{
+    struct fixture *f = *state;
+    float x[2] = {1.0f, 2.0f};
+    struct tpu__npy a = {0};
+    struct stat st;
+    char target[160], link[160], fifo[160];
+    snprintf(target, sizeof target, "%s/target.npy", f->dir);
+    snprintf(link, sizeof link, "%s/link.npy", f->dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", f->dir);
+
+    /* regular file: replaced, mode kept */
+    assert_int_equal(tpu__npy_write(target, TPU__NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(chmod(target, 0640), 0);
+    ino_t before = (stat(target, &st), st.st_ino);
+    assert_int_equal(tpu__npy_write(target, TPU__NPY_F32, 2, 1, x, NULL), 0);
+    assert_int_equal(stat(target, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0640);
+    assert_int_not_equal(st.st_ino, before); /* a new file, renamed into place */
+
+    /* symbolic link (relative): the link stays, the target is replaced */
+    assert_int_equal(symlink("target.npy", link), 0);
+    x[0] = 42.0f;
+    assert_int_equal(tpu__npy_write(link, TPU__NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(tpu__npy_read(target, &a, NULL), 0);
+    assert_int_equal(a.rows, 1);
+    assert_true(((float *)a.data)[0] == 42.0f);
+    tpu__npy_free(&a);
+    unlink(link);
+    unlink(target);
+
+    /* a dangling link: the file is created where it points */
+    assert_int_equal(symlink("target.npy", link), 0);
+    assert_int_equal(tpu__npy_write(link, TPU__NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(stat(target, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    unlink(link);
+    unlink(target);
+
+    /* a device: written through, still a device */
+    assert_int_equal(tpu__npy_write("/dev/null", TPU__NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(stat("/dev/null", &st), 0);
+    assert_true(S_ISCHR(st.st_mode));
+
+    /* a FIFO: written through, a reader gets the whole file */
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        _exit(tpu__npy_write(fifo, TPU__NPY_F32, 1, 2, x, NULL) == 0 ? 0 : 1);
+    }
+    FILE *fp = fopen(fifo, "rb");
+    assert_non_null(fp);
+    unsigned char buf[256];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    fclose(fp);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(n, 128 + 8);
+    assert_memory_equal(buf + 128, x, 8);
+    assert_int_equal(lstat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    unlink(fifo);
+
+    /* a directory is refused with a sentence */
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu__npy_write(f->dir, TPU__NPY_F32, 1, 2, x, &d), TPU_EIO);
+    assert_non_null(strstr(d.msg, "it is a directory; give a file name"));
+}
+
+/* tpu__quote: what stays, what is escaped, and where a long string is cut. */
+static void test_quote(void **state)
+{
+    (void)state;
+    char b[TPU__QUOTE_BYTES];
+    assert_string_equal(tpu__quote("tpu-v4_x.json", b, sizeof b), "tpu-v4_x.json");
+    assert_string_equal(tpu__quote("a\nb\tc\x1b\x7f", b, sizeof b), "a\\x0Ab\\x09c\\x1B\\x7F");
+    assert_string_equal(tpu__quote("caf\xc3\xa9 \xe2\x9c\x93", b, sizeof b),
+                        "caf\xc3\xa9 \xe2\x9c\x93"); /* well-formed UTF-8 stays */
+    assert_string_equal(tpu__quote("\xff\xc3(\xc2\x85\xed\xa0\x80", b, sizeof b),
+                        "\\xFF\\xC3(\\xC2\\x85\\xED\\xA0\\x80"); /* invalid, C1, surrogate */
+    assert_string_equal(tpu__quote("a\\b", b, sizeof b), "a\\b"); /* stays */
+    assert_string_equal(tpu__quote_n("a\0b", 3, b, sizeof b), "a\\x00b");
+    assert_string_equal(tpu__quote(NULL, b, sizeof b), "(null)");
+    char small[10];
+    assert_string_equal(tpu__quote("abcdefghi", small, sizeof small), "abcdefghi");
+    assert_string_equal(tpu__quote("abcdefghij", small, sizeof small), "abcdef...");
+    assert_string_equal(tpu__quote("abcde\n\n", small, sizeof small), "abcde...");
+    assert_string_equal(tpu__quote("ab\xe2\x9c\x93\xe2\x9c\x93\xe2\x9c\x93", small, sizeof small),
+                        "ab\xe2\x9c\x93...");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -177,6 +322,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_versions_and_spacing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test(test_write_error_keeps_nothing),
+        cmocka_unit_test_setup_teardown(test_huge_shape_checked_against_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_directory_and_odd_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_through_links_and_devices, setup, teardown),
+        cmocka_unit_test(test_quote),
     };
     return cmocka_run_group_tests_name("npy", tests, NULL, NULL);
 }

@@ -1047,6 +1047,17 @@ static const struct parse_case parse_cases[] = {
     {"program\n", {"t:1:8: expected the program's name after 'program', found the end of the line"}},
     {"program 1x\n", {"t:1:9: expected the program's name after 'program', found '1x'"}},
     {"program a b\n", {"t:1:11: expected the end of the line after the program's name, found 'b'"}},
+    /* user bytes are quoted in messages: control characters and bytes that are not UTF-8 as
+     * \xNN; a well-formed UTF-8 character as itself */
+    {HEAD "\x1b[31m\n", {"t:7:1: expected a declaration, an op, 'loop' or '}', found '\\x1B'"}},
+    {HEAD "\xff\n", {"t:7:1: expected a declaration, an op, 'loop' or '}', found '\\xFF'"}},
+    {HEAD "\xc3\xa9\n", {"t:7:1: expected a declaration, an op, 'loop' or '}', found '\xc3\xa9'"}},
+    {HEAD "y = scale x alpha=1\x07\n", {"t:7:19: expected a number for alpha, found '1\\x07'"}},
+    /* an overlong number is not cut to a shorter valid one */
+    {HEAD "y = scale x alpha=0.1000000000000000000000000000000000000000000000000000000000000000"
+          "000000000000000001\n",
+     {"t:7:19: expected a number for alpha, found '0.1000000000000000000000000000000000000000",
+      "0000...'"}},
 };
 
 static void test_parse_errors(void **state)

@@ -354,8 +354,20 @@ static void test_error_directory(void **state)
 {
     struct fixture *fx = *state;
     char want[400];
-    snprintf(want, sizeof want, "cannot read topology file '%s': Is a directory", fx->dir);
+    snprintf(want, sizeof want, "'%s' is a directory; give a SCALE-Sim topology file (CSV, "
+             "such as 'Layer, M, N, K,' then one row per layer)", fx->dir);
     expect_read_fail(fx->dir, TPU_EIO, want);
+}
+
+/* Fields with control characters or bytes that are not UTF-8 are quoted in messages. */
+static void test_error_quoted_fields(void **state)
+{
+    expect_text_fail(state, "Layer, M, N, K,\nfc1, 12\x1b[2J, 3, 4,\n", TPU_EPARSE,
+                     "layers.csv:2: column 'M' is '12\\x1B[2J', not a whole number >= 1");
+    expect_text_fail(state, "Layer, M\xff, N, K,\n", TPU_EPARSE,
+                     "layers.csv:1: 'Layer, M\\xFF, N, K,' is not a SCALE-Sim topology header");
+    expect_text_fail(state, "Layer, M, N, K,\nfc\r1, 4294967296, 4294967296, 4294967296,\n",
+                     TPU_ERANGE, "layer 'fc\\x0D1' has M x N x K");
 }
 
 static void test_error_empty(void **state)
@@ -527,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_data_mobilenet),
         cmocka_unit_test(test_error_missing_file),
         cmocka_unit_test(test_error_directory),
+        cmocka_unit_test(test_error_quoted_fields),
         cmocka_unit_test(test_error_empty),
         cmocka_unit_test(test_error_no_layers),
         cmocka_unit_test(test_error_too_large),

@@ -29,6 +29,8 @@ extern "C" {
 /* Where the Debian package dataset-fashion-mnist installs its files. */
 #define TPU_DATASET_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define TPU_DATASET_FASHION_MNIST_CLASSES 10u
+#define TPU_DATASET_FASHION_MNIST_ROWS 28u /* every image is 28x28 */
+#define TPU_DATASET_FASHION_MNIST_COLS 28u
 
 #define TPU_DATASET_ORIGIN_MAX 512
 
@@ -58,7 +60,9 @@ struct tpu_dataset {
  * a file that cannot be opened (TPU_EIO, with the system's reason); a wrong or foreign magic,
  * an unsupported data type, a wrong number of dimensions, a zero dimension, an empty or
  * truncated header, truncated data, bytes after the data, corrupt gzip data (with zlib's
- * message) (TPU_EPARSE); dimensions too large to hold in memory (TPU_ERANGE); image and
+ * message: a bad CRC-32 or length in a member's trailer), gzip data cut short (a missing
+ * trailer included), bytes after the last gzip member that are not another member
+ * (TPU_EPARSE); dimensions too large to hold in memory (TPU_ERANGE); image and
  * label counts that differ (TPU_ESHAPE); a label >= n_classes (TPU_ERANGE); no memory
  * (TPU_ENOMEM).
  *
@@ -74,8 +78,10 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
  * also be present uncompressed, without the .gz.
  *
  * If a file is missing, fails with TPU_ENOTFOUND and a sentence saying how to install the
- * package or which files a --data directory must hold; other failures are those of
- * tpu_dataset_load_idx(). Ownership as there. */
+ * package or which files a --data directory must hold. Images that are not 28x28 fail with
+ * TPU_ESHAPE (the models built for Fashion-MNIST take 784 inputs), found from the header
+ * before any data is read, and labels outside 0-9 with TPU_ERANGE; other failures are those
+ * of tpu_dataset_load_idx(). Ownership as there. */
 int tpu_dataset_fashion_mnist(const char *dir, bool train, struct tpu_dataset *out,
                               struct tpu_diag *d);
 
