@@ -20,6 +20,7 @@
 #include "tpusim/dataset.h"
 #include "tpusim/device.h"
 #include "tpusim/models.h"
+#include "tpusim/quantize.h"
 #include "tpusim/runtime.h"
 #ifdef TPUSIM_HAVE_RTL
 #include "mxu_rtl_provider.h"
@@ -38,6 +39,7 @@ struct train_opts {
     struct tpu_run_config rc;
     unsigned verbose;
     bool json, reference, no_eval, timing_only;
+    bool int8; /* --int8: evaluate/predict the checkpoint quantized to int8 */
     uint64_t limit;
 };
 
@@ -80,7 +82,11 @@ static const char *const usage_text =
     "  --json                        machine-readable summary\n"
     "  --config FILE.json            options from a file\n"
     "  --limit N                     predict: only the first N test examples\n"
-    "  --output FILE.npy             predict: write the logits\n";
+    "  --output FILE.npy             predict: write the logits\n"
+    "  --int8                        evaluate/predict: int8 weights and activations quantized\n"
+    "                                from the checkpoint (per-channel weights, activations\n"
+    "                                calibrated on 1000 training examples), int8 matmuls;\n"
+    "                                chips with int8 MXUs (tpu-v1, tpu-v4, tiny)\n";
 
 /* ---- option parsing ------------------------------------------------------------------------ */
 
@@ -263,6 +269,8 @@ static int set_flag(struct train_opts *o, const char *name)
         o->timing_only = true;
     else if (!strcmp(name, "--no-eval"))
         o->no_eval = true;
+    else if (!strcmp(name, "--int8"))
+        o->int8 = true;
     else
         return 1;
     return 0;
@@ -375,6 +383,10 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
     if (o->timing_only && (o->reference || strcmp(o->cmd, "train")))
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--timing-only computes no values: it "
                               "goes with 'tpusim train' without --reference");
+    if (o->int8 && !strcmp(o->cmd, "train"))
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--int8 quantizes a trained checkpoint: "
+                              "it goes with 'tpusim evaluate' and 'tpusim predict' (train in "
+                              "bf16, e.g. on --chip tpu-v4 or tiny, then evaluate --int8)");
     if (o->vcd && !o->rtl)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
                               "it goes with --backend rtl");
@@ -453,6 +465,7 @@ struct run {
     struct tpu_estimator *est;
     struct tpu_dataset train, test;
     struct tpu_model model;
+    struct tpu_int8_mlp *q; /* --int8: the quantized checkpoint */
     struct progress prog;
 };
 
@@ -500,6 +513,21 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
 #endif
 }
 
+/* --int8: the chip must multiply int8; the latest checkpoint is quantized, its activation
+ * scales calibrated on the first training examples. */
+static int setup_int8(struct run *r)
+{
+    struct tpu_diag d = {0};
+    if (tpu_int8_check_chip(&r->chip, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
+    uint32_t n_calib = r->train.n_examples < TPU_INT8_CALIBRATION_EXAMPLES
+                           ? r->train.n_examples : TPU_INT8_CALIBRATION_EXAMPLES;
+    if (tpu_int8_mlp_from_checkpoint(r->o.rc.model_dir, &r->o.spec, r->train.x, n_calib, &r->q,
+                                     &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--int8: %s", d.msg);
+    return 0;
+}
+
 static int setup(struct run *r, bool need_train_data)
 {
     struct tpu_diag d = {0};
@@ -509,6 +537,7 @@ static int setup(struct run *r, bool need_train_data)
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     r->o.spec.sizes[0] = 784;
     r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
+    need_train_data = need_train_data || r->o.int8; /* int8 calibrates on training data */
     if ((need_train_data && tpu_dataset_fashion_mnist(r->o.data, true, &r->train, &d)) ||
         tpu_dataset_fashion_mnist(r->o.data, false, &r->test, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
@@ -520,6 +549,8 @@ static int setup(struct run *r, bool need_train_data)
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace != NULL;
+    if (r->o.int8 && (rc = setup_int8(r)))
+        return rc;
     if (r->o.rtl && (rc = setup_rtl(r, &s)))
         return rc;
     if (tpu_device_open(&s, &r->dev, &d))
@@ -531,11 +562,18 @@ static int setup(struct run *r, bool need_train_data)
     if (tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
     tpu_mlp_program_free(&mp);
-    tpu_mlp_model(&r->model, &r->o.spec);
+    struct tpu_run_config cfg = r->o.rc;
+    if (r->q) {
+        /* the params are the quantized checkpoint's, not a checkpoint to restore */
+        tpu_int8_mlp_model(&r->model, r->q);
+        cfg.model_dir[0] = '\0';
+    } else {
+        tpu_mlp_model(&r->model, &r->o.spec);
+    }
     r->prog.o = &r->o;
     r->prog.wall0 = tpu__cli_now_s();
     struct tpu_hook hook = {.ctx = &r->prog, .after_loop = after_loop};
-    if (tpu_estimator_create(r->dev, &r->o.rc, &r->model, &hook, 1, &r->est, &d))
+    if (tpu_estimator_create(r->dev, &cfg, &r->model, &hook, 1, &r->est, &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
     return 0;
 }
@@ -543,6 +581,7 @@ static int setup(struct run *r, bool need_train_data)
 static void teardown(struct run *r)
 {
     tpu_estimator_destroy(&r->est);
+    tpu_int8_mlp_destroy(&r->q);
     tpu_device_close(&r->dev);
 #ifdef TPUSIM_HAVE_RTL
     tpu_mxu_rtl_provider_destroy(&r->rtl); /* after the device that used it */
@@ -698,6 +737,23 @@ static int cmd_evaluate(struct run *r)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
     if ((rc = write_trace(r)))
         return rc;
+    if (r->q) {
+        double fp32 = 0;
+        if (tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,
+                                       &d))
+            return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+        const unsigned long long step = (unsigned long long)tpu_int8_mlp_global_step(r->q);
+        if (r->o.json)
+            printf("{\"global_step\": %llu, \"int8\": true, \"accuracy\": %.6f, \"loss\": "
+                   "%.6f, \"examples\": %llu, \"fp32_accuracy\": %.6f}\n", step, ev.accuracy,
+                   ev.loss, (unsigned long long)ev.examples, fp32);
+        else
+            printf("tpusim evaluate: global step %llu, int8 on %s: accuracy %.2f %%, loss %.4f "
+                   "over %llu examples (fp32 on the host: %.2f %%, %+.2f points in int8)\n",
+                   step, r->chip.name, 100 * ev.accuracy, ev.loss,
+                   (unsigned long long)ev.examples, 100 * fp32, 100 * (ev.accuracy - fp32));
+        return 0;
+    }
     if (r->o.json)
         printf("{\"global_step\": %llu, \"accuracy\": %.6f, \"loss\": %.6f, \"examples\": %llu}\n",
                (unsigned long long)tpu_estimator_global_step(r->est), ev.accuracy, ev.loss,
@@ -748,9 +804,22 @@ static int cmd_predict(struct run *r)
     if (!rc && r->o.output)
         rc = tpu__npy_write(r->o.output, TPU__NPY_F32, n, p.cols, p.out, &d);
     free(p.out);
+    double fp32 = 0;
+    if (!rc && r->q)
+        rc = tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,
+                                        &d);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
-    if (r->o.json)
+    if (r->q && r->o.json)
+        printf("{\"predictions\": %llu, \"int8\": true, \"accuracy\": %.6f, "
+               "\"fp32_accuracy\": %.6f}\n", (unsigned long long)n,
+               n ? (double)p.correct / n : 0, fp32);
+    else if (r->q)
+        printf("tpusim predict: %llu int8 predictions on %s (one per example; accuracy %.2f %%, "
+               "fp32 on the host %.2f %%)%s%s\n", (unsigned long long)n, r->chip.name,
+               n ? 100.0 * p.correct / n : 0, 100 * fp32, r->o.output ? ", logits in " : "",
+               r->o.output ? r->o.output : "");
+    else if (r->o.json)
         printf("{\"predictions\": %llu, \"accuracy\": %.6f}\n", (unsigned long long)n,
                n ? (double)p.correct / n : 0);
     else
