@@ -514,10 +514,18 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
 }
 
 /* --int8: the chip must multiply int8; the latest checkpoint is quantized, its activation
- * scales calibrated on the first training examples. */
+ * scales calibrated on the first training examples. Without --int8, evaluate and predict on
+ * a chip that multiplies int8 only (tpu-v1) are pointed to it. */
 static int setup_int8(struct run *r)
 {
     struct tpu_diag d = {0};
+    if (!r->o.int8) {
+        if (strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+            return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "chip '%s' multiplies int8 only (its "
+                                  "mxu.dtypes); run the checkpoint in int8 with --int8",
+                                  r->chip.name);
+        return 0;
+    }
     if (tpu_int8_check_chip(&r->chip, &d))
         return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
     uint32_t n_calib = r->train.n_examples < TPU_INT8_CALIBRATION_EXAMPLES
@@ -549,7 +557,7 @@ static int setup(struct run *r, bool need_train_data)
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace != NULL;
-    if (r->o.int8 && (rc = setup_int8(r)))
+    if ((rc = setup_int8(r)))
         return rc;
     if (r->o.rtl && (rc = setup_rtl(r, &s)))
         return rc;

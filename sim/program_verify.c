@@ -288,7 +288,8 @@ static int check_matmul(struct verifier *v)
             return fail_op(v, TPU_EUNSUPPORTED, "chip '%s' has no %s matrix unit (it "
                            "multiplies %s only); %s", v->cfg->name, int8 ? "int8" : "bf16",
                            int8 ? "bf16" : "int8",
-                           int8 ? "convert the inputs to bf16 or f32" : "use int8 inputs");
+                           int8 ? "convert the inputs to bf16 or f32"
+                                : "use int8 inputs (quantize them with the quantize op)");
     }
     return 0;
 }

@@ -115,6 +115,10 @@ def int8_errors():
         expect_error(['evaluate', '--chip', 'tpu-v1', '--int8', '--model-dir', d], 1,
                      f'--int8: {d} holds no checkpoint to quantize; train the model first')
         md = train(d)
+        for cmd in ('evaluate', 'predict'):
+            expect_error([cmd, '--chip', 'tpu-v1', *MODEL, '--model-dir', md], 2,
+                         "chip 'tpu-v1' multiplies int8 only (its mxu.dtypes); run the "
+                         'checkpoint in int8 with --int8')
         expect_error(['predict', '--chip', 'tpu-v1', '--int8', '--layers', '16', '--model-dir',
                       md], 1, "tensor 'w0' is f32[784, 32] but the MLP of these layer widths "
                       'needs f32[784, 16]; give the --layers it was trained with')
