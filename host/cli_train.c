@@ -513,21 +513,25 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
 #endif
 }
 
-/* --int8: the chip must multiply int8; the latest checkpoint is quantized, its activation
- * scales calibrated on the first training examples. Without --int8, evaluate and predict on
- * a chip that multiplies int8 only (tpu-v1) are pointed to it. */
+/* Before any work: --int8 needs a chip that multiplies int8; without --int8, evaluate and
+ * predict on a chip that multiplies int8 only (tpu-v1) are pointed to it. */
+static int check_int8(const struct run *r)
+{
+    struct tpu_diag d = {0};
+    if (r->o.int8 && tpu_int8_check_chip(&r->chip, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
+    if (!r->o.int8 && strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "chip '%s' multiplies int8 only (its "
+                              "mxu.dtypes); run the checkpoint in int8 with --int8",
+                              r->chip.name);
+    return 0;
+}
+
+/* --int8: the latest checkpoint, quantized; its activation scales are calibrated on the first
+ * training examples. */
 static int setup_int8(struct run *r)
 {
     struct tpu_diag d = {0};
-    if (!r->o.int8) {
-        if (strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
-            return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "chip '%s' multiplies int8 only (its "
-                                  "mxu.dtypes); run the checkpoint in int8 with --int8",
-                                  r->chip.name);
-        return 0;
-    }
-    if (tpu_int8_check_chip(&r->chip, &d))
-        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
     uint32_t n_calib = r->train.n_examples < TPU_INT8_CALIBRATION_EXAMPLES
                            ? r->train.n_examples : TPU_INT8_CALIBRATION_EXAMPLES;
     if (tpu_int8_mlp_from_checkpoint(r->o.rc.model_dir, &r->o.spec, r->train.x, n_calib, &r->q,
@@ -545,6 +549,8 @@ static int setup(struct run *r, bool need_train_data)
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     r->o.spec.sizes[0] = 784;
     r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
+    if ((rc = check_int8(r)))
+        return rc;
     need_train_data = need_train_data || r->o.int8; /* int8 calibrates on training data */
     if ((need_train_data && tpu_dataset_fashion_mnist(r->o.data, true, &r->train, &d)) ||
         tpu_dataset_fashion_mnist(r->o.data, false, &r->test, &d))
@@ -557,7 +563,7 @@ static int setup(struct run *r, bool need_train_data)
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace != NULL;
-    if ((rc = setup_int8(r)))
+    if (r->o.int8 && (rc = setup_int8(r)))
         return rc;
     if (r->o.rtl && (rc = setup_rtl(r, &s)))
         return rc;
