@@ -356,11 +356,36 @@ static void test_int8_matches_reference(void **state)
         }
         assert_true(ly->in_alpha == 1.0f / ly->in_scale);
     }
-    /* layer 0's input scale is the calibration data's max-abs / 127 */
+    /* layer 0's input scale is the calibration data's max-abs / 127; the hidden layers'
+     * are the max-abs of the fp32 model's ReLU outputs over the calibration examples / 127
+     * (summed here in double, so allow a few fp32 ulps) */
     float m = 0;
     for (size_t i = 0; i < NCAL * F; i++)
         m = fmaxf(m, fabsf(cal[i]));
     assert_true(tpu_int8_mlp_layer(q, 0)->in_scale == m / 127.0f);
+    double peak[3] = {0};
+    for (int i = 0; i < NCAL; i++) {
+        double a[F], z[F];
+        for (int k = 0; k < F; k++)
+            a[k] = cal[i * F + k];
+        for (uint32_t l = 0; l < 2; l++) {
+            for (uint32_t j = 0; j < spec.sizes[l + 1]; j++) {
+                z[j] = b[l][j];
+                for (uint32_t k = 0; k < spec.sizes[l]; k++)
+                    z[j] += a[k] * w[l][(size_t)k * spec.sizes[l + 1] + j];
+            }
+            for (uint32_t j = 0; j < spec.sizes[l + 1]; j++) {
+                a[j] = z[j] > 0 ? z[j] : 0;
+                peak[l + 1] = fmax(peak[l + 1], a[j]);
+            }
+        }
+    }
+    for (uint32_t l = 1; l < 3; l++) {
+        const double got = tpu_int8_mlp_layer(q, l)->in_scale * 127.0;
+        if (fabs(got - peak[l]) > 1e-5 * peak[l])
+            fail_msg("layer %u's input scale x 127 is %.9g; the calibration max-abs is %.9g", l,
+                     got, peak[l]);
+    }
 
     /* the chip, through the estimator: 2 replicas, global batch 16, so 50 examples are 3
      * full batches and one padded */
