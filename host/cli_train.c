@@ -22,6 +22,7 @@
 #include "tpusim/dataset.h"
 #include "tpusim/device.h"
 #include "tpusim/models.h"
+#include "tpusim/quantize.h"
 #include "tpusim/runtime.h"
 #ifdef TPUSIM_HAVE_RTL
 #include "mxu_rtl_provider.h"
@@ -49,6 +50,7 @@ struct train_opts {
     struct tpu_run_config rc;
     unsigned verbose;
     bool json, reference, no_eval, timing_only;
+    bool int8; /* --int8: evaluate/predict the checkpoint quantized to int8 */
     uint64_t limit;
     unsigned config_depth; /* inside --config's file: 1 */
 };
@@ -80,6 +82,8 @@ static const struct option_rule {
                                              "examples)"},
     {"--max-steps", CMD_TRAIN, 0, "evaluate takes --steps batches"},
     {"--epochs", CMD_TRAIN, 0, "evaluate takes --steps batches"},
+    {"--int8", CMD_EVALUATE | CMD_PREDICT, 0, "it quantizes a trained checkpoint: train in bf16, "
+                                              "then evaluate or predict with --int8"},
     /* The estimator's constructor arguments (TPUConfig, RunConfig, batch sizes, the model's
      * hyperparameters) belong to every subcommand, as TPUEstimator takes them all whatever
      * it is asked to do next: one command line or config file serves train, evaluate and
@@ -138,7 +142,8 @@ static void set_text(char *dst, size_t cap, const char *v)
     snprintf(dst, cap, "%s", v);
 }
 
-static const char *const usage_text =
+/* The help, in parts: one literal would pass the 4095 characters C compilers must take. */
+static const char *const usage_text[] = {
     "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
     "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
     "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
@@ -167,7 +172,7 @@ static const char *const usage_text =
     "  --seed N                      initialization and shuffling (default 1)\n"
     "  --reference                   [train] also train the same model in fp32 on the host\n"
     "                                and compare\n"
-    "  --no-eval                     [train] do not evaluate after training\n"
+    "  --no-eval                     [train] do not evaluate after training\n",
     "TPUConfig / RunConfig\n"
     "  --steps N                     [train, evaluate] train N steps; evaluate N batches of\n"
     "                                --eval-batch-size (default: the whole test set)\n"
@@ -190,9 +195,14 @@ static const char *const usage_text =
     "                                the keys are these options' names with '_' for '-'\n"
     "  --limit N                     [predict] only the first N test examples\n"
     "  --output FILE.npy             [predict] write the logits\n"
+    "  --int8                        [evaluate, predict] int8 weights and activations\n"
+    "                                quantized from the checkpoint (per-channel weights,\n"
+    "                                activations calibrated on 1000 training examples), int8\n"
+    "                                matmuls; chips with int8 MXUs (tpu-v1, tpu-v4, tiny)\n"
     "  --help                        this text\n"
     "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
-    "any work: their directory must exist and be writable.\n";
+    "any work: their directory must exist and be writable.\n",
+};
 
 /* ---- option parsing ------------------------------------------------------------------------ */
 
@@ -386,6 +396,8 @@ static int set_flag(struct train_opts *o, const char *name, bool on)
         o->timing_only = on;
     else if (!strcmp(name, "--no-eval"))
         o->no_eval = on;
+    else if (!strcmp(name, "--int8"))
+        o->int8 = on;
     else
         return 1;
     return 0;
@@ -491,7 +503,8 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
+            for (size_t k = 0; k < sizeof usage_text / sizeof usage_text[0]; k++)
+                fputs(usage_text[k], stdout);
             return -1;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -609,6 +622,7 @@ struct run {
     struct tpu_estimator *est;
     struct tpu_dataset train, test;
     struct tpu_model model;
+    struct tpu_int8_mlp *q; /* --int8: the quantized checkpoint */
     struct progress prog;
 };
 
@@ -656,6 +670,20 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
 #endif
 }
 
+/* Before any work: --int8 needs a chip that multiplies int8; without --int8, evaluate and
+ * predict on a chip that multiplies int8 only (tpu-v1) are pointed to it. */
+static int check_int8(const struct run *r)
+{
+    struct tpu_diag d = {0};
+    if (r->o.int8 && tpu_int8_check_chip(&r->chip, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
+    if (!r->o.int8 && strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "chip '%s' multiplies int8 only (its "
+                              "mxu.dtypes); run the checkpoint in int8 with --int8",
+                              r->chip.name);
+    return 0;
+}
+
 /* What can be known before any work: the chip can run the subcommand, every output path
  * can be written, and evaluate and predict have a checkpoint to read (TPUEstimator's rule:
  * no evaluating or predicting with the untrained initial weights). */
@@ -675,6 +703,8 @@ static int preflight(struct run *r)
                               "train on one of those (e.g. --chip tpu-v2), then evaluate or "
                               "predict its checkpoint on %s with --int8", r->chip.name,
                               r->chip.name);
+    if ((rc = check_int8(r)))
+        return rc;
     if ((o->trace[0] && (rc = tpu__cli_check_output_file(cmd, "--trace", o->trace))) ||
         (o->output[0] && (rc = tpu__cli_check_output_file(cmd, "--output", o->output))) ||
         (o->vcd[0] && (rc = tpu__cli_check_output_file(cmd, "--vcd", o->vcd))))
@@ -698,6 +728,19 @@ static int preflight(struct run *r)
     return 0;
 }
 
+/* --int8: the latest checkpoint, quantized; its activation scales are calibrated on the first
+ * training examples. */
+static int setup_int8(struct run *r)
+{
+    struct tpu_diag d = {0};
+    uint32_t n_calib = r->train.n_examples < TPU_INT8_CALIBRATION_EXAMPLES
+                           ? r->train.n_examples : TPU_INT8_CALIBRATION_EXAMPLES;
+    if (tpu_int8_mlp_from_checkpoint(r->o.rc.model_dir, &r->o.spec, r->train.x, n_calib, &r->q,
+                                     &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--int8: %s", d.msg);
+    return 0;
+}
+
 static int setup(struct run *r, bool need_train_data)
 {
     struct tpu_diag d = {0};
@@ -708,6 +751,7 @@ static int setup(struct run *r, bool need_train_data)
     const char *data = r->o.data[0] ? r->o.data : NULL; /* NULL: the Debian package's path */
     r->o.spec.sizes[0] = 784;
     r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
+    need_train_data = need_train_data || r->o.int8; /* int8 calibrates on training data */
     if ((need_train_data && tpu_dataset_fashion_mnist(data, true, &r->train, &d)) ||
         tpu_dataset_fashion_mnist(data, false, &r->test, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
@@ -719,6 +763,8 @@ static int setup(struct run *r, bool need_train_data)
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace[0] != '\0';
+    if (r->o.int8 && (rc = setup_int8(r)))
+        return rc;
     if (r->o.rtl && (rc = setup_rtl(r, &s)))
         return rc;
     if (tpu_device_open(&s, &r->dev, &d))
@@ -730,11 +776,18 @@ static int setup(struct run *r, bool need_train_data)
     if (tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
     tpu_mlp_program_free(&mp);
-    tpu_mlp_model(&r->model, &r->o.spec);
+    struct tpu_run_config cfg = r->o.rc;
+    if (r->q) {
+        /* the params are the quantized checkpoint's, not a checkpoint to restore */
+        tpu_int8_mlp_model(&r->model, r->q);
+        cfg.model_dir[0] = '\0';
+    } else {
+        tpu_mlp_model(&r->model, &r->o.spec);
+    }
     r->prog.o = &r->o;
     r->prog.wall0 = tpu__cli_now_s();
     struct tpu_hook hook = {.ctx = &r->prog, .after_loop = after_loop};
-    if (tpu_estimator_create(r->dev, &r->o.rc, &r->model, &hook, 1, &r->est, &d))
+    if (tpu_estimator_create(r->dev, &cfg, &r->model, &hook, 1, &r->est, &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
     return 0;
 }
@@ -742,6 +795,7 @@ static int setup(struct run *r, bool need_train_data)
 static void teardown(struct run *r)
 {
     tpu_estimator_destroy(&r->est);
+    tpu_int8_mlp_destroy(&r->q);
     tpu_device_close(&r->dev);
 #ifdef TPUSIM_HAVE_RTL
     tpu_mxu_rtl_provider_destroy(&r->rtl); /* after the device that used it */
@@ -900,6 +954,23 @@ static int cmd_evaluate(struct run *r)
         fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
     if ((rc = write_trace(r)))
         return rc;
+    if (r->q) {
+        double fp32 = 0;
+        if (tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,
+                                       &d))
+            return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+        const unsigned long long step = (unsigned long long)tpu_int8_mlp_global_step(r->q);
+        if (r->o.json)
+            printf("{\"global_step\": %llu, \"int8\": true, \"accuracy\": %.6f, \"loss\": "
+                   "%.6f, \"examples\": %llu, \"fp32_accuracy\": %.6f}\n", step, ev.accuracy,
+                   ev.loss, (unsigned long long)ev.examples, fp32);
+        else
+            printf("tpusim evaluate: global step %llu: accuracy %.2f %%, loss %.4f over %llu "
+                   "examples, int8 on %s (fp32 on the host: %.2f %%, %+.2f points in int8)\n",
+                   step, 100 * ev.accuracy, ev.loss, (unsigned long long)ev.examples,
+                   r->chip.name, 100 * fp32, 100 * (ev.accuracy - fp32));
+        return 0;
+    }
     if (r->o.json)
         printf("{\"global_step\": %llu, \"accuracy\": %.6f, \"loss\": %.6f, \"examples\": %llu}\n",
                (unsigned long long)tpu_estimator_global_step(r->est), ev.accuracy, ev.loss,
@@ -952,11 +1023,24 @@ static int cmd_predict(struct run *r)
     if (!rc && r->o.output[0])
         rc = tpu__npy_write(r->o.output, TPU__NPY_F32, n, p.cols, p.out, &d);
     free(p.out);
+    double fp32 = 0;
+    if (!rc && r->q)
+        rc = tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,
+                                        &d);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
     if ((rc = write_trace(r)))
         return rc;
-    if (r->o.json)
+    if (r->q && r->o.json)
+        printf("{\"predictions\": %llu, \"int8\": true, \"accuracy\": %.6f, "
+               "\"fp32_accuracy\": %.6f}\n", (unsigned long long)n,
+               n ? (double)p.correct / n : 0, fp32);
+    else if (r->q)
+        printf("tpusim predict: %llu int8 predictions on %s (one per example; accuracy %.2f %%, "
+               "fp32 on the host %.2f %%)%s%s\n", (unsigned long long)n, r->chip.name,
+               n ? 100.0 * p.correct / n : 0, 100 * fp32, r->o.output[0] ? ", logits in " : "",
+               r->o.output);
+    else if (r->o.json)
         printf("{\"predictions\": %llu, \"accuracy\": %.6f}\n", (unsigned long long)n,
                n ? (double)p.correct / n : 0);
     else

@@ -120,6 +120,29 @@ static void op(struct builder *b, enum tpu_opcode code, uint32_t o0, uint32_t o1
 
 #define N TPU_NO_BUF
 
+/* The end of the evaluation and prediction steps, from the logits [B][C]: predict outfeeds
+ * them; evaluate outfeeds the loss as a per-example sum (alpha 1), then the counts. */
+static void build_tail(struct builder *b, enum tpu_mlp_kind kind, uint32_t logits, uint32_t B,
+                       uint32_t C, struct tpu_mlp_program *r)
+{
+    if (kind == TPU_MLP_PREDICT) {
+        op(b, TPU_OP_OUTFEED, N, N, N, logits, N, NULL);
+        r->buf_out = logits;
+        return;
+    }
+    uint32_t loss = buf(b, "loss", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
+    uint32_t dl = buf(b, "dlogits", TPU_BUF_F32, TPU_BUF_TEMP, B, C);
+    uint32_t counts = buf(b, "counts", TPU_BUF_F32, TPU_BUF_TEMP, 1, 2);
+    struct tpu_op_attrs at;
+    memset(&at, 0, sizeof at);
+    at.alpha = 1.0f;
+    op(b, TPU_OP_SOFTMAX_XENT, loss, dl, N, logits, r->buf_labels, &at);
+    op(b, TPU_OP_CLASSIFY_COUNT, counts, N, N, logits, r->buf_labels, NULL);
+    op(b, TPU_OP_OUTFEED, N, N, N, loss, N, NULL);
+    op(b, TPU_OP_OUTFEED, N, N, N, counts, N, NULL);
+    r->buf_out = counts;
+}
+
 int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
                   struct tpu_mlp_program *out, struct tpu_diag *d)
 {
@@ -190,21 +213,8 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
     }
     const uint32_t logits = z[L - 1];
 
-    if (kind == TPU_MLP_PREDICT) {
-        op(&b, TPU_OP_OUTFEED, N, N, N, logits, N, NULL);
-        r.buf_out = logits;
-    } else if (kind == TPU_MLP_EVAL) {
-        /* loss as a per-example sum (alpha 1), and the counts */
-        uint32_t loss = buf(&b, "loss", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
-        uint32_t dl = buf(&b, "dlogits", TPU_BUF_F32, TPU_BUF_TEMP, B, C);
-        uint32_t counts = buf(&b, "counts", TPU_BUF_F32, TPU_BUF_TEMP, 1, 2);
-        memset(&at, 0, sizeof at);
-        at.alpha = 1.0f;
-        op(&b, TPU_OP_SOFTMAX_XENT, loss, dl, N, logits, r.buf_labels, &at);
-        op(&b, TPU_OP_CLASSIFY_COUNT, counts, N, N, logits, r.buf_labels, NULL);
-        op(&b, TPU_OP_OUTFEED, N, N, N, loss, N, NULL);
-        op(&b, TPU_OP_OUTFEED, N, N, N, counts, N, NULL);
-        r.buf_out = counts;
+    if (kind != TPU_MLP_TRAIN) {
+        build_tail(&b, kind, logits, B, C, &r);
     } else {
         uint32_t loss = buf(&b, "loss", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
         uint32_t g[TPU_MLP_MAX_LAYERS], dh[TPU_MLP_MAX_LAYERS], gw[TPU_MLP_MAX_LAYERS],
@@ -266,6 +276,125 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
         op(&b, TPU_OP_OUTFEED, N, N, N, loss, N, NULL);
         r.buf_out = loss;
     }
+    memset(&at, 0, sizeof at);
+    at.var = r.var_iterations;
+    op(&b, TPU_OP_LOOP_END, N, N, N, N, N, &at);
+    if (b.rc) {
+        tpu_program_destroy(&b.p);
+        return b.rc;
+    }
+    r.prog = b.p;
+    *out = r;
+    return 0;
+}
+
+/* ---- the int8 inference programs ----------------------------------------------------------
+ *
+ * Per replica, for layers l = 0 .. L-1 (h_{-1} = x), with f32 params w<l>.int8 (the int8
+ * weights, as exact f32 integers), w<l>.dequant [1][out] and b<l> [1][out]:
+ *   before the loop, once per launch:
+ *     wq_l  = quantize w<l>.int8 alpha=1          int8 [in][out] (exact: already integers)
+ *   the loop body:
+ *     xq_l  = quantize h_{l-1} alpha=in_alpha[l]  int8 [B][in]
+ *     acc_l = matmul xq_l, wq_l                   int32 [B][out] on the matrix unit
+ *     z_l   = convert acc_l                       f32 (exact while |acc| < 2^24)
+ *     z_l   = z_l * w<l>.dequant                  broadcast over rows
+ *     z_l   = z_l + b<l>
+ *     h_l   = relu(z_l)                           (not for the last layer: z is the logits)
+ *   then the same evaluation or prediction tail as the fp32 programs. */
+
+static int check_int8_args(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
+                           const float *in_alpha, struct tpu_diag *d)
+{
+    if (kind == TPU_MLP_TRAIN)
+        return tpu__fail(d, TPU_EUNSUPPORTED, "the int8 MLP is an inference model (evaluate "
+                         "and predict); train the fp32 model and quantize its checkpoint");
+    if (!in_alpha)
+        return tpu__fail(d, TPU_EINVAL, "the int8 MLP needs one activation scale per layer "
+                         "(in_alpha)");
+    for (uint32_t l = 0; l < s->n_layers; l++)
+        if (!(in_alpha[l] > 0) || isinf(in_alpha[l]))
+            return tpu__fail(d, TPU_EINVAL, "in_alpha[%u] = %g: the reciprocal of layer %u's "
+                             "input scale must be finite and above 0", l,
+                             (double)in_alpha[l], l);
+    return 0;
+}
+
+int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
+                       const float *in_alpha, struct tpu_mlp_program *out, struct tpu_diag *d)
+{
+    int rc = check_spec(s, d);
+    if (!rc)
+        rc = check_int8_args(s, kind, in_alpha, d);
+    if (rc)
+        return rc;
+    struct tpu_mlp_program r;
+    memset(&r, 0, sizeof r);
+    struct builder b = {.d = d};
+    b.rc = tpu_program_create(kind == TPU_MLP_EVAL ? "mlp_int8_eval" : "mlp_int8_predict",
+                              &b.p);
+    if (b.rc)
+        return tpu__fail(d, b.rc, "out of memory building the int8 MLP program");
+    const uint32_t L = s->n_layers, B = s->batch_per_replica, C = s->sizes[L];
+    if (!b.rc)
+        b.rc = tpu_program_add_var(b.p, "iterations", &r.var_iterations, d);
+    if (!b.rc)
+        b.rc = tpu_program_add_var(b.p, "step", &r.var_step, d);
+
+    uint32_t w[TPU_MLP_MAX_LAYERS], dq[TPU_MLP_MAX_LAYERS], bias[TPU_MLP_MAX_LAYERS];
+    uint32_t wq[TPU_MLP_MAX_LAYERS], xq[TPU_MLP_MAX_LAYERS], acc[TPU_MLP_MAX_LAYERS];
+    uint32_t z[TPU_MLP_MAX_LAYERS], h[TPU_MLP_MAX_LAYERS];
+    char name[48];
+    for (uint32_t l = 0; l < L; l++) {
+        const uint32_t in = s->sizes[l], o = s->sizes[l + 1];
+        snprintf(name, sizeof name, "w%u.int8", l);
+        w[l] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, in, o);
+        snprintf(name, sizeof name, "w%u.dequant", l);
+        dq[l] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, 1, o);
+        bias[l] = bufi(&b, "b", (int)l, TPU_BUF_PARAM, 1, o);
+        r.params[r.n_params++] = w[l];
+        r.params[r.n_params++] = dq[l];
+        r.params[r.n_params++] = bias[l];
+    }
+    r.buf_x = buf(&b, "x", TPU_BUF_F32, TPU_BUF_TEMP, B, s->sizes[0]);
+    r.buf_labels = kind == TPU_MLP_PREDICT ? N : buf(&b, "labels", TPU_BUF_INT32, TPU_BUF_TEMP, B, 1);
+    for (uint32_t l = 0; l < L; l++) {
+        const uint32_t in = s->sizes[l], o = s->sizes[l + 1];
+        snprintf(name, sizeof name, "wq%u", l);
+        wq[l] = buf(&b, name, TPU_BUF_INT8, TPU_BUF_TEMP, in, o);
+        snprintf(name, sizeof name, "xq%u", l);
+        xq[l] = buf(&b, name, TPU_BUF_INT8, TPU_BUF_TEMP, B, in);
+        snprintf(name, sizeof name, "acc%u", l);
+        acc[l] = buf(&b, name, TPU_BUF_INT32, TPU_BUF_TEMP, B, o);
+        z[l] = bufi(&b, "z", (int)l, TPU_BUF_TEMP, B, o);
+        h[l] = l + 1 < L ? bufi(&b, "h", (int)l, TPU_BUF_TEMP, B, o) : N;
+    }
+
+    struct tpu_op_attrs at;
+    /* the weights go to int8 once per launch, as a TPU loads its weight memory */
+    for (uint32_t l = 0; l < L; l++) {
+        memset(&at, 0, sizeof at);
+        at.alpha = 1.0f;
+        op(&b, TPU_OP_QUANTIZE, wq[l], N, N, w[l], N, &at);
+    }
+    memset(&at, 0, sizeof at);
+    at.var = r.var_iterations;
+    op(&b, TPU_OP_LOOP_BEGIN, N, N, N, N, N, &at);
+    op(&b, TPU_OP_INFEED, r.buf_x, N, N, N, N, NULL);
+    if (kind != TPU_MLP_PREDICT)
+        op(&b, TPU_OP_INFEED, r.buf_labels, N, N, N, N, NULL);
+    for (uint32_t l = 0; l < L; l++) {
+        memset(&at, 0, sizeof at);
+        at.alpha = in_alpha[l];
+        op(&b, TPU_OP_QUANTIZE, xq[l], N, N, l ? h[l - 1] : r.buf_x, N, &at);
+        op(&b, TPU_OP_MATMUL, acc[l], N, N, xq[l], wq[l], NULL);
+        op(&b, TPU_OP_CONVERT, z[l], N, N, acc[l], N, NULL);
+        op(&b, TPU_OP_MUL, z[l], N, N, z[l], dq[l], NULL);
+        op(&b, TPU_OP_ADD, z[l], N, N, z[l], bias[l], NULL);
+        if (l + 1 < L)
+            op(&b, TPU_OP_RELU, h[l], N, N, z[l], N, NULL);
+    }
+    build_tail(&b, kind, z[L - 1], B, C, &r);
     memset(&at, 0, sizeof at);
     at.var = r.var_iterations;
     op(&b, TPU_OP_LOOP_END, N, N, N, N, N, &at);

@@ -10,6 +10,13 @@
 // What it decides is when each tile goes in: by mxu.h's port rules, checked cycle by cycle
 // (see drive_cycle), not by evaluating the recurrence, so that the count the RTL produces is
 // an independent check of tpu_mxu_schedule().
+//
+// Waveforms go through checked_vcd_file, never Verilator's own file: Verilator's VCD writer
+// treats a failed write as fatal and, on that path, locks a mutex it already holds, so a
+// full disk would hang the process. The checked file records the first error and discards
+// what follows; the harness then stops tracing and returns the error (with the path and the
+// system's reason) from the run in which it happened.
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +25,9 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "verilated.h"
 #include "verilated_vcd_c.h"
@@ -87,14 +97,72 @@ template <std::size_t W> void unpack32(const VlWide<W> &port, uint32_t *v, unsig
         v[i] = port[i];
 }
 
+// ---- the waveform file ----------------------------------------------------------------------
+
+// A VCD file that never reports a write error to Verilator (see the top of this file): the
+// first failed write (or close) is kept in error(), later writes are dropped, and write()
+// always claims the whole buffer. Owned by the model, which outlives its VerilatedVcdC's use
+// of it (the VerilatedVcdC is closed and destroyed first).
+class checked_vcd_file final : public VerilatedVcdFile {
+public:
+    ~checked_vcd_file() override { close(); }
+
+    bool open(const std::string &name) override
+    {
+        fd_ = ::open(name.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd_ < 0) {
+            err_ = errno;
+            return false;
+        }
+        return true;
+    }
+
+    void close() override
+    {
+        if (fd_ < 0)
+            return;
+        if (::close(fd_) != 0 && err_ == 0)
+            err_ = errno;
+        fd_ = -1;
+    }
+
+    ssize_t write(const char *buf, ssize_t len) override
+    {
+        ssize_t done = 0;
+        while (err_ == 0 && fd_ >= 0 && done < len) {
+            const ssize_t got = ::write(fd_, buf + done, static_cast<size_t>(len - done));
+            if (got > 0)
+                done += got;
+            else if (got < 0 && errno == EINTR)
+                continue;
+            else
+                err_ = got < 0 ? errno : EIO;
+        }
+        return len;
+    }
+
+    int error() const { return err_; }
+
+private:
+    int fd_ = -1;
+    int err_ = 0; // the first errno of a failed open, write or close; 0 while all is well
+};
+
 class model_if {
 public:
     virtual ~model_if() = default;
     // One clock cycle: present `in` while the clock is low, read the outputs (out_row into
     // row[cols] when valid), raise the clock.
     virtual void cycle(const port_in &in, port_out &out, uint32_t *row) = 0;
-    virtual bool trace_open(const char *path) = 0;
+    // Opens a VCD at path; false with the errno in *err when the file cannot be created.
+    virtual bool trace_open(const char *path, int *err) = 0;
     virtual bool tracing() const = 0;
+    // The errno of a failed waveform write (0: none). A failure stops the trace: the file is
+    // closed and no more is written; the error stays until trace_clear_error().
+    virtual int trace_error() const = 0;
+    virtual void trace_clear_error() = 0;
+    // Writes out what the trace has buffered (then trace_error() tells how it went).
+    virtual void trace_flush() = 0;
 };
 
 template <class V> class model final : public model_if {
@@ -109,9 +177,7 @@ public:
 
     ~model() override
     {
-        if (vcd_)
-            vcd_->close();
-        vcd_.reset();
+        trace_stop();
         if (top_)
             top_->final();
     }
@@ -143,30 +209,72 @@ public:
         ctx_->timeInc(1);
     }
 
-    bool trace_open(const char *path) override
+    bool trace_open(const char *path, int *err) override
     {
-        std::unique_ptr<VerilatedVcdC> v(new VerilatedVcdC);
+        std::unique_ptr<checked_vcd_file> f(new checked_vcd_file);
+        std::unique_ptr<VerilatedVcdC> v(new VerilatedVcdC(f.get()));
         top_->trace(v.get(), 99);
         v->open(path);
-        if (!v->isOpen())
+        if (!v->isOpen()) {
+            *err = f->error() ? f->error() : EIO;
             return false;
+        }
+        vfile_ = std::move(f);
         vcd_ = std::move(v);
+        trace_err_ = 0;
         return true;
     }
 
     bool tracing() const override { return vcd_ != nullptr; }
 
+    int trace_error() const override { return trace_err_; }
+
+    void trace_clear_error() override { trace_err_ = 0; }
+
+    void trace_flush() override
+    {
+        if (!vcd_)
+            return;
+        vcd_->flush();
+        check_trace();
+    }
+
 private:
     void dump()
     {
+        if (!vcd_)
+            return;
+        vcd_->dump(ctx_->time());
+        check_trace();
+    }
+
+    // Stops the trace at the first failed write; the file keeps what was written before it.
+    void check_trace()
+    {
+        if (vfile_ && vfile_->error()) {
+            trace_err_ = vfile_->error();
+            trace_stop();
+        }
+    }
+
+    // Closes the trace (its last flush goes to the checked file, which drops it after an
+    // error) and frees the writer before the file it writes to.
+    void trace_stop()
+    {
         if (vcd_)
-            vcd_->dump(ctx_->time());
+            vcd_->close();
+        vcd_.reset();
+        if (vfile_ && vfile_->error() && !trace_err_)
+            trace_err_ = vfile_->error();
+        vfile_.reset();
     }
 
     uint32_t rows_, cols_;
     std::unique_ptr<VerilatedContext> ctx_;
     std::unique_ptr<V> top_;
+    std::unique_ptr<checked_vcd_file> vfile_; // what vcd_ writes through; outlives it
     std::unique_ptr<VerilatedVcdC> vcd_;
+    int trace_err_ = 0;
 };
 
 struct shape_entry {
@@ -200,6 +308,7 @@ std::string shape_list()
 struct tpu_mxu_rtl {
     uint32_t rows, cols;
     std::unique_ptr<model_if> m;
+    std::string vcd_path; // the waveform file, for messages; empty when none was opened
 };
 
 // ---- the driver ---------------------------------------------------------------------------------
@@ -385,6 +494,17 @@ int check_job(const tpu_mxu_rtl *rtl, const tpu_mxu_rtl_job *job, tpu_diag *d)
     return 0;
 }
 
+// The error of a failed waveform write, once: the trace has already stopped.
+int trace_failed(tpu_mxu_rtl *rtl, tpu_diag *d)
+{
+    const int err = rtl->m->trace_error();
+    rtl->m->trace_clear_error();
+    return tpu__fail(d, TPU_EIO,
+                     "writing the waveform file '%s' failed: %s; the trace stopped there "
+                     "(free some space or give a path on another file system)",
+                     rtl->vcd_path.c_str(), std::strerror(err));
+}
+
 int run_job(tpu_mxu_rtl *rtl, tpu_mxu_rtl_job *job, tpu_diag *d)
 {
     driver dv;
@@ -434,6 +554,8 @@ int run_job(tpu_mxu_rtl *rtl, tpu_mxu_rtl_job *job, tpu_diag *d)
                              dv.rows_out, dv.rows_total, limit);
         drive_cycle(dv, c, in);
         m.cycle(in, out, dv.orow.data());
+        if (m.trace_error())
+            return trace_failed(rtl, d);
         hazard = out.hazard;
         if (!out.valid)
             continue;
@@ -466,6 +588,11 @@ int run_job(tpu_mxu_rtl *rtl, tpu_mxu_rtl_job *job, tpu_diag *d)
             dv.out_row = 0;
         }
     }
+
+    // what the trace still buffers goes out now, so a write error surfaces in this run
+    m.trace_flush();
+    if (m.trace_error())
+        return trace_failed(rtl, d);
 
     job->hazard = hazard;
     job->cycles = dv.T ? last_valid + 1 : 0;
@@ -554,13 +681,17 @@ int tpu_mxu_rtl_trace_open(struct tpu_mxu_rtl *rtl, const char *vcd_path, struct
         return tpu__fail(d, TPU_EINVAL,
                          "a waveform trace is already open on this array; one per array");
     bool ok;
+    int err = 0;
     try {
-        ok = rtl->m->trace_open(vcd_path);
+        ok = rtl->m->trace_open(vcd_path, &err);
+        if (ok)
+            rtl->vcd_path = vcd_path;
     } catch (const std::bad_alloc &) {
         return tpu__fail(d, TPU_ENOMEM, "out of memory opening the waveform trace");
     }
     if (!ok)
-        return tpu__fail(d, TPU_EIO, "cannot create the waveform file '%s'", vcd_path);
+        return tpu__fail(d, TPU_EIO, "cannot create the waveform file '%s': %s", vcd_path,
+                         std::strerror(err));
     return 0;
 }
 

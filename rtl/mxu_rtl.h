@@ -56,7 +56,10 @@ uint32_t tpu_mxu_rtl_cols(const struct tpu_mxu_rtl *rtl);
 
 /* Starts writing a VCD waveform of every later run to vcd_path (one file; time advances by
  * 2 per clock cycle: the clock's low and high halves). Returns 0, TPU_EIO when the file
- * cannot be created, TPU_EINVAL when a trace is already open. */
+ * cannot be created (the message gives the path and the system's reason), TPU_EINVAL when a
+ * trace is already open. A write that fails later (a full disk: ENOSPC, EIO) stops the
+ * trace and makes the run in which it happened return TPU_EIO with the path and the reason;
+ * the file keeps what was written before, and later runs go on untraced. */
 int tpu_mxu_rtl_trace_open(struct tpu_mxu_rtl *rtl, const char *vcd_path, struct tpu_diag *d);
 
 /* One run: n_tiles weight tiles, each streaming m_rows[t] input rows, back to back.
@@ -94,7 +97,9 @@ struct tpu_mxu_rtl_job {
  * message names the field); TPU_EBACKEND when the RTL misbehaves: an output row missing,
  * extra, or carrying the wrong buffer tag, or — when the schedule is not forced — a hazard,
  * which the cycle model excludes. With a forced schedule a hazard is reported in job->hazard
- * and the run still returns 0 with whatever the RTL produced. */
+ * and the run still returns 0 with whatever the RTL produced. TPU_EIO when writing the
+ * waveform failed during the run (see tpu_mxu_rtl_trace_open); the outputs are then
+ * incomplete. */
 int tpu_mxu_rtl_run(struct tpu_mxu_rtl *rtl, struct tpu_mxu_rtl_job *job, struct tpu_diag *d);
 
 /* Shorthands: earliest schedule, cycles_out (may be NULL) gets the job's cycle count. */

@@ -273,6 +273,7 @@ int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *
     case TPU_OP_RELU_GRAD:
     case TPU_OP_EXP:
     case TPU_OP_CONVERT:
+    case TPU_OP_QUANTIZE:
     case TPU_OP_REDUCE_SUM:
     case TPU_OP_REDUCE_MAX:
         return tpu__ops_vector(op, bufs, d);

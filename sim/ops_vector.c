@@ -4,10 +4,10 @@
  *
  * All arithmetic is IEEE-754 binary32, round to nearest even, with subnormals kept; each
  * operation below is one rounded fp32 operation and nothing is fused (the project compiles
- * with -ffp-contract=off). Every operand except convert's is f32. A NaN result is a quiet
- * NaN; its sign and payload are the host's and not part of the contract (tests compare NaNs
- * as NaNs). y may be the same buffer as an input (in place): each element is read before its
- * own result is written and no other.
+ * with -ffp-contract=off). Every operand except convert's and quantize's output is f32. A
+ * NaN result is a quiet NaN; its sign and payload are the host's and not part of the
+ * contract (tests compare NaNs as NaNs). y may be the same buffer as an input (in place):
+ * each element is read before its own result is written and no other.
  *
  *   add, sub, mul   y = a + b, a - b, a * b
  *   max             y = (a > b or a is NaN) ? a : b   (a NaN in either operand gives NaN;
@@ -29,6 +29,9 @@
  *                     int32 -> int8 saturates; int8 -> int32 exact; same dtype copies.
  *                   Every pair is defined here; tpu_program_verify decides which of them a
  *                   program may use.
+ *   quantize        f32 -> int8 with a scale: y = clamp(round(alpha * x), -127, 127), the
+ *                   product rounded in fp32, then rounded to the nearest integer with ties
+ *                   to even; NaN -> 0. Symmetric: -128 is never produced.
  *   reduce_sum      axis 0: y[0][j] = x[0][j] + x[1][j] + ... + x[rows-1][j]
  *                   axis 1: y[i][0] = x[i][0] + x[i][1] + ... + x[i][cols-1]
  *                   sequential in index order, fp32, starting from the first element (so a
@@ -232,6 +235,45 @@ static tpu_bf16 bf16_from_i32(int32_t v)
     return tpu_bf16_from_f32(v < 0 ? -f : f);
 }
 
+/* ---- quantize ------------------------------------------------------------------------- */
+
+/* One f32 to int8 with a scale: alpha * v rounded once (fp32 product), then to the nearest
+ * integer with ties to even (the bit trick below, exact for |p| < 2^22; larger values
+ * saturate anyway), then saturated to [-127, 127]. NaN gives 0. */
+static int8_t quantize_one(float alpha, float v)
+{
+    const float p = alpha * v;
+    if (p != p)
+        return 0;
+    if (p >= 127.0f)
+        return 127;
+    if (p <= -127.0f)
+        return -127;
+    /* |p| < 127: adding and subtracting 1.5 * 2^23 rounds to an integer, ties to even (IEEE
+     * arithmetic as written: the project does not compile with -ffast-math) */
+    const float big = 12582912.0f;
+    const float r = (p + big) - big;
+    return (int8_t)(int32_t)r;
+}
+
+static int quantize(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+{
+    struct tpu__bufmem *y = &bufs[op->out[0]];
+    const struct tpu__bufmem *x = &bufs[op->in[0]];
+    int rc = tpu__ops_check_buf(d, op, "x", x, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    if (!rc)
+        rc = tpu__ops_check_buf(d, op, "y", y, TPU_BUF_INT8, x->rows, x->cols);
+    if (rc)
+        return rc;
+    const size_t n = tpu__ops_count(x);
+    const float alpha = op->attrs.alpha;
+    int8_t *yv = y->data;      /* [rows][cols] */
+    const float *xv = x->data; /* [rows][cols] */
+    for (size_t i = 0; i < n; i++)
+        yv[i] = quantize_one(alpha, xv[i]);
+    return 0;
+}
+
 static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
 {
     struct tpu__bufmem *y = &bufs[op->out[0]];
@@ -385,6 +427,8 @@ int tpu__ops_vector(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tp
         return relu_grad(op, bufs, d);
     case TPU_OP_CONVERT:
         return convert(op, bufs, d);
+    case TPU_OP_QUANTIZE:
+        return quantize(op, bufs, d);
     case TPU_OP_REDUCE_SUM:
     case TPU_OP_REDUCE_MAX:
         return reduce(op, bufs, d);

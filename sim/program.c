@@ -93,6 +93,7 @@ const char *tpu_opcode_operand_name(enum tpu_opcode code, bool is_output, unsign
         [TPU_OP_RELU_GRAD] = {"y", "dy", "x"},
         [TPU_OP_EXP] = {"y", "x"},
         [TPU_OP_CONVERT] = {"y", "x"},
+        [TPU_OP_QUANTIZE] = {"y", "x"},
         [TPU_OP_REDUCE_SUM] = {"y", "x"},
         [TPU_OP_REDUCE_MAX] = {"y", "x"},
         [TPU_OP_SOFTMAX_XENT] = {"loss", "dlogits", "logits", "labels"},
@@ -117,6 +118,8 @@ unsigned tpu_opcode_attrs(enum tpu_opcode code)
         return TPU_ATTR_TRANS_A | TPU_ATTR_TRANS_B | TPU_ATTR_ACCUMULATE | TPU_ATTR_PASSES;
     case TPU_OP_SCALE:
         return TPU_ATTR_ALPHA | TPU_ATTR_BETA;
+    case TPU_OP_QUANTIZE:
+        return TPU_ATTR_ALPHA;
     case TPU_OP_REDUCE_SUM:
     case TPU_OP_REDUCE_MAX:
         return TPU_ATTR_AXIS;

@@ -31,8 +31,9 @@
  *       (broadcast over rows) or [1, 1]. scale, relu, exp: x, y f32 of one shape. relu_grad:
  *       dy, x, y f32 of one shape. The vector unit computes in f32 only.
  *   T3  convert: one shape; any pair of dtypes except f32 or bf16 to int8 or int32 (that
- *       truncates and saturates, never a quantization: quantize with a scale on the host).
+ *       truncates and saturates, never a quantization: use quantize, with a scale).
  *       The same dtype is a copy.
+ *   T3q quantize: x f32, y int8 of one shape; alpha > 0 and finite (1 / the scale).
  *   T4  reduce_sum, reduce_max: x, y f32; axis 0 gives [1, cols], axis 1 [rows, 1].
  *   T5  softmax_xent: logits f32 [B, C], labels int32 [B, 1], loss f32 [1, 1], dlogits f32
  *       [B, C]. classify_count: logits and labels likewise, y f32 [1, 2].
@@ -287,7 +288,8 @@ static int check_matmul(struct verifier *v)
             return fail_op(v, TPU_EUNSUPPORTED, "chip '%s' has no %s matrix unit (it "
                            "multiplies %s only); %s", v->cfg->name, int8 ? "int8" : "bf16",
                            int8 ? "bf16" : "int8",
-                           int8 ? "convert the inputs to bf16 or f32" : "use int8 inputs");
+                           int8 ? "convert the inputs to bf16 or f32"
+                                : "use int8 inputs (quantize them with the quantize op)");
     }
     return 0;
 }
@@ -322,9 +324,23 @@ static int check_convert(struct verifier *v)
     enum tpu_buf_dtype from = x->dtype, to = y->dtype;
     if (is_float(from) && !is_float(to))
         return fail_op(v, TPU_ESHAPE, "convert from %s to %s (x %s, y %s) would truncate and "
-                       "saturate, which is not a quantization; quantize with a scale on the "
-                       "host, or keep the values in floating point", tpu_buf_dtype_name(from),
+                       "saturate, which is not a quantization; use quantize with a scale "
+                       "(alpha), or keep the values in floating point", tpu_buf_dtype_name(from),
                        tpu_buf_dtype_name(to), bdesc(v, ix, s1), bdesc(v, iy, s2));
+    return need_shape(v, "output y", iy, x->rows, x->cols, "the shape of x");
+}
+
+static int check_quantize(struct verifier *v)
+{
+    uint32_t ix = v->op->in[0], iy = v->op->out[0];
+    const struct tpu_buffer_desc *x = buf(v, ix), *y = buf(v, iy);
+    char s1[96], s2[96];
+    if (x->dtype != TPU_BUF_F32 || y->dtype != TPU_BUF_INT8)
+        return fail_op(v, TPU_ESHAPE, "quantize takes f32 to int8; x is %s and y is %s",
+                       bdesc(v, ix, s1), bdesc(v, iy, s2));
+    if (!(v->op->attrs.alpha > 0))
+        return fail_op(v, TPU_EINVAL, "alpha=%g; quantize multiplies by alpha = 1 / the scale, "
+                       "which must be above 0", (double)v->op->attrs.alpha);
     return need_shape(v, "output y", iy, x->rows, x->cols, "the shape of x");
 }
 
@@ -467,6 +483,8 @@ static int check_op_types(struct verifier *v)
         return need_f32_same_shape(v);
     case TPU_OP_CONVERT:
         return check_convert(v);
+    case TPU_OP_QUANTIZE:
+        return check_quantize(v);
     case TPU_OP_REDUCE_SUM:
     case TPU_OP_REDUCE_MAX:
         return check_reduce(v);

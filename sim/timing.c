@@ -65,6 +65,7 @@ unsigned tpu__vpu_ops_per_element(enum tpu_opcode code)
     case TPU_OP_REDUCE_MAX:
         return 1;
     case TPU_OP_SCALE:     /* multiply, add */
+    case TPU_OP_QUANTIZE:  /* multiply, round and saturate */
     case TPU_OP_RELU_GRAD: /* compare, select */
     case TPU_OP_CLASSIFY_COUNT: /* compare-max, select index */
         return 2;

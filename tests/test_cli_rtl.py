@@ -9,10 +9,11 @@ Prints CMocka-style summary lines so the suite's totals count each case.
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
-from cli_harness import case, expect_error, main, run
+from cli_harness import TPUSIM, case, expect_error, main, run
 
 FASHION = '/usr/share/datasets/fashion-mnist'
 
@@ -86,6 +87,25 @@ def vcd_waveform():
         assert head.startswith('$version'), head[:80]
         assert ' clk ' in head and 'out_valid' in head, head[:400]
         assert os.path.getsize(vcd) > 100000
+
+
+@case
+def vcd_full_disk():
+    """A waveform on a full disk ends the run with a message, promptly (it used to hang
+    inside Verilator's VCD writer, so the run has a short timeout of its own)."""
+    if not have_data() or not os.access('/dev/full', os.W_OK):
+        return
+    args = [TPUSIM, 'train', *SMALL[:6], '--steps', '1', '--backend', 'rtl', '--no-eval',
+            '--vcd', '/dev/full', '--verbose', '0']
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError('tpusim train --vcd /dev/full hung (no exit within 60 s)')
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    err = p.stderr
+    assert err.count('\n') == 1, err
+    assert err.startswith('tpusim train: error: '), err
+    assert "writing the waveform file '/dev/full' failed: No space left on device" in err, err
 
 
 @case

@@ -1223,8 +1223,8 @@ static const struct verify_case verify_cases[] = {
     /* T3: convert */
     {"T3 to int8", "x = infeed\nx8 = convert x\n", NULL, TPU_ESHAPE,
      {"op 1 'x8 = convert x': convert from f32 to int8 (x 'x' f32[2, 8], y 'x8' int8[2, 8]) "
-      "would truncate and saturate, which is not a quantization; quantize with a scale on the "
-      "host, or keep the values in floating point"}},
+      "would truncate and saturate, which is not a quantization; use quantize with a scale "
+      "(alpha), or keep the values in floating point"}},
     {"T3 bf16 to int32", "yb = infeed\ny32 = convert yb\n", NULL, TPU_ESHAPE,
      {"convert from bf16 to int32 (x 'yb' bf16[2, 4], y 'y32' int32[2, 4]) would truncate"}},
     {"T3 shape", "y = infeed\nxb = convert y\n", NULL, TPU_ESHAPE,

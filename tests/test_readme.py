@@ -216,8 +216,11 @@ def check_train(argv, p, before):
 
 
 def check_evaluate(argv, p, before):
+    # --int8 adds the chip and the fp32 accuracy of the same checkpoint
+    int8 = (r', int8 on [\w-]+ \(fp32 on the host: [\d.]+ %, [+-][\d.]+ points in int8\)'
+            if '--int8' in argv else '')
     m = re.fullmatch(r'tpusim evaluate: global step (\d+): accuracy ([\d.]+) %, loss ([\d.]+) '
-                     r'over (\d+) examples\n', p.stdout)
+                     r'over (\d+) examples' + int8 + r'\n', p.stdout)
     assert m, p.stdout
     assert int(m.group(1)) == max(before) and int(m.group(4)) == N_TEST, (p.stdout, before)
     assert 0 <= float(m.group(2)) <= 100

@@ -12,7 +12,9 @@
  *     payloads and int32 wrap-around), int8, bf16 buffers, every transpose, edge values
  *     (NaN, Inf, subnormals, overflow), a 1x1x1 product, on the tiny chip and on a variant
  *     with 2 MXUs per core and 24 accumulator rows (units dealt round-robin, short chunks).
- *   - A waveform (VCD) of an array is written and holds the run.
+ *   - A waveform (VCD) of an array is written and holds the run; a waveform on a full
+ *     disk (/dev/full) ends the run with the path and ENOSPC's message instead of hanging
+ *     in Verilator's writer, and the next runs go on untraced.
  *   - The error paths: 3-pass matmuls, an array size the chip does not have, timing-only mode,
  *     too few units, a shape with no RTL model, a waveform that cannot be created. */
 #include <stdarg.h>
@@ -572,6 +574,40 @@ static void test_vcd(void **state)
     assert_true(last_time >= 2 * 39);
 }
 
+/* A waveform whose writes fail (/dev/full: every write is ENOSPC). Verilator's own writer
+ * would hang here (its fatal-error path re-locks a mutex it holds); the harness's checked
+ * file makes the run return TPU_EIO with the path and the reason, and stops the trace. */
+static void test_vcd_full_disk(void **state)
+{
+    (void)state;
+    if (access("/dev/full", W_OK) != 0) {
+        skip();
+        return;
+    }
+    const struct tpu_chip_config cfg = tiny();
+    struct tpu_mxu_rtl_provider *p = make_provider(&cfg);
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_mxu_rtl_provider_trace_open(p, 0, "/dev/full", &d), 0);
+    struct tpu_program *prog = parse("program t\n"
+                                     "param x: f32[16, 8]\n"
+                                     "param w: f32[8, 8]\n"
+                                     "param y: f32[16, 8]\n"
+                                     "y = matmul x, w\n");
+    struct tpu_device *dev = open_dev(&cfg, p);
+    if (tpu_device_load(dev, prog, &d) != 0)
+        fail_msg("load: %s", d.msg);
+    assert_int_equal(tpu_device_run(dev, 0, NULL, &d), TPU_EIO);
+    assert_non_null(strstr(d.msg, "writing the waveform file '/dev/full' failed: No space left "
+                                  "on device; the trace stopped there"));
+    /* the trace is off now: the same program runs again, untraced, and succeeds */
+    tpu_device_reset_cancel(dev);
+    if (tpu_device_run(dev, 0, NULL, &d) != 0)
+        fail_msg("second run: %s", d.msg);
+    tpu_device_close(&dev);
+    tpu_mxu_rtl_provider_destroy(&p);
+    tpu_program_destroy(&prog);
+}
+
 /* ---- errors -------------------------------------------------------------------------------- */
 
 static void test_errors(void **state)
@@ -635,7 +671,8 @@ static void test_errors(void **state)
     assert_non_null(strstr(d.msg, "no matrix unit 2 to trace: the RTL provider has 2"));
     assert_int_equal(tpu_mxu_rtl_provider_trace_open(p, 0, "/nonexistent-dir/a.vcd", &d),
                      TPU_EIO);
-    assert_non_null(strstr(d.msg, "/nonexistent-dir/a.vcd"));
+    assert_non_null(strstr(d.msg, "cannot create the waveform file '/nonexistent-dir/a.vcd': "
+                                  "No such file or directory"));
     struct tpu_mxu_rtl_unit_stats st;
     assert_int_equal(tpu_mxu_rtl_provider_stats(p, 2, &st), TPU_EINVAL);
     tpu_mxu_rtl_provider_destroy(&p);
@@ -649,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_training_matches_native),
         cmocka_unit_test(test_matmuls_match_native),
         cmocka_unit_test(test_vcd),
+        cmocka_unit_test(test_vcd_full_disk),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,6 +71,19 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
                   struct tpu_mlp_program *out, struct tpu_diag *d);
 void tpu_mlp_program_free(struct tpu_mlp_program *p);
 
+/* The int8 inference programs of the same MLP (kind EVAL or PREDICT; TRAIN is refused with
+ * TPU_EUNSUPPORTED): every matmul int8 x int8 -> int32 on the matrix unit, dequantization,
+ * bias and ReLU in fp32 on the vector unit, each layer's input quantized with `quantize`
+ * (alpha = in_alpha[l], the reciprocal of that input's scale; n_layers entries). The params
+ * are f32, as the runtime keeps them: w<l>.int8 [in][out] (the int8 weights as exact f32
+ * integers, packed to an int8 buffer once per launch, before the loop), w<l>.dequant [1][out]
+ * (input scale x the column's weight scale) and b<l> [1][out]; params[] lists them in that
+ * order per layer. The infeed, outfeed and variables are those of the fp32 programs.
+ * host/quantize.c makes the params and scales from a trained checkpoint
+ * (tpusim/quantize.h). */
+int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
+                       const float *in_alpha, struct tpu_mlp_program *out, struct tpu_diag *d);
+
 /* The MLP as a runtime model (runtime.h): builds its programs for each mode from `spec`
  * (batch fields are filled in by the runtime) and initializes weights Glorot-uniform from
  * the seed, biases and optimizer state to zero. The spec must outlive the model. */

@@ -34,7 +34,10 @@
  *   convert  out y; in x                  dtype conversion, same shape (f32 -> bf16 rounds
  *                                         to nearest even; sim/ops_vector.c defines every
  *                                         pair); programs may not convert f32 or bf16 to int8
- *                                         or int32; same dtype: a copy
+ *                                         or int32 (use quantize); same dtype: a copy
+ *   quantize out y; in x                  f32 -> int8 with a scale: y = clamp(round(alpha *
+ *                                         x), -127, 127), round to nearest even, NaN -> 0
+ *                                         (alpha = 1 / the scale; symmetric: -128 unused)
  *   reduce_sum, reduce_max  out y; in x   over axis 0 (y is [1][cols]) or 1 (y is [rows][1])
  *   softmax_xent out loss, dlogits; in logits, labels
  *                                         labels int32 [rows][1]; a label < 0 marks a padding
@@ -58,8 +61,8 @@
  *   var_add  (no buffers)                 variable `var` += imm
  *   loop_begin / loop_end                 the loop over variable `var`
  *
- * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert and
- * collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
+ * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize
+ * and collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
  * also reads (in place) only where that is safe while streaming: the elementwise ops (add,
  * sub, mul, max, scale, relu, relu_grad, exp) and all_reduce; the optimizers update their
  * outputs in place by definition. A temp holds one value per pass: it is written once by an
@@ -122,6 +125,7 @@ enum tpu_buf_kind {
     X(RELU_GRAD, "relu_grad", 1, 2, VPU)                                                       \
     X(EXP, "exp", 1, 1, VPU)                                                                   \
     X(CONVERT, "convert", 1, 1, VPU)                                                           \
+    X(QUANTIZE, "quantize", 1, 1, VPU)                                                         \
     X(REDUCE_SUM, "reduce_sum", 1, 1, VPU)                                                     \
     X(REDUCE_MAX, "reduce_max", 1, 1, VPU)                                                     \
     X(SOFTMAX_XENT, "softmax_xent", 2, 2, VPU)                                                 \
