@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -957,6 +959,74 @@ static void test_iterations_per_loop_grammar(void **state)
     assert_true(c.iterations_per_loop_s == 30);
 }
 
+/* A model that needs more host memory than the process may allocate is refused before
+ * anything is allocated, with both figures and which limit it was. In a child process under
+ * RLIMIT_AS (the parent's limits stay as they are). */
+static int memory_child(void)
+{
+    struct tpu_mlp_spec spec;
+    tpu_mlp_default_spec(&spec);
+    spec.n_layers = 3;
+    spec.sizes[0] = FEATURES;
+    spec.sizes[1] = spec.sizes[2] = 4096; /* a 64 MiB weight, 3 copies with Adam, per core */
+    spec.sizes[3] = CLASSES;
+    spec.optimizer = TPU_OPT_ADAM;
+    struct tpu_chip_config chip;
+    struct tpu_device *dev = NULL;
+    struct tpu_estimator *est = NULL;
+    struct tpu_model model;
+    struct tpu_run_config cfg;
+    struct tpu_diag d = {0};
+    if (tpu_config_load_preset("tpu-v2", &chip, &d))
+        return 2;
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.n_chips = 1;
+    s.n_threads = 1;
+    if (tpu_device_open(&s, &dev, &d))
+        return 3;
+    tpu_mlp_model(&model, &spec);
+    tpu_run_config_default(&cfg);
+    cfg.train_batch_size = 16;
+    if (tpu_estimator_create(dev, &cfg, &model, NULL, 0, &est, &d))
+        return 4;
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld", &pages) != 1)
+        return 5;
+    fclose(f);
+    struct rlimit rl;
+    getrlimit(RLIMIT_AS, &rl);
+    rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)128 << 20);
+    if (setrlimit(RLIMIT_AS, &rl))
+        return 6;
+    struct tpu_dataset ds;
+    make_dataset(&ds, 64, 1);
+    struct tpu__dataset_input in;
+    tpu__dataset_input_init(&in, &ds, 3);
+    int rc = tpu_estimator_train(est, &in.input, 1, 0, &d);
+    fprintf(stderr, "child: %d %s\n", rc, d.msg);
+    if (rc != TPU_ENOMEM || !strstr(d.msg, "the training program 'mlp_train' needs about") ||
+        !strstr(d.msg, "(2 cores x ") ||
+        !strstr(d.msg, "can be allocated (RLIMIT_AS less the address space in use)"))
+        return 7;
+    return 0;
+}
+
+static void test_host_memory_is_checked_before_allocating(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(memory_child());
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -979,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_training_at_max_steps_says_so),
         cmocka_unit_test(test_stop_request),
         cmocka_unit_test(test_iterations_per_loop_grammar),
+        cmocka_unit_test(test_host_memory_is_checked_before_allocating),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }
