@@ -120,9 +120,15 @@ static void *infeed_thread(void *arg)
     const struct tpu_model_program *mp = &e->mp;
     struct tpu_diag d = {0};
     if (e->cfg.initial_infeed_sleep_secs > 0 && p->mode == TPU_MODE_TRAIN) {
-        double s = e->cfg.initial_infeed_sleep_secs;
-        struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-        nanosleep(&ts, NULL);
+        /* in slices, so that a stop request or a failure is seen within 50 ms */
+        const double until = tpu__runtime_wall_s() + e->cfg.initial_infeed_sleep_secs;
+        for (double now = tpu__runtime_wall_s(); now < until && !atomic_load(&e->stop) &&
+                                                 !pass_failed(p);
+             now = tpu__runtime_wall_s()) {
+            double s = until - now < 0.05 ? until - now : 0.05;
+            struct timespec ts = {0, (long)(s * 1e9)};
+            nanosleep(&ts, NULL);
+        }
     }
     /* one call's tensors, [per_call][cols] each */
     void *bufs[4] = {0};

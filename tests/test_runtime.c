@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -925,6 +926,34 @@ static void test_stop_request(void **state)
     }
 }
 
+static void *stop_soon(void *arg)
+{
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    tpu_estimator_request_stop(arg);
+    return NULL;
+}
+
+/* A stop request during initial_infeed_sleep_secs is seen at once, not after the sleep. */
+static void test_stop_during_initial_infeed_sleep(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.initial_infeed_sleep_secs = 60;
+    assert_int_equal(env_open(e, NULL), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, stop_soon, e->est), 0);
+    struct tpu_diag d = {0};
+    time_t t0 = time(NULL);
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 10, 0, &d), TPU_ECANCELED);
+    assert_true(time(NULL) - t0 < 20);
+    pthread_join(th, NULL);
+    assert_int_equal(tpu_estimator_global_step(e->est), 0);
+    assert_non_null(strstr(d.msg, "training stopped on request at global step 0 (of 10); no "
+                                  "checkpoint was written (no model_dir)"));
+    env_free(e);
+}
+
 static void test_iterations_per_loop_grammar(void **state)
 {
     (void)state;
@@ -1048,6 +1077,7 @@ int main(void)
         cmocka_unit_test(test_batch_checked_when_its_mode_runs),
         cmocka_unit_test(test_training_at_max_steps_says_so),
         cmocka_unit_test(test_stop_request),
+        cmocka_unit_test(test_stop_during_initial_infeed_sleep),
         cmocka_unit_test(test_iterations_per_loop_grammar),
         cmocka_unit_test(test_host_memory_is_checked_before_allocating),
     };
