@@ -417,11 +417,13 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
     if (p->o->verbose == 1) {
         int width = 30, filled = p->total_steps ? (int)(width * done / p->total_steps) : width;
         double eta = done ? el * (double)(p->total_steps - done) / (double)done : 0;
-        fprintf(stderr, "\r[%.*s%s%.*s] %llu/%llu steps  loss %.4f  ETA %.0fs ", filled,
+        char loss[32] = "n/a"; /* timing-only: no values */
+        if (isfinite(li->loss))
+            snprintf(loss, sizeof loss, "%.4f", (double)li->loss);
+        fprintf(stderr, "\r[%.*s%s%.*s] %llu/%llu steps  loss %s  ETA %.0fs ", filled,
                 "==============================", filled < width ? ">" : "",
                 width - filled - (filled < width), "                              ",
-                (unsigned long long)done, (unsigned long long)p->total_steps,
-                isfinite(li->loss) ? (double)li->loss : 0.0, eta);
+                (unsigned long long)done, (unsigned long long)p->total_steps, loss, eta);
         if (done >= p->total_steps)
             fputc('\n', stderr);
     } else if (p->o->verbose == 2 && li->log_due) {
@@ -490,9 +492,11 @@ static void sigint_remove(void)
 }
 
 /* A run the runtime stopped on request: says where it stopped, exits 130 as after SIGINT. */
-static int stopped(const char *cmd, const struct tpu_diag *d)
+static int stopped(const struct train_opts *o, const struct tpu_diag *d)
 {
-    fprintf(stderr, "tpusim %s: %s\n", cmd, d->msg);
+    /* after the progress bar's line, on a line of its own */
+    fprintf(stderr, "%stpusim %s: %s\n", o->verbose == 1 && !o->json ? "\n" : "", o->cmd,
+            d->msg);
     return 130;
 }
 
@@ -647,7 +651,7 @@ static int cmd_train(struct run *r)
     if (rc) {
         tpu__dataset_input_free(&in);
         if (rc == TPU_ECANCELED && sigint_count)
-            return stopped(o->cmd, &d);
+            return stopped(o, &d);
         return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
     }
     if (d.msg[0] && !o->json)
@@ -664,7 +668,7 @@ static int cmd_train(struct run *r)
         if (rc) {
             tpu__dataset_input_free(&in);
             if (rc == TPU_ECANCELED && sigint_count)
-                return stopped(o->cmd, &d);
+                return stopped(o, &d);
             return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
         }
         evaluated = true;
@@ -777,7 +781,7 @@ static int cmd_evaluate(struct run *r)
     rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &ev, &d);
     tpu__dataset_input_free(&tin);
     if (rc == TPU_ECANCELED && sigint_count)
-        return stopped(r->o.cmd, &d);
+        return stopped(&r->o, &d);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
     if ((rc = write_trace(r)))
@@ -835,7 +839,7 @@ static int cmd_predict(struct run *r)
         rc = tpu__npy_write(r->o.output, TPU__NPY_F32, n, p.cols, p.out, &d);
     free(p.out);
     if (rc == TPU_ECANCELED && sigint_count)
-        return stopped(r->o.cmd, &d);
+        return stopped(&r->o, &d);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
     if (r->o.json)

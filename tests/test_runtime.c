@@ -721,6 +721,14 @@ static void test_timing_only_training_runs(void **state)
     free(dir);
 }
 
+static void count_emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    (void)ctx;
+    (void)index;
+    (void)row;
+    (void)cols;
+}
+
 /* Every core of a replica outfeeds: with 2 cores per replica the second core's outfeed must
  * be drained too, or its queue fills and the run hangs (issue #9). */
 static void test_model_parallel_eval_and_predict_finish(void **state)
@@ -740,6 +748,13 @@ static void test_model_parallel_eval_and_predict_finish(void **state)
     if (rc)
         fail_msg("evaluate: %s", d.msg);
     assert_int_equal(ev.examples, 200);
+    tpu__dataset_input_free(&tin);
+    tpu__dataset_input_init(&tin, &e->ds, 3);
+    uint64_t n = 0;
+    rc = tpu_estimator_predict(e->est, &tin.input, count_emit, NULL, &n, &d);
+    if (rc)
+        fail_msg("predict: %s", d.msg);
+    assert_int_equal(n, 200);
     tpu__dataset_input_free(&tin);
     alarm(0);
     env_free(e);
