@@ -609,8 +609,10 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         stop = atomic_load(&e->stop) != 0;
         bool final = ended || stop ||
                      (training ? e->global_step >= target_step : done >= p->steps);
+        /* (a final loop that ran no step, a stop or an input that ended at the boundary,
+         * has nothing new to save) */
         if (training && e->cfg.model_dir[0] && !e->timing_only &&
-            (final || (e->cfg.save_checkpoints_steps &&
+            ((final && e->global_step != last_ckpt) || (e->cfg.save_checkpoints_steps &&
                        e->global_step - last_ckpt >= e->cfg.save_checkpoints_steps))) {
             double tc = tpu__runtime_wall_s();
             if ((rc = tpu__runtime_save_checkpoint(e, d))) {
