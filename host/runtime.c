@@ -369,11 +369,21 @@ static double mib(uint64_t b)
     return (double)b / (1024.0 * 1024.0);
 }
 
+/* What one core's buffers of a program take (tpu_device_load aligns each to 64 bytes). */
+static uint64_t program_core_bytes(const struct tpu_program *p)
+{
+    uint64_t bytes = 0;
+    for (size_t b = 0; b < tpu_program_n_buffers(p); b++)
+        bytes += (tpu_buffer_bytes(tpu_program_buffer(p, (uint32_t)b)) + 63) / 64 * 64;
+    return bytes;
+}
+
 /* Refuses, before anything is allocated, a program whose host memory would not fit in what
  * the process can still allocate. What it counts (what tpu_device_load and a pass allocate):
  * every core's copy of every buffer (64-byte aligned), the slots of every core's infeed and
  * outfeed queues holding one step's tensors each, the host copies of params not yet held, and
- * the infeed thread's batch. It leaves out what is small or bounded (program copies, thread
+ * the infeed thread's batch, less the buffers of the program it replaces (freed first). It
+ * leaves out what is small or bounded (program copies, thread
  * stacks, per-step bookkeeping) and what is already allocated (datasets, the device's
  * structures: those already reduce what is available). A timing-only device holds no values:
  * only its host copies count. */
@@ -381,9 +391,7 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
                              uint32_t per_call, struct tpu_diag *d)
 {
     const struct tpu_chip_config *chip = tpu_device_chip(e->dev);
-    uint64_t core_bytes = 0, params = 0, batch = 0;
-    for (size_t b = 0; b < tpu_program_n_buffers(mp->prog); b++)
-        core_bytes += (tpu_buffer_bytes(tpu_program_buffer(mp->prog, (uint32_t)b)) + 63) / 64 * 64;
+    uint64_t core_bytes = program_core_bytes(mp->prog), params = 0, batch = 0;
     uint64_t in_step = 0, out_step = 0;
     for (uint32_t t = 0; t < mp->n_infeed; t++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
@@ -402,8 +410,13 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
     const double need = (double)device + (double)params + (double)batch;
     uint64_t avail;
     char what[96];
-    if (tpu__host_memory_available(&avail, what, sizeof what) || need <= (double)avail)
+    if (tpu__host_memory_available(&avail, what, sizeof what))
         return 0;
+    /* the loaded program's buffers are freed before the new ones are allocated */
+    const uint64_t freed = e->loaded && !e->timing_only ? program_core_bytes(e->mp.prog) : 0;
+    if (need <= (double)avail + (double)freed * e->n_cores)
+        return 0;
+    avail += freed * e->n_cores;
     return tpu__fail(d, TPU_ENOMEM,
                      "the %s program '%s' needs about %.1f MiB of host memory (%u cores x "
                      "%.1f MiB of buffers and %.1f MiB of feed queues, %.1f MiB of host param "
