@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -585,11 +586,13 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
     if (p->o->verbose == 1) {
         int width = 30, filled = p->total_steps ? (int)(width * done / p->total_steps) : width;
         double eta = done ? el * (double)(p->total_steps - done) / (double)done : 0;
-        fprintf(stderr, "\r[%.*s%s%.*s] %llu/%llu steps  loss %.4f  ETA %.0fs ", filled,
+        char loss[32] = "n/a"; /* timing-only: no values */
+        if (isfinite(li->loss))
+            snprintf(loss, sizeof loss, "%.4f", (double)li->loss);
+        fprintf(stderr, "\r[%.*s%s%.*s] %llu/%llu steps  loss %s  ETA %.0fs ", filled,
                 "==============================", filled < width ? ">" : "",
                 width - filled - (filled < width), "                              ",
-                (unsigned long long)done, (unsigned long long)p->total_steps, (double)li->loss,
-                eta);
+                (unsigned long long)done, (unsigned long long)p->total_steps, loss, eta);
         if (done >= p->total_steps)
             fputc('\n', stderr);
     } else if (p->o->verbose == 2 && li->log_due) {
@@ -608,6 +611,62 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
         }
     }
     return 0;
+}
+
+/* ---- SIGINT ------------------------------------------------------------------------------- */
+
+/* The estimator a Ctrl-C stops, and how many came: the only state a signal handler can
+ * reach, so it is file-scope (written before the handler is installed, cleared after it is
+ * removed). The first SIGINT asks the runtime to stop at the next step boundary (training
+ * then writes a checkpoint); a second one aborts at once. */
+static struct tpu_estimator *volatile sigint_est;
+static volatile sig_atomic_t sigint_count;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (sigint_count++ == 0 && sigint_est) {
+        tpu_estimator_request_stop(sigint_est); /* async-signal-safe */
+        static const char m[] = "\ntpusim: stopping at the next step boundary (Ctrl-C again "
+                                "to abort at once)\n";
+        ssize_t w = write(STDERR_FILENO, m, sizeof m - 1);
+        (void)w;
+        return;
+    }
+    static const char m[] = "\ntpusim: aborted; the last checkpoint is intact\n";
+    ssize_t w = write(STDERR_FILENO, m, sizeof m - 1);
+    (void)w;
+    _exit(130);
+}
+
+static struct sigaction sigint_old;
+
+static void sigint_install(struct tpu_estimator *est)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigint_est = est;
+    sigint_count = 0;
+    sigaction(SIGINT, &sa, &sigint_old);
+}
+
+static void sigint_remove(void)
+{
+    if (!sigint_est)
+        return;
+    sigaction(SIGINT, &sigint_old, NULL);
+    sigint_est = NULL;
+}
+
+/* A run the runtime stopped on request: says where it stopped, exits 130 as after SIGINT. */
+static int stopped(const struct train_opts *o, const struct tpu_diag *d)
+{
+    /* after the progress bar's line, on a line of its own */
+    fprintf(stderr, "%stpusim %s: %s\n", o->verbose == 1 && !o->json ? "\n" : "", o->cmd,
+            d->msg);
+    return 130;
 }
 
 /* ---- the commands --------------------------------------------------------------------------- */
@@ -789,11 +848,13 @@ static int setup(struct run *r, bool need_train_data)
     struct tpu_hook hook = {.ctx = &r->prog, .after_loop = after_loop};
     if (tpu_estimator_create(r->dev, &cfg, &r->model, &hook, 1, &r->est, &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+    sigint_install(r->est);
     return 0;
 }
 
 static void teardown(struct run *r)
 {
+    sigint_remove();
     tpu_estimator_destroy(&r->est);
     tpu_int8_mlp_destroy(&r->q);
     tpu_device_close(&r->dev);
@@ -830,11 +891,20 @@ static int cmd_train(struct run *r)
     r->prog.first_step = tpu_estimator_global_step(r->est);
     r->prog.total_steps = steps ? steps : max_steps;
     r->prog.steps_per_epoch = per_epoch ? per_epoch : 1;
+    /* training, and the evaluation that follows, must be able to run: check before any work */
+    if (tpu_estimator_check_mode(r->est, TPU_MODE_TRAIN, &d) ||
+        (!o->no_eval && !o->timing_only &&
+         tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))) {
+        tpu__dataset_input_free(&in);
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s (or give --no-eval)", d.msg);
+    }
     double w0 = tpu__cli_now_s();
     rc = tpu_estimator_train(r->est, &in.input, steps, max_steps, &d);
     double train_wall = tpu__cli_now_s() - w0;
     if (rc) {
         tpu__dataset_input_free(&in);
+        if (rc == TPU_ECANCELED && sigint_count)
+            return stopped(o, &d);
         return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
     }
     if (d.msg[0] && !o->json)
@@ -850,6 +920,8 @@ static int cmd_train(struct run *r)
         tpu__dataset_input_free(&tin);
         if (rc) {
             tpu__dataset_input_free(&in);
+            if (rc == TPU_ECANCELED && sigint_count)
+                return stopped(o, &d);
             return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
         }
         evaluated = true;
@@ -875,14 +947,21 @@ static int cmd_train(struct run *r)
     const double total_device = last.total_seconds;
     const uint64_t ran = gstep - r->prog.first_step;
     const double step_s = ran ? last.pass_device_seconds / (double)ran : 0; /* simulated */
+    /* no loss when no step ran or the device computed no values: say so, invent none */
+    char loss_text[32];
+    const bool skipped = last.steps == 0; /* the runtime said why (a warning above) */
+    if (isfinite(last.loss) && !skipped)
+        snprintf(loss_text, sizeof loss_text, "%.6g", (double)last.loss);
+    else
+        snprintf(loss_text, sizeof loss_text, "null");
     if (o->json) {
         printf("{\"chip\": \"%s\", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
-               "%llu, \"train_batch_size\": %u, \"loss\": %.6g, \"step_time_s\": %.9g, "
+               "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %.9g, "
                "\"examples_per_s\": %.6g, \"mxu_utilization\": %.6f, \"infeed_stall_share\": "
                "%.6f, \"host_overhead_share\": %.6f, \"simulated_seconds\": %.9g, "
                "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
                r->chip.name, tpu_device_n_replicas(r->dev), o->layers_text,
-               (unsigned long long)gstep, o->rc.train_batch_size, (double)last.loss,
+               (unsigned long long)gstep, o->rc.train_batch_size, loss_text,
                step_s, last.pass_examples_per_s, last.pass_mxu_utilization,
                last.pass_infeed_stall_share, last.pass_host_overhead_share, total_device,
                o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", train_wall);
@@ -910,7 +989,12 @@ static int cmd_train(struct run *r)
            o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
     printf("  global step        %llu (global batch %u)\n", (unsigned long long)gstep,
            o->rc.train_batch_size);
-    printf("  training loss      %.4f (replica 0, last step)\n", (double)last.loss);
+    if (skipped)
+        printf("  training loss      none (no step ran: training was skipped)\n");
+    else if (o->timing_only)
+        printf("  training loss      none (timing-only: no values computed)\n");
+    else
+        printf("  training loss      %.4f (replica 0, last step)\n", (double)last.loss);
     if (evaluated)
         printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n", 100 * ev.accuracy,
                (unsigned long long)ev.examples, ev.loss);
@@ -942,12 +1026,16 @@ static int cmd_evaluate(struct run *r)
     if (rc)
         return rc;
     struct tpu_diag d = {0};
+    if (tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg);
     struct tpu__dataset_input tin;
     tpu__dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct tpu_eval_result ev;
     /* TPUEstimator's steps: that many batches of eval_batch_size (0: the whole test set) */
     rc = tpu_estimator_evaluate(r->est, &tin.input, r->o.steps, &ev, &d);
     tpu__dataset_input_free(&tin);
+    if (rc == TPU_ECANCELED && sigint_count)
+        return stopped(&r->o, &d);
     if (rc)
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
     if (d.msg[0] && !r->o.json)
@@ -1009,6 +1097,8 @@ static int cmd_predict(struct run *r)
     if (rc)
         return rc;
     struct tpu_diag d = {0};
+    if (tpu_estimator_check_mode(r->est, TPU_MODE_PREDICT, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg);
     if (r->o.limit && r->o.limit < r->test.n_examples)
         r->test.n_examples = (uint32_t)r->o.limit;
     struct tpu__dataset_input tin;
@@ -1023,6 +1113,8 @@ static int cmd_predict(struct run *r)
     if (!rc && r->o.output[0])
         rc = tpu__npy_write(r->o.output, TPU__NPY_F32, n, p.cols, p.out, &d);
     free(p.out);
+    if (rc == TPU_ECANCELED && sigint_count)
+        return stopped(&r->o, &d);
     double fp32 = 0;
     if (!rc && r->q)
         rc = tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,

@@ -64,18 +64,8 @@ static int check_config(const struct tpu_run_config *c, const struct tpu_device 
     if (c->modeled_launch_us < 0 || c->modeled_hooks_us < 0 || c->modeled_checkpoint_us < 0 ||
         c->modeled_input_us_per_batch < 0)
         return tpu__fail(d, TPU_EINVAL, "modeled host costs must not be negative");
-    /* every batch size that is set must split over the replicas */
-    for (int m = 0; m < 3; m++) {
-        uint32_t g = m == 0 ? c->train_batch_size : m == 1 ? c->eval_batch_size
-                                                           : c->predict_batch_size;
-        if (!g)
-            continue;
-        uint32_t pr, calls, per_call;
-        int rc = tpu_per_replica_batch(c, (enum tpu_mode)m, tpu_device_n_replicas(dev), &pr,
-                                       &calls, &per_call, d);
-        if (rc)
-            return rc;
-    }
+    /* each batch size is checked when its mode runs (tpu_estimator_check_mode): a mode that
+     * never runs must not fail the run */
     if (!c->train_batch_size && !c->eval_batch_size && !c->predict_batch_size)
         return tpu__fail(d, TPU_EINVAL, "no batch size is set: give train_batch_size (and "
                          "eval_batch_size, predict_batch_size for those modes)");
@@ -100,6 +90,8 @@ int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cf
     e->n_replicas = tpu_device_n_replicas(dev);
     e->n_cores = tpu_device_n_cores(dev);
     e->hz = tpu_device_chip(dev)->clock_mhz * 1e6;
+    e->timing_only = tpu_device_timing_only(dev);
+    atomic_init(&e->stop, 0);
     if (n_hooks) {
         e->hooks = calloc(n_hooks, sizeof *e->hooks);
         if (!e->hooks) {
@@ -137,6 +129,45 @@ void tpu_estimator_destroy(struct tpu_estimator **pe)
     *pe = NULL;
 }
 
+void tpu_estimator_request_stop(struct tpu_estimator *e)
+{
+    atomic_store(&e->stop, 1);
+}
+
+static const char *const mode_word[] = {"training", "evaluation", "prediction"};
+
+int tpu_estimator_check_mode(const struct tpu_estimator *e, enum tpu_mode mode,
+                             struct tpu_diag *d)
+{
+    static const char *const field[] = {"train_batch_size", "eval_batch_size",
+                                        "predict_batch_size"};
+    if ((unsigned)mode > TPU_MODE_PREDICT)
+        return tpu__fail(d, TPU_EINVAL, "mode %d is not train, eval or predict", (int)mode);
+    const uint32_t g = mode == TPU_MODE_TRAIN  ? e->cfg.train_batch_size
+                       : mode == TPU_MODE_EVAL ? e->cfg.eval_batch_size
+                                               : e->cfg.predict_batch_size;
+    if (!g)
+        return tpu__fail(d, TPU_EINVAL, "%s is not set; %s needs the global batch size, a "
+                         "multiple of the %u replicas", field[mode], mode_word[mode],
+                         e->n_replicas);
+    if (mode != TPU_MODE_TRAIN && e->timing_only)
+        return tpu__fail(d, TPU_EUNSUPPORTED, "%s reports values (%s), which a timing-only "
+                         "device does not compute; open the device without timing_only",
+                         mode_word[mode], mode == TPU_MODE_EVAL ? "loss and accuracy"
+                                                                : "the model's outputs");
+    uint32_t pr, calls, per_call;
+    return tpu_per_replica_batch(&e->cfg, mode, e->n_replicas, &pr, &calls, &per_call, d);
+}
+
+/* A stop was requested: TPU_ECANCELED with a sentence, before any work of a call. */
+static int stopped_before(const struct tpu_estimator *e, enum tpu_mode mode, struct tpu_diag *d)
+{
+    if (!atomic_load(&e->stop))
+        return 0;
+    return tpu__fail(d, TPU_ECANCELED, "%s not started: a stop was requested (global step "
+                     "%llu)", mode_word[mode], (unsigned long long)e->global_step);
+}
+
 uint64_t tpu_estimator_global_step(const struct tpu_estimator *e)
 {
     return e->global_step;
@@ -159,7 +190,7 @@ static struct tpu__host_param *find_param(struct tpu_estimator *e, const char *n
 
 static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
 {
-    for (uint32_t i = 0; i < e->mp.n_params; i++) {
+    for (uint32_t i = 0; i < e->mp.n_params && !e->timing_only; i++) {
         uint32_t id = e->mp.params[i];
         const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, id);
         struct tpu__host_param *hp = find_param(e, b->name);
@@ -178,7 +209,7 @@ static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
 /* Replica 0's params into the host copy. */
 static int params_from_device(struct tpu_estimator *e, struct tpu_diag *d)
 {
-    if (!e->loaded || !e->params_on_device)
+    if (!e->loaded || !e->params_on_device || e->timing_only)
         return 0;
     for (uint32_t i = 0; i < e->mp.n_params; i++) {
         uint32_t id = e->mp.params[i];
@@ -196,6 +227,9 @@ int tpu_estimator_read_param(const struct tpu_estimator *e, const char *name, fl
                              size_t bytes, struct tpu_diag *d)
 {
     struct tpu_estimator *m = (struct tpu_estimator *)e;
+    if (e->timing_only)
+        return tpu__fail(d, TPU_EUNSUPPORTED, "param '%s': a timing-only device computes no "
+                         "values", name);
     int rc = params_from_device(m, d);
     if (rc)
         return rc;
@@ -211,7 +245,7 @@ int tpu_estimator_read_param(const struct tpu_estimator *e, const char *name, fl
 
 int tpu__runtime_save_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
 {
-    if (!e->cfg.model_dir[0])
+    if (!e->cfg.model_dir[0] || e->timing_only)
         return 0;
     int rc = params_from_device(e, d);
     if (rc)
@@ -330,6 +364,70 @@ static int restore_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
     return 1;
 }
 
+static double mib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0);
+}
+
+/* What one core's buffers of a program take (tpu_device_load aligns each to 64 bytes). */
+static uint64_t program_core_bytes(const struct tpu_program *p)
+{
+    uint64_t bytes = 0;
+    for (size_t b = 0; b < tpu_program_n_buffers(p); b++)
+        bytes += (tpu_buffer_bytes(tpu_program_buffer(p, (uint32_t)b)) + 63) / 64 * 64;
+    return bytes;
+}
+
+/* Refuses, before anything is allocated, a program whose host memory would not fit in what
+ * the process can still allocate. What it counts (what tpu_device_load and a pass allocate):
+ * every core's copy of every buffer (64-byte aligned), the slots of every core's infeed and
+ * outfeed queues holding one step's tensors each, the host copies of params not yet held, and
+ * the infeed thread's batch, less the buffers of the program it replaces (freed first). It
+ * leaves out what is small or bounded (program copies, thread
+ * stacks, per-step bookkeeping) and what is already allocated (datasets, the device's
+ * structures: those already reduce what is available). A timing-only device holds no values:
+ * only its host copies count. */
+static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_program *mp,
+                             uint32_t per_call, struct tpu_diag *d)
+{
+    const struct tpu_chip_config *chip = tpu_device_chip(e->dev);
+    uint64_t core_bytes = program_core_bytes(mp->prog), params = 0, batch = 0;
+    uint64_t in_step = 0, out_step = 0;
+    for (uint32_t t = 0; t < mp->n_infeed; t++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
+        in_step += tpu_buffer_bytes(b);
+        batch += (uint64_t)per_call * b->cols * tpu_buf_dtype_bytes(b->dtype);
+    }
+    for (uint32_t t = 0; t < mp->n_outfeed; t++)
+        out_step += tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[t]));
+    for (uint32_t i = 0; i < mp->n_params; i++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->params[i]);
+        if (!find_param(e, b->name))
+            params += tpu_buffer_bytes(b);
+    }
+    uint64_t queues = in_step * chip->infeed_queue_depth + out_step * chip->outfeed_queue_depth;
+    const uint64_t device = e->timing_only ? 0 : e->n_cores * (core_bytes + queues);
+    const double need = (double)device + (double)params + (double)batch;
+    uint64_t avail;
+    char what[96];
+    if (tpu__host_memory_available(&avail, what, sizeof what))
+        return 0;
+    /* the loaded program's buffers are freed before the new ones are allocated */
+    const uint64_t freed = e->loaded && !e->timing_only ? program_core_bytes(e->mp.prog) : 0;
+    if (need <= (double)avail + (double)freed * e->n_cores)
+        return 0;
+    avail += freed * e->n_cores;
+    return tpu__fail(d, TPU_ENOMEM,
+                     "the %s program '%s' needs about %.1f MiB of host memory (%u cores x "
+                     "%.1f MiB of buffers and %.1f MiB of feed queues, %.1f MiB of host param "
+                     "copies, %.1f MiB of input batch), but only %.1f MiB can be allocated "
+                     "(%s); use fewer chips or cores, a smaller model or batch, or a "
+                     "timing-only device (it holds no values)",
+                     mode_word[e->mode_loading], tpu_program_name(mp->prog), need / 1048576.0,
+                     e->n_cores, mib(core_bytes), mib(queues), mib(params), mib(batch),
+                     mib(avail), what);
+}
+
 /* Loads the program of `mode` (if another is loaded) and puts the params on the device. */
 static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_diag *d)
 {
@@ -340,6 +438,7 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
         return rc;
     if (e->loaded && e->mode == mode && e->batch_per_replica == per_replica)
         return 0;
+    e->mode_loading = mode;
     if ((rc = params_from_device(e, d)))
         return rc;
     const uint32_t global = per_replica * e->n_replicas;
@@ -348,7 +447,9 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     rc = e->model.build(e->model.ctx, mode, per_replica, global, &mp, d);
     if (rc)
         return rc;
-    if ((rc = tpu_device_load(e->dev, mp.prog, d))) {
+    if ((rc = tpu_program_verify(mp.prog, tpu_device_chip(e->dev), d)) ||
+        (rc = check_host_memory(e, &mp, per_call, d)) ||
+        (rc = tpu_device_load(e->dev, mp.prog, d))) {
         tpu_program_destroy(&mp.prog);
         return rc;
     }
@@ -360,7 +461,9 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     e->params_on_device = false;
     if ((rc = ensure_host_params(e, d)))
         return rc;
-    if (!e->have_params) {
+    if (!e->have_params && e->timing_only) {
+        e->have_params = true; /* no values: nothing to restore or initialize */
+    } else if (!e->have_params) {
         rc = restore_checkpoint(e, d);
         if (rc < 0)
             return rc;
@@ -402,18 +505,39 @@ int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, 
                         uint64_t max_steps, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
-    if (!e->cfg.train_batch_size)
-        return tpu__fail(d, TPU_EINVAL, "train_batch_size is not set; training needs the "
-                         "global batch size");
+    int rc = tpu_estimator_check_mode(e, TPU_MODE_TRAIN, d);
+    if (rc)
+        return rc;
     if (steps == 0 && max_steps == 0)
         return tpu__fail(d, TPU_EINVAL, "give steps (more steps to train) or max_steps (the "
                          "global step to train up to)");
-    int rc = load_mode(e, TPU_MODE_TRAIN, d);
+    if ((rc = stopped_before(e, TPU_MODE_TRAIN, d)))
+        return rc;
+    rc = load_mode(e, TPU_MODE_TRAIN, d);
     if (rc)
         return rc;
     const uint64_t target = steps ? e->global_step + steps : max_steps;
-    if (e->global_step >= target)
+    if (e->global_step >= target) {
+        /* as TPUEstimator logs it; nothing ran, so there is no loss to report */
+        memset(&e->last, 0, sizeof e->last);
+        e->last.mode = TPU_MODE_TRAIN;
+        e->last.global_step = e->global_step;
+        e->last.loss = NAN;
+        e->last.total_seconds = (double)e->host_cycle / e->hz;
+        if (e->cfg.model_dir[0])
+            tpu__fail(d, 0, "warning: training skipped: the checkpoint in %s is already at "
+                      "global step %llu, at or past max_steps %llu; raise max_steps (or give "
+                      "steps) to train more", e->cfg.model_dir,
+                      (unsigned long long)e->global_step, (unsigned long long)target);
+        else
+            tpu__fail(d, 0, "warning: training skipped: the global step is already %llu, at "
+                      "or past max_steps %llu", (unsigned long long)e->global_step,
+                      (unsigned long long)target);
         return 0;
+    }
+    if (e->timing_only && e->cfg.model_dir[0])
+        tpu__fail(d, 0, "warning: timing-only: no checkpoints are written to %s (the device "
+                  "computes no values to save); metrics.jsonl is", e->cfg.model_dir);
     /* a checkpoint at the start, so there is always one to go back to */
     if (e->cfg.model_dir[0]) {
         char path[1024];
@@ -436,10 +560,10 @@ int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *inpu
                            uint64_t steps, struct tpu_eval_result *out, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
-    if (!e->cfg.eval_batch_size)
-        return tpu__fail(d, TPU_EINVAL, "eval_batch_size is not set; evaluation needs the "
-                         "global batch size");
-    int rc = load_mode(e, TPU_MODE_EVAL, d);
+    int rc = tpu_estimator_check_mode(e, TPU_MODE_EVAL, d);
+    if (rc || (rc = stopped_before(e, TPU_MODE_EVAL, d)))
+        return rc;
+    rc = load_mode(e, TPU_MODE_EVAL, d);
     if (rc)
         return rc;
     struct tpu__pass p;
@@ -466,10 +590,10 @@ int tpu_estimator_predict(struct tpu_estimator *e, const struct tpu_input *input
                           void *emit_ctx, uint64_t *n, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
-    if (!e->cfg.predict_batch_size)
-        return tpu__fail(d, TPU_EINVAL, "predict_batch_size is not set; prediction needs the "
-                         "global batch size");
-    int rc = load_mode(e, TPU_MODE_PREDICT, d);
+    int rc = tpu_estimator_check_mode(e, TPU_MODE_PREDICT, d);
+    if (rc || (rc = stopped_before(e, TPU_MODE_PREDICT, d)))
+        return rc;
+    rc = load_mode(e, TPU_MODE_PREDICT, d);
     if (rc)
         return rc;
     struct tpu__pass p;

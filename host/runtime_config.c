@@ -1,8 +1,14 @@
 /* Run configuration: defaults, parsing, and the batch arithmetic of the input modes, with
  * messages at least as precise as TPUEstimator's (the value, the rule, the fix). */
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
 
 #include "tpusim/runtime.h"
 #include "util.h"
@@ -44,35 +50,132 @@ int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out)
 
 int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tpu_diag *d)
 {
-    char *end = NULL;
-    if (!text || !*text || *text == '-' || *text == '+')
+    /* ^[1-9][0-9]*[smh]?$, read digit by digit so that no range can overflow */
+    const uint64_t max_count = UINT64_C(1000000000000), max_s = 86400;
+    const char *p = text ? text : "";
+    uint64_t v = 0;
+    bool too_big = false;
+    if (*p < '1' || *p > '9')
         goto bad;
-    double v = strtod(text, &end);
-    if (end == text || !(v > 0) || !isfinite(v))
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > max_count)
+            too_big = true;
+        else
+            v = v * 10 + (uint64_t)(*p - '0');
+    }
+    uint64_t scale = 0;
+    if (*p == '\0')
+        scale = 0;
+    else if (!strcmp(p, "s"))
+        scale = 1;
+    else if (!strcmp(p, "m"))
+        scale = 60;
+    else if (!strcmp(p, "h"))
+        scale = 3600;
+    else
         goto bad;
-    if (*end == '\0') {
-        if (v != floor(v) || v > 1e12)
-            goto bad;
-        c->iterations_per_loop = (uint64_t)v;
+    if (scale == 0) {
+        if (too_big || v > max_count)
+            return tpu__fail(d, TPU_ERANGE, "iterations_per_loop '%s' is more than %llu steps "
+                             "per launch; use 1 to %llu, e.g. iterations_per_loop 100", text,
+                             (unsigned long long)max_count, (unsigned long long)max_count);
+        c->iterations_per_loop = v;
         c->iterations_per_loop_s = 0;
         return 0;
     }
-    double scale = 0;
-    if (!strcmp(end, "s"))
-        scale = 1;
-    else if (!strcmp(end, "m"))
-        scale = 60;
-    else if (!strcmp(end, "h"))
-        scale = 3600;
-    if (scale == 0)
-        goto bad;
-    c->iterations_per_loop_s = v * scale;
+    if (too_big || v > max_s / scale)
+        return tpu__fail(d, TPU_ERANGE, "iterations_per_loop '%s' is more than 24 hours of "
+                         "simulated time per launch; use a time from 1s to 24h (86400s), "
+                         "e.g. iterations_per_loop 30s", text);
+    c->iterations_per_loop_s = (double)(v * scale);
     return 0;
 bad:
     return tpu__fail(d, TPU_EINVAL,
-                     "iterations_per_loop '%s' is neither a whole number of steps (>= 1) nor a "
-                     "time such as 30s, 5m or 1h; e.g. iterations_per_loop 100",
-                     text ? text : "");
+                     "iterations_per_loop '%s' must match ^[1-9][0-9]*[smh]?$ (as in "
+                     "TPUEstimator): a whole number of steps from 1 to %llu, or a whole number "
+                     "followed by s, m or h for a time of simulated seconds, minutes or hours "
+                     "(no leading zeros, signs, spaces, fractions or exponents); e.g. 100 or 30s",
+                     text ? text : "", (unsigned long long)max_count);
+}
+
+/* ---- host memory ------------------------------------------------------------------------- */
+
+/* The first number after `key` in a text file (0 if absent), scaled by `unit`. */
+static bool read_number(const char *path, const char *key, uint64_t unit, uint64_t *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[512];
+    bool found = false;
+    size_t kl = strlen(key);
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, kl))
+            continue;
+        char *end;
+        unsigned long long v = strtoull(line + kl, &end, 10);
+        if (end != line + kl) {
+            *out = (uint64_t)v * unit;
+            found = true;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static void consider(uint64_t *best, char *what, size_t what_size, uint64_t v, const char *name)
+{
+    if (v < *best) {
+        *best = v;
+        snprintf(what, what_size, "%s", name);
+    }
+}
+
+int tpu__host_memory_available(uint64_t *bytes, char *what, size_t what_size)
+{
+    uint64_t best = UINT64_MAX, v, used;
+    snprintf(what, what_size, "unknown");
+    if (read_number("/proc/meminfo", "MemAvailable:", 1024, &v))
+        consider(&best, what, what_size, v, "MemAvailable in /proc/meminfo");
+    /* cgroup v2: this process's group, from /proc/self/cgroup ("0::/path") */
+    char group[512] = "", path[700];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "0::", 3)) {
+                snprintf(group, sizeof group, "%s", line + 3);
+                group[strcspn(group, "\n")] = '\0';
+            }
+        fclose(f);
+    }
+    if (!strcmp(group, "/"))
+        group[0] = '\0';
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", group);
+    uint64_t limit;
+    if (read_number(path, "", 1, &limit)) { /* "max" reads as no number: no limit */
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", group);
+        if (read_number(path, "", 1, &used))
+            consider(&best, what, what_size, limit > used ? limit - used : 0,
+                     "the cgroup's memory.max less its memory.current");
+    } else if (read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", "", 1, &limit) &&
+               limit < (UINT64_C(1) << 62) &&
+               read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes", "", 1, &used)) {
+        consider(&best, what, what_size, limit > used ? limit - used : 0,
+                 "the cgroup's memory limit less its usage");
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        uint64_t pages = 0;
+        long page = sysconf(_SC_PAGESIZE);
+        if (read_number("/proc/self/statm", "", page > 0 ? (uint64_t)page : 4096, &pages)) {
+            uint64_t lim = (uint64_t)rl.rlim_cur;
+            consider(&best, what, what_size, lim > pages ? lim - pages : 0,
+                     "RLIMIT_AS less the address space in use");
+        }
+    }
+    *bytes = best;
+    return best == UINT64_MAX ? TPU_ENOTFOUND : 0;
 }
 
 int tpu_per_replica_batch(const struct tpu_run_config *cfg, enum tpu_mode mode,
@@ -93,12 +196,19 @@ int tpu_per_replica_batch(const struct tpu_run_config *cfg, enum tpu_mode mode,
                          n_replicas, hosts);
     const uint32_t per_host_replicas = n_replicas / hosts;
     if (global % n_replicas != 0) {
-        uint32_t lo = global / n_replicas * n_replicas, hi = lo + n_replicas;
+        /* the nearest multiples below and above; only the one above when none is below */
+        uint64_t lo = (uint64_t)global / n_replicas * n_replicas, hi = lo + n_replicas;
+        char fix[96];
+        if (lo)
+            snprintf(fix, sizeof fix, "use %llu or %llu", (unsigned long long)lo,
+                     (unsigned long long)hi);
+        else
+            snprintf(fix, sizeof fix, "use at least %llu (one example per replica)",
+                     (unsigned long long)hi);
         return tpu__fail(d, TPU_EINVAL,
                          "%s %u must be divisible by the number of replicas (num_shards) %u, "
-                         "since each replica takes the same share of the global batch; use %u "
-                         "or %u",
-                         field[mode], global, n_replicas, lo ? lo : hi, hi);
+                         "since each replica takes the same share of the global batch; %s",
+                         field[mode], global, n_replicas, fix);
     }
     *per_replica = global / n_replicas;
     if (mode != TPU_MODE_TRAIN) {

@@ -6,6 +6,7 @@
 #define TPUSIM_HOST_RUNTIME_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,10 +31,14 @@ struct tpu_estimator {
     size_t n_hooks;
     uint32_t n_replicas, n_cores;
     double hz;
+    bool timing_only;      /* the device computes no values: no params, checkpoints or loss */
+    atomic_int stop;       /* tpu_estimator_request_stop was called (any thread, or a signal
+                              handler: a lock-free atomic is async-signal-safe) */
 
     /* the loaded program */
     bool loaded;
     enum tpu_mode mode;
+    enum tpu_mode mode_loading; /* the mode load_mode is loading (for messages) */
     uint32_t batch_per_replica;
     struct tpu_model_program mp;
 
@@ -77,13 +82,17 @@ struct tpu__pass {
     void *emit_ctx;
     uint64_t emitted;
     uint64_t step0;               /* global step at the start of the pass */
+    bool stopped;                 /* [lock] the infeed thread stopped feeding on a stop request */
+    uint32_t live_feeders;        /* [lock] the infeed and outfeed threads still running */
+    bool finished;                /* [lock] the caller's loop is over: the watchdog ends */
 };
 
 /* Wall-clock seconds (CLOCK_MONOTONIC), for measured host costs and wall_seconds. */
 double tpu__runtime_wall_s(void);
 
 /* Saves the params (replica 0's, read back from the device) as a checkpoint of the current
- * global step in model_dir; nothing without a model_dir. (runtime.c) */
+ * global step in model_dir; nothing without a model_dir, or on a timing-only device (it holds
+ * no values to save). (runtime.c) */
 int tpu__runtime_save_checkpoint(struct tpu_estimator *e, struct tpu_diag *d);
 
 /* A pass of `mode` over `in` from the current global step; the caller then sets steps,
@@ -98,5 +107,11 @@ void tpu__pass_free(struct tpu__pass *p);
  * first error of any thread with its sentence in d. */
 int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_step,
                   struct tpu_diag *d);
+
+/* The host memory this process can still allocate: the smallest of MemAvailable
+ * (/proc/meminfo), the cgroup's memory limit minus its usage, and RLIMIT_AS minus the
+ * address space in use; `what` names which one it was. Returns 0, or TPU_ENOTFOUND when
+ * none of them can be read (then *bytes is UINT64_MAX). (runtime_config.c) */
+int tpu__host_memory_available(uint64_t *bytes, char *what, size_t what_size);
 
 #endif

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "runtime_int.h"
+#include "tpusim/checkpoint.h"
 #include "util.h"
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -88,6 +89,15 @@ static bool pass_failed(struct tpu__pass *p)
     return f;
 }
 
+/* A feed thread is about to return: the watchdog counts the threads that can still act. */
+static void feeder_exits(struct tpu__pass *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->live_feeders--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+}
+
 static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 {
     if (need <= *cap)
@@ -110,9 +120,15 @@ static void *infeed_thread(void *arg)
     const struct tpu_model_program *mp = &e->mp;
     struct tpu_diag d = {0};
     if (e->cfg.initial_infeed_sleep_secs > 0 && p->mode == TPU_MODE_TRAIN) {
-        double s = e->cfg.initial_infeed_sleep_secs;
-        struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-        nanosleep(&ts, NULL);
+        /* in slices, so that a stop request or a failure is seen within 50 ms */
+        const double until = tpu__runtime_wall_s() + e->cfg.initial_infeed_sleep_secs;
+        for (double now = tpu__runtime_wall_s(); now < until && !atomic_load(&e->stop) &&
+                                                 !pass_failed(p);
+             now = tpu__runtime_wall_s()) {
+            double s = until - now < 0.05 ? until - now : 0.05;
+            struct timespec ts = {0, (long)(s * 1e9)};
+            nanosleep(&ts, NULL);
+        }
     }
     /* one call's tensors, [per_call][cols] each */
     void *bufs[4] = {0};
@@ -131,6 +147,22 @@ static void *infeed_thread(void *arg)
     uint64_t clock = e->host_cycle;
     bool last_step = false;
     for (uint64_t s = 0; s < p->steps && !last_step; s++) {
+        if (atomic_load(&e->stop)) {
+            /* a stop request: training feeds no further step and the device stops at the
+             * start of this one (a clean step boundary); evaluation and prediction end now */
+            if (p->mode != TPU_MODE_TRAIN) {
+                pass_fail(p, tpu__fail(&d, TPU_ECANCELED, "%s stopped on request after %llu "
+                                       "batches; no result", p->mode == TPU_MODE_EVAL
+                                       ? "evaluation" : "prediction", (unsigned long long)s),
+                          &d);
+                goto out;
+            }
+            pthread_mutex_lock(&p->lock);
+            p->stopped = true;
+            pthread_cond_broadcast(&p->cv);
+            pthread_mutex_unlock(&p->lock);
+            goto out;
+        }
         uint32_t real_total = 0;
         for (uint32_t call = 0; call < p->calls; call++) {
             uint32_t n_real = 0;
@@ -226,6 +258,7 @@ out:
     tpu_device_infeed_close(e->dev);
     for (int t = 0; t < 4; t++)
         free(bufs[t]);
+    feeder_exits(p);
     return NULL;
 }
 
@@ -243,13 +276,18 @@ static void *outfeed_thread(void *arg)
     float *buf = malloc(max_bytes ? max_bytes : 4);
     if (!buf) {
         pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
+        feeder_exits(p);
         return NULL;
     }
     /* the program's loss is sum / global batch; replica 0's mean is sum / its own rows */
     const double loss_scale = (double)e->n_replicas;
+    const uint32_t cpr = e->n_cores / e->n_replicas;
     for (uint64_t s = 0; s < p->steps; s++) {
-        for (uint32_t c = 0; c < e->n_cores; c += e->n_cores / e->n_replicas) {
-            uint32_t rep = c / (e->n_cores / e->n_replicas);
+        /* Every core of a replica runs the replica's program and outfeeds; the first core's
+         * tensors are the replica's, the others' are drained and dropped (a queue nobody
+         * drains fills up and stops its core for good). */
+        for (uint32_t c = 0; c < e->n_cores; c++) {
+            const uint32_t rep = c / cpr;
             for (uint32_t t = 0; t < mp->n_outfeed; t++) {
                 const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->outfeed[t]);
                 size_t bytes = tpu_buffer_bytes(b);
@@ -259,10 +297,13 @@ static void *outfeed_thread(void *arg)
                         pass_fail(p, rc, &d);
                     goto out;
                 }
+                if (c % cpr != 0)
+                    continue;
                 if (p->mode == TPU_MODE_TRAIN && rep == 0) {
-                    float loss = (float)(buf[0] * loss_scale);
+                    /* timing-only: no values, so no loss (NaN) */
+                    float loss = e->timing_only ? NAN : (float)(buf[0] * loss_scale);
                     uint64_t gstep = p->step0 + s + 1;
-                    if (!isfinite(loss)) {
+                    if (!e->timing_only && !isfinite(loss)) {
                         tpu__fail(&d, TPU_ERANGE, "the training loss is %s at global step %llu; "
                                   "training stopped (lower the learning rate, or check the "
                                   "input for bad values); the last checkpoint is intact",
@@ -321,6 +362,61 @@ static void *outfeed_thread(void *arg)
     }
 out:
     free(buf);
+    feeder_exits(p);
+    return NULL;
+}
+
+/* The watchdog: a run in which no core can move, every feed thread still running waits on
+ * the device, and no tensor moved for DEADLOCK_S seconds of wall time can never finish (see
+ * tpu_device_watch). It fails the pass with what each core waits for, which cancels the
+ * device and releases every thread: an error, never a silent hang. Such a deadlock is a bug
+ * (a program that outfeeds what the model does not declare, say), so the message says so. */
+#define DEADLOCK_S 0.5
+
+static void *watchdog_thread(void *arg)
+{
+    struct tpu__pass *p = arg;
+    struct tpu_estimator *e = p->e;
+    uint64_t last_moves = UINT64_MAX;
+    double stuck_since = -1;
+    pthread_mutex_lock(&p->lock);
+    while (!p->finished && !p->error) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000 * 1000 * 1000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000 * 1000 * 1000;
+        }
+        pthread_cond_timedwait(&p->cv, &p->lock, &ts);
+        if (p->finished || p->error)
+            break;
+        const uint32_t live = p->live_feeders; /* read first: it only falls */
+        pthread_mutex_unlock(&p->lock);
+        struct tpu_device_watch w;
+        tpu_device_watch(e->dev, &w);
+        const double now = tpu__runtime_wall_s();
+        if (w.cores_blocked && w.host_calls_waiting >= live && w.moves == last_moves) {
+            if (stuck_since < 0)
+                stuck_since = now;
+        } else {
+            stuck_since = -1;
+        }
+        last_moves = w.moves;
+        if (stuck_since >= 0 && now - stuck_since >= DEADLOCK_S) {
+            struct tpu_diag d = {0};
+            tpu__fail(&d, TPU_ETHREAD, "the %s run is deadlocked and was stopped: no core can "
+                      "move (%s) and the host's feed threads all wait on the device; this is a "
+                      "bug in tpusim or in the model's program (outfeed tensors that the model "
+                      "does not declare, say): please report it",
+                      p->mode == TPU_MODE_TRAIN ? "training" : p->mode == TPU_MODE_EVAL
+                      ? "evaluation" : "prediction", w.why);
+            pass_fail(p, TPU_ETHREAD, &d);
+            return NULL;
+        }
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
@@ -348,14 +444,19 @@ static int write_metrics(struct tpu_estimator *e, const struct tpu_loop_info *li
             return TPU_EIO;
     }
     static const char *const mode_name[] = {"train", "eval", "predict"};
+    char loss[32];
+    if (isfinite(li->loss))
+        snprintf(loss, sizeof loss, "%.9g", (double)li->loss);
+    else
+        snprintf(loss, sizeof loss, "null"); /* none: timing-only, or no step ran */
     fprintf(e->metrics,
-            "{\"mode\": \"%s\", \"global_step\": %llu, \"steps\": %llu, \"loss\": %.9g, "
+            "{\"mode\": \"%s\", \"global_step\": %llu, \"steps\": %llu, \"loss\": %s, "
             "\"device_seconds\": %.9g, \"host_seconds\": %.9g, \"total_seconds\": %.9g, "
             "\"wall_seconds\": %.6f, \"examples_per_s\": %.6g, \"step_time_s\": %.9g, "
             "\"mxu_utilization\": %.6f, \"infeed_stall_share\": %.6f, "
             "\"host_overhead_share\": %.6f, \"host_time\": \"%s\"}\n",
             mode_name[li->mode], (unsigned long long)li->global_step,
-            (unsigned long long)li->steps, (double)li->loss, li->device_seconds,
+            (unsigned long long)li->steps, loss, li->device_seconds,
             li->host_seconds, li->total_seconds, li->wall_seconds, li->examples_per_s,
             li->step_time_s, li->mxu_utilization, li->infeed_stall_share,
             li->host_overhead_share,
@@ -380,15 +481,22 @@ static void sum_counters(const struct tpu_estimator *e, struct tpu_core_counters
 int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_step,
                   struct tpu_diag *d)
 {
-    pthread_t in_th, out_th;
+    pthread_t in_th, out_th, wd_th;
     int rc = 0;
     tpu_device_reset_cancel(e->dev);
+    p->live_feeders = 2;
     if (pthread_create(&in_th, NULL, infeed_thread, p) != 0)
         return tpu__fail(d, TPU_ETHREAD, "cannot start the infeed thread");
     if (pthread_create(&out_th, NULL, outfeed_thread, p) != 0) {
         tpu_device_cancel(e->dev);
         pthread_join(in_th, NULL);
         return tpu__fail(d, TPU_ETHREAD, "cannot start the outfeed thread");
+    }
+    if (pthread_create(&wd_th, NULL, watchdog_thread, p) != 0) {
+        tpu_device_cancel(e->dev);
+        pthread_join(in_th, NULL);
+        pthread_join(out_th, NULL);
+        return tpu__fail(d, TPU_ETHREAD, "cannot start the watchdog thread");
     }
     const bool training = p->mode == TPU_MODE_TRAIN;
     uint64_t done = 0;               /* steps of this pass completed on the device */
@@ -399,7 +507,16 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     sum_counters(e, &before);
     /* the pass so far: device and host cycles, MACs and MAC capacity, infeed waits */
     double acc_dev = 0, acc_host = 0, acc_macs = 0, acc_cap = 0, acc_stall = 0;
-    while (!ended && (training ? e->global_step < target_step : done < p->steps)) {
+    bool stop = false;
+    while (!ended && !stop && (training ? e->global_step < target_step : done < p->steps)) {
+        if (atomic_load(&e->stop)) {
+            /* between launches: stop before the next one (the last boundary is saved) */
+            stop = true;
+            if (training && e->cfg.model_dir[0] && last_ckpt != e->global_step &&
+                (rc = tpu__runtime_save_checkpoint(e, d)))
+                pass_fail(p, rc, d);
+            break;
+        }
         uint64_t remaining = training ? target_step - e->global_step : p->steps - done;
         uint64_t n = remaining < ipl ? remaining : ipl;
         tpu_device_set_var(e->dev, e->mp.var_iterations, (int64_t)n);
@@ -419,14 +536,8 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
                 ran = p->fed - done;
                 pthread_mutex_unlock(&p->lock);
             }
-            if (end < start) {
+            if (end < start) /* the device sets end at TPU_EEND too: the stopped clocks */
                 end = start;
-                for (uint32_t c = 0; c < e->n_cores; c++) {
-                    struct tpu_core_counters k;
-                    tpu_device_counters(e->dev, c, &k);
-                    end = k.cycles > end ? k.cycles : end;
-                }
-            }
         } else if (r) {
             pthread_mutex_lock(&p->lock);
             bool ours = p->error != 0;
@@ -449,7 +560,14 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         struct tpu_core_counters now;
         sum_counters(e, &now);
         struct tpu_loop_info li = {.mode = p->mode, .global_step = e->global_step, .steps = ran};
-        if (training && ran) {
+        li.loss = NAN; /* none yet: no step ran, or no values (timing-only) */
+        if (p->mode == TPU_MODE_EVAL) {
+            pthread_mutex_lock(&p->lock);
+            if (p->count > 0 && !e->timing_only)
+                li.loss = (float)(p->loss_sum / p->count); /* mean per example so far */
+            pthread_mutex_unlock(&p->lock);
+        }
+        if (training && ran && !e->timing_only) {
             pthread_mutex_lock(&p->lock);
             li.loss = p->losses[done - 1];
             pthread_mutex_unlock(&p->lock);
@@ -488,9 +606,13 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
             break;
         }
         uint64_t host = host_cost(e, e->cfg.modeled_hooks_us, t0);
-        bool final = ended || (training ? e->global_step >= target_step : done >= p->steps);
-        if (training && e->cfg.model_dir[0] &&
-            (final || (e->cfg.save_checkpoints_steps &&
+        stop = atomic_load(&e->stop) != 0;
+        bool final = ended || stop ||
+                     (training ? e->global_step >= target_step : done >= p->steps);
+        /* (a final loop that ran no step, a stop or an input that ended at the boundary,
+         * has nothing new to save) */
+        if (training && e->cfg.model_dir[0] && !e->timing_only &&
+            ((final && e->global_step != last_ckpt) || (e->cfg.save_checkpoints_steps &&
                        e->global_step - last_ckpt >= e->cfg.save_checkpoints_steps))) {
             double tc = tpu__runtime_wall_s();
             if ((rc = tpu__runtime_save_checkpoint(e, d))) {
@@ -526,6 +648,11 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         }
     }
     /* stop the helpers: they may wait for steps that will never run */
+    pthread_mutex_lock(&p->lock);
+    p->finished = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(wd_th, NULL);
     tpu_device_cancel(e->dev);
     pthread_join(in_th, NULL);
     pthread_join(out_th, NULL);
@@ -534,6 +661,7 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     int perr = p->error;
     struct tpu_diag pd = p->diag;
     bool input_ended = p->input_ended;
+    bool stopped = p->stopped || stop;
     pthread_mutex_unlock(&p->lock);
     if (perr) {
         if (d)
@@ -542,6 +670,25 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     }
     if (rc)
         return rc;
+    if (!training && stopped)
+        return tpu__fail(d, TPU_ECANCELED, "%s stopped on request after %llu batches; no "
+                         "result", p->mode == TPU_MODE_EVAL ? "evaluation" : "prediction",
+                         (unsigned long long)done);
+    if (training && stopped && e->global_step < target_step) {
+        char path[1024] = "";
+        uint64_t s = 0;
+        struct tpu_diag ld = {0};
+        if (e->cfg.model_dir[0] && !e->timing_only &&
+            tpu_checkpoint_latest(e->cfg.model_dir, &s, path, sizeof path, &ld) == 0)
+            return tpu__fail(d, TPU_ECANCELED, "training stopped on request at global step "
+                             "%llu (of %llu); checkpoint %s holds it",
+                             (unsigned long long)e->global_step,
+                             (unsigned long long)target_step, path);
+        return tpu__fail(d, TPU_ECANCELED, "training stopped on request at global step %llu "
+                         "(of %llu); no checkpoint was written (%s)",
+                         (unsigned long long)e->global_step, (unsigned long long)target_step,
+                         e->timing_only ? "timing-only: no values" : "no model_dir");
+    }
     if (training && input_ended && e->global_step < target_step) {
         if (e->cfg.strict_input)
             return tpu__fail(d, TPU_EEND, "the training input ended after global step %llu, "

@@ -493,6 +493,47 @@ void tpu_device_reset_cancel(struct tpu_device *dev)
     pthread_mutex_unlock(&dev->lock);
 }
 
+bool tpu_device_timing_only(const struct tpu_device *dev)
+{
+    return dev->s.timing_only;
+}
+
+static const char *state_text(enum core_state st)
+{
+    switch (st) {
+    case CORE_READY: return "is ready to run";
+    case CORE_RUNNING: return "is running";
+    case CORE_WAIT_INFEED: return "waits for infeed";
+    case CORE_WAIT_OUTFEED: return "waits for the host to drain its full outfeed queue";
+    case CORE_WAIT_COLL: return "waits at a collective";
+    default: return "is done";
+    }
+}
+
+void tpu_device_watch(const struct tpu_device *cdev, struct tpu_device_watch *w)
+{
+    struct tpu_device *dev = (struct tpu_device *)cdev; /* the lock only */
+    memset(w, 0, sizeof *w);
+    pthread_mutex_lock(&dev->lock);
+    w->running = dev->running;
+    w->host_calls_waiting = dev->host_waiting;
+    bool blocked = dev->running && !dev->canceled;
+    size_t len = 0;
+    for (uint32_t i = 0; i < dev->n_cores; i++) {
+        const struct core *c = &dev->cores[i];
+        w->moves += c->infeed.pushes + c->infeed.pops + c->outfeed.pushes + c->outfeed.pops;
+        if (c->state == CORE_READY || c->state == CORE_RUNNING)
+            blocked = false;
+        if (c->state != CORE_DONE && len + 1 < sizeof w->why) {
+            int n = snprintf(w->why + len, sizeof w->why - len, "%score %u %s", len ? "; " : "",
+                             i, state_text(c->state));
+            len += n > 0 ? (size_t)n : 0;
+        }
+    }
+    w->cores_blocked = blocked;
+    pthread_mutex_unlock(&dev->lock);
+}
+
 /* ---- the run --------------------------------------------------------------------------- */
 
 /* Under the lock: no core can make progress without more infeed. */
@@ -528,6 +569,16 @@ static void *worker(void *arg)
         }
         if (!c) {
             if (dev->infeed_closed && starved(dev)) {
+                /* the clocks of the cores that stopped: where their last op left them */
+                for (uint32_t i = 0; i < dev->n_cores; i++) {
+                    struct core *x = &dev->cores[i];
+                    if (x->state == CORE_DONE)
+                        continue;
+                    uint64_t clk = x->last_issue;
+                    for (int u = 0; u < TPU_UNIT_COUNT; u++)
+                        clk = tpu__max_u64(clk, x->unit_free[u]);
+                    x->ctr.cycles = tpu__max_u64(x->ctr.cycles, clk);
+                }
                 dev->error = TPU_EEND;
                 tpu__fail(&dev->error_diag, TPU_EEND, "the input ended: the cores wait for "
                           "infeed that the host will not send");
@@ -621,6 +672,13 @@ int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_c
     int rc = dev->error;
     struct tpu_diag ed = dev->error_diag;
     pthread_mutex_unlock(&dev->lock);
+    if (rc == TPU_EEND && end_cycle) {
+        /* the cores stopped at a step boundary: their clocks are where they stopped */
+        uint64_t end = 0;
+        for (uint32_t i = 0; i < dev->n_cores; i++)
+            end = tpu__max_u64(end, dev->cores[i].ctr.cycles);
+        *end_cycle = end;
+    }
     if (rc) {
         if (d) {
             *d = ed;

@@ -143,6 +143,7 @@ struct tpu_device {
     int error;                  /* [L] first error of the run */
     struct tpu_diag error_diag; /* [L] */
     uint32_t n_done;            /* [L] */
+    uint32_t host_waiting;      /* [L] host feed calls blocked on a queue right now */
 
     struct trace_log host_trace; /* host phases (tpu_device_trace_host); an event's op
                                     field indexes host_names */

@@ -124,8 +124,11 @@ int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, s
     struct core *c = &dev->cores[core];
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->infeed;
-    while (f->count == f->depth && !dev->canceled)
+    while (f->count == f->depth && !dev->canceled) {
+        dev->host_waiting++;
         pthread_cond_wait(&c->host_cv, &dev->lock);
+        dev->host_waiting--;
+    }
     if (dev->canceled) {
         pthread_mutex_unlock(&dev->lock);
         return tpu__fail(d, TPU_ECANCELED, "infeed to core %u: the run was canceled", core);
@@ -227,8 +230,11 @@ int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t
     struct core *c = &dev->cores[core];
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->outfeed;
-    while (f->count == 0 && !dev->canceled)
+    while (f->count == 0 && !dev->canceled) {
+        dev->host_waiting++;
         pthread_cond_wait(&c->host_cv, &dev->lock);
+        dev->host_waiting--;
+    }
     if (f->count == 0) {
         pthread_mutex_unlock(&dev->lock);
         return tpu__fail(d, TPU_ECANCELED, "outfeed from core %u: the run was canceled", core);

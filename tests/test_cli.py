@@ -347,7 +347,7 @@ def train_errors():
     expect_error(['train', '--chip', 'tiny', '--train-batch-size', '101', '--steps', '1'], 2,
                  'train_batch_size 101 must be divisible by the number of replicas')
     expect_error(['train', '--iterations-per-loop', '10q'], 2,
-                 "iterations_per_loop '10q' is neither a whole number")
+                 "iterations_per_loop '10q' must match")
     expect_error(['train', '--data', '/nonexistent-dir', '--steps', '1'], 1,
                  '/nonexistent-dir')
     expect_error(['evaluate', '--chip', 'tiny'], 2, 'give --model-dir')

@@ -45,7 +45,7 @@ EXE = os.path.abspath(TPUSIM) if os.sep in TPUSIM else shutil.which(TPUSIM) or T
 N_TRAIN, N_TEST, BATCH, STEPS = 64, 40, 16, 4
 LAYERS = '12'
 # iterations_per_loop: 2 steps, or a simulated time that holds one to three of these steps
-IPL = {'steps': '2', 'seconds': '0.0003s'}
+IPL = {'steps': '2', 'seconds': '1s'}  # whole units only, as TPUEstimator
 TIMEOUT_S = 45  # a run that takes longer has hung: these runs take well under a second
 
 FACTORS = [

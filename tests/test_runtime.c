@@ -8,9 +8,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -269,7 +272,7 @@ static void test_time_based_loop_size(void **state)
     assert_int_equal(c.iterations_per_loop, 7);
     assert_true(c.iterations_per_loop_s == 0);
     assert_int_equal(tpu_run_config_set_ipl(&c, "5x", &d), TPU_EINVAL);
-    assert_non_null(strstr(d.msg, "iterations_per_loop '5x' is neither a whole number"));
+    assert_non_null(strstr(d.msg, "iterations_per_loop '5x' must match"));
     assert_int_equal(tpu_run_config_set_ipl(&c, "0", &d), TPU_EINVAL);
     assert_int_equal(tpu_run_config_set_ipl(&c, "2.5", &d), TPU_EINVAL);
     env_free(e);
@@ -619,15 +622,6 @@ static void test_config_errors(void **state)
 {
     (void)state;
     struct env *e = env_new();
-    e->cfg.train_batch_size = 15;
-    expect_create_error(e, "train_batch_size 15 must be divisible by the number of replicas "
-                           "(num_shards) 2");
-    env_close(e);
-    env_default_config(e);
-    e->cfg.eval_batch_size = 9;
-    expect_create_error(e, "eval_batch_size 9 must be divisible");
-    env_close(e);
-    env_default_config(e);
     e->cfg.num_shards = 4;
     expect_create_error(e, "num_shards 4 does not match the 2 replicas");
     env_close(e);
@@ -672,6 +666,411 @@ static void test_config_errors(void **state)
     env_free(e);
 }
 
+/* ---- issue #9: timing-only, model parallelism, deadlocks, batches, skips, stops ---------- */
+
+/* Like env_open, on a device with these settings. */
+static int env_open_with(struct env *e, bool timing_only, uint32_t cores_per_replica,
+                         struct tpu_diag *d)
+{
+    struct tpu_chip_config chip;
+    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.n_threads = 2;
+    s.timing_only = timing_only;
+    s.cores_per_replica = cores_per_replica;
+    assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+    tpu_mlp_model(&e->model, &e->spec);
+    struct tpu_hook hook = {.ctx = &e->rec, .after_loop = rec_after_loop,
+                            .host_call = rec_host_call};
+    return tpu_estimator_create(e->dev, &e->cfg, &e->model, &hook, 1, &e->est, d);
+}
+
+static void test_timing_only_training_runs(void **state)
+{
+    (void)state;
+    char *dir = temp_dir();
+    struct env *e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    assert_int_equal(env_open_with(e, true, 1, NULL), 0);
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 6, 0, &d), 0);
+    assert_non_null(strstr(d.msg, "timing-only: no checkpoints are written"));
+    assert_int_equal(tpu_estimator_global_step(e->est), 6);
+    const struct tpu_loop_info *li = tpu_estimator_last_info(e->est);
+    assert_true(li->device_seconds > 0);  /* cycles were counted */
+    assert_true(isnan(li->loss));         /* no loss was invented */
+    uint64_t step;
+    char path[1024];
+    assert_int_equal(tpu_checkpoint_latest(dir, &step, path, sizeof path, &d), TPU_ENOTFOUND);
+    struct tpu_eval_result ev;
+    assert_int_equal(tpu_estimator_evaluate(e->est, &e->in.input, 0, &ev, &d), TPU_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "timing-only device does not compute"));
+    float w[4];
+    assert_int_equal(tpu_estimator_read_param(e->est, "w0", w, sizeof w, &d), TPU_EUNSUPPORTED);
+    char metrics[1100];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(metrics, "r");
+    assert_non_null(f);
+    char line[1024];
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    assert_non_null(strstr(line, "\"loss\": null"));
+    env_free(e);
+    remove_dir(dir);
+    free(dir);
+}
+
+static void count_emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    (void)ctx;
+    (void)index;
+    (void)row;
+    (void)cols;
+}
+
+/* Every core of a replica outfeeds: with 2 cores per replica the second core's outfeed must
+ * be drained too, or its queue fills and the run hangs (issue #9). */
+static void test_model_parallel_eval_and_predict_finish(void **state)
+{
+    (void)state;
+    alarm(120); /* a hang fails the test instead of blocking it */
+    struct env *e = env_new();
+    e->cfg.num_cores_per_replica = 2;
+    assert_int_equal(env_open_with(e, false, 2, NULL), 0);
+    assert_int_equal(tpu_device_n_replicas(e->dev), 1);
+    train_ok(e, 9, 0); /* more steps than the outfeed queue holds */
+    struct tpu_diag d = {0};
+    struct tpu_eval_result ev;
+    struct tpu__dataset_input tin;
+    tpu__dataset_input_init(&tin, &e->ds, 3);
+    int rc = tpu_estimator_evaluate(e->est, &tin.input, 0, &ev, &d);
+    if (rc)
+        fail_msg("evaluate: %s", d.msg);
+    assert_int_equal(ev.examples, 200);
+    tpu__dataset_input_free(&tin);
+    tpu__dataset_input_init(&tin, &e->ds, 3);
+    uint64_t n = 0;
+    rc = tpu_estimator_predict(e->est, &tin.input, count_emit, NULL, &n, &d);
+    if (rc)
+        fail_msg("predict: %s", d.msg);
+    assert_int_equal(n, 200);
+    tpu__dataset_input_free(&tin);
+    alarm(0);
+    env_free(e);
+}
+
+/* A model whose program outfeeds a tensor it does not declare: nobody drains it, the cores
+ * stop, and the feed threads wait on the device. The watchdog must end the run with an
+ * error promptly. */
+static int undeclared_build(void *ctx, enum tpu_mode mode, uint32_t bpr, uint32_t global,
+                            struct tpu_model_program *out, struct tpu_diag *d)
+{
+    const struct tpu_model *inner = ctx;
+    int rc = inner->build(inner->ctx, mode, bpr, global, out, d);
+    out->n_outfeed = 0;
+    return rc;
+}
+
+static void test_deadlock_ends_the_run(void **state)
+{
+    (void)state;
+    alarm(120);
+    struct env *e = env_new();
+    e->cfg.iterations_per_loop = 20;
+    struct tpu_chip_config chip;
+    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+    tpu_mlp_model(&e->model, &e->spec);
+    struct tpu_model wrap = {.ctx = &e->model, .build = undeclared_build,
+                             .init_param = e->model.init_param};
+    assert_int_equal(tpu_estimator_create(e->dev, &e->cfg, &wrap, NULL, 0, &e->est, NULL), 0);
+    /* wrap.ctx points at e->model, which outlives the estimator */
+    struct tpu_diag d = {0};
+    time_t t0 = time(NULL);
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 20, 0, &d), TPU_ETHREAD);
+    assert_true(time(NULL) - t0 < 30);
+    if (!strstr(d.msg, "run is deadlocked") ||
+        !strstr(d.msg, "waits for the host to drain its full outfeed queue"))
+        fail_msg("%s", d.msg);
+    alarm(0);
+    env_free(e);
+}
+
+static void test_batch_checked_when_its_mode_runs(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.eval_batch_size = 9;    /* 2 replicas: does not split */
+    e->cfg.predict_batch_size = 1; /* below the replicas */
+    assert_int_equal(env_open(e, NULL), 0); /* no mode runs yet: nothing to refuse */
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_check_mode(e->est, TPU_MODE_EVAL, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "eval_batch_size 9 must be divisible by the number of "
+                                  "replicas (num_shards) 2"));
+    assert_non_null(strstr(d.msg, "use 8 or 10"));
+    assert_int_equal(tpu_estimator_check_mode(e->est, TPU_MODE_PREDICT, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "use at least 2 (one example per replica)"));
+    assert_null(strstr(d.msg, "use 2 or 2"));
+    train_ok(e, 4, 0); /* training needs neither */
+    struct tpu_eval_result ev;
+    assert_int_equal(tpu_estimator_evaluate(e->est, &e->in.input, 0, &ev, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "eval_batch_size 9"));
+    env_close(e);
+    /* a train batch that does not split fails train, before any step */
+    env_default_config(e);
+    memset(&e->rec, 0, sizeof e->rec);
+    e->cfg.train_batch_size = 15;
+    assert_int_equal(env_open(e, NULL), 0);
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 4, 0, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "train_batch_size 15 must be divisible by the number of "
+                                  "replicas (num_shards) 2, since each replica takes the same "
+                                  "share of the global batch; use 14 or 16"));
+    assert_int_equal(e->rec.n, 0);
+    env_free(e);
+}
+
+static void test_training_at_max_steps_says_so(void **state)
+{
+    (void)state;
+    char *dir = temp_dir();
+    struct env *e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 4, 0);
+    env_close(e);
+    tpu__dataset_input_init(&e->in, &e->ds, 3);
+    assert_int_equal(env_open(e, NULL), 0);
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 0, 4, &d), 0);
+    if (!strstr(d.msg, "training skipped: the checkpoint in") ||
+        !strstr(d.msg, "is already at global step 4, at or past max_steps 4"))
+        fail_msg("%s", d.msg);
+    const struct tpu_loop_info *li = tpu_estimator_last_info(e->est);
+    assert_int_equal(li->steps, 0);
+    assert_int_equal(li->global_step, 4);
+    assert_true(isnan(li->loss));
+    /* the evaluation launch that ends with the input logs its real device time */
+    struct tpu_eval_result ev;
+    assert_int_equal(tpu_estimator_evaluate(e->est, &e->in.input, 0, &ev, &d), 0);
+    li = tpu_estimator_last_info(e->est);
+    assert_true(li->device_seconds > 0);
+    assert_true(li->examples_per_s > 0);
+    assert_true(ev.device_seconds > 0);
+    env_free(e);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* A stop request from a hook at the first loop boundary, and one from inside a long loop
+ * (the host call at step 2, on the outfeed thread): both stop at a step boundary, save a
+ * checkpoint of that step and return TPU_ECANCELED saying where. */
+struct stopper {
+    struct tpu_estimator *est;
+    uint64_t at;
+};
+
+static int stop_after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag *d)
+{
+    struct stopper *s = ctx;
+    (void)d;
+    if (li->global_step >= s->at)
+        tpu_estimator_request_stop(s->est);
+    return 0;
+}
+
+static int stop_host_call(void *ctx, uint64_t step, float loss, struct tpu_diag *d)
+{
+    struct stopper *s = ctx;
+    (void)loss;
+    (void)d;
+    if (step >= s->at)
+        tpu_estimator_request_stop(s->est);
+    return 0;
+}
+
+static void test_stop_request(void **state)
+{
+    (void)state;
+    for (int inside = 0; inside < 2; inside++) {
+        char *dir = temp_dir();
+        struct env *e = env_new();
+        snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+        e->cfg.iterations_per_loop = inside ? 1000 : 4;
+        e->cfg.host_call_every_n_steps = 1;
+        struct tpu_chip_config chip;
+        assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+        struct tpu_device_settings s;
+        tpu_device_default_settings(&s, &chip);
+        assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+        tpu_mlp_model(&e->model, &e->spec);
+        struct stopper st = {.at = inside ? 2 : 4};
+        struct tpu_hook hook = {.ctx = &st};
+        if (inside)
+            hook.host_call = stop_host_call;
+        else
+            hook.after_loop = stop_after_loop;
+        assert_int_equal(tpu_estimator_create(e->dev, &e->cfg, &e->model, &hook, 1, &e->est,
+                                              NULL), 0);
+        st.est = e->est;
+        struct tpu_diag d = {0};
+        assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 1000, 0, &d), TPU_ECANCELED);
+        uint64_t g = tpu_estimator_global_step(e->est);
+        if (inside)
+            assert_true(g >= 2 && g < 12); /* the steps already queued, no more */
+        else
+            assert_int_equal(g, 4);
+        char want[96];
+        snprintf(want, sizeof want, "training stopped on request at global step %llu (of 1000)",
+                 (unsigned long long)g);
+        if (!strstr(d.msg, want) || !strstr(d.msg, "checkpoint"))
+            fail_msg("'%s' lacks '%s'", d.msg, want);
+        uint64_t step;
+        char path[1024];
+        assert_int_equal(tpu_checkpoint_latest(dir, &step, path, sizeof path, &d), 0);
+        assert_int_equal(step, g);
+        /* the request stays: a later call stops at once */
+        struct tpu_eval_result ev;
+        assert_int_equal(tpu_estimator_evaluate(e->est, &e->in.input, 0, &ev, &d),
+                         TPU_ECANCELED);
+        env_free(e);
+        remove_dir(dir);
+        free(dir);
+    }
+}
+
+static void *stop_soon(void *arg)
+{
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    tpu_estimator_request_stop(arg);
+    return NULL;
+}
+
+/* A stop request during initial_infeed_sleep_secs is seen at once, not after the sleep. */
+static void test_stop_during_initial_infeed_sleep(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.initial_infeed_sleep_secs = 60;
+    assert_int_equal(env_open(e, NULL), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, stop_soon, e->est), 0);
+    struct tpu_diag d = {0};
+    time_t t0 = time(NULL);
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 10, 0, &d), TPU_ECANCELED);
+    assert_true(time(NULL) - t0 < 20);
+    pthread_join(th, NULL);
+    assert_int_equal(tpu_estimator_global_step(e->est), 0);
+    assert_non_null(strstr(d.msg, "training stopped on request at global step 0 (of 10); no "
+                                  "checkpoint was written (no model_dir)"));
+    env_free(e);
+}
+
+static void test_iterations_per_loop_grammar(void **state)
+{
+    (void)state;
+    struct tpu_run_config c;
+    tpu_run_config_default(&c);
+    struct tpu_diag d = {0};
+    static const char *const bad[] = {"01", "001", "1e3", "0x10", " 5", "5 ", "1.5s", "+5",
+                                      "-5", "0", "0s", "5ms", "s", "", "1e308h", "5S"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(tpu_run_config_set_ipl(&c, bad[i], &d), TPU_EINVAL);
+        char want[64];
+        snprintf(want, sizeof want, "iterations_per_loop '%s' must match", bad[i]);
+        if (!strstr(d.msg, want) || !strstr(d.msg, "^[1-9][0-9]*[smh]?$") ||
+            !strstr(d.msg, "e.g. 100 or 30s"))
+            fail_msg("'%s': %s", bad[i], d.msg);
+    }
+    assert_int_equal(tpu_run_config_set_ipl(&c, "25h", &d), TPU_ERANGE);
+    assert_non_null(strstr(d.msg, "'25h' is more than 24 hours"));
+    assert_int_equal(tpu_run_config_set_ipl(&c, "99999999999999999999999s", &d), TPU_ERANGE);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "1000000000001", &d), TPU_ERANGE);
+    assert_non_null(strstr(d.msg, "more than 1000000000000 steps"));
+    assert_int_equal(tpu_run_config_set_ipl(&c, "1000000000000", &d), 0);
+    assert_int_equal(c.iterations_per_loop, 1000000000000ull);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "250", &d), 0);
+    assert_int_equal(c.iterations_per_loop, 250);
+    assert_true(c.iterations_per_loop_s == 0);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "24h", &d), 0);
+    assert_true(c.iterations_per_loop_s == 86400);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "5m", &d), 0);
+    assert_true(c.iterations_per_loop_s == 300);
+    assert_int_equal(tpu_run_config_set_ipl(&c, "30s", &d), 0);
+    assert_true(c.iterations_per_loop_s == 30);
+}
+
+/* A model that needs more host memory than the process may allocate is refused before
+ * anything is allocated, with both figures and which limit it was. In a child process under
+ * RLIMIT_AS (the parent's limits stay as they are). */
+static int memory_child(void)
+{
+    struct tpu_mlp_spec spec;
+    tpu_mlp_default_spec(&spec);
+    spec.n_layers = 3;
+    spec.sizes[0] = FEATURES;
+    spec.sizes[1] = spec.sizes[2] = 4096; /* a 64 MiB weight, 3 copies with Adam, per core */
+    spec.sizes[3] = CLASSES;
+    spec.optimizer = TPU_OPT_ADAM;
+    struct tpu_chip_config chip;
+    struct tpu_device *dev = NULL;
+    struct tpu_estimator *est = NULL;
+    struct tpu_model model;
+    struct tpu_run_config cfg;
+    struct tpu_diag d = {0};
+    if (tpu_config_load_preset("tpu-v2", &chip, &d))
+        return 2;
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.n_chips = 1;
+    s.n_threads = 1;
+    if (tpu_device_open(&s, &dev, &d))
+        return 3;
+    tpu_mlp_model(&model, &spec);
+    tpu_run_config_default(&cfg);
+    cfg.train_batch_size = 16;
+    if (tpu_estimator_create(dev, &cfg, &model, NULL, 0, &est, &d))
+        return 4;
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld", &pages) != 1)
+        return 5;
+    fclose(f);
+    struct rlimit rl;
+    getrlimit(RLIMIT_AS, &rl);
+    rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)128 << 20);
+    if (setrlimit(RLIMIT_AS, &rl))
+        return 6;
+    struct tpu_dataset ds;
+    make_dataset(&ds, 64, 1);
+    struct tpu__dataset_input in;
+    tpu__dataset_input_init(&in, &ds, 3);
+    int rc = tpu_estimator_train(est, &in.input, 1, 0, &d);
+    fprintf(stderr, "child: %d %s\n", rc, d.msg);
+    if (rc != TPU_ENOMEM || !strstr(d.msg, "the training program 'mlp_train' needs about") ||
+        !strstr(d.msg, "(2 cores x ") ||
+        !strstr(d.msg, "can be allocated (RLIMIT_AS less the address space in use)"))
+        return 7;
+    return 0;
+}
+
+static void test_host_memory_is_checked_before_allocating(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(memory_child());
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -687,6 +1086,15 @@ int main(void)
         cmocka_unit_test(test_initial_infeed_sleep),
         cmocka_unit_test(test_input_modes),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_timing_only_training_runs),
+        cmocka_unit_test(test_model_parallel_eval_and_predict_finish),
+        cmocka_unit_test(test_deadlock_ends_the_run),
+        cmocka_unit_test(test_batch_checked_when_its_mode_runs),
+        cmocka_unit_test(test_training_at_max_steps_says_so),
+        cmocka_unit_test(test_stop_request),
+        cmocka_unit_test(test_stop_during_initial_infeed_sleep),
+        cmocka_unit_test(test_iterations_per_loop_grammar),
+        cmocka_unit_test(test_host_memory_is_checked_before_allocating),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }

@@ -186,7 +186,8 @@ int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t
 
 /* Runs the loaded program once on every core (the loop as many times as its variable says),
  * starting no earlier than start_cycle. Blocks until every core is done; returns 0 or the
- * first error. *end_cycle (if not NULL) gets the latest core clock. */
+ * first error. *end_cycle (if not NULL) gets the latest core clock, also when the run ends
+ * with TPU_EEND (then it is where the stopped cores' last op left them). */
 int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_cycle,
                    struct tpu_diag *d);
 /* The host will queue no more infeed. A run in which every core that is not done waits for
@@ -199,6 +200,27 @@ void tpu_device_infeed_close(struct tpu_device *dev);
 void tpu_device_cancel(struct tpu_device *dev);
 /* Clears the canceled and infeed-closed states before the next run. */
 void tpu_device_reset_cancel(struct tpu_device *dev);
+
+/* Whether the device computes no values (settings.timing_only): then tpu_device_write and
+ * tpu_device_read fail and outfeed tensors read as zeros. */
+bool tpu_device_timing_only(const struct tpu_device *dev);
+
+/* A snapshot for watchdogs, callable from any thread. */
+struct tpu_device_watch {
+    bool running;                /* a tpu_device_run is under way */
+    bool cores_blocked;          /* ... and no core can move on its own: every core that is not
+                                    done waits for infeed, for the host to drain its outfeed,
+                                    or for a collective */
+    uint32_t host_calls_waiting; /* tpu_device_infeed / tpu_device_outfeed calls blocked on a
+                                    queue right now */
+    uint64_t moves;              /* tensors pushed and popped on all queues so far */
+    char why[200];               /* what each core that is not done is doing */
+};
+/* If cores_blocked holds, every host thread that feeds or drains the device is among
+ * host_calls_waiting, and `moves` did not change between two snapshots, the run is
+ * deadlocked: nothing can wake anything. The runtime uses this to end such a run with an
+ * error instead of hanging. */
+void tpu_device_watch(const struct tpu_device *dev, struct tpu_device_watch *w);
 
 int tpu_device_counters(const struct tpu_device *dev, uint32_t core,
                         struct tpu_core_counters *out);

@@ -87,7 +87,9 @@ struct tpu_run_config {
  * host time (launch 100 us, hooks 500 us, checkpoint 20 ms, input 50 us per batch). */
 void tpu_run_config_default(struct tpu_run_config *c);
 
-/* Parses "100", "30s", "5m", "2h" into the config (count or time). */
+/* Parses iterations_per_loop as TPUEstimator does: exactly ^[1-9][0-9]*[smh]?$ (no leading
+ * zeros, signs, spaces, fractions or exponents). A count of steps from 1 to 10^12 ("100"),
+ * or a time of 1 s to 24 h of simulated time ("30s", "5m", "2h") into the config. */
 int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tpu_diag *d);
 int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out);
 const char *tpu_input_mode_name(enum tpu_input_mode m);
@@ -139,7 +141,8 @@ struct tpu_loop_info {
     enum tpu_mode mode;
     uint64_t global_step;          /* after this loop */
     uint64_t steps;                /* steps this loop ran */
-    float loss;                    /* train: replica 0's mean loss at the loop's last step */
+    float loss;                    /* train: replica 0's mean loss at the loop's last step;
+                                      NaN when there is none (timing-only, no step ran) */
     double device_seconds;         /* simulated device time of this loop */
     double host_seconds;           /* host time charged at this boundary */
     double total_seconds;          /* simulated time since the run began */
@@ -168,15 +171,30 @@ struct tpu_hook {
 struct tpu_estimator;
 
 /* Validates the configuration against the device and the model before any work, with the
- * value, the rule and the fix in the message; builds nothing yet. The estimator copies the
- * config and the model/hook structs; the device must outlive it. */
+ * value, the rule and the fix in the message; builds nothing yet. The batch size of each mode
+ * is checked when that mode runs (train, evaluate, predict check theirs first thing, before
+ * any work), or up front with tpu_estimator_check_mode, so that a batch size of a mode that
+ * never runs cannot fail a run. The estimator copies the config and the model/hook structs;
+ * the device must outlive it.
+ *
+ * Timing-only devices (tpu_device_timing_only): training runs and reports cycles, but there
+ * are no values: no params are initialized, restored or checkpointed (model_dir gets only
+ * metrics.jsonl), the loss is NaN (null in metrics.jsonl), and evaluate, predict and
+ * read_param fail with TPU_EUNSUPPORTED.
+ *
+ * Host memory: before a mode's program goes to the device, the host memory it will take (every
+ * core's buffers, the feed queues' slots, the host copies of the params and the input batch)
+ * is compared with what the process can still allocate (tpu_estimator_check_mode says how);
+ * a run that would not fit fails with TPU_ENOMEM and both figures, before allocating. */
 int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cfg,
                          const struct tpu_model *model, const struct tpu_hook *hooks,
                          size_t n_hooks, struct tpu_estimator **out, struct tpu_diag *d);
 void tpu_estimator_destroy(struct tpu_estimator **est);
 
 /* Trains: `steps` more steps (relative), or up to `max_steps` (absolute) if steps is 0.
- * Resumes from the latest checkpoint in model_dir if there is one. */
+ * Resumes from the latest checkpoint in model_dir if there is one. When the global step is
+ * already at or past max_steps, nothing runs: it returns 0 with a warning in d saying so, and
+ * the last info has steps 0 and a NaN loss (no loss was computed). */
 int tpu_estimator_train(struct tpu_estimator *est, const struct tpu_input *input, uint64_t steps,
                         uint64_t max_steps, struct tpu_diag *d);
 
@@ -198,6 +216,25 @@ int tpu_estimator_predict(struct tpu_estimator *est, const struct tpu_input *inp
                           void (*emit)(void *ctx, uint64_t index, const float *row,
                                        uint32_t cols),
                           void *emit_ctx, uint64_t *n, struct tpu_diag *d);
+
+/* Checks, before any work, that `mode` can run: its global batch size is set and splits over
+ * the replicas as the input mode requires, and the device computes values if the mode needs
+ * them. Train, evaluate and predict check their own mode first thing; call this to check a
+ * later mode up front (a train that an evaluation follows). */
+int tpu_estimator_check_mode(const struct tpu_estimator *est, enum tpu_mode mode,
+                             struct tpu_diag *d);
+
+/* Asks the running (or next) train, evaluate or predict call to stop. Async-signal-safe (a
+ * lock-free atomic store): a SIGINT handler may call it; so may any thread.
+ * Training stops cleanly at the next step boundary: the infeed thread feeds no further step,
+ * the device finishes the steps already queued (at most the infeed queue's depth) and stops
+ * at the start of the first step that was not fed, which leaves params and variables as
+ * they are after the last complete step; the runtime then writes a checkpoint of that global
+ * step (with a model_dir) and tpu_estimator_train returns TPU_ECANCELED with the step and
+ * the checkpoint in the message. Between launches, the request is seen before the next one.
+ * Evaluation and prediction stop at once with TPU_ECANCELED (they have no state to save).
+ * The request stays: later calls return TPU_ECANCELED at once. */
+void tpu_estimator_request_stop(struct tpu_estimator *est);
 
 uint64_t tpu_estimator_global_step(const struct tpu_estimator *est);
 /* The summary of the last train/evaluate call. */
