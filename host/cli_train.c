@@ -568,9 +568,14 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
 
 /* ---- progress ------------------------------------------------------------------------------- */
 
+/* The training pass as the progress bar sees it. Where it began is learnt from its first
+ * loop (the estimator restores the checkpoint inside train): steps and epochs count from
+ * there, so a resumed run reports the steps it ran, not the checkpoint's. */
 struct progress {
     const struct train_opts *o;
+    uint64_t steps, max_steps;  /* what train was asked for (one of them is 0) */
     uint64_t total_steps, first_step, steps_per_epoch;
+    bool started;
     double wall0;
     uint64_t last_epoch;
 };
@@ -579,7 +584,16 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
 {
     struct progress *p = ctx;
     (void)d;
-    if (li->mode != TPU_MODE_TRAIN || p->o->json)
+    if (li->mode != TPU_MODE_TRAIN)
+        return 0;
+    if (!p->started) {
+        p->started = true;
+        p->first_step = li->global_step - li->steps;
+        p->total_steps = p->steps ? p->steps
+                         : p->max_steps > p->first_step ? p->max_steps - p->first_step : 0;
+        p->last_epoch = p->first_step / p->steps_per_epoch;
+    }
+    if (p->o->json)
         return 0;
     uint64_t done = li->global_step - p->first_step;
     double el = tpu__cli_now_s() - p->wall0;
@@ -603,12 +617,16 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
     }
     if (p->o->verbose == 2 && p->steps_per_epoch) {
         uint64_t epoch = li->global_step / p->steps_per_epoch;
-        if (epoch != p->last_epoch || done >= p->total_steps) {
+        if (epoch != p->last_epoch)
             fprintf(stderr, "epoch %llu done by global step %llu: loss %.4f, %.0f simulated examples/s, "
                     "%.1f s wall\n", (unsigned long long)epoch,
                     (unsigned long long)li->global_step, (double)li->loss, li->examples_per_s, el);
-            p->last_epoch = epoch;
-        }
+        else if (done >= p->total_steps) /* the end, inside an epoch */
+            fprintf(stderr, "training ended at global step %llu (epoch %.2f): loss %.4f, %.0f "
+                    "simulated examples/s, %.1f s wall\n", (unsigned long long)li->global_step,
+                    (double)li->global_step / (double)p->steps_per_epoch, (double)li->loss,
+                    li->examples_per_s, el);
+        p->last_epoch = epoch;
     }
     return 0;
 }
@@ -888,15 +906,16 @@ static int cmd_train(struct run *r)
         steps = 1;
     struct tpu__dataset_input in;
     tpu__dataset_input_init(&in, &r->train, o->rc.seed);
-    r->prog.first_step = tpu_estimator_global_step(r->est);
-    r->prog.total_steps = steps ? steps : max_steps;
+    r->prog.steps = steps;
+    r->prog.max_steps = max_steps;
     r->prog.steps_per_epoch = per_epoch ? per_epoch : 1;
     /* training, and the evaluation that follows, must be able to run: check before any work */
-    if (tpu_estimator_check_mode(r->est, TPU_MODE_TRAIN, &d) ||
-        (!o->no_eval && !o->timing_only &&
-         tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))) {
+    const bool eval_follows = !o->no_eval && !o->timing_only;
+    const bool train_bad = tpu_estimator_check_mode(r->est, TPU_MODE_TRAIN, &d) != 0;
+    if (train_bad || (eval_follows && tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))) {
         tpu__dataset_input_free(&in);
-        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s (or give --no-eval)", d.msg);
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
+                              train_bad ? "" : " (or give --no-eval)");
     }
     double w0 = tpu__cli_now_s();
     rc = tpu_estimator_train(r->est, &in.input, steps, max_steps, &d);
@@ -945,7 +964,7 @@ static int cmd_train(struct run *r)
     if ((rc = write_trace(r)))
         return rc;
     const double total_device = last.total_seconds;
-    const uint64_t ran = gstep - r->prog.first_step;
+    const uint64_t ran = r->prog.started ? gstep - r->prog.first_step : 0;
     const double step_s = ran ? last.pass_device_seconds / (double)ran : 0; /* simulated */
     /* no loss when no step ran or the device computed no values: say so, invent none */
     char loss_text[32];

@@ -63,6 +63,33 @@ def trained_model_dir():
 
 
 @case
+def resumed_training_counts_the_steps_it_ran():
+    # the estimator restores the checkpoint inside train: the progress, the epoch lines and
+    # the step time count the steps this run ran, not the checkpoint's (32 steps an epoch)
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, 'data')
+        cli_harness.write_fashion_subset(data, 1024, 64)
+        base = ['--chip', 'tiny', '--layers', '16', '--data', data, '--train-batch-size', '32',
+                '--model-dir', os.path.join(d, 'md'), '--no-eval']
+        run('train', *base, '--steps', '30', '--verbose', '0')
+        p = run('train', *base, '--steps', '40', '--iterations-per-loop', '4', '--verbose', '2')
+        assert re.findall(r'^epoch (\d+) done by global step (\d+)', p.stderr, re.M) == \
+            [('1', '34'), ('2', '66')], p.stderr  # at the loop that crosses it
+        assert 'training ended at global step 70 (epoch 2.19)' in p.stderr, p.stderr
+        p = run('train', *base, '--max-steps', '90', '--iterations-per-loop', '4', '--verbose',
+                '1')
+        assert '20/20 steps' in p.stderr and '/90 steps' not in p.stderr, p.stderr
+        one = json.loads(run('train', *base, '--steps', '10', '--iterations-per-loop', '10',
+                             '--verbose', '0', '--json').stdout)
+        # one loop of 10 steps: the step time is the loop's device time over 10 steps
+        assert one['global_step'] == 100, one
+        with open(os.path.join(d, 'md', 'metrics.jsonl')) as f:
+            last = [json.loads(line) for line in f if '"train"' in line][-1]
+        assert last['steps'] == 10, last
+        assert abs(one['step_time_s'] - last['device_seconds'] / 10) <= 1e-9 * 10, (one, last)
+
+
+@case
 def predict_writes_its_trace():
     if not have_data():
         return
