@@ -15,8 +15,8 @@ The changes made to README lines so that they run on small data, and nothing els
 - `train`, `evaluate`, `predict`: `--data DIR` is appended, DIR holding the first 1024
   training and 128 test images of Fashion-MNIST (the default global batch of 512 needs at
   least 512 training images; 1024 gives two steps per epoch, so `--epochs 5` is 10 steps);
-- `--backend rtl` lines: `--steps N` is capped at 1, since each step of the default global
-  batch (512) on the Verilated array takes seconds; without the RTL in the build, these lines
+- `--backend rtl` lines with a global batch over 64 (the default is 512): `--steps N` is
+  capped at 1, since each such step on the Verilated array takes seconds; without the RTL in the build, these lines
   must instead fail with exit 2 and the documented 'built without the RTL' message.
 The files the commands read are written first, as the README implies them: run.json (options
 for `train --config`, several of them strings), step.tpuprog (a training-step program with an
@@ -133,7 +133,8 @@ def smaller(argv):
     argv = list(argv)
     if argv[1] in ('train', 'evaluate', 'predict'):
         argv += ['--data', DATA]
-        if opt(argv, '--backend') == 'rtl' and int(opt(argv, '--steps', '0')) > RTL_MAX_STEPS:
+        if (opt(argv, '--backend') == 'rtl' and int(opt(argv, '--train-batch-size', '512')) > 64
+                and int(opt(argv, '--steps', '0')) > RTL_MAX_STEPS):
             argv = set_opt(argv, '--steps', str(RTL_MAX_STEPS))
     return argv
 
