@@ -11,15 +11,20 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "util.h"
 
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
 {
+    /* One line of valid UTF-8 whatever the user typed: values echoed raw (a newline, an
+     * escape sequence, a stray byte) are shown as \xNN. */
+    char msg[4096], safe[4 * sizeof msg];
     va_list ap;
-    fprintf(stderr, "tpusim %s: error: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    tpu__quote(msg, safe, sizeof safe);
+    fprintf(stderr, "tpusim %s: error: %s%s\n", cmd, safe,
+            n >= (int)sizeof msg ? "..." : "");
     return code;
 }
 
@@ -27,7 +32,7 @@ int tpu__cli_parse_u64(const char *cmd, const char *opt, const char *text, uint6
                        uint64_t max, uint64_t *out)
 {
     char *end = NULL;
-    if (!text || !*text || *text == '-' || *text == '+')
+    if (!text || !(*text >= '0' && *text <= '9')) /* strtoull would take " 5", "-1", "+5" */
         goto bad;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);

@@ -279,6 +279,17 @@ def config_file_flags_and_messages():
 
 
 @case
+def values_are_echoed_on_one_line():
+    # an error line never carries a user's control characters or invalid UTF-8 raw
+    for args, shown in ((['--chips', '4\n\x1b[2J'], "--chips '4\\x0A\\x1B[2J'"),
+                        (['--backend', 'rt\udcffl'], "--backend 'rt\\xFFl'"),
+                        (['--chips', ' 5'], "--chips ' 5' is not a whole number")):
+        p = run('train', *args, expect=2)
+        assert p.stderr.count('\n') == 1 and shown in p.stderr, (shown, p.stderr)
+        assert all(c >= ' ' for c in p.stderr[:-1]), p.stderr
+
+
+@case
 def stray_arguments_are_named():
     expect_error(['train', '--json', 'true'], 2, "'true' is not an option (options start with "
                  "--); --json takes no value: it is on when given")
