@@ -415,6 +415,29 @@ void tpu_mlp_program_free(struct tpu_mlp_program *p)
 
 /* ---- the MLP as a runtime model ------------------------------------------------------------ */
 
+void tpu_mlp_model_program(struct tpu_mlp_program *mp, int mode, struct tpu_model_program *out)
+{
+    memset(out, 0, sizeof *out);
+    out->prog = mp->prog;
+    mp->prog = NULL;
+    out->var_iterations = mp->var_iterations;
+    out->var_step = mp->var_step;
+    out->infeed[out->n_infeed++] = mp->buf_x;
+    if (mp->buf_labels != TPU_NO_BUF)
+        out->infeed[out->n_infeed++] = mp->buf_labels;
+    if (mode == TPU_MODE_EVAL) {
+        uint32_t loss = TPU_NO_BUF, counts = TPU_NO_BUF;
+        tpu_program_find_buffer(out->prog, "loss", &loss);
+        tpu_program_find_buffer(out->prog, "counts", &counts);
+        out->outfeed[out->n_outfeed++] = loss;
+        out->outfeed[out->n_outfeed++] = counts;
+    } else {
+        out->outfeed[out->n_outfeed++] = mp->buf_out;
+    }
+    out->n_params = mp->n_params;
+    memcpy(out->params, mp->params, mp->n_params * sizeof *mp->params);
+}
+
 static int mlp_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
                      uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
 {
@@ -426,24 +449,7 @@ static int mlp_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
     int rc = tpu_mlp_build(&s, kinds[mode], &mp, d);
     if (rc)
         return rc;
-    memset(out, 0, sizeof *out);
-    out->prog = mp.prog;
-    out->var_iterations = mp.var_iterations;
-    out->var_step = mp.var_step;
-    out->infeed[out->n_infeed++] = mp.buf_x;
-    if (mp.buf_labels != TPU_NO_BUF)
-        out->infeed[out->n_infeed++] = mp.buf_labels;
-    if (mode == TPU_MODE_EVAL) {
-        uint32_t loss = TPU_NO_BUF, counts = TPU_NO_BUF;
-        tpu_program_find_buffer(mp.prog, "loss", &loss);
-        tpu_program_find_buffer(mp.prog, "counts", &counts);
-        out->outfeed[out->n_outfeed++] = loss;
-        out->outfeed[out->n_outfeed++] = counts;
-    } else {
-        out->outfeed[out->n_outfeed++] = mp.buf_out;
-    }
-    out->n_params = mp.n_params;
-    memcpy(out->params, mp.params, mp.n_params * sizeof *mp.params);
+    tpu_mlp_model_program(&mp, mode, out);
     return 0;
 }
 

@@ -358,24 +358,7 @@ static int int8_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
                                 q->in_alpha, &mp, d);
     if (rc)
         return rc;
-    memset(out, 0, sizeof *out);
-    out->prog = mp.prog;
-    out->var_iterations = mp.var_iterations;
-    out->var_step = mp.var_step;
-    out->infeed[out->n_infeed++] = mp.buf_x;
-    if (mp.buf_labels != TPU_NO_BUF)
-        out->infeed[out->n_infeed++] = mp.buf_labels;
-    if (mode == TPU_MODE_EVAL) {
-        uint32_t loss = TPU_NO_BUF, counts = TPU_NO_BUF;
-        tpu_program_find_buffer(mp.prog, "loss", &loss);
-        tpu_program_find_buffer(mp.prog, "counts", &counts);
-        out->outfeed[out->n_outfeed++] = loss;
-        out->outfeed[out->n_outfeed++] = counts;
-    } else {
-        out->outfeed[out->n_outfeed++] = mp.buf_out;
-    }
-    out->n_params = mp.n_params;
-    memcpy(out->params, mp.params, mp.n_params * sizeof *mp.params);
+    tpu_mlp_model_program(&mp, mode, out);
     return 0;
 }
 

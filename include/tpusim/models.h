@@ -90,6 +90,13 @@ int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
 struct tpu_model;
 void tpu_mlp_model(struct tpu_model *m, struct tpu_mlp_spec *spec);
 
+/* What the runtime needs of a built MLP program for `mode` (a runtime.h enum tpu_mode): the
+ * program, its loop variables, the buffers it infeeds and outfeeds, and its params. For a
+ * tpu_model's build callback (the fp32 MLP here, the int8 one in quantize.c). The program
+ * moves to `out`, which owns it afterwards. */
+struct tpu_model_program;
+void tpu_mlp_model_program(struct tpu_mlp_program *mp, int mode, struct tpu_model_program *out);
+
 #ifdef __cplusplus
 }
 #endif
