@@ -44,9 +44,13 @@ from cli_harness import CASES, TPUSIM, main, read_npy, write_fashion_subset
 EXE = os.path.abspath(TPUSIM) if os.sep in TPUSIM else shutil.which(TPUSIM) or TPUSIM
 N_TRAIN, N_TEST, BATCH, STEPS = 64, 40, 16, 4
 LAYERS = '12'
-# iterations_per_loop: 2 steps, or a simulated time that holds one to three of these steps
-IPL = {'steps': '2', 'seconds': '1s'}  # whole units only, as TPUEstimator
-TIMEOUT_S = 45  # a run that takes longer has hung: these runs take well under a second
+# iterations_per_loop: 2 steps, or a simulated time (whole units, as in TPUEstimator; 1 s
+# holds every step of these short runs in one loop)
+IPL = {'steps': '2', 'seconds': '1s'}
+# A run that takes longer has hung. These runs take about a second in a plain build, but an
+# RTL run takes over a minute under AddressSanitizer; a deadlock among the runtime's threads
+# ends in an error within a second anyway (its watchdog), so this catches anything else.
+TIMEOUT_S = 200
 
 FACTORS = [
     ('cmd', ['train', 'evaluate', 'predict']),
