@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpora into tests/fuzz/seeds/<target>/ (kept in the tree).
+
+Each seed is a small valid input, or one near a boundary the parser checks, so that fuzzing
+starts from every branch a user's file can reach rather than from nothing. Deterministic:
+running it again rewrites the same bytes. Regression inputs (crashes found by fuzzing) are
+not made here; they live in tests/fuzz/regress/<target>/ and are added by hand.
+
+    python3 tests/fuzz/make_seeds.py
+"""
+import gzip
+import json
+import os
+import shutil
+import struct
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SEEDS = os.path.join(HERE, 'seeds')
+
+
+def put(target, name, data):
+    d = os.path.join(SEEDS, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), 'wb') as f:
+        f.write(data)
+
+
+def copy_dir(target, src, exts):
+    for name in sorted(os.listdir(src)):
+        if name.endswith(exts):
+            with open(os.path.join(src, name), 'rb') as f:
+                put(target, name, f.read())
+
+
+def gz(data):
+    # mtime 0: the same bytes on every run
+    return gzip.compress(data, mtime=0)
+
+
+# ---- chip config -------------------------------------------------------------------------
+def chip_config():
+    copy_dir('chip_config', os.path.join(ROOT, 'configs'), ('.json',))
+    copy_dir('chip_config', os.path.join(ROOT, 'tests', 'data', 'config'), ('.json',))
+
+
+# ---- run config (first byte: 0 train, 1 evaluate, 2 predict; then the JSON) ----------------
+def run_config():
+    docs = [
+        (0, {'learning_rate': 0.1, 'train_batch_size': 64, 'iterations_per_loop': 100,
+             'steps': 200, 'optimizer': 'sgd', 'momentum': 0.9}),
+        (0, {'chip': 'tiny', 'chips': 2, 'cores_per_replica': 2, 'layers': '32,16',
+             'iterations_per_loop': '10s', 'per_host_input_for_training': 'PER_HOST_V2',
+             'timing_only': True, 'json': True}),
+        (0, {'epochs': 0.5, 'model_dir': 'runs/a', 'save_checkpoints_steps': 100,
+             'keep_checkpoint_max': 3, 'log_step_count_steps': 50, 'strict_input': True,
+             'host_time': 'measured', 'initial_infeed_sleep_secs': 0.5, 'passes': 3}),
+        (1, {'model_dir': 'runs/a', 'eval_batch_size': 128,
+             'eval_training_input_configuration': 'SLICED', 'verbose': 2}),
+        (2, {'model_dir': 'runs/a', 'predict_batch_size': 100, 'limit': 10,
+             'output': 'logits.npy'}),
+        (0, {'no_eval': False}),
+        (0, {'beta1': 0.9, 'beta2': 0.999, 'epsilon': 1e-7, 'l2': 0.0001, 'seed': 7,
+             'host_call_every_n_steps': 10, 'max_steps': 1000, 'backend': 'native'}),
+    ]
+    for i, (cmd, doc) in enumerate(docs):
+        put('run_config', 'config%d.json' % i, bytes([cmd]) + json.dumps(doc).encode())
+    put('run_config', 'not_object.json', b'\x00[1, 2]')
+    put('run_config', 'syntax.json', b'\x01{"steps": 10,}')
+
+
+# ---- device program text ---------------------------------------------------------------------
+PROGRAMS = {
+    'vector.tpuprog': """program vector
+param a: f32[4, 8]
+param b: f32[4, 8]
+temp  y: f32[4, 8]
+temp  z: f32[4, 8]
+temp  m: f32[4, 8]
+temp  c: f32[4, 8]
+temp  r: f32[4, 8]
+temp  s: f32[4, 1]
+temp  t: f32[4, 1]
+temp  h: bf16[4, 8]
+y = add a, b
+z = mul y, a
+m = max z, b
+c = scale m alpha=0.5
+r = relu c
+s = reduce_sum r axis=1
+t = reduce_max r axis=1
+h = convert r
+outfeed h
+outfeed s
+outfeed t
+""",
+    'loop.tpuprog': """program loop_step
+var iterations
+var step
+param w: f32[8, 8]
+param v: f32[8, 8]
+temp x: bf16[8, 8]
+temp y: f32[8, 8]
+temp g: f32[8, 8]
+loop iterations {
+  x = infeed
+  y = matmul x, w trans_b passes=3
+  g = all_reduce y reduce=mean
+  w, v = sgd_momentum g alpha=0.01 beta=0.9
+  var_add step 1
+  outfeed y
+}
+""",
+    'train.tpuprog': """program train
+var step
+param w: f32[8, 4]
+param m: f32[8, 4]
+param s: f32[8, 4]
+temp x: f32[2, 8]
+temp labels: int32[2, 1]
+temp logits: f32[2, 4]
+temp e: f32[2, 4]
+temp p: f32[2, 4]
+temp loss: f32[1, 1]
+temp dlogits: f32[2, 4]
+temp counts: f32[1, 2]
+temp g: f32[8, 4]
+temp g2: f32[8, 4]
+x = infeed
+labels = infeed
+logits = matmul x, w
+e = exp logits
+p = relu_grad e, logits
+loss, dlogits = softmax_xent logits, labels alpha=0.5
+counts = classify_count logits, labels
+g = matmul x, dlogits trans_a
+g = matmul x, p trans_a accumulate
+g2 = collective_permute g shift=1 group=replica_cores
+var_add step 1
+w, m, s = adam g2 var=step alpha=0.001 beta=0.9 gamma=0.999 delta=0x1p-7 eps=1e-7
+outfeed loss
+outfeed counts
+""",
+    'int8.tpuprog': """program int8_gemm
+param a: int8[16, 8]
+param b: int8[8, 16]
+temp y: int32[16, 16]
+y = matmul a, b   # int8 x int8 into int32
+outfeed y
+""",
+    'bad_syntax.tpuprog': """program bad
+param a: f32[4, 0]
+y = frobnicate a
+""",
+    'nan.tpuprog': """program nan
+param a: f32[1, 1]
+temp y: f32[1, 1]
+y = scale a alpha=nan:0x7fc00001
+""",
+}
+
+
+def program():
+    put('program', 'mlp_step.tpuprog',
+        open(os.path.join(ROOT, 'tests', 'data', 'program', 'mlp_step.tpuprog'), 'rb').read())
+    for name, text in PROGRAMS.items():
+        put('program', name, text)
+
+
+# ---- SCALE-Sim topology CSV ---------------------------------------------------------------
+def topology():
+    copy_dir('topology', os.path.join(ROOT, 'tests', 'data', 'topology'), ('.csv',))
+    put('topology', 'conv.csv',
+        'Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, '
+        'Num Filter, Strides,\nConv1, 8, 8, 3, 3, 2, 4, 1,\nDW, 8, 8, 3, 3, 4, 4, 1,\n')
+    put('topology', 'sparse.csv', 'Layer, M, N, K, Sparsity\nfc, 4, 4, 8, 2:4\n')
+    put('topology', 'crlf.csv', 'Layer, M, N, K,\r\nfc1, 1, 1, 1,\r\n')
+
+
+# ---- .npy --------------------------------------------------------------------------------
+def npy(descr, shape, payload, version=1, fortran=False):
+    d = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (
+        descr, 'True' if fortran else 'False', ', '.join(str(s) for s in shape) +
+        (',' if len(shape) == 1 else ''))
+    pre = 10 if version == 1 else 12
+    hlen = len(d) + 1
+    hlen += (64 - (pre + hlen) % 64) % 64
+    head = d.encode() + b' ' * (hlen - len(d) - 1) + b'\n'
+    if version == 1:
+        magic = b'\x93NUMPY\x01\x00' + struct.pack('<H', hlen)
+    else:
+        magic = b'\x93NUMPY' + bytes([version, 0]) + struct.pack('<I', hlen)
+    return magic + head + payload
+
+
+def npy_seeds():
+    put('npy', 'f32_2x3.npy', npy('<f4', (2, 3), struct.pack('<6f', 1, -2, 0.5, 3, 4, 1e-3)))
+    put('npy', 'i8_3x2.npy', npy('|i1', (3, 2), bytes([1, 255, 2, 128, 0, 127])))
+    put('npy', 'i8_lt.npy', npy('<i1', (1, 1), b'\x05'))
+    put('npy', 'i32_2x2.npy', npy('<i4', (2, 2), struct.pack('<4i', 1, -1, 2 ** 31 - 1, 0)))
+    put('npy', 'v2.npy', npy('<f4', (1, 2), struct.pack('<2f', 1, 2), version=2))
+    put('npy', 'v3.npy', npy('<f4', (2, 1), struct.pack('<2f', 1, 2), version=3))
+    put('npy', 'fortran.npy', npy('<f4', (1, 1), struct.pack('<f', 1), fortran=True))
+    put('npy', 'big_endian.npy', npy('>f4', (1, 1), struct.pack('>f', 1)))
+    put('npy', 'three_d.npy', npy('<f4', (1, 1, 1), struct.pack('<f', 1)))
+    put('npy', 'truncated.npy', npy('<f4', (4, 4), struct.pack('<2f', 1, 2)))
+
+
+# ---- IDX (2 bytes: label file length, little-endian; the label file; the image file) -------
+def idx_images(n, rows, cols, seed=1):
+    data = bytes((i * 37 + seed) % 256 for i in range(n * rows * cols))
+    return struct.pack('>IIII', 0x803, n, rows, cols) + data
+
+
+def idx_labels(labels):
+    return struct.pack('>II', 0x801, len(labels)) + bytes(labels)
+
+
+def idx_pair(labels, images):
+    return struct.pack('<H', len(labels)) + labels + images
+
+
+def idx_seeds():
+    lab = idx_labels([3, 0, 9])
+    img = idx_images(3, 4, 4)
+    put('idx', 'plain.bin', idx_pair(lab, img))
+    put('idx', 'gzip.bin', idx_pair(gz(lab), gz(img)))
+    put('idx', 'gzip_images_only.bin', idx_pair(lab, gz(img)))
+    put('idx', 'one_28x28.bin', idx_pair(gz(idx_labels([7])), gz(idx_images(1, 28, 28))))
+    put('idx', 'label_10.bin', idx_pair(idx_labels([10]), idx_images(1, 2, 2)))
+    put('idx', 'count_mismatch.bin', idx_pair(idx_labels([1, 2]), idx_images(3, 2, 2)))
+    put('idx', 'extra_bytes.bin', idx_pair(lab + b'\x00', img))
+    put('idx', 'truncated_gzip.bin', idx_pair(gz(lab), gz(img)[:-6]))
+    put('idx', 'swapped.bin', idx_pair(img, lab))
+
+
+# ---- safetensors checkpoint --------------------------------------------------------------
+def safetensors(tensors, step=1, meta=None, pad=True):
+    """tensors: list of (name, dtype, rows, cols, bytes), written in order."""
+    header = {}
+    data = b''
+    m = {'tpusim.format': 'tpusim-checkpoint-v1', 'tpusim.global_step': str(step)}
+    for name, dtype, rows, cols, raw in tensors:
+        header[name] = {'dtype': dtype, 'shape': [rows, cols],
+                        'data_offsets': [len(data), len(data) + len(raw)]}
+        m['tpusim.crc32.' + name] = '%08x' % zlib.crc32(raw)
+        data += raw
+    m['tpusim.data_crc32'] = '%08x' % zlib.crc32(data)
+    m.update(meta or {})
+    header['__metadata__'] = m
+    text = json.dumps(header, separators=(',', ':')).encode()
+    if pad:
+        text += b' ' * ((8 - len(text) % 8) % 8)
+    return struct.pack('<Q', len(text)) + text + data
+
+
+def safetensors_seeds():
+    f32 = struct.pack('<6f', 1, 2, 3, -4, 0.5, 1e-3)
+    put('safetensors', 'f32.safetensors', safetensors([('w', 'F32', 2, 3, f32)], step=300))
+    put('safetensors', 'mixed.safetensors', safetensors([
+        ('dense/w', 'F32', 2, 2, struct.pack('<4f', 1, 2, 3, 4)),
+        ('acc', 'I32', 1, 2, struct.pack('<2i', -1, 7)),
+        ('h', 'BF16', 1, 3, struct.pack('<3H', 0x3f80, 0x4000, 0xbf80)),
+        ('q', 'I8', 2, 1, b'\x01\xff'),
+    ], step=12, meta={'run.fingerprint': 'abc123'}))
+    put('safetensors', 'empty.safetensors', safetensors([], step=0))
+    put('safetensors', 'bad_crc.safetensors',
+        safetensors([('w', 'F32', 1, 1, struct.pack('<f', 1))])[:-4] + struct.pack('<f', 2))
+    put('safetensors', 'no_meta.safetensors',
+        struct.pack('<Q', 8) + b'{}      ')
+    put('safetensors', 'newer.safetensors', safetensors(
+        [('w', 'I8', 1, 1, b'\x00')], meta={'tpusim.format': 'tpusim-checkpoint-v2'}))
+
+
+# ---- checkpoint index --------------------------------------------------------------------
+def index(steps, latest=None, fmt='tpusim-checkpoint-index', version=1):
+    entries = [{'path': 'ckpt-%d.safetensors' % s, 'global_step': s} for s in steps]
+    doc = {'format': fmt, 'version': version,
+           'latest': entries[-1] if latest is None else latest, 'checkpoints': entries}
+    return json.dumps(doc, indent=2)
+
+
+def ckpt_index_seeds():
+    put('ckpt_index', 'one.json', index([300]))
+    put('ckpt_index', 'three.json', index([100, 200, 300]))
+    put('ckpt_index', 'latest_not_last.json',
+        index([100, 200], latest={'path': 'ckpt-100.safetensors', 'global_step': 100}))
+    put('ckpt_index', 'step_mismatch.json',
+        index([5], latest={'path': 'ckpt-5.safetensors', 'global_step': 6}))
+    put('ckpt_index', 'version2.json', index([1], version=2))
+    put('ckpt_index', 'duplicate.json', index([7, 7]))
+    put('ckpt_index', 'big_step.json', index([9223372036854775807]))
+
+
+def main():
+    if os.path.isdir(SEEDS):
+        shutil.rmtree(SEEDS)
+    chip_config()
+    run_config()
+    program()
+    topology()
+    npy_seeds()
+    idx_seeds()
+    safetensors_seeds()
+    ckpt_index_seeds()
+    for target in sorted(os.listdir(SEEDS)):
+        print('%-12s %d seeds' % (target, len(os.listdir(os.path.join(SEEDS, target)))))
+
+
+if __name__ == '__main__':
+    main()
