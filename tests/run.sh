@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what tpusim needs, builds it with every optional part, and runs the whole test
 # suite three ways: a plain optimised build; AddressSanitizer + UndefinedBehaviorSanitizer
-# (which fail the test on the first report); and ThreadSanitizer on the threaded parts (the
-# chip's scheduler and queues, the runtime's threads). Ends with "N passed, N failed" and
-# exits non-zero if anything failed.
+# (which fail the test on the first report; ASan also catches uses of returned stack
+# frames); and ThreadSanitizer on the threaded parts (the chip's scheduler and queues, the
+# runtime's threads). Then it fuzzes every parser of user input for a short bounded time
+# (tests/fuzz: a clang build with libFuzzer, each target one case; a crash fails it). Ends
+# with "N passed, N failed" and exits non-zero if anything failed.
 #
 #   bash tests/run.sh            everything
 #   bash tests/run.sh --quick    the plain build only
@@ -17,13 +19,14 @@ bash tests/install-deps.sh || exit 1
 
 jobs=$(nproc 2>/dev/null || echo 2)
 
-# run_suite LABEL DIR "MESON OPTIONS" [TEST NAMES...]
+# run_suite LABEL DIR "MESON OPTIONS" [MESON TEST ARGUMENTS...]
+# (CC in the environment chooses the compiler when DIR is first configured.)
 run_suite() {
   local label=$1 dir=$2 opts=$3
   shift 3
   if [ ! -f "$dir/build.ninja" ]; then
     # shellcheck disable=SC2086
-    meson setup "$dir" -Drtl=enabled $opts >"$dir.setup.log" 2>&1 || {
+    meson setup "$dir" $opts >"$dir.setup.log" 2>&1 || {
       cat "$dir.setup.log"; echo "$label: meson setup failed"; return 1; }
   fi
   rm -f "$dir/meson-logs/testlog.json" # a failed build must not count an old run
@@ -33,12 +36,16 @@ run_suite() {
 }
 
 labels=()
-run_suite plain build-tests "--buildtype=debugoptimized"
+run_suite plain build-tests "-Drtl=enabled --buildtype=debugoptimized"
 labels+=("plain=build-tests")
 if [ $quick -eq 0 ]; then
-  run_suite asan+ubsan build-asan "--buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false"
+  run_suite asan+ubsan build-asan "-Drtl=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false"
   labels+=("asan+ubsan=build-asan")
-  run_suite tsan build-tsan "--buildtype=debugoptimized -Db_sanitize=thread" chip runtime models
+  run_suite tsan build-tsan "-Drtl=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime models
   labels+=("tsan=build-tsan")
+  # libFuzzer needs clang; the fuzz build instruments the C code only (no RTL). Each target
+  # fuzzes for 15 s (tests/fuzz/meson.build), two at a time.
+  CC=clang run_suite fuzz build-fuzz "-Drtl=disabled -Dfuzz=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false" --suite fuzz
+  labels+=("fuzz=build-fuzz")
 fi
 python3 tests/summarize.py "${labels[@]}"
