@@ -39,13 +39,14 @@ labels=()
 run_suite plain build-tests "-Drtl=enabled --buildtype=debugoptimized"
 labels+=("plain=build-tests")
 if [ $quick -eq 0 ]; then
-  run_suite asan+ubsan build-asan "-Drtl=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false"
+  # sanitizers slow the heavy tests (gemm, training) two to three times: longer timeouts
+  run_suite asan+ubsan build-asan "-Drtl=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false" --timeout-multiplier 3
   labels+=("asan+ubsan=build-asan")
   run_suite tsan build-tsan "-Drtl=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime models
   labels+=("tsan=build-tsan")
   # libFuzzer needs clang; the fuzz build instruments the C code only (no RTL). Each target
   # fuzzes for 15 s (tests/fuzz/meson.build), two at a time.
-  CC=clang run_suite fuzz build-fuzz "-Drtl=disabled -Dfuzz=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false" --suite fuzz
+  CC=clang run_suite fuzz build-fuzz "-Drtl=disabled -Dfuzz=enabled --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" --suite fuzz
   labels+=("fuzz=build-fuzz")
 fi
 python3 tests/summarize.py "${labels[@]}"
