@@ -6,10 +6,6 @@
 #include "cli.h"
 #include "fuzz_util.h"
 
-/* Declared in host/cli.h once the run config checker is in; repeated here so the target
- * states what it calls (an identical redeclaration is harmless). */
-int tpu__cli_train_check_config(const char *cmd, const char *path);
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const cmds[] = {"train", "evaluate", "predict"};
