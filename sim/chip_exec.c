@@ -73,8 +73,13 @@ static void finish_op(struct core *c, const struct tpu_op *op, uint64_t start, u
 static void trace(struct tpu_device *dev, struct core *c, enum tpu_unit u, uint8_t kind,
                   size_t op, uint64_t start, uint64_t end)
 {
-    if (dev->s.trace && end > start)
+    if (dev->s.trace && end > start) {
+        /* the host's infeed and outfeed calls record into this core's log too (under the
+         * lock, feed.c): the log is shared, so it is written under the lock everywhere */
+        pthread_mutex_lock(&dev->lock);
         tpu__trace_event(&c->trace, (uint8_t)u, kind, (uint32_t)op, start, end);
+        pthread_mutex_unlock(&dev->lock);
+    }
 }
 
 /* The compute unit, compute cycles and MACs of a local op. */
