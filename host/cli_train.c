@@ -974,16 +974,23 @@ static int cmd_train(struct run *r)
     else
         snprintf(loss_text, sizeof loss_text, "null");
     if (o->json) {
-        printf("{\"chip\": \"%s\", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
-               "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %.9g, "
-               "\"examples_per_s\": %.6g, \"mxu_utilization\": %.6f, \"infeed_stall_share\": "
-               "%.6f, \"host_overhead_share\": %.6f, \"simulated_seconds\": %.9g, "
+        /* a pass that ran no step measured nothing: its figures are null, not 0 */
+        char fig[5][32];
+        const double figs[5] = {step_s, last.pass_examples_per_s, last.pass_mxu_utilization,
+                                last.pass_infeed_stall_share, last.pass_host_overhead_share};
+        for (int k = 0; k < 5; k++)
+            snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
+        printf("{\"chip\": ");
+        tpu__cli_json_string(stdout, r->chip.name);
+        printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
+               "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
+               "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
+               "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
                "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
-               r->chip.name, tpu_device_n_replicas(r->dev), o->layers_text,
-               (unsigned long long)gstep, o->rc.train_batch_size, loss_text,
-               step_s, last.pass_examples_per_s, last.pass_mxu_utilization,
-               last.pass_infeed_stall_share, last.pass_host_overhead_share, total_device,
-               o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", train_wall);
+               tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)gstep,
+               o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
+               total_device, o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled",
+               train_wall);
         if (evaluated)
             printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
                    ev.accuracy, ev.loss, (unsigned long long)ev.examples);
@@ -1020,12 +1027,16 @@ static int cmd_train(struct run *r)
     if (o->reference)
         printf("  fp32 host reference %.2f %% (%+.2f points on the chip), %.1f s\n",
                100 * ref.test_accuracy, 100 * (ev.accuracy - ref.test_accuracy), ref_wall);
-    printf("  simulated          step %.1f us, %.0f examples/s, %.3f s in all (host time %s)\n",
-           step_s * 1e6, last.pass_examples_per_s, total_device,
-           o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
-    printf("  matrix units       %.1f %% utilized\n", 100 * last.pass_mxu_utilization);
-    printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
-           100 * last.pass_infeed_stall_share, 100 * last.pass_host_overhead_share);
+    if (skipped) {
+        printf("  simulated          nothing: no training step ran\n");
+    } else {
+        printf("  simulated          step %.1f us, %.0f examples/s, %.3f s in all (host time "
+               "%s)\n", step_s * 1e6, last.pass_examples_per_s, total_device,
+               o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
+        printf("  matrix units       %.1f %% utilized\n", 100 * last.pass_mxu_utilization);
+        printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
+               100 * last.pass_infeed_stall_share, 100 * last.pass_host_overhead_share);
+    }
     printf("  simulation         %.1f s of wall time for training\n", train_wall);
     if (o->rtl) {
         uint32_t units;

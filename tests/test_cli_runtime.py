@@ -93,12 +93,18 @@ def training_at_max_steps_says_it_was_skipped():
                 'at or past max_steps 2' % d) in p.stderr, p.stderr
         assert 'training loss      none (no step ran: training was skipped)' in p.stdout, p.stdout
         assert 'training loss      0.0000' not in p.stdout
+        # no step, no figures: none invented
+        assert 'simulated          nothing: no training step ran' in p.stdout, p.stdout
+        assert 'utilized' not in p.stdout and 'step 0.0 us' not in p.stdout, p.stdout
         # every evaluation launch logs its real figures (the last one ends with the input)
         for m in metrics(d):
             assert m['device_seconds'] > 0 and m['examples_per_s'] > 0, m
         j = json.loads(run('train', *SMALL, '--max-steps', '2', '--model-dir', d,
                            '--json').stdout)
         assert j['loss'] is None, j
+        for k in ('step_time_s', 'examples_per_s', 'mxu_utilization', 'infeed_stall_share',
+                  'host_overhead_share'):
+            assert j[k] is None, (k, j)
 
 
 @case
