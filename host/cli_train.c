@@ -53,7 +53,8 @@ struct train_opts {
     bool json, reference, no_eval, timing_only;
     bool int8; /* --int8: evaluate/predict the checkpoint quantized to int8 */
     uint64_t limit;
-    unsigned config_depth; /* inside --config's file: 1 */
+    unsigned config_depth;   /* inside --config's file: 1 */
+    bool length_from_config; /* --steps, --max-steps or --epochs came from the file */
 };
 
 /* The subcommands an option belongs to, and the longest value it takes; an option not
@@ -268,6 +269,17 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
     /* an option of the table is checked before its value is parsed; any other after (its
      * value has no effect then: an error ends the command) */
     const struct option_rule *rule = option_rule(name);
+    /* how long to train: a flag after --config replaces the file's choice (say "epochs" in
+     * the file, --steps on the command line), as any other flag after it does */
+    if (!strcmp(name, "--steps") || !strcmp(name, "--max-steps") || !strcmp(name, "--epochs")) {
+        if (o->config_depth)
+            o->length_from_config = true;
+        else if (o->length_from_config) {
+            o->steps = o->max_steps = 0;
+            o->epochs = 0;
+            o->length_from_config = false;
+        }
+    }
     if ((rc = check_length(o, name, v)) || (rc = check_scope(o, name)))
         return rc;
     if (!strcmp(name, "--chip"))
@@ -419,6 +431,7 @@ static int load_config(struct train_opts *o, const char *path)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s:%d:%d: %s", path, je.line, je.column,
                               je.text);
     int rc = 0;
+    o->config_depth++;
     if (!json_is_object(root)) {
         rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: the config must be a JSON object of "
                             "options, e.g. {\"learning_rate\": 0.1}", path);
@@ -486,6 +499,7 @@ static int load_config(struct train_opts *o, const char *path)
         }
     }
 out:
+    o->config_depth--;
     json_decref(root);
     return rc;
 }
@@ -945,6 +959,9 @@ static int cmd_train(struct run *r)
         }
         evaluated = true;
     }
+    /* the chip's work is done and checkpointed: from here (the host reference, the summary)
+     * Ctrl-C ends the process at once, as it does for any command */
+    sigint_remove();
     struct tpu__reference_result ref = {0};
     double ref_wall = 0;
     if (o->reference) {
@@ -1024,9 +1041,11 @@ static int cmd_train(struct run *r)
     if (evaluated)
         printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n", 100 * ev.accuracy,
                (unsigned long long)ev.examples, ev.loss);
-    if (o->reference)
+    if (o->reference && evaluated)
         printf("  fp32 host reference %.2f %% (%+.2f points on the chip), %.1f s\n",
                100 * ref.test_accuracy, 100 * (ev.accuracy - ref.test_accuracy), ref_wall);
+    else if (o->reference) /* --no-eval: nothing on the chip to compare with */
+        printf("  fp32 host reference %.2f %%, %.1f s\n", 100 * ref.test_accuracy, ref_wall);
     if (skipped) {
         printf("  simulated          nothing: no training step ran\n");
     } else {
@@ -1074,7 +1093,8 @@ static int cmd_evaluate(struct run *r)
         return rc;
     if (r->q) {
         double fp32 = 0;
-        if (tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,
+        /* over the same examples: evaluation reads the test set in order, --steps batches */
+        if (tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, (uint32_t)ev.examples, &fp32,
                                        &d))
             return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
         const unsigned long long step = (unsigned long long)tpu_int8_mlp_global_step(r->q);

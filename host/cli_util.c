@@ -122,6 +122,8 @@ int tpu__cli_check_output_file(const char *cmd, const char *opt, const char *pat
         if (access(path, W_OK) != 0)
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s' exists and is not writable (%s); "
                                   "give another file", opt, path, strerror(errno));
+        if (!S_ISREG(st.st_mode))
+            return 0; /* a device or FIFO is written in place: its directory is not touched */
     } else if (errno != ENOENT) {
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s '%s' cannot be written: %s", opt, path,
                               strerror(errno));

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
-bash tests/install-deps.sh || exit 1
+bash tests/install-deps.sh || { echo "0 passed, 1 failed (installing the packages failed)"; exit 1; }
 
 jobs=$(nproc 2>/dev/null || echo 2)
 
@@ -28,6 +28,11 @@ run_suite() {
     # shellcheck disable=SC2086
     meson setup "$dir" $opts >"$dir.setup.log" 2>&1 || {
       cat "$dir.setup.log"; echo "$label: meson setup failed"; return 1; }
+  else
+    # a directory left from an earlier run keeps its options unless they are set again
+    # shellcheck disable=SC2086
+    meson configure "$dir" $opts >"$dir.setup.log" 2>&1 || {
+      cat "$dir.setup.log"; echo "$label: meson configure failed (remove $dir)"; return 1; }
   fi
   rm -f "$dir/meson-logs/testlog.json" # a failed build must not count an old run
   ninja -C "$dir" >"$dir.build.log" 2>&1 || {

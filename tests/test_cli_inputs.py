@@ -117,7 +117,7 @@ def output_through_symlink_device_fifo():
         fifo = os.path.join(d, 'fifo')
         os.mkfifo(fifo)
         got = []
-        reader = threading.Thread(target=lambda: got.append(open(fifo, 'rb').read()))
+        reader = threading.Thread(target=lambda: got.append(open(fifo, 'rb').read()), daemon=True)
         reader.start()
         gemm_dump(fifo)
         reader.join(60)

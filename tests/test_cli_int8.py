@@ -21,17 +21,15 @@ import subprocess
 import sys
 import tempfile
 
-from cli_harness import TPUSIM, case, expect_error, main, read_npy, run
+from cli_harness import Skip, TPUSIM, case, expect_error, main, read_npy, run
 
 FASHION = '/usr/share/datasets/fashion-mnist'
 MODEL = ['--layers', '32']
 
 
-def have_data():
-    if os.path.isdir(FASHION):
-        return True
-    print('skipped: Fashion-MNIST is not installed')
-    return False
+def need_data():
+    if not os.path.isdir(FASHION):
+        raise Skip('Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)')
 
 
 def train(d):
@@ -43,8 +41,7 @@ def train(d):
 
 @case
 def int8_evaluate_and_predict():
-    if not have_data():
-        return
+    need_data()
     with tempfile.TemporaryDirectory() as d:
         md = train(d)
         # the summary says int8 and shows the fp32 accuracy beside it
@@ -66,6 +63,12 @@ def int8_evaluate_and_predict():
             assert ev[chip]['accuracy'] == e['accuracy'], (chip, ev[chip], e)
             assert ev[chip]['loss'] == e['loss'], (chip, ev[chip], e)
             assert ev[chip]['fp32_accuracy'] == e['fp32_accuracy'], (chip, ev[chip], e)
+        # --steps: both accuracies over the same examples (the first 16 of the test set)
+        few = json.loads(run('evaluate', '--chip', 'tiny', *MODEL, '--model-dir', md, '--int8',
+                             '--steps', '1', '--eval-batch-size', '16', '--json').stdout)
+        assert few['examples'] == 16, few
+        for k in ('accuracy', 'fp32_accuracy'):
+            assert abs(few[k] * 16 - round(few[k] * 16)) < 1e-6, (k, few)
         # the plain (bf16) evaluation of the same checkpoint is its own figure
         bf = json.loads(run('evaluate', '--chip', 'tiny', *MODEL, '--model-dir', md,
                             '--json').stdout)
@@ -94,8 +97,8 @@ def int8_evaluate_and_predict():
         p = subprocess.run([TPUSIM, 'predict', '--chip', 'tiny', *MODEL, '--model-dir', md,
                             '--int8', '--limit', '40', '--predict-batch-size', '24', '--backend',
                             'rtl', '--output', rtl], capture_output=True, text=True, timeout=240)
-        if 'built without the RTL' in p.stderr:
-            print('skipped the RTL backend: this tpusim has none')
+        if 'built without the RTL' in p.stderr:  # a build without it refuses, as documented
+            assert p.returncode == 2, (p.returncode, p.stderr)
             return
         assert p.returncode == 0, p.stderr
         _, rtl_rows = read_npy(rtl)
@@ -106,8 +109,7 @@ def int8_evaluate_and_predict():
 def int8_errors():
     expect_error(['train', '--int8'], 2, "--int8 belongs to 'tpusim evaluate' and 'tpusim "
                  "predict', not to 'tpusim train' (it quantizes a trained checkpoint")
-    if not have_data():
-        return
+    need_data()
     with tempfile.TemporaryDirectory() as d:
         expect_error(['evaluate', '--chip', 'tpu-v3', '--int8', '--model-dir', d], 2,
                      "--int8: chip 'tpu-v3' has no int8 matrix units (its mxu.dtypes are bf16 "

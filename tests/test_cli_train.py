@@ -9,28 +9,27 @@ Prints CMocka-style summary lines so the suite's totals count each case.
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 
 import cli_harness
-from cli_harness import case, expect_error, main, run
+from cli_harness import Skip, case, expect_error, main, run
 
 FASHION = '/usr/share/datasets/fashion-mnist'
 
 
-def have_data():
+def need_data():
     if not os.path.isdir(FASHION):
-        print('skipped: Fashion-MNIST is not installed')
-        return False
-    return True
+        raise Skip('Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)')
 
 
 @case
 def trace_of_train_then_evaluate_holds_both():
     # the README's example: the trace is written after the evaluation that follows training,
     # which runs another program; the training's events keep their own program's names
-    if not have_data():
-        return
+    need_data()
     with tempfile.TemporaryDirectory() as d:
         t = os.path.join(d, 't.json')
         run('train', '--chip', 'tiny', '--layers', '16', '--steps', '2', '--trace', t,
@@ -90,9 +89,56 @@ def resumed_training_counts_the_steps_it_ran():
 
 
 @case
+def flags_after_config_replace_its_training_length():
+    # README: flags after --config override it; "epochs" in the file, --steps after it
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, 'data')
+        cli_harness.write_fashion_subset(data, 1024, 64)
+        cfg = os.path.join(d, 'c.json')
+        with open(cfg, 'w') as f:
+            json.dump({'epochs': 1, 'chip': 'tiny', 'layers': '16', 'data': data,
+                       'train_batch_size': 32, 'no_eval': True, 'verbose': 0}, f)
+        j = json.loads(run('train', '--config', cfg, '--steps', '2', '--json').stdout)
+        assert j['global_step'] == 2, j
+        # two of them in one place is still an error
+        with open(cfg, 'w') as f:
+            json.dump({'epochs': 1, 'steps': 3}, f)
+        expect_error(['train', '--config', cfg], 2, 'give one of --steps, --max-steps and '
+                     '--epochs')
+        expect_error(['train', '--steps', '2', '--epochs', '1'], 2, 'give one of --steps')
+        # --reference without an evaluation on the chip compares with nothing
+        p = run('train', '--chip', 'tiny', '--layers', '16', '--data', data, '--steps', '2',
+                '--train-batch-size', '32', '--no-eval', '--reference', '--verbose', '0')
+        assert re.search(r'^  fp32 host reference [\d.]+ %, [\d.]+ s$', p.stdout, re.M), \
+            p.stdout
+
+
+@case
+def devices_as_outputs_need_no_writable_directory():
+    # /dev/null is written in place: its directory (/dev) need not be writable, which only
+    # shows for a user who is not root
+    if os.geteuid() != 0 or not shutil.which('setpriv'):
+        raise Skip('needs root and setpriv to run tpusim as another user')
+    d = tempfile.mkdtemp()
+    try:
+        os.chmod(d, 0o755)
+        data = os.path.join(d, 'data')
+        cli_harness.write_fashion_subset(data, 512, 64)
+        for root, dirs, files in os.walk(d):
+            for n in dirs + files:
+                os.chmod(os.path.join(root, n), 0o755)
+        p = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+                            cli_harness.TPUSIM, 'train', '--chip', 'tiny', '--layers', '8',
+                            '--data', data, '--steps', '1', '--no-eval', '--verbose', '0',
+                            '--trace', '/dev/null'], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    finally:
+        shutil.rmtree(d)
+
+
+@case
 def predict_writes_its_trace():
-    if not have_data():
-        return
+    need_data()
     md = trained_model_dir()
     with tempfile.TemporaryDirectory() as d:
         t = os.path.join(d, 'p.json')
@@ -137,8 +183,7 @@ def output_paths_are_checked_before_any_work():
 @case
 def config_string_options_are_kept():
     # several string options in one file: each keeps its own value after the file is closed
-    if not have_data():
-        return
+    need_data()
     with tempfile.TemporaryDirectory() as d:
         md = os.path.join(d, 'm')
         cfg = os.path.join(d, 'run.json')
@@ -180,8 +225,7 @@ def long_values_are_rejected_with_the_limit():
 
 @case
 def evaluate_steps_counts_batches():
-    if not have_data():
-        return
+    need_data()
     md = trained_model_dir()
     ev = json.loads(run('evaluate', '--chip', 'tiny', '--layers', '8', '--model-dir', md,
                         '--steps', '3', '--json').stdout)
@@ -262,8 +306,7 @@ def help_lists_every_option_the_parser_takes():
 
 @case
 def config_file_flags_and_messages():
-    if not have_data():
-        return
+    need_data()
     with tempfile.TemporaryDirectory() as d:
         cfg = os.path.join(d, 'c.json')
         with open(cfg, 'w') as f:

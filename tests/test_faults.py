@@ -20,7 +20,7 @@ import tempfile
 import time
 import zlib
 
-from cli_harness import TPUSIM, case, main, run, expect_error
+from cli_harness import Skip, TPUSIM, case, main, run, expect_error
 
 
 def write_idx(d, n_train=512, n_test=64, seed=7):
@@ -310,9 +310,8 @@ def full_disk_gives_a_clear_error_and_keeps_the_last_checkpoint():
     os.mkdir(mnt)
     why = try_mount(mnt, '1m')
     if why:
-        print(f'skipped: {why}')
         env.close()
-        return
+        raise Skip(why)
     try:
         md = os.path.join(mnt, 'md')
         env.train(md, '--max-steps', '3', '--keep-checkpoint-max', '1')
@@ -349,17 +348,15 @@ def read_only_model_dir_gives_a_clear_error_and_keeps_the_last_checkpoint():
     os.mkdir(mnt)
     why = try_mount(mnt, '4m')
     if why:
-        print(f'skipped: {why}')
         env.close()
-        return
+        raise Skip(why)
     try:
         md = os.path.join(mnt, 'md')
         env.train(md, '--max-steps', '3')
         before = verify(os.path.join(md, 'ckpt-3.safetensors'))
         p = subprocess.run(['mount', '-o', 'remount,ro', mnt], capture_output=True, text=True)
         if p.returncode != 0:
-            print(f'skipped: remount read-only failed: {p.stderr.strip()}')
-            return
+            raise Skip(f'remount read-only failed: {p.stderr.strip()}')
         # refused before any work, naming the reason (a model_dir that turns read-only during
         # a run is the library's case: test_checkpoint's write-error tests)
         expect_error(['train', *env.args(md, '--iterations-per-loop', '1',
