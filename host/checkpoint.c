@@ -166,8 +166,7 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-/* mkdir -p, each new directory made durable in its parent. */
-static int mkdir_p(const char *dir, struct tpu_diag *d)
+int tpu__checkpoint_mkdir_p(const char *dir, struct tpu_diag *d)
 {
     char *p = strdup(dir);
     if (!p)
@@ -796,7 +795,7 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
             *d = idiag;
         goto out;
     }
-    rc = mkdir_p(model_dir, d);
+    rc = tpu__checkpoint_mkdir_p(model_dir, d);
     if (rc)
         goto out;
 
@@ -996,7 +995,7 @@ int tpu_checkpoint_latest(const char *model_dir, uint64_t *step, char *path, siz
         char fix[300];
         if (vrc == TPU_ENOTFOUND)
             snprintf(fix, sizeof fix, "restore it, or remove the " INDEX_NAME " that names it "
-                     "to resume from the newest checkpoint file that verifies");
+                     "to resume from the checkpoint file of the highest step");
         else if (next)
             snprintf(fix, sizeof fix, "restore a good copy, or move it%s out of model_dir to "
                      "resume from the checkpoint file of the highest step (%s)",

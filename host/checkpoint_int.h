@@ -51,6 +51,9 @@ static inline bool tpu__ckpt_dtype_valid(enum tpu_buf_dtype t)
 /* Checks the caller's tensors: names unique, non-empty, UTF-8 and not "__metadata__"; known
  * dtypes; shapes of at least [1, 1] whose size fits this host; data not NULL. `what` starts
  * each message ("checkpoint save"). */
+/* mkdir -p for a model_dir, each new directory made durable in its parent. (checkpoint.c) */
+int tpu__checkpoint_mkdir_p(const char *dir, struct tpu_diag *d);
+
 int tpu__ckpt_validate_tensors(const struct tpu_tensor *t, size_t n, const char *what,
                                struct tpu_diag *d);
 

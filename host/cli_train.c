@@ -280,7 +280,7 @@ static int set_option(struct train_opts *o, const char *name, const char *v)
             o->length_from_config = false;
         }
     }
-    if ((rc = check_length(o, name, v)) || (rc = check_scope(o, name)))
+    if (rule && ((rc = check_length(o, name, v)) || (rc = check_scope(o, name))))
         return rc;
     if (!strcmp(name, "--chip"))
         set_text(o->chip, sizeof o->chip, v);
@@ -611,12 +611,12 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
         return 0;
     uint64_t done = li->global_step - p->first_step;
     double el = tpu__cli_now_s() - p->wall0;
+    char loss[32] = "n/a"; /* timing-only: no values */
+    if (isfinite(li->loss))
+        snprintf(loss, sizeof loss, "%.4f", (double)li->loss);
     if (p->o->verbose == 1) {
         int width = 30, filled = p->total_steps ? (int)(width * done / p->total_steps) : width;
         double eta = done ? el * (double)(p->total_steps - done) / (double)done : 0;
-        char loss[32] = "n/a"; /* timing-only: no values */
-        if (isfinite(li->loss))
-            snprintf(loss, sizeof loss, "%.4f", (double)li->loss);
         fprintf(stderr, "\r[%.*s%s%.*s] %llu/%llu steps  loss %s  ETA %.0fs ", filled,
                 "==============================", filled < width ? ">" : "",
                 width - filled - (filled < width), "                              ",
@@ -625,20 +625,20 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
             fputc('\n', stderr);
     } else if (p->o->verbose == 2 && li->log_due) {
         /* TPUEstimator's log_step_count_steps line, in simulated time */
-        fprintf(stderr, "global step %llu: loss %.4f, %.1f global_step/sec, %.0f examples/sec "
-                "(simulated)\n", (unsigned long long)li->global_step, (double)li->loss,
+        fprintf(stderr, "global step %llu: loss %s, %.1f global_step/sec, %.0f examples/sec "
+                "(simulated)\n", (unsigned long long)li->global_step, loss,
                 li->step_time_s > 0 ? 1.0 / li->step_time_s : 0, li->examples_per_s);
     }
     if (p->o->verbose == 2 && p->steps_per_epoch) {
         uint64_t epoch = li->global_step / p->steps_per_epoch;
         if (epoch != p->last_epoch)
-            fprintf(stderr, "epoch %llu done by global step %llu: loss %.4f, %.0f simulated examples/s, "
-                    "%.1f s wall\n", (unsigned long long)epoch,
-                    (unsigned long long)li->global_step, (double)li->loss, li->examples_per_s, el);
+            fprintf(stderr, "epoch %llu done by global step %llu: loss %s, %.0f simulated "
+                    "examples/s, %.1f s wall\n", (unsigned long long)epoch,
+                    (unsigned long long)li->global_step, loss, li->examples_per_s, el);
         else if (done >= p->total_steps) /* the end, inside an epoch */
-            fprintf(stderr, "training ended at global step %llu (epoch %.2f): loss %.4f, %.0f "
+            fprintf(stderr, "training ended at global step %llu (epoch %.2f): loss %s, %.0f "
                     "simulated examples/s, %.1f s wall\n", (unsigned long long)li->global_step,
-                    (double)li->global_step / (double)p->steps_per_epoch, (double)li->loss,
+                    (double)li->global_step / (double)p->steps_per_epoch, loss,
                     li->examples_per_s, el);
         p->last_epoch = epoch;
     }
@@ -678,6 +678,7 @@ static void sigint_install(struct tpu_estimator *est)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART; /* the other threads' writes and reads go on */
     sigemptyset(&sa.sa_mask);
     sigint_est = est;
     sigint_count = 0;
@@ -829,6 +830,8 @@ static int setup_int8(struct run *r)
     if (tpu_int8_mlp_from_checkpoint(r->o.rc.model_dir, &r->o.spec, r->train.x, n_calib, &r->q,
                                      &d))
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--int8: %s", d.msg);
+    if (d.msg[0] && !r->o.json)
+        fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning (an index lost) */
     return 0;
 }
 
@@ -1155,6 +1158,12 @@ static int cmd_predict(struct run *r)
     tpu__dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
     p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
+    if (r->o.output[0] && !p.out) {
+        tpu__dataset_input_free(&tin);
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "out of memory for %u examples' logits "
+                              "(%zu bytes); give --limit", r->test.n_examples,
+                              (size_t)r->test.n_examples * 10 * sizeof(float));
+    }
     uint64_t n = 0;
     rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
     tpu__dataset_input_free(&tin);

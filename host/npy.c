@@ -175,7 +175,12 @@ int tpu__npy_read(const char *path, struct tpu__npy *out, struct tpu_diag *d)
     if (!f)
         return tpu__fail(d, TPU_EIO, "cannot open '%s': %s", qp, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0) {
+        int e = errno;
+        fclose(f);
+        return tpu__fail(d, TPU_EIO, "cannot read '%s': %s", qp, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
         fclose(f);
         return tpu__fail(d, TPU_EIO, "'%s' is a directory; give a NumPy .npy file (written "
                          "by numpy.save)", qp);

@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "checkpoint_int.h"
 #include "runtime_int.h"
 #include "tpusim/checkpoint.h"
 #include "util.h"
@@ -437,7 +438,8 @@ static int write_metrics(struct tpu_estimator *e, const struct tpu_loop_info *li
         return 0;
     if (!e->metrics) {
         char path[600];
-        mkdir(e->cfg.model_dir, 0777);
+        struct tpu_diag md = {0}; /* a failure shows at fopen */
+        tpu__checkpoint_mkdir_p(e->cfg.model_dir, &md);
         snprintf(path, sizeof path, "%s/metrics.jsonl", e->cfg.model_dir);
         e->metrics = fopen(path, "a");
         if (!e->metrics)
@@ -670,7 +672,8 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     }
     if (rc)
         return rc;
-    if (!training && stopped)
+    /* a stop that came after the last batch was read cost nothing: the result stands */
+    if (!training && stopped && !input_ended && done < p->steps)
         return tpu__fail(d, TPU_ECANCELED, "%s stopped on request after %llu batches; no "
                          "result", p->mode == TPU_MODE_EVAL ? "evaluation" : "prediction",
                          (unsigned long long)done);

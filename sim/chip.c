@@ -517,20 +517,24 @@ void tpu_device_watch(const struct tpu_device *cdev, struct tpu_device_watch *w)
     pthread_mutex_lock(&dev->lock);
     w->running = dev->running;
     w->host_calls_waiting = dev->host_waiting;
-    bool blocked = dev->running && !dev->canceled;
+    /* blocked: some core waits and none can move; all cores done is the normal end of a
+     * launch (the run is about to return), never a deadlock */
+    bool blocked = dev->running && !dev->canceled, waiting = false;
     size_t len = 0;
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         const struct core *c = &dev->cores[i];
         w->moves += c->infeed.pushes + c->infeed.pops + c->outfeed.pushes + c->outfeed.pops;
         if (c->state == CORE_READY || c->state == CORE_RUNNING)
             blocked = false;
+        else if (c->state != CORE_DONE)
+            waiting = true;
         if (c->state != CORE_DONE && len + 1 < sizeof w->why) {
             int n = snprintf(w->why + len, sizeof w->why - len, "%score %u %s", len ? "; " : "",
                              i, state_text(c->state));
             len += n > 0 ? (size_t)n : 0;
         }
     }
-    w->cores_blocked = blocked;
+    w->cores_blocked = blocked && waiting;
     pthread_mutex_unlock(&dev->lock);
 }
 

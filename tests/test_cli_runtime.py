@@ -38,6 +38,12 @@ def timing_only_training_runs_and_says_what_it_lacks():
         p = run('train', *SMALL, '--steps', '2', '--timing-only', '--json')
         j = json.loads(p.stdout)
         assert j['loss'] is None and j['step_time_s'] > 0, j
+        # a model_dir to be made with its parents (no checkpoint save makes it here)
+        nested = os.path.join(d, 'a', 'b')
+        p = run('train', *SMALL, '--steps', '2', '--timing-only', '--model-dir', nested,
+                '--verbose', '2')
+        assert metrics(nested)[-1]['global_step'] == 2, metrics(nested)
+        assert 'loss nan' not in p.stderr and 'loss n/a' in p.stderr, p.stderr
 
 
 @case

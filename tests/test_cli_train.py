@@ -212,7 +212,10 @@ def long_values_are_rejected_with_the_limit():
     expect_error(['train', '--layers', '8,' * 200 + '8'], 2,
                  '--layers', 'is 401 characters long; it takes at most 255')
     expect_error(['train', '--iterations-per-loop', '1' * 300], 2, 'takes at most 255')
-    expect_error(['train', '--seed', ''], 2, "--seed '' is empty")
+    expect_error(['train', '--seed', ''], 2, "--seed '' is not a whole number")
+    expect_error(['train', '--layers', ''], 2, "--layers '' is empty")
+    # an unknown option is named as such, whatever its value
+    expect_error(['train', '--bogus', ''], 2, "unknown option '--bogus'")
     with tempfile.TemporaryDirectory() as d:
         cfg = os.path.join(d, 'c.json')
         with open(cfg, 'w') as f:

@@ -597,6 +597,8 @@ static void test_quantize_op(void **state)
          "quantize takes f32 to int8; x is 'x' f32[1, 4] and y is 'y' int32[1, 4]"},
         {"program q\nparam x: f32[1, 4]\nparam y: int8[1, 4]\ny = quantize x\n",
          "alpha=0; quantize multiplies by alpha = 1 / the scale, which must be above 0"},
+        {"program q\nparam x: f32[1, 4]\nparam y: int8[1, 4]\ny = quantize x alpha=inf\n",
+         "alpha=inf is not finite"},
         {"program q\nparam x: f32[1, 4]\nparam y: int8[2, 4]\ny = quantize x alpha=1\n",
          "output y"},
         {"program q\nparam x: f32[1, 4]\nparam y: int8[1, 4]\ny = convert x\n",

@@ -184,7 +184,8 @@ struct tpu_estimator;
  *
  * Host memory: before a mode's program goes to the device, the host memory it will take (every
  * core's buffers, the feed queues' slots, the host copies of the params and the input batch)
- * is compared with what the process can still allocate (tpu_estimator_check_mode says how);
+ * is compared with what the process can still allocate (the smallest of MemAvailable, the
+ * cgroup's memory limit less its usage, and RLIMIT_AS less the address space in use);
  * a run that would not fit fails with TPU_ENOMEM and both figures, before allocating. */
 int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cfg,
                          const struct tpu_model *model, const struct tpu_hook *hooks,
