@@ -122,6 +122,22 @@ static void op(struct builder *b, enum tpu_opcode code, uint32_t o0, uint32_t o1
 
 /* The end of the evaluation and prediction steps, from the logits [B][C]: predict outfeeds
  * them; evaluate outfeeds the loss as a per-example sum (alpha 1), then the counts. */
+/* Closes the loop and hands the program over: *out owns it; on an error nothing is left. */
+static int finish(struct builder *b, struct tpu_mlp_program *r, struct tpu_mlp_program *out)
+{
+    struct tpu_op_attrs at;
+    memset(&at, 0, sizeof at);
+    at.var = r->var_iterations;
+    op(b, TPU_OP_LOOP_END, N, N, N, N, N, &at);
+    if (b->rc) {
+        tpu_program_destroy(&b->p);
+        return b->rc;
+    }
+    r->prog = b->p;
+    *out = *r;
+    return 0;
+}
+
 static void build_tail(struct builder *b, enum tpu_mlp_kind kind, uint32_t logits, uint32_t B,
                        uint32_t C, struct tpu_mlp_program *r)
 {
@@ -276,16 +292,7 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
         op(&b, TPU_OP_OUTFEED, N, N, N, loss, N, NULL);
         r.buf_out = loss;
     }
-    memset(&at, 0, sizeof at);
-    at.var = r.var_iterations;
-    op(&b, TPU_OP_LOOP_END, N, N, N, N, N, &at);
-    if (b.rc) {
-        tpu_program_destroy(&b.p);
-        return b.rc;
-    }
-    r.prog = b.p;
-    *out = r;
-    return 0;
+    return finish(&b, &r, out);
 }
 
 /* ---- the int8 inference programs ----------------------------------------------------------
@@ -395,16 +402,7 @@ int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
             op(&b, TPU_OP_RELU, h[l], N, N, z[l], N, NULL);
     }
     build_tail(&b, kind, z[L - 1], B, C, &r);
-    memset(&at, 0, sizeof at);
-    at.var = r.var_iterations;
-    op(&b, TPU_OP_LOOP_END, N, N, N, N, N, &at);
-    if (b.rc) {
-        tpu_program_destroy(&b.p);
-        return b.rc;
-    }
-    r.prog = b.p;
-    *out = r;
-    return 0;
+    return finish(&b, &r, out);
 }
 
 void tpu_mlp_program_free(struct tpu_mlp_program *p)

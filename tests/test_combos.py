@@ -107,8 +107,8 @@ def all_pairs(factors, is_valid):
 
     valid_pairs = [p for p in pairs if holdable(dict(p))]
     rows = []
-    for want_valid, todo in ((True, valid_pairs), (False, [p for p in pairs if p not in valid_pairs])):
-        uncovered = list(todo)
+    for want_valid, pending in ((True, valid_pairs), (False, [p for p in pairs if p not in valid_pairs])):
+        uncovered = list(pending)
         while uncovered:
             row = dict(uncovered[0])
             for n in names:
