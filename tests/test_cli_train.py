@@ -124,13 +124,17 @@ def devices_as_outputs_need_no_writable_directory():
         os.chmod(d, 0o755)
         data = os.path.join(d, 'data')
         cli_harness.write_fashion_subset(data, 512, 64)
+        # a copy of the binary the other user can reach (the build tree may sit under /root)
+        exe = os.path.join(d, 'tpusim')
+        shutil.copy(cli_harness.TPUSIM, exe)
         for root, dirs, files in os.walk(d):
             for n in dirs + files:
                 os.chmod(os.path.join(root, n), 0o755)
         p = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
-                            cli_harness.TPUSIM, 'train', '--chip', 'tiny', '--layers', '8',
+                            exe, 'train', '--chip', 'tiny', '--layers', '8',
                             '--data', data, '--steps', '1', '--no-eval', '--verbose', '0',
-                            '--trace', '/dev/null'], capture_output=True, text=True, timeout=120)
+                            '--trace', '/dev/null'], capture_output=True, text=True, timeout=120,
+                           cwd=d)
         assert p.returncode == 0, p.stderr
     finally:
         shutil.rmtree(d)
