@@ -122,6 +122,22 @@ static void op(struct builder *b, enum tpu_opcode code, uint32_t o0, uint32_t o1
 
 /* The end of the evaluation and prediction steps, from the logits [B][C]: predict outfeeds
  * them; evaluate outfeeds the loss as a per-example sum (alpha 1), then the counts. */
+/* Opens program `name` with its loop variables "iterations" and "step" (in r, which starts
+ * empty). A nonzero return (b->rc) means nothing is left to free. */
+static int start(struct builder *b, const char *name, struct tpu_mlp_program *r)
+{
+    memset(r, 0, sizeof *r);
+    b->rc = tpu_program_create(name, &b->p);
+    if (b->rc)
+        return b->rc = tpu__fail(b->d, b->rc, "out of memory building program '%s'", name);
+    b->rc = tpu_program_add_var(b->p, "iterations", &r->var_iterations, b->d);
+    if (!b->rc)
+        b->rc = tpu_program_add_var(b->p, "step", &r->var_step, b->d);
+    if (b->rc)
+        tpu_program_destroy(&b->p);
+    return b->rc;
+}
+
 /* Closes the loop and hands the program over: *out owns it; on an error nothing is left. */
 static int finish(struct builder *b, struct tpu_mlp_program *r, struct tpu_mlp_program *out)
 {
@@ -167,16 +183,10 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
         return rc;
     const char *names[] = {"mlp_train", "mlp_eval", "mlp_predict"};
     struct tpu_mlp_program r;
-    memset(&r, 0, sizeof r);
     struct builder b = {.d = d};
-    b.rc = tpu_program_create(names[kind], &b.p);
-    if (b.rc)
-        return tpu__fail(d, b.rc, "out of memory building the MLP program");
+    if (start(&b, names[kind], &r))
+        return b.rc;
     const uint32_t L = s->n_layers, B = s->batch_per_replica, C = s->sizes[L];
-    if (!b.rc)
-        b.rc = tpu_program_add_var(b.p, "iterations", &r.var_iterations, d);
-    if (!b.rc)
-        b.rc = tpu_program_add_var(b.p, "step", &r.var_step, d);
 
     uint32_t w[TPU_MLP_MAX_LAYERS], bias[TPU_MLP_MAX_LAYERS];
     for (uint32_t l = 0; l < L; l++) {
@@ -336,17 +346,10 @@ int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
     if (rc)
         return rc;
     struct tpu_mlp_program r;
-    memset(&r, 0, sizeof r);
     struct builder b = {.d = d};
-    b.rc = tpu_program_create(kind == TPU_MLP_EVAL ? "mlp_int8_eval" : "mlp_int8_predict",
-                              &b.p);
-    if (b.rc)
-        return tpu__fail(d, b.rc, "out of memory building the int8 MLP program");
+    if (start(&b, kind == TPU_MLP_EVAL ? "mlp_int8_eval" : "mlp_int8_predict", &r))
+        return b.rc;
     const uint32_t L = s->n_layers, B = s->batch_per_replica, C = s->sizes[L];
-    if (!b.rc)
-        b.rc = tpu_program_add_var(b.p, "iterations", &r.var_iterations, d);
-    if (!b.rc)
-        b.rc = tpu_program_add_var(b.p, "step", &r.var_step, d);
 
     uint32_t w[TPU_MLP_MAX_LAYERS], dq[TPU_MLP_MAX_LAYERS], bias[TPU_MLP_MAX_LAYERS];
     uint32_t wq[TPU_MLP_MAX_LAYERS], xq[TPU_MLP_MAX_LAYERS], acc[TPU_MLP_MAX_LAYERS];

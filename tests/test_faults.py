@@ -8,6 +8,7 @@ The full-disk and read-only cases mount a tmpfs; they need root and are skipped,
 reason printed, where mounting is not allowed.
 
     python3 test_faults.py path/to/tpusim"""
+import contextlib
 import hashlib
 import json
 import os
@@ -295,24 +296,31 @@ def kill_9_at_random_points_then_resume_bit_identical():
 
 # ---- a full disk and a read-only model_dir (tmpfs mounts) ---------------------------------
 
-def try_mount(path, size):
-    if os.geteuid() != 0:
-        return 'not root'
-    p = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', path],
-                       capture_output=True, text=True)
-    return None if p.returncode == 0 else f'mount failed: {p.stderr.strip()}'
-
-
-@case
-def full_disk_gives_a_clear_error_and_keeps_the_last_checkpoint():
+@contextlib.contextmanager
+def tmpfs(size):
+    """A fresh Env and a tmpfs of `size` mounted in it; yields (env, mount point). Skips the
+    case when it cannot mount (not root, or no permission); always unmounts and cleans up."""
     env = Env()
     mnt = os.path.join(env.tmp, 'mnt')
     os.mkdir(mnt)
-    why = try_mount(mnt, '1m')
+    why = 'not root' if os.geteuid() != 0 else None
+    if not why:
+        p = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', mnt],
+                           capture_output=True, text=True)
+        why = None if p.returncode == 0 else f'mount failed: {p.stderr.strip()}'
     if why:
         env.close()
         raise Skip(why)
     try:
+        yield env, mnt
+    finally:
+        subprocess.run(['umount', mnt])
+        env.close()
+
+
+@case
+def full_disk_gives_a_clear_error_and_keeps_the_last_checkpoint():
+    with tmpfs('1m') as (env, mnt):
         md = os.path.join(mnt, 'md')
         env.train(md, '--max-steps', '3', '--keep-checkpoint-max', '1')
         before = verify(os.path.join(md, 'ckpt-3.safetensors'))
@@ -336,21 +344,11 @@ def full_disk_gives_a_clear_error_and_keeps_the_last_checkpoint():
         os.unlink(os.path.join(mnt, 'filler'))
         env.train(md, '--max-steps', '6', '--keep-checkpoint-max', '1')
         assert assert_consistent(md) == 6
-    finally:
-        subprocess.run(['umount', mnt])
-        env.close()
 
 
 @case
 def read_only_model_dir_gives_a_clear_error_and_keeps_the_last_checkpoint():
-    env = Env()
-    mnt = os.path.join(env.tmp, 'mnt')
-    os.mkdir(mnt)
-    why = try_mount(mnt, '4m')
-    if why:
-        env.close()
-        raise Skip(why)
-    try:
+    with tmpfs('4m') as (env, mnt):
         md = os.path.join(mnt, 'md')
         env.train(md, '--max-steps', '3')
         before = verify(os.path.join(md, 'ckpt-3.safetensors'))
@@ -383,9 +381,6 @@ def read_only_model_dir_gives_a_clear_error_and_keeps_the_last_checkpoint():
         # reading needs no writes: evaluate works
         ev = json.loads(run('evaluate', *env.args(md, '--json')).stdout)
         assert ev['global_step'] == 3, ev
-    finally:
-        subprocess.run(['umount', mnt])
-        env.close()
 
 
 if __name__ == '__main__':
