@@ -10,7 +10,7 @@
  * Then the rates, all measured in this run on the same tiles: the RTL's simulation rate in
  * PE-cycles per second (simulated cycles x R x C per wall second), and the C model's on the
  * same work (the same simulated cycles covered per wall second) for the per-tile definition
- * (sim/mxu_tile.c) and the fast GEMM (tpu_gemm_bf16, one thread, one call per tile), with the
+ * (sim/mxu/mxu_tile.c) and the fast GEMM (tpu_gemm_bf16, one thread, one call per tile), with the
  * ratio of each to the RTL. Usage: bench_cosim [sequences [seed]] (default 20000, 1). */
 #include <inttypes.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-/* Speed of the functional GEMM kernels (sim/gemm*.c) beside OpenBLAS sgemm on the same
+/* Speed of the functional GEMM kernels (sim/kernels/) beside OpenBLAS sgemm on the same
  * shapes, measured in the same run.
  *
  * For each shape M x K x N it times tpu_gemm_bf16 (tile_rows 128) with 1 and 2 threads,
@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "tpusim/mxu.h"
-#include "gemm_int.h"
+#include "kernels/gemm_int.h"
 
 enum kind { K_BF16, K_BF16_PLAIN, K_BF16_TINY, K_INT8, K_F32_3PASS, K_SGEMM, K_SGEMM_TINY };
 

@@ -1,7 +1,7 @@
 /* The RTL backend's matrix-unit provider (mxu_rtl_provider.h): one Verilated array per
  * simulated MXU behind device.h's struct tpu_mxu_provider. It only translates a tile
  * sequence into a harness job (mxu_rtl.h) and keeps per-unit counters; the harness drives
- * the RTL, and the chip (sim/mxu_provider.c) cuts matmuls and accumulates. No locks: a unit
+ * the RTL, and the chip (sim/chip/mxu_provider.c) cuts matmuls and accumulates. No locks: a unit
  * (its array and its counters) is touched only by the thread running the core that owns it,
  * and the device runs a core on one thread at a time. */
 #include <stdlib.h>

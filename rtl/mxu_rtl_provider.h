@@ -6,7 +6,7 @@
  * and a core runs on one thread at a time. Each matmul's tile sequence for a unit is one
  * harness run (mxu_rtl.h: a freshly reset array, tiles presented as early as mxu.h's port
  * rules allow), and the cycle count the device charges is the cycle in which the RTL's last
- * output row was valid. Nothing here computes a value: the device's side (sim/mxu_provider.c)
+ * output row was valid. Nothing here computes a value: the device's side (sim/chip/mxu_provider.c)
  * cuts the matmul into tiles and accumulates the array's column outputs.
  *
  * Use: tpu_mxu_rtl_provider_create for the chip's MXU shape with one unit per MXU of the

@@ -1,6 +1,6 @@
 /* The naive reference for the bf16 GEMM, shared by the tests of the kernels (test_gemm.c)
  * and of the ops that use them (test_ops.c). It follows include/tpusim/mxu.h's NUMERICS
- * literally and is written independently of sim/gemm.c. Test-only. */
+ * literally and is written independently of sim/kernels/gemm.c. Test-only. */
 #ifndef TPUSIM_TESTS_REF_GEMM_H
 #define TPUSIM_TESTS_REF_GEMM_H
 

@@ -290,7 +290,7 @@ def tpu_v1_cannot_train():
 
 def parser_option_names():
     """Every option name the train/evaluate/predict parser compares its arguments with."""
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'host', 'cli_train.c')
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cli', 'cli_train.c')
     with open(src) as f:
         text = f.read()
     return set(re.findall(r'strcmp\((?:name|a), "(--[a-z0-9-]+)"\)', text))

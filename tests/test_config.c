@@ -1,4 +1,4 @@
-/* Tests of chip configurations (sim/config.c): the presets and their published figures, the
+/* Tests of chip configurations (sim/config/config.c): the presets and their published figures, the
  * derived figures, every rejection a user can hit (checked by its message), and that a
  * failed load leaves the caller's struct untouched. */
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * Every run hands the RTL array a sequence of weight tiles and input streams through the
  * harness (rtl/mxu_rtl.h), which presents them as early as mxu.h's port rules allow and
  * collects the output rows from the array's own de-skewed output. Then, for every run:
- *   - every output equals tpu_mxu_tile_bf16 / tpu_mxu_tile_int8 (sim/mxu_tile.c) bit for bit;
+ *   - every output equals tpu_mxu_tile_bf16 / tpu_mxu_tile_int8 (sim/mxu/mxu_tile.c) bit for bit;
  *   - the RTL's cycle count equals tpu_mxu_schedule() exactly, tile by tile the load and
  *     stream starts equal the recurrence's L_t and s_t, each tile's first output row is valid
  *     in cycle s_t + R + C - 1, and for tiles of equal row counts tpu_mxu_seq_cycles() agrees;

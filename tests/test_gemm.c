@@ -1,4 +1,4 @@
-/* The fast GEMM kernels (sim/gemm*.c) against the matrix unit's numerics (mxu.h, NUMERICS).
+/* The fast GEMM kernels (sim/kernels/) against the matrix unit's numerics (mxu.h, NUMERICS).
  *
  * The reference here is written independently of sim/: a triple loop that follows the
  * definition literally (K cut into tiles of R rows with the padding rows included, +0 at the
@@ -6,7 +6,7 @@
  * every array and accumulator output). Every fast path (AVX-512, AVX2, portable C; FMA and
  * multiply + add kernels; 1, 2, 3 threads) must give its bits exactly; on a mismatch the
  * test prints the largest difference and the first mismatching outputs with both bit
- * patterns. The per-tile definition in sim/mxu_tile.c, composed into a GEMM, must agree too.
+ * patterns. The per-tile definition in sim/mxu/mxu_tile.c, composed into a GEMM, must agree too.
  * The fp32 multi-pass GEMM is checked against double precision with a derived error bound. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "tpusim/mxu.h"
-#include "gemm_int.h"
+#include "kernels/gemm_int.h"
 #include "xorshift.h"
 #include "ref_gemm.h"
 
@@ -550,7 +550,7 @@ static void test_bf16_threads(void **state)
     free(y);
 }
 
-/* The whole GEMM built from the per-tile definition (sim/mxu_tile.c): weight tiles of R x C
+/* The whole GEMM built from the per-tile definition (sim/mxu/mxu_tile.c): weight tiles of R x C
  * from B (zero padded), input rows from the matching K-slice of A, column outputs added into
  * the accumulators tile by tile. */
 static void test_bf16_matches_tile_definition(void **state)

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataset_input.h"
+#include "tpusim/dataset_input.h"
 #include "tpusim/checkpoint.h"
 #include "tpusim/device.h"
 #include "tpusim/models.h"
@@ -405,8 +405,8 @@ static void test_int8_matches_reference(void **state)
     for (int i = 0; i < NX; i++)
         y[i] = i % C;
     ds.y = y;
-    struct tpu__dataset_input in;
-    tpu__dataset_input_init(&in, &ds, 1);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, &ds, 1);
     static float got[NX * C], want[NX * C];
     struct logits_sink sink = {.out = got, .cols = C};
     uint64_t n = 0;
@@ -441,7 +441,7 @@ static void test_int8_matches_reference(void **state)
     assert_int_equal(tpu_estimator_train(est, &in.input, 1, 0, &d), TPU_EUNSUPPORTED);
     assert_non_null(strstr(d.msg, "the int8 model is quantized from a trained checkpoint for "
                                   "evaluate and predict; it cannot be trained"));
-    tpu__dataset_input_free(&in);
+    tpu_dataset_input_free(&in);
     tpu_estimator_destroy(&est);
     tpu_device_close(&dev);
     tpu_int8_mlp_destroy(&q);
@@ -513,11 +513,11 @@ static void test_int8_accuracy_near_fp32(void **state)
     struct tpu_diag d = {0};
     if (tpu_estimator_create(dev, &cfg, &fp32_model, NULL, 0, &est, &d))
         fail_msg("%s", d.msg);
-    struct tpu__dataset_input in;
-    tpu__dataset_input_init(&in, &tr, 1);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, &tr, 1);
     if (tpu_estimator_train(est, &in.input, 300, 0, &d))
         fail_msg("train: %s", d.msg);
-    tpu__dataset_input_free(&in);
+    tpu_dataset_input_free(&in);
     tpu_estimator_destroy(&est);
 
     struct tpu_int8_mlp *q = NULL;
@@ -532,11 +532,11 @@ static void test_int8_accuracy_near_fp32(void **state)
     cfg.model_dir[0] = '\0';
     if (tpu_estimator_create(dev, &cfg, &model, NULL, 0, &est, &d))
         fail_msg("%s", d.msg);
-    tpu__dataset_input_init(&in, &te, 1);
+    tpu_dataset_input_init(&in, &te, 1);
     struct tpu_eval_result ev;
     if (tpu_estimator_evaluate(est, &in.input, 0, &ev, &d))
         fail_msg("evaluate: %s", d.msg);
-    tpu__dataset_input_free(&in);
+    tpu_dataset_input_free(&in);
     print_message("fp32 (host) %.2f %%, int8 (chip) %.2f %% on %d examples\n", 100 * fp32,
                   100 * ev.accuracy, NTEST);
     assert_int_equal(ev.examples, NTEST);

@@ -1,4 +1,4 @@
-/* The values of the device program's local ops (sim/ops.h, tpu__op_compute) against
+/* The values of the device program's local ops (sim/ops/ops.h, tpu__op_compute) against
  * references written here, independently of sim/.
  *
  * Exact where the definition allows: matmul against a naive loop that follows mxu.h's order
@@ -22,7 +22,7 @@
 #include "tpusim/bf16.h"
 #include "tpusim/mxu.h"
 #include "tpusim/program.h"
-#include "ops.h"
+#include "ops/ops.h"
 #include "xorshift.h"
 #include "ref_gemm.h"
 

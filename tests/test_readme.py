@@ -365,7 +365,7 @@ def quick_start_scripts():
     text = readme_text()
     quick = text.split('## Quick start', 1)[1].split('\n## ', 1)[0]
     lines = [shlex.split(l, comments=True) for b in sh_blocks(quick) for l in b]
-    assert [l[:2] for l in lines] == [['bash', 'host/demo.sh'], ['bash', 'tests/run.sh']], lines
+    assert [l[:2] for l in lines] == [['bash', 'cli/demo.sh'], ['bash', 'tests/run.sh']], lines
     for _, script in lines:
         full = os.path.join(ROOT, script)
         assert os.path.isfile(full), f'README names {script}, which does not exist'
@@ -382,7 +382,7 @@ def quick_start_scripts():
     # 15 epochs, a TPU v3 host, iterations_per_loop 100, and the fp32 host reference
     assert 'MLP (784-512-256-10, Adam, global batch 512, 15 epochs)' in ' '.join(quick.split())
     assert '`iterations_per_loop` 100' in quick
-    with open(os.path.join(ROOT, 'host', 'demo.sh')) as f:
+    with open(os.path.join(ROOT, 'cli', 'demo.sh')) as f:
         demo = f.read().replace('\\\n', ' ')
     train = [shlex.split(l) for l in demo.splitlines() if 'tpusim train' in l and
              not l.lstrip().startswith('#')]

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dataset_input.h"
+#include "tpusim/dataset_input.h"
 #include "tpusim/checkpoint.h"
 #include "tpusim/dataset.h"
 #include "tpusim/device.h"
@@ -95,7 +95,7 @@ struct env {
     struct tpu_run_config cfg;
     struct recorder rec;
     struct tpu_dataset ds;
-    struct tpu__dataset_input in;
+    struct tpu_dataset_input in;
 };
 
 static void env_default_config(struct env *e)
@@ -134,7 +134,7 @@ static void env_close(struct env *e)
 {
     tpu_estimator_destroy(&e->est);
     tpu_device_close(&e->dev);
-    tpu__dataset_input_free(&e->in);
+    tpu_dataset_input_free(&e->in);
 }
 
 static struct env *env_new(void)
@@ -143,7 +143,7 @@ static struct env *env_new(void)
     assert_non_null(e);
     env_default_config(e);
     make_dataset(&e->ds, 200, 1);
-    tpu__dataset_input_init(&e->in, &e->ds, 3);
+    tpu_dataset_input_init(&e->in, &e->ds, 3);
     return e;
 }
 
@@ -471,7 +471,7 @@ static void test_finite_input_ends_cleanly(void **state)
 
 /* An input that fails, or poisons its data, at a given call. */
 struct bad_input {
-    struct tpu__dataset_input *base;
+    struct tpu_dataset_input *base;
     int fail_at, nan_at, calls;
 };
 
@@ -742,20 +742,20 @@ static void test_model_parallel_eval_and_predict_finish(void **state)
     train_ok(e, 9, 0); /* more steps than the outfeed queue holds */
     struct tpu_diag d = {0};
     struct tpu_eval_result ev;
-    struct tpu__dataset_input tin;
-    tpu__dataset_input_init(&tin, &e->ds, 3);
+    struct tpu_dataset_input tin;
+    tpu_dataset_input_init(&tin, &e->ds, 3);
     int rc = tpu_estimator_evaluate(e->est, &tin.input, 0, &ev, &d);
     if (rc)
         fail_msg("evaluate: %s", d.msg);
     assert_int_equal(ev.examples, 200);
-    tpu__dataset_input_free(&tin);
-    tpu__dataset_input_init(&tin, &e->ds, 3);
+    tpu_dataset_input_free(&tin);
+    tpu_dataset_input_init(&tin, &e->ds, 3);
     uint64_t n = 0;
     rc = tpu_estimator_predict(e->est, &tin.input, count_emit, NULL, &n, &d);
     if (rc)
         fail_msg("predict: %s", d.msg);
     assert_int_equal(n, 200);
-    tpu__dataset_input_free(&tin);
+    tpu_dataset_input_free(&tin);
     alarm(0);
     env_free(e);
 }
@@ -841,7 +841,7 @@ static void test_training_at_max_steps_says_so(void **state)
     assert_int_equal(env_open(e, NULL), 0);
     train_ok(e, 4, 0);
     env_close(e);
-    tpu__dataset_input_init(&e->in, &e->ds, 3);
+    tpu_dataset_input_init(&e->in, &e->ds, 3);
     assert_int_equal(env_open(e, NULL), 0);
     struct tpu_diag d = {0};
     assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 0, 4, &d), 0);
@@ -1046,8 +1046,8 @@ static int memory_child(void)
         return 6;
     struct tpu_dataset ds;
     make_dataset(&ds, 64, 1);
-    struct tpu__dataset_input in;
-    tpu__dataset_input_init(&in, &ds, 3);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, &ds, 3);
     int rc = tpu_estimator_train(est, &in.input, 1, 0, &d);
     fprintf(stderr, "child: %d %s\n", rc, d.msg);
     if (rc != TPU_ENOMEM || !strstr(d.msg, "the training program 'mlp_train' needs about") ||

@@ -1,4 +1,4 @@
-/* Tests of the serial-fold schedule (SCALE-Sim v2's compute model, sim/scalesim.c).
+/* Tests of the serial-fold schedule (SCALE-Sim v2's compute model, sim/mxu/scalesim.c).
  *
  * Three kinds of evidence: values worked out by hand from SCALE-Sim's demand-matrix
  * construction for small arrays; SCALE-Sim's own reference outputs (the COMPUTE_REPORT.csv

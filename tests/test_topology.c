@@ -1,4 +1,4 @@
-/* Tests of the SCALE-Sim topology reader (host/topology.c): good GEMM and convolution files,
+/* Tests of the SCALE-Sim topology reader (host/io/topology.c): good GEMM and convolution files,
  * the files shipped in tests/data/topology/, and every error a user can meet, each checked
  * by the text of its message. Files are written to a fresh temporary directory that the
  * group teardown removes. */
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "topology.h"
+#include "tpusim/topology_file.h"
 #include "tpusim/scalesim.h"
 
 #define MAX_TEMP_FILES 64
@@ -76,19 +76,19 @@ static const char *write_text(void **state, const char *name, const char *text)
     return write_bytes(state, name, text, strlen(text));
 }
 
-static struct tpu__topology read_ok(const char *path)
+static struct tpu_topology_file read_ok(const char *path)
 {
-    struct tpu__topology t = {0};
+    struct tpu_topology_file t = {0};
     struct tpu_diag d;
     tpu_diag_clear(&d);
-    int rc = tpu__topology_read(path, &t, &d);
+    int rc = tpu_topology_file_read(path, &t, &d);
     if (rc != 0)
         print_error("reading %s failed: %s\n", path, d.msg);
     assert_int_equal(rc, 0);
     return t;
 }
 
-static void check_layer(const struct tpu__topology *t, size_t i, const char *name, uint64_t m,
+static void check_layer(const struct tpu_topology_file *t, size_t i, const char *name, uint64_t m,
                         uint64_t n, uint64_t k, uint32_t line)
 {
     assert_true(i < t->n_layers);
@@ -103,20 +103,20 @@ static void check_layer(const struct tpu__topology *t, size_t i, const char *nam
  * result struct is untouched. */
 static void expect_read_fail(const char *path, int code, const char *text)
 {
-    struct tpu__topology t = {.format = TPU__TOPOLOGY_CONV, .n_layers = 7, .layers = NULL};
+    struct tpu_topology_file t = {.format = TPU_TOPOLOGY_FILE_CONV, .n_layers = 7, .layers = NULL};
     struct tpu_diag d;
     tpu_diag_clear(&d);
-    int rc = tpu__topology_read(path, &t, &d);
+    int rc = tpu_topology_file_read(path, &t, &d);
     if (rc != code || !strstr(d.msg, text))
         print_error("%s: got %d \"%s\", expected %d with \"%s\"\n", path, rc, d.msg, code, text);
     assert_int_equal(rc, code);
     assert_int_equal(d.code, code);
     assert_non_null(strstr(d.msg, text));
-    assert_int_equal(t.format, TPU__TOPOLOGY_CONV);
+    assert_int_equal(t.format, TPU_TOPOLOGY_FILE_CONV);
     assert_int_equal(t.n_layers, 7);
     assert_null(t.layers);
     /* without a diag too */
-    assert_int_equal(tpu__topology_read(path, &t, NULL), code);
+    assert_int_equal(tpu_topology_file_read(path, &t, NULL), code);
 }
 
 /* "…/layers.csv:<line>: <text>" for a file whose body is `text` */
@@ -139,19 +139,19 @@ static void test_gemm_basic(void **state)
                                   "# a comment line\n"
                                   "fc1, 1, 2, 3,,\n" /* a repeated name; two trailing commas */
                                   "attn, 4, 5, 6, # a trailing comment\n");
-    struct tpu__topology t = read_ok(path);
-    assert_int_equal(t.format, TPU__TOPOLOGY_GEMM);
+    struct tpu_topology_file t = read_ok(path);
+    assert_int_equal(t.format, TPU_TOPOLOGY_FILE_GEMM);
     assert_int_equal(t.n_layers, 4);
     check_layer(&t, 0, "fc1", 128, 256, 784, 2);
     check_layer(&t, 1, "fc2", 64, 10, 256, 4);
     check_layer(&t, 2, "fc1", 1, 2, 3, 7);
     check_layer(&t, 3, "attn", 4, 5, 6, 8);
     assert_int_equal(t.layers[0].conv.ifmap_h, 0); /* no convolution for GEMM rows */
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
     assert_int_equal(t.n_layers, 0);
     assert_null(t.layers);
-    tpu__topology_free(&t); /* twice is harmless */
-    tpu__topology_free(NULL);
+    tpu_topology_file_free(&t); /* twice is harmless */
+    tpu_topology_file_free(NULL);
 }
 
 static void test_gemm_crlf_bom_and_sparsity(void **state)
@@ -162,31 +162,31 @@ static void test_gemm_crlf_bom_and_sparsity(void **state)
                                   "GEMM_1, 3, 5, 16, 1:1,\r\n"
                                   "GEMM_2, 7, 9, 11,\r\n"
                                   "GEMM_3, 2, 2, 2, 4:4\r\n");
-    struct tpu__topology t = read_ok(path);
+    struct tpu_topology_file t = read_ok(path);
     assert_int_equal(t.n_layers, 3);
     check_layer(&t, 0, "GEMM_1", 3, 5, 16, 2);
     check_layer(&t, 1, "GEMM_2", 7, 9, 11, 3);
     check_layer(&t, 2, "GEMM_3", 2, 2, 2, 4);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 static void test_parse_from_memory(void **state)
 {
     (void)state;
     const char text[] = "Layer,M,N,K,\nx,1,2,3,"; /* no terminating NUL is read */
-    struct tpu__topology t = {0};
+    struct tpu_topology_file t = {0};
     struct tpu_diag d;
     tpu_diag_clear(&d);
-    assert_int_equal(tpu__topology_parse(text, sizeof text - 1, "inline", &t, &d), 0);
+    assert_int_equal(tpu_topology_file_parse(text, sizeof text - 1, "inline", &t, &d), 0);
     assert_int_equal(t.n_layers, 1);
     check_layer(&t, 0, "x", 1, 2, 3, 2);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 
-    assert_int_equal(tpu__topology_parse(NULL, 0, "inline", &t, &d), TPU_EPARSE);
+    assert_int_equal(tpu_topology_file_parse(NULL, 0, "inline", &t, &d), TPU_EPARSE);
     assert_non_null(strstr(d.msg, "inline: the file is empty"));
-    assert_int_equal(tpu__topology_parse(NULL, 5, "inline", &t, &d), TPU_EINVAL);
-    assert_int_equal(tpu__topology_parse(text, sizeof text - 1, "inline", NULL, &d), TPU_EINVAL);
-    assert_int_equal(tpu__topology_read(NULL, &t, &d), TPU_EINVAL);
+    assert_int_equal(tpu_topology_file_parse(NULL, 5, "inline", &t, &d), TPU_EINVAL);
+    assert_int_equal(tpu_topology_file_parse(text, sizeof text - 1, "inline", NULL, &d), TPU_EINVAL);
+    assert_int_equal(tpu_topology_file_read(NULL, &t, &d), TPU_EINVAL);
 }
 
 /* ---- good convolution files -------------------------------------------------------------- */
@@ -202,11 +202,11 @@ static void test_conv_two_strides_and_edges(void **state)
         "c1,10,20,3,3,4,8,1,2,\n"  /* Oh = 7 + 1 = 8, Ow = ceil(17/2) + 1 = 10 */
         "c2,5,5,5,5,2,3,2,2,\n"    /* the filter covers the IFMAP: 1 x 1 */
         "c3,7,7,2,2,1,1,3,3,\n");  /* ceil(5/3) + 1 = 3 (floor would give 2) */
-    struct tpu__topology t = read_ok(path);
-    assert_int_equal(t.format, TPU__TOPOLOGY_CONV);
+    struct tpu_topology_file t = read_ok(path);
+    assert_int_equal(t.format, TPU_TOPOLOGY_FILE_CONV);
     assert_int_equal(t.n_layers, 3);
     check_layer(&t, 0, "c1", 80, 8, 36, 2);
-    const struct tpu__topology_conv *c = &t.layers[0].conv;
+    const struct tpu_topology_file_conv *c = &t.layers[0].conv;
     assert_int_equal(c->ifmap_h, 10);
     assert_int_equal(c->ifmap_w, 20);
     assert_int_equal(c->filter_h, 3);
@@ -219,7 +219,7 @@ static void test_conv_two_strides_and_edges(void **state)
     assert_int_equal(c->ofmap_w, 10);
     check_layer(&t, 1, "c2", 1, 3, 50, 3);
     check_layer(&t, 2, "c3", 9, 1, 4, 4);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 /* SCALE-Sim's load_arrays_conv(): 'DP' in the name splits the layer per channel. */
@@ -230,7 +230,7 @@ static void test_conv_depthwise_expansion(void **state)
                                   "Filter Width, Channels, Num Filter, Strides,\n"
                                   "DPConv, 8, 8, 3, 3, 3, 1, 1,\n"
                                   "Conv_dw, 8, 8, 3, 3, 3, 1, 1,\n"); /* not 'DP': one layer */
-    struct tpu__topology t = read_ok(path);
+    struct tpu_topology_file t = read_ok(path);
     assert_int_equal(t.n_layers, 4);
     check_layer(&t, 0, "DPConvChannel_0", 36, 1, 9, 2);
     check_layer(&t, 1, "DPConvChannel_1", 36, 1, 9, 2);
@@ -238,7 +238,7 @@ static void test_conv_depthwise_expansion(void **state)
     assert_int_equal(t.layers[2].conv.channels, 1);
     check_layer(&t, 3, "Conv_dw", 36, 1, 27, 3);
     assert_int_equal(t.layers[3].conv.channels, 3);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 /* ---- the shipped files ------------------------------------------------------------------- */
@@ -258,7 +258,7 @@ static void data_path(char *out, size_t size, const char *name)
     snprintf(out, size, "%.*s/data/topology/%s", dir_len, slash ? file : ".", name);
 }
 
-static struct tpu__topology read_data(const char *name)
+static struct tpu_topology_file read_data(const char *name)
 {
     char path[512];
     data_path(path, sizeof path, name);
@@ -268,8 +268,8 @@ static struct tpu__topology read_data(const char *name)
 static void test_data_scalesim_gemm_test(void **state)
 {
     (void)state;
-    struct tpu__topology t = read_data("gemm_test_mnk_input.csv");
-    assert_int_equal(t.format, TPU__TOPOLOGY_GEMM);
+    struct tpu_topology_file t = read_data("gemm_test_mnk_input.csv");
+    assert_int_equal(t.format, TPU_TOPOLOGY_FILE_GEMM);
     assert_int_equal(t.n_layers, 1);
     check_layer(&t, 0, "Test 1", 256, 128, 256, 2);
     /* the compute cycles of SCALE-Sim's golden_trace_user_ws run (52447 - 41248 stalls) */
@@ -278,29 +278,29 @@ static void test_data_scalesim_gemm_test(void **state)
                                      t.layers[0].k, &r, NULL),
                      0);
     assert_int_equal(r.total_cycles, 11199);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 static void test_data_gpt2(void **state)
 {
     (void)state;
-    struct tpu__topology t = read_data("gemm_gpt2.csv");
+    struct tpu_topology_file t = read_data("gemm_gpt2.csv");
     assert_int_equal(t.n_layers, 6);
     check_layer(&t, 0, "QKT", 1024, 1024, 64, 2);
     check_layer(&t, 1, "QKTV", 1024, 64, 1024, 3);
     check_layer(&t, 2, "Linear1", 1024, 4800, 1600, 4);
     check_layer(&t, 5, "PW-FF-L2", 1024, 1600, 3072, 7);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 static void test_data_small(void **state)
 {
     (void)state;
-    struct tpu__topology t = read_data("gemm_small.csv");
+    struct tpu_topology_file t = read_data("gemm_small.csv");
     assert_int_equal(t.n_layers, 2);
     check_layer(&t, 0, "small_4x4x4", 4, 4, 4, 2);
     check_layer(&t, 1, "partial_10x12x20", 10, 12, 20, 3);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 /* The layer of SCALE-Sim's test/golden_trace/COMPUTE_REPORT.csv, end to end: 224 x 224,
@@ -308,8 +308,8 @@ static void test_data_small(void **state)
 static void test_data_alexnet_golden(void **state)
 {
     (void)state;
-    struct tpu__topology t = read_data("conv_alexnet_part.csv");
-    assert_int_equal(t.format, TPU__TOPOLOGY_CONV);
+    struct tpu_topology_file t = read_data("conv_alexnet_part.csv");
+    assert_int_equal(t.format, TPU_TOPOLOGY_FILE_CONV);
     assert_int_equal(t.n_layers, 1);
     check_layer(&t, 0, "Conv1", 3025, 96, 363, 2);
     assert_int_equal(t.layers[0].conv.ofmap_h, 55);
@@ -319,13 +319,13 @@ static void test_data_alexnet_golden(void **state)
                                      t.layers[0].k, &r, NULL),
                      0);
     assert_int_equal(r.total_cycles, 112283);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 static void test_data_mobilenet(void **state)
 {
     (void)state;
-    struct tpu__topology t = read_data("conv_mobilenet_part.csv");
+    struct tpu_topology_file t = read_data("conv_mobilenet_part.csv");
     assert_int_equal(t.n_layers, 7);
     check_layer(&t, 0, "Conv1", 12544, 32, 27, 3);   /* ceil(221/2) + 1 = 112 */
     check_layer(&t, 1, "Conv2_dw", 12100, 1, 9, 4);  /* 110 x 110, '#dw' dropped */
@@ -334,7 +334,7 @@ static void test_data_mobilenet(void **state)
     check_layer(&t, 4, "Conv11", 784, 256, 256, 7);  /* no trailing comma */
     check_layer(&t, 5, "Conv15_0", 196, 512, 512, 8); /* tab-indented */
     check_layer(&t, 6, "FC", 1, 1000, 1024, 9);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 /* ---- errors: the file -------------------------------------------------------------------- */
@@ -392,7 +392,7 @@ static void test_error_no_layers(void **state)
 static void test_error_too_large(void **state)
 {
     const char *path = write_text(state, "huge.csv", "Layer, M, N, K,\n");
-    assert_int_equal(truncate(path, (off_t)TPU__TOPOLOGY_MAX_BYTES + 1), 0);
+    assert_int_equal(truncate(path, (off_t)TPU_TOPOLOGY_FILE_MAX_BYTES + 1), 0);
     expect_read_fail(path, TPU_ERANGE, "huge.csv' is larger than 64 MiB");
     assert_int_equal(truncate(path, 0), 0);
 }
@@ -484,9 +484,9 @@ static void test_error_numbers(void **state)
     /* the largest value itself is taken */
     const char *path = write_text(state, "max.csv",
                                   "Layer, M, N, K,\nmax, 18446744073709551615, 1, 1,\n");
-    struct tpu__topology t = read_ok(path);
+    struct tpu_topology_file t = read_ok(path);
     assert_int_equal(t.layers[0].m, UINT64_MAX);
-    tpu__topology_free(&t);
+    tpu_topology_file_free(&t);
 }
 
 /* ---- errors: convolution rows ------------------------------------------------------------ */

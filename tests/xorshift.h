@@ -1,7 +1,7 @@
 /* The random operands of the tests and benchmarks: xorshift64* (Vigna), so a seed gives the
  * same stream on every machine and a failing case can be rerun. Each test owns its state
  * (`struct rng r = {seed}`, seed not 0); there is no global generator. This is not
- * host/rng.h (SplitMix64), which makes the host's operands, initial weights and shuffles. */
+ * common/rng.h (SplitMix64), which makes the host's operands, initial weights and shuffles. */
 #ifndef TPUSIM_TESTS_XORSHIFT_H
 #define TPUSIM_TESTS_XORSHIFT_H
 

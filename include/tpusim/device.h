@@ -19,7 +19,7 @@
  * deterministic function of the program, the data sizes and the host_cycle arguments, for
  * any number of worker threads.
  *
- * Timing model (sim/timing.c documents every formula): per core an in-order scoreboard over
+ * Timing model (sim/chip/timing.c documents every formula): per core an in-order scoreboard over
  * units; an op starts when its inputs are ready and its units are free. Units: the matrix
  * units (MXU; the core's MXUs work on one matmul together), the vector unit (VPU), DMA between
  * HBM and on-chip memory, the infeed and outfeed ports on the host link, and the
@@ -89,7 +89,7 @@ struct tpu_core_counters {
 
 /* One matrix unit's share of one matmul: n_tiles weight tiles run back to back on the unit
  * with double-buffered weights, as mxu.h's cycle model and numerics define. The device cuts
- * the matmul exactly as gemm.h deals it over a core's MXUs (sim/mxu_provider.c says how).
+ * the matmul exactly as gemm.h deals it over a core's MXUs (sim/chip/mxu_provider.c says how).
  * All buffers belong to the caller; a provider reads w and in and writes out only. */
 struct tpu_mxu_seq {
     enum tpu_dtype dtype;           /* TPU_DTYPE_BF16 or TPU_DTYPE_INT8 */

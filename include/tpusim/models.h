@@ -79,7 +79,7 @@ void tpu_mlp_program_free(struct tpu_mlp_program *p);
  * integers, packed to an int8 buffer once per launch, before the loop), w<l>.dequant [1][out]
  * (input scale x the column's weight scale) and b<l> [1][out]; params[] lists them in that
  * order per layer. The infeed, outfeed and variables are those of the fp32 programs.
- * host/quantize.c makes the params and scales from a trained checkpoint
+ * host/models/quantize.c makes the params and scales from a trained checkpoint
  * (tpusim/quantize.h). */
 int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
                        const float *in_alpha, struct tpu_mlp_program *out, struct tpu_diag *d);

@@ -32,7 +32,7 @@
  *   relu_grad out y; in dy, x             y = x > 0 ? dy : 0
  *   exp      out y; in x
  *   convert  out y; in x                  dtype conversion, same shape (f32 -> bf16 rounds
- *                                         to nearest even; sim/ops_vector.c defines every
+ *                                         to nearest even; sim/ops/ops_vector.c defines every
  *                                         pair); programs may not convert f32 or bf16 to int8
  *                                         or int32 (use quantize); same dtype: a copy
  *   quantize out y; in x                  f32 -> int8 with a scale: y = clamp(round(alpha *
@@ -67,9 +67,9 @@
  * sub, mul, max, scale, relu, relu_grad, exp) and all_reduce; the optimizers update their
  * outputs in place by definition. A temp holds one value per pass: it is written once by an
  * op that does not read it, then possibly updated in place (or by matmul accumulate).
- * tpu_program_verify enforces these and the rest; sim/program_verify.c lists every rule.
+ * tpu_program_verify enforces these and the rest; sim/program/program_verify.c lists every rule.
  *
- * Text form (sim/program_parse.c has the grammar):
+ * Text form (sim/program/program_parse.c has the grammar):
  *     program mlp_step
  *     var iterations
  *     param w1: f32[784, 128]

@@ -6,7 +6,7 @@
  * Verilog array in rtl/ reproduces cycle for cycle. This one is not a model of any hardware
  * tpusim simulates; it reproduces, number for number, the "Total Cycles", "Overall Util %",
  * "Mapping Efficiency %" and "Compute Util %" columns of SCALE-Sim v2's COMPUTE_REPORT.csv
- * for its three dataflows, with ideal memory ("Stall Cycles" 0). sim/scalesim.c derives every
+ * for its three dataflows, with ideal memory ("Stall Cycles" 0). sim/mxu/scalesim.c derives every
  * formula below from SCALE-Sim's source and names the files it comes from.
  *
  * ---------------------------------------------------------------------------------------

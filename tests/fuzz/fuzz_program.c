@@ -1,7 +1,7 @@
 /* Fuzz target: a device program's text form (`tpusim program check|run FILE`), parsed by
  * tpu_program_parse() and verified against the CLI's default chip (tiny) as the CLI does.
  * Every program that parses must also print back canonically: print -> parse -> print gives
- * the same bytes (the text form's contract, sim/program_parse.c). */
+ * the same bytes (the text form's contract, sim/program/program_parse.c). */
 #include "fuzz_util.h"
 #include "tpusim/config.h"
 #include "tpusim/program.h"

@@ -1,0 +1,1235 @@
+/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: an MLP on Fashion-MNIST (or any
+ * MNIST-format IDX files) on a simulated chip, through the estimator (runtime.h).
+ *
+ * Options come from flags or from a JSON config file (--config FILE): its keys are the long
+ * option names with '_' for '-', its values numbers, strings or booleans; flags given after
+ * --config override it. Every value is checked before any work. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "tpusim/dataset_input.h"
+#include "tpusim/npy.h"
+#include "tpusim/reference.h"
+#include "tpusim/checkpoint.h"
+#include "tpusim/dataset.h"
+#include "tpusim/device.h"
+#include "tpusim/models.h"
+#include "tpusim/quantize.h"
+#include "tpusim/runtime.h"
+#ifdef TPUSIM_HAVE_RTL
+#include "mxu_rtl_provider.h"
+#endif
+
+/* The longest value an option takes, in characters: a path (a file or directory the
+ * command reads or writes), --model-dir (the runtime's model_dir field) and any other value. */
+#define OPT_PATH_MAX 4000
+#define OPT_MODEL_DIR_MAX (sizeof(((struct tpu_run_config *)0)->model_dir) - 1)
+#define OPT_TEXT_MAX 255
+
+/* The options' values. Strings are copies (never pointers into argv or a config file), so a
+ * value outlives whatever it was read from; an empty string is an option not given. */
+struct train_opts {
+    const char *cmd;
+    char chip[OPT_PATH_MAX + 1], data[OPT_PATH_MAX + 1], trace[OPT_PATH_MAX + 1];
+    char output[OPT_PATH_MAX + 1];
+    char vcd[OPT_PATH_MAX + 1]; /* --vcd: waveform of core 0's RTL array */
+    bool rtl;                   /* --backend rtl */
+    uint32_t chips, cores_per_replica, threads;
+    uint64_t steps, max_steps;
+    double epochs;
+    char layers_text[OPT_TEXT_MAX + 1];
+    struct tpu_mlp_spec spec;
+    struct tpu_run_config rc;
+    unsigned verbose;
+    bool json, reference, no_eval, timing_only;
+    bool int8; /* --int8: evaluate/predict the checkpoint quantized to int8 */
+    uint64_t limit;
+    unsigned config_depth;   /* inside --config's file: 1 */
+    bool length_from_config; /* --steps, --max-steps or --epochs came from the file */
+};
+
+/* The subcommands an option belongs to, and the longest value it takes; an option not
+ * listed belongs to all three and takes at most OPT_TEXT_MAX characters. An option given to
+ * a subcommand it does not belong to is an error, never silently ignored. */
+enum { CMD_TRAIN = 1, CMD_EVALUATE = 2, CMD_PREDICT = 4 };
+static const struct option_rule {
+    const char *name;
+    unsigned cmds; /* CMD_* bits; 0: all */
+    size_t max_chars; /* 0: OPT_TEXT_MAX */
+    const char *why;  /* why the others do not take it */
+} option_rules[] = {
+    {"--chip", 0, OPT_PATH_MAX, NULL},
+    {"--data", 0, OPT_PATH_MAX, NULL},
+    {"--trace", 0, OPT_PATH_MAX, NULL},
+    {"--vcd", 0, OPT_PATH_MAX, NULL},
+    {"--config", 0, OPT_PATH_MAX, NULL},
+    {"--model-dir", 0, OPT_MODEL_DIR_MAX, NULL},
+    {"--layers", 0, OPT_TEXT_MAX, NULL},
+    {"--iterations-per-loop", 0, OPT_TEXT_MAX, NULL},
+    {"--output", CMD_PREDICT, OPT_PATH_MAX, "only predict writes logits"},
+    {"--limit", CMD_PREDICT, 0, "evaluate takes --steps batches instead"},
+    {"--timing-only", CMD_TRAIN, 0, "evaluating and predicting compute values"},
+    {"--reference", CMD_TRAIN, 0, "the host reference is trained beside the chip"},
+    {"--no-eval", CMD_TRAIN, 0, "it skips the evaluation after training"},
+    {"--steps", CMD_TRAIN | CMD_EVALUATE, 0, "predict reads the whole test set (or --limit "
+                                             "examples)"},
+    {"--max-steps", CMD_TRAIN, 0, "evaluate takes --steps batches"},
+    {"--epochs", CMD_TRAIN, 0, "evaluate takes --steps batches"},
+    {"--int8", CMD_EVALUATE | CMD_PREDICT, 0, "it quantizes a trained checkpoint: train in bf16, "
+                                              "then evaluate or predict with --int8"},
+    /* The estimator's constructor arguments (TPUConfig, RunConfig, batch sizes, the model's
+     * hyperparameters) belong to every subcommand, as TPUEstimator takes them all whatever
+     * it is asked to do next: one command line or config file serves train, evaluate and
+     * predict. Those that a subcommand does not use are accepted and have no effect. */
+};
+
+static unsigned cmd_bit(const char *cmd)
+{
+    return !strcmp(cmd, "train") ? CMD_TRAIN : !strcmp(cmd, "evaluate") ? CMD_EVALUATE
+                                                                         : CMD_PREDICT;
+}
+
+static const struct option_rule *option_rule(const char *name)
+{
+    for (size_t i = 0; i < sizeof option_rules / sizeof option_rules[0]; i++)
+        if (!strcmp(option_rules[i].name, name))
+            return &option_rules[i];
+    return NULL;
+}
+
+/* Whether option `name` belongs to o->cmd; if not, prints why. */
+static int check_scope(const struct train_opts *o, const char *name)
+{
+    const struct option_rule *r = option_rule(name);
+    if (!r || !r->cmds || (r->cmds & cmd_bit(o->cmd)))
+        return 0;
+    char owners[64] = "";
+    static const char *const cmd_names[] = {"train", "evaluate", "predict"};
+    for (unsigned b = 0; b < 3; b++)
+        if (r->cmds & (1u << b))
+            snprintf(owners + strlen(owners), sizeof owners - strlen(owners), "%s'tpusim %s'",
+                     owners[0] ? " and " : "", cmd_names[b]);
+    return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s belongs to %s, not to 'tpusim %s' (%s); "
+                          "leave it out", name, owners, o->cmd, r->why);
+}
+
+/* Whether value v of option `name` is within the option's length; if not, prints the limit. */
+static int check_length(const struct train_opts *o, const char *name, const char *v)
+{
+    const struct option_rule *r = option_rule(name);
+    size_t max = r && r->max_chars ? r->max_chars : OPT_TEXT_MAX, n = strlen(v);
+    if (n > max)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '%.40s...' is %zu characters long; it "
+                              "takes at most %zu%s", name, v, n, max,
+                              max == OPT_TEXT_MAX ? "" : ": give a shorter path (a relative "
+                              "one, or through a symbolic link)");
+    if (n == 0)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '' is empty: give it a value, or leave "
+                              "the option out", name);
+    return 0;
+}
+
+/* Copies the value of a string option (its length is checked already). */
+static void set_text(char *dst, size_t cap, const char *v)
+{
+    snprintf(dst, cap, "%s", v);
+}
+
+/* The help, in parts: one literal would pass the 4095 characters C compilers must take. */
+static const char *const usage_text[] = {
+    "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
+    "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
+    "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
+    "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
+    "the others to all three (as TPUEstimator's constructor arguments do: those a subcommand\n"
+    "does not use have no effect). evaluate and predict need --model-dir with a checkpoint.\n"
+    "\n"
+    "chip and device\n"
+    "  --chip NAME|FILE              chip preset or JSON file (default tpu-v3); training needs\n"
+    "                                a bf16 matrix unit (tpu-v1's is int8 only)\n"
+    "  --chips N                     chips on the host (default: the chip's chips_per_host)\n"
+    "  --cores-per-replica N         model parallelism (default 1)\n"
+    "  --threads N                   host threads simulating the cores (default: all CPUs)\n"
+    "  --timing-only                 [train] count cycles, compute no values (no evaluation)\n"
+    "  --trace FILE                  write the timeline (Chrome trace JSON, opens in Perfetto)\n"
+    "  --backend native|rtl          matrix units in C (default), or every matmul on the\n"
+    "                                Verilated RTL array (small MXUs only, e.g. --chip tiny)\n"
+    "  --vcd FILE                    --backend rtl: waveform (VCD) of core 0's array; about\n"
+    "                                12 KB per cycle of an 8x8 array: use a few --steps\n"
+    "model and data\n"
+    "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
+    "  --optimizer adam|sgd          default adam (learning rate 0.001); sgd: momentum\n"
+    "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X\n"
+    "  --passes 1|3|6                matmul precision: bf16 inputs (default), or fp32 in passes\n"
+    "  --data DIR                    Fashion-MNIST files (default: the Debian package's path)\n"
+    "  --seed N                      initialization and shuffling (default 1)\n"
+    "  --reference                   [train] also train the same model in fp32 on the host\n"
+    "                                and compare\n"
+    "  --no-eval                     [train] do not evaluate after training\n",
+    "TPUConfig / RunConfig\n"
+    "  --steps N                     [train, evaluate] train N steps; evaluate N batches of\n"
+    "                                --eval-batch-size (default: the whole test set)\n"
+    "  --max-steps N | --epochs X    [train] train up to global step N, or X epochs (default 1)\n"
+    "  --iterations-per-loop N|Ns|Nm|Nh   steps per launch, or simulated time per launch\n"
+    "  --train-batch-size N          global batch (default 512, as the next two)\n"
+    "  --eval-batch-size N\n"
+    "  --predict-batch-size N\n"
+    "  --per-host-input-for-training PER_SHARD_V1|PER_HOST_V1|PER_HOST_V2|BROADCAST\n"
+    "  --eval-training-input-configuration PER_HOST_V1|SLICED\n"
+    "  --model-dir DIR               checkpoints (safetensors) and metrics.jsonl; at most\n"
+    "                                511 characters\n"
+    "  --save-checkpoints-steps N  --keep-checkpoint-max N  --log-step-count-steps N\n"
+    "  --host-call-every-n-steps N  --initial-infeed-sleep-secs X  --strict-input\n"
+    "  --host-time modeled|measured  how host phases are charged (default modeled)\n"
+    "output\n"
+    "  --verbose 0|1|2               0 silent, 1 progress bar (default), 2 a line per epoch\n"
+    "  --json                        machine-readable summary\n"
+    "  --config FILE.json            options from a file: {\"steps\": 100, \"json\": true};\n"
+    "                                the keys are these options' names with '_' for '-'\n"
+    "  --limit N                     [predict] only the first N test examples\n"
+    "  --output FILE.npy             [predict] write the logits\n"
+    "  --int8                        [evaluate, predict] int8 weights and activations\n"
+    "                                quantized from the checkpoint (per-channel weights,\n"
+    "                                activations calibrated on 1000 training examples), int8\n"
+    "                                matmuls; chips with int8 MXUs (tpu-v1, tpu-v4, tiny)\n"
+    "  --help                        this text\n"
+    "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
+    "any work: their directory must exist and be writable.\n",
+};
+
+/* ---- option parsing ------------------------------------------------------------------------ */
+
+static int parse_u32(struct train_opts *o, const char *opt, const char *v, uint32_t lo,
+                     uint32_t hi, uint32_t *out)
+{
+    uint64_t x;
+    int rc = tpu__cli_parse_u64(o->cmd, opt, v, lo, hi, &x);
+    if (!rc)
+        *out = (uint32_t)x;
+    return rc;
+}
+
+static int parse_float(struct train_opts *o, const char *opt, const char *v, double lo,
+                       double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '%s' is not a number from %g to %g",
+                              opt, v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int parse_layers(struct train_opts *o, const char *v)
+{
+    struct tpu_mlp_spec *s = &o->spec;
+    uint32_t n = 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long w = strtoul(p, &end, 10);
+        if (end == p || errno || w < 1 || w > 65536 || n + 1 >= TPU_MLP_MAX_LAYERS ||
+            (*end && *end != ','))
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE,
+                                  "--layers '%s' is not a comma-separated list of 1 to %d widths "
+                                  "from 1 to 65536; e.g. --layers 512,256",
+                                  v, TPU_MLP_MAX_LAYERS - 1);
+        s->sizes[1 + n++] = (uint32_t)w;
+        p = *end ? end + 1 : end;
+    }
+    s->n_layers = n + 1; /* the hidden layers plus the classifier */
+    /* shown as the model's shape: "512-256" */
+    snprintf(o->layers_text, sizeof o->layers_text, "%s", v);
+    for (char *c = o->layers_text; *c; c++)
+        if (*c == ',')
+            *c = '-';
+    return 0;
+}
+
+/* An option with a value. Returns 1 if `name` is not one, else 0 or an exit code (the error
+ * printed). */
+static int set_option(struct train_opts *o, const char *name, const char *v)
+{
+    double x = 0;
+    uint32_t u = 0;
+    struct tpu_diag d = {0};
+    int rc = 0;
+    /* an option of the table is checked before its value is parsed; any other after (its
+     * value has no effect then: an error ends the command) */
+    const struct option_rule *rule = option_rule(name);
+    /* how long to train: a flag after --config replaces the file's choice (say "epochs" in
+     * the file, --steps on the command line), as any other flag after it does */
+    if (!strcmp(name, "--steps") || !strcmp(name, "--max-steps") || !strcmp(name, "--epochs")) {
+        if (o->config_depth)
+            o->length_from_config = true;
+        else if (o->length_from_config) {
+            o->steps = o->max_steps = 0;
+            o->epochs = 0;
+            o->length_from_config = false;
+        }
+    }
+    if (rule && ((rc = check_length(o, name, v)) || (rc = check_scope(o, name))))
+        return rc;
+    if (!strcmp(name, "--chip"))
+        set_text(o->chip, sizeof o->chip, v);
+    else if (!strcmp(name, "--chips"))
+        rc = parse_u32(o, name, v, 1, 4096, &o->chips);
+    else if (!strcmp(name, "--cores-per-replica"))
+        rc = parse_u32(o, name, v, 1, 128, &o->rc.num_cores_per_replica);
+    else if (!strcmp(name, "--threads"))
+        rc = parse_u32(o, name, v, 1, 256, &o->threads);
+    else if (!strcmp(name, "--trace"))
+        set_text(o->trace, sizeof o->trace, v);
+    else if (!strcmp(name, "--backend")) {
+        if (!strcmp(v, "native") || !strcmp(v, "rtl"))
+            o->rtl = !strcmp(v, "rtl");
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend '%s' is not native or rtl", v);
+    } else if (!strcmp(name, "--vcd"))
+        set_text(o->vcd, sizeof o->vcd, v);
+    else if (!strcmp(name, "--layers"))
+        rc = parse_layers(o, v);
+    else if (!strcmp(name, "--optimizer")) {
+        if (!strcmp(v, "sgd"))
+            o->spec.optimizer = TPU_OPT_SGD_MOMENTUM;
+        else if (!strcmp(v, "adam"))
+            o->spec.optimizer = TPU_OPT_ADAM;
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--optimizer '%s' is not sgd or adam", v);
+    } else if (!strcmp(name, "--learning-rate")) {
+        if (!(rc = parse_float(o, name, v, 1e-9, 1000, &x)))
+            o->spec.learning_rate = (float)x;
+    } else if (!strcmp(name, "--momentum")) {
+        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
+            o->spec.momentum = (float)x;
+    } else if (!strcmp(name, "--beta1")) {
+        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
+            o->spec.beta1 = (float)x;
+    } else if (!strcmp(name, "--beta2")) {
+        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
+            o->spec.beta2 = (float)x;
+    } else if (!strcmp(name, "--epsilon")) {
+        if (!(rc = parse_float(o, name, v, 1e-12, 1, &x)))
+            o->spec.epsilon = (float)x;
+    } else if (!strcmp(name, "--l2")) {
+        if (!(rc = parse_float(o, name, v, 0, 10, &x)))
+            o->spec.l2 = (float)x;
+    } else if (!strcmp(name, "--passes")) {
+        if (!(rc = parse_u32(o, name, v, 1, 6, &u)) && u != 1 && u != 3 && u != 6)
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--passes %s is not 1, 3 or 6", v);
+        o->spec.passes = u;
+    } else if (!strcmp(name, "--data"))
+        set_text(o->data, sizeof o->data, v);
+    else if (!strcmp(name, "--seed"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_MAX, &o->rc.seed);
+    else if (!strcmp(name, "--steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->steps);
+    else if (!strcmp(name, "--max-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->max_steps);
+    else if (!strcmp(name, "--epochs"))
+        rc = parse_float(o, name, v, 1e-6, 1e6, &o->epochs);
+    else if (!strcmp(name, "--iterations-per-loop")) {
+        if (tpu_run_config_set_ipl(&o->rc, v, &d))
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s", d.msg);
+    } else if (!strcmp(name, "--train-batch-size"))
+        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.train_batch_size);
+    else if (!strcmp(name, "--eval-batch-size"))
+        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.eval_batch_size);
+    else if (!strcmp(name, "--predict-batch-size"))
+        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.predict_batch_size);
+    else if (!strcmp(name, "--per-host-input-for-training")) {
+        if (tpu_input_mode_parse(v, &o->rc.per_host_input_for_training))
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--per-host-input-for-training '%s' is "
+                                "not PER_SHARD_V1, PER_HOST_V1, PER_HOST_V2 or BROADCAST", v);
+    } else if (!strcmp(name, "--eval-training-input-configuration")) {
+        if (!strcmp(v, "PER_HOST_V1"))
+            o->rc.eval_training_input_configuration = TPU_EVAL_PER_HOST_V1;
+        else if (!strcmp(v, "SLICED"))
+            o->rc.eval_training_input_configuration = TPU_EVAL_SLICED;
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--eval-training-input-configuration '%s'"
+                                " is not PER_HOST_V1 or SLICED", v);
+    } else if (!strcmp(name, "--model-dir"))
+        set_text(o->rc.model_dir, sizeof o->rc.model_dir, v);
+    else if (!strcmp(name, "--save-checkpoints-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->rc.save_checkpoints_steps);
+    else if (!strcmp(name, "--keep-checkpoint-max"))
+        rc = parse_u32(o, name, v, 0, 1000000, &o->rc.keep_checkpoint_max);
+    else if (!strcmp(name, "--log-step-count-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_C(1) << 40, &o->rc.log_step_count_steps);
+    else if (!strcmp(name, "--host-call-every-n-steps"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_C(1) << 40, &o->rc.host_call_every_n_steps);
+    else if (!strcmp(name, "--initial-infeed-sleep-secs")) {
+        if (!(rc = parse_float(o, name, v, 0, 3600, &x)))
+            o->rc.initial_infeed_sleep_secs = x;
+    } else if (!strcmp(name, "--host-time")) {
+        if (!strcmp(v, "modeled"))
+            o->rc.host_time = TPU_HOST_TIME_MODELED;
+        else if (!strcmp(v, "measured"))
+            o->rc.host_time = TPU_HOST_TIME_MEASURED;
+        else
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--host-time '%s' is not modeled or "
+                                "measured", v);
+    } else if (!strcmp(name, "--verbose"))
+        rc = parse_u32(o, name, v, 0, 2, &o->verbose);
+    else if (!strcmp(name, "--limit"))
+        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->limit);
+    else if (!strcmp(name, "--output"))
+        set_text(o->output, sizeof o->output, v);
+    else
+        return 1; /* not an option with a value */
+    if (!rc && !rule)
+        rc = check_length(o, name, v);
+    return rc;
+}
+
+/* A true/false option: on from the command line, on or off from a config file. Returns 1 if
+ * `name` is not one. */
+static int set_flag(struct train_opts *o, const char *name, bool on)
+{
+    if (!strcmp(name, "--json"))
+        o->json = on;
+    else if (!strcmp(name, "--reference"))
+        o->reference = on;
+    else if (!strcmp(name, "--strict-input"))
+        o->rc.strict_input = on;
+    else if (!strcmp(name, "--timing-only"))
+        o->timing_only = on;
+    else if (!strcmp(name, "--no-eval"))
+        o->no_eval = on;
+    else if (!strcmp(name, "--int8"))
+        o->int8 = on;
+    else
+        return 1;
+    return 0;
+}
+
+/* Options from a JSON object: "learning_rate": 0.1 means --learning-rate 0.1, "json": true
+ * means --json (false: off). The values are copied into o (set_option) before the JSON is
+ * freed. */
+static int load_config(struct train_opts *o, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--config '%s' is a directory; give a JSON "
+                              "file of options, e.g. {\"steps\": 100, \"chip\": \"tiny\"}", path);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s:%d:%d: %s", path, je.line, je.column,
+                              je.text);
+    int rc = 0;
+    o->config_depth++;
+    if (!json_is_object(root)) {
+        rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: the config must be a JSON object of "
+                            "options, e.g. {\"learning_rate\": 0.1}", path);
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        char name[96], text[64];
+        if (strlen(key) > 60 || !strcmp(key, "help")) {
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%.60s'; the keys "
+                                "are the long options of 'tpusim %s --help' with '_' for '-'",
+                                path, key, o->cmd);
+            goto out;
+        }
+        snprintf(name, sizeof name, "--%s", key);
+        for (char *c = name + 2; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        if (!strcmp(name, "--config")) {
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: 'config': a config file cannot name "
+                                "another; put the options of both in one file", path);
+            goto out;
+        }
+        if (json_is_boolean(val)) {
+            int r = set_flag(o, name, json_is_true(val));
+            if (r == 1) {
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is not a true/false option; "
+                                    "give it the value it takes on the command line (see "
+                                    "'tpusim %s --help')", path, key, o->cmd);
+                goto out;
+            }
+            if ((rc = check_scope(o, name)))
+                goto out;
+            continue;
+        }
+        const char *v = text;
+        if (json_is_integer(val))
+            snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
+        else if (json_is_real(val))
+            snprintf(text, sizeof text, "%.17g", json_real_value(val));
+        else if (json_is_string(val))
+            v = json_string_value(val); /* whole: jansson rejects \u0000 by default */
+        else {
+            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string, "
+                                "true or false", path, key);
+            goto out;
+        }
+        int r = set_option(o, name, v);
+        if (r == 1) {
+            /* a flag given a value, or no option at all (o is not used after an error) */
+            if (set_flag(o, name, true) == 0)
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is a true/false option: "
+                                    "give it true or false", path, key);
+            else
+                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys "
+                                    "are the long options of 'tpusim %s --help' with '_' for "
+                                    "'-'", path, key, o->cmd);
+            goto out;
+        }
+        if (r) {
+            rc = r;
+            goto out;
+        }
+    }
+out:
+    o->config_depth--;
+    json_decref(root);
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, struct train_opts *o)
+{
+    set_text(o->chip, sizeof o->chip, "tpu-v3");
+    o->verbose = 1;
+    tpu_mlp_default_spec(&o->spec);
+    o->spec.optimizer = TPU_OPT_ADAM; /* Keras's defaults: Adam, learning rate 0.001 */
+    o->spec.learning_rate = 0.001f;
+    tpu_run_config_default(&o->rc);
+    o->rc.seed = 1;
+    o->rc.train_batch_size = o->rc.eval_batch_size = o->rc.predict_batch_size = 512;
+    parse_layers(o, "512,256");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            for (size_t k = 0; k < sizeof usage_text / sizeof usage_text[0]; k++)
+                fputs(usage_text[k], stdout);
+            return -1;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            const bool after_flag = i > 1 && !set_flag(o, argv[i - 1], true);
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "'%s' is not an option (options start "
+                                  "with --)%s%s%s", a, after_flag ? "; " : "",
+                                  after_flag ? argv[i - 1] : "",
+                                  after_flag ? " takes no value: it is on when given" : "");
+        }
+        int rc;
+        if (!set_flag(o, a, true)) {
+            if ((rc = check_scope(o, a)))
+                return rc;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "option '%s' needs a value (or is "
+                                  "unknown: see 'tpusim %s --help')", a, o->cmd);
+        if (!strcmp(a, "--config"))
+            rc = check_length(o, a, argv[i + 1]) ? TPU_CLI_USAGE : load_config(o, argv[i + 1]);
+        else
+            rc = set_option(o, a, argv[i + 1]);
+        if (rc == 1)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "unknown option '%s'; run 'tpusim %s "
+                                  "--help' for the list", a, o->cmd);
+        if (rc)
+            return rc;
+        i++;
+    }
+    int given = (o->steps > 0) + (o->max_steps > 0) + (o->epochs > 0);
+    if (given > 1)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give one of --steps, --max-steps and "
+                              "--epochs");
+    if (strcmp(o->cmd, "train") && !o->rc.model_dir[0])
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give --model-dir: '%s' reads the "
+                              "checkpoint a 'tpusim train --model-dir DIR' wrote", o->cmd);
+    if (o->timing_only && o->reference)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--timing-only computes no values: it "
+                              "goes with 'tpusim train' without --reference");
+    if (o->vcd[0] && !o->rtl)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
+                              "it goes with --backend rtl");
+    if (o->rtl) {
+#ifndef TPUSIM_HAVE_RTL
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
+                              "without the RTL matrix unit; rebuild with 'meson configure "
+                              "-Drtl=enabled' (needs verilator and a C++17 compiler)");
+#endif
+        if (o->timing_only)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl computes every matmul's "
+                                  "values on the RTL array; it does not go with --timing-only "
+                                  "(the native backend counts the same cycles)");
+        if (o->spec.passes != 1)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl runs one-pass (bf16 "
+                                  "input) matmuls only; --passes %u needs --backend native",
+                                  o->spec.passes);
+    }
+    return 0;
+}
+
+/* ---- progress ------------------------------------------------------------------------------- */
+
+/* The training pass as the progress bar sees it. Where it began is learnt from its first
+ * loop (the estimator restores the checkpoint inside train): steps and epochs count from
+ * there, so a resumed run reports the steps it ran, not the checkpoint's. */
+struct progress {
+    const struct train_opts *o;
+    uint64_t steps, max_steps;  /* what train was asked for (one of them is 0) */
+    uint64_t total_steps, first_step, steps_per_epoch;
+    bool started;
+    double wall0;
+    uint64_t last_epoch;
+};
+
+static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag *d)
+{
+    struct progress *p = ctx;
+    (void)d;
+    if (li->mode != TPU_MODE_TRAIN)
+        return 0;
+    if (!p->started) {
+        p->started = true;
+        p->first_step = li->global_step - li->steps;
+        p->total_steps = p->steps ? p->steps
+                         : p->max_steps > p->first_step ? p->max_steps - p->first_step : 0;
+        p->last_epoch = p->first_step / p->steps_per_epoch;
+    }
+    if (p->o->json)
+        return 0;
+    uint64_t done = li->global_step - p->first_step;
+    double el = tpu__cli_now_s() - p->wall0;
+    char loss[32] = "n/a"; /* timing-only: no values */
+    if (isfinite(li->loss))
+        snprintf(loss, sizeof loss, "%.4f", (double)li->loss);
+    if (p->o->verbose == 1) {
+        int width = 30, filled = p->total_steps ? (int)(width * done / p->total_steps) : width;
+        double eta = done ? el * (double)(p->total_steps - done) / (double)done : 0;
+        fprintf(stderr, "\r[%.*s%s%.*s] %llu/%llu steps  loss %s  ETA %.0fs ", filled,
+                "==============================", filled < width ? ">" : "",
+                width - filled - (filled < width), "                              ",
+                (unsigned long long)done, (unsigned long long)p->total_steps, loss, eta);
+        if (done >= p->total_steps)
+            fputc('\n', stderr);
+    } else if (p->o->verbose == 2 && li->log_due) {
+        /* TPUEstimator's log_step_count_steps line, in simulated time */
+        fprintf(stderr, "global step %llu: loss %s, %.1f global_step/sec, %.0f examples/sec "
+                "(simulated)\n", (unsigned long long)li->global_step, loss,
+                li->step_time_s > 0 ? 1.0 / li->step_time_s : 0, li->examples_per_s);
+    }
+    if (p->o->verbose == 2 && p->steps_per_epoch) {
+        uint64_t epoch = li->global_step / p->steps_per_epoch;
+        if (epoch != p->last_epoch)
+            fprintf(stderr, "epoch %llu done by global step %llu: loss %s, %.0f simulated "
+                    "examples/s, %.1f s wall\n", (unsigned long long)epoch,
+                    (unsigned long long)li->global_step, loss, li->examples_per_s, el);
+        else if (done >= p->total_steps) /* the end, inside an epoch */
+            fprintf(stderr, "training ended at global step %llu (epoch %.2f): loss %s, %.0f "
+                    "simulated examples/s, %.1f s wall\n", (unsigned long long)li->global_step,
+                    (double)li->global_step / (double)p->steps_per_epoch, loss,
+                    li->examples_per_s, el);
+        p->last_epoch = epoch;
+    }
+    return 0;
+}
+
+/* ---- SIGINT ------------------------------------------------------------------------------- */
+
+/* The estimator a Ctrl-C stops, and how many came: the only state a signal handler can
+ * reach, so it is file-scope (written before the handler is installed, cleared after it is
+ * removed). The first SIGINT asks the runtime to stop at the next step boundary (training
+ * then writes a checkpoint); a second one aborts at once. */
+static struct tpu_estimator *volatile sigint_est;
+static volatile sig_atomic_t sigint_count;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (sigint_count++ == 0 && sigint_est) {
+        tpu_estimator_request_stop(sigint_est); /* async-signal-safe */
+        static const char m[] = "\ntpusim: stopping at the next step boundary (Ctrl-C again "
+                                "to abort at once)\n";
+        ssize_t w = write(STDERR_FILENO, m, sizeof m - 1);
+        (void)w;
+        return;
+    }
+    static const char m[] = "\ntpusim: aborted; the last checkpoint is intact\n";
+    ssize_t w = write(STDERR_FILENO, m, sizeof m - 1);
+    (void)w;
+    _exit(130);
+}
+
+static struct sigaction sigint_old;
+
+static void sigint_install(struct tpu_estimator *est)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART; /* the other threads' writes and reads go on */
+    sigemptyset(&sa.sa_mask);
+    sigint_est = est;
+    sigint_count = 0;
+    sigaction(SIGINT, &sa, &sigint_old);
+}
+
+static void sigint_remove(void)
+{
+    if (!sigint_est)
+        return;
+    sigaction(SIGINT, &sigint_old, NULL);
+    sigint_est = NULL;
+}
+
+/* A run the runtime stopped on request: says where it stopped, exits 130 as after SIGINT. */
+static int stopped(const struct train_opts *o, const struct tpu_diag *d)
+{
+    /* after the progress bar's line, on a line of its own */
+    fprintf(stderr, "%stpusim %s: %s\n", o->verbose == 1 && !o->json ? "\n" : "", o->cmd,
+            d->msg);
+    return 130;
+}
+
+/* ---- the commands --------------------------------------------------------------------------- */
+
+struct run {
+    struct train_opts o;
+    struct tpu_chip_config chip;
+    struct tpu_device *dev;
+#ifdef TPUSIM_HAVE_RTL
+    struct tpu_mxu_rtl_provider *rtl; /* --backend rtl: one RTL array per MXU */
+#endif
+    struct tpu_estimator *est;
+    struct tpu_dataset train, test;
+    struct tpu_model model;
+    struct tpu_int8_mlp *q; /* --int8: the quantized checkpoint */
+    struct progress prog;
+};
+
+/* --backend rtl: an RTL array for every MXU of the device, and --vcd on core 0's first. */
+static int setup_rtl(struct run *r, struct tpu_device_settings *s)
+{
+#ifdef TPUSIM_HAVE_RTL
+    struct tpu_diag d = {0};
+    const struct tpu_chip_config *c = &r->chip;
+    const uint64_t units = (uint64_t)s->n_chips * c->cores_per_chip * c->mxu_per_core;
+    if (units > 4096)
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--backend rtl: the device has %llu "
+                              "matrix units; the RTL backend simulates at most 4096 (use fewer "
+                              "--chips)", (unsigned long long)units);
+    if (tpu_mxu_rtl_provider_create(c->mxu_rows, c->mxu_cols, (uint32_t)units, &r->rtl, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--backend rtl: chip '%s' has %ux%u "
+                              "matrix units: %s; choose a chip whose MXU has one of those "
+                              "shapes (e.g. --chip tiny)", c->name, c->mxu_rows, c->mxu_cols,
+                              d.msg);
+    if (r->o.vcd[0] && tpu_mxu_rtl_provider_trace_open(r->rtl, 0, r->o.vcd, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--vcd: %s", d.msg);
+    s->mxu = tpu_mxu_rtl_provider_get(r->rtl);
+    return 0;
+#else
+    (void)s;
+    return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
+                          "without the RTL matrix unit");
+#endif
+}
+
+/* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. */
+static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, uint64_t *cycles)
+{
+    *units = 0;
+    *tiles = *cycles = 0;
+#ifdef TPUSIM_HAVE_RTL
+    struct tpu_mxu_rtl_unit_stats st;
+    for (uint32_t u = 0; r->rtl && tpu_mxu_rtl_provider_stats(r->rtl, u, &st) == 0; u++) {
+        ++*units;
+        *tiles += st.tiles;
+        *cycles += st.cycles;
+    }
+#else
+    (void)r;
+#endif
+}
+
+/* Before any work: --int8 needs a chip that multiplies int8; without --int8, evaluate and
+ * predict on a chip that multiplies int8 only (tpu-v1) are pointed to it. */
+static int check_int8(const struct run *r)
+{
+    struct tpu_diag d = {0};
+    if (r->o.int8 && tpu_int8_check_chip(&r->chip, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
+    if (!r->o.int8 && strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "chip '%s' multiplies int8 only (its "
+                              "mxu.dtypes); run the checkpoint in int8 with --int8",
+                              r->chip.name);
+    return 0;
+}
+
+/* What can be known before any work: the chip can run the subcommand, every output path
+ * can be written, and evaluate and predict have a checkpoint to read (TPUEstimator's rule:
+ * no evaluating or predicting with the untrained initial weights). */
+static int preflight(struct run *r)
+{
+    const struct train_opts *o = &r->o;
+    const char *cmd = o->cmd;
+    struct tpu_diag d = {0};
+    int rc;
+    if (tpu_config_load(o->chip, &r->chip, &d))
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    const bool train = !strcmp(cmd, "train");
+    if (train && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "chip '%s' cannot train: its matrix unit "
+                              "multiplies int8 only (an inference chip), and training needs a "
+                              "chip whose matrix unit takes bf16 (tpu-v2 and later, or tiny); "
+                              "train on one of those (e.g. --chip tpu-v2), then evaluate or "
+                              "predict its checkpoint on %s with --int8", r->chip.name,
+                              r->chip.name);
+    if ((rc = check_int8(r)))
+        return rc;
+    if ((o->trace[0] && (rc = tpu__cli_check_output_file(cmd, "--trace", o->trace))) ||
+        (o->output[0] && (rc = tpu__cli_check_output_file(cmd, "--output", o->output))) ||
+        (o->vcd[0] && (rc = tpu__cli_check_output_file(cmd, "--vcd", o->vcd))))
+        return rc;
+    const char *md = o->rc.model_dir;
+    if (train)
+        return md[0] ? tpu__cli_check_output_dir(cmd, "--model-dir", md) : 0;
+    struct stat st;
+    if (stat(md, &st) == 0 && !S_ISDIR(st.st_mode))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--model-dir '%s' is a file, not a directory; "
+                              "give the directory a 'tpusim train --model-dir DIR' wrote", md);
+    rc = tpu_checkpoint_latest(md, NULL, NULL, 0, &d);
+    if (rc == TPU_ENOTFOUND)
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "could not find a trained model in model_dir "
+                              "'%s' (%s); 'tpusim %s' reads the latest checkpoint that 'tpusim "
+                              "train --model-dir %s' writes: train first, or give the model_dir "
+                              "of a trained model", md, stat(md, &st) != 0 ? "no such directory"
+                              : "no checkpoint in it", cmd, md);
+    if (rc)
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "--model-dir '%s': %s", md, d.msg);
+    return 0;
+}
+
+/* --int8: the latest checkpoint, quantized; its activation scales are calibrated on the first
+ * training examples. */
+static int setup_int8(struct run *r)
+{
+    struct tpu_diag d = {0};
+    uint32_t n_calib = r->train.n_examples < TPU_INT8_CALIBRATION_EXAMPLES
+                           ? r->train.n_examples : TPU_INT8_CALIBRATION_EXAMPLES;
+    if (tpu_int8_mlp_from_checkpoint(r->o.rc.model_dir, &r->o.spec, r->train.x, n_calib, &r->q,
+                                     &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--int8: %s", d.msg);
+    if (d.msg[0] && !r->o.json)
+        fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning (an index lost) */
+    return 0;
+}
+
+static int setup(struct run *r, bool need_train_data)
+{
+    struct tpu_diag d = {0};
+    const char *cmd = r->o.cmd;
+    int rc = preflight(r);
+    if (rc)
+        return rc;
+    const char *data = r->o.data[0] ? r->o.data : NULL; /* NULL: the Debian package's path */
+    r->o.spec.sizes[0] = 784;
+    r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
+    need_train_data = need_train_data || r->o.int8; /* int8 calibrates on training data */
+    if ((need_train_data && tpu_dataset_fashion_mnist(data, true, &r->train, &d)) ||
+        tpu_dataset_fashion_mnist(data, false, &r->test, &d))
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &r->chip);
+    if (r->o.chips)
+        s.n_chips = r->o.chips;
+    s.cores_per_replica = r->o.rc.num_cores_per_replica;
+    s.n_threads = r->o.threads;
+    s.timing_only = r->o.timing_only;
+    s.trace = r->o.trace[0] != '\0';
+    if (r->o.int8 && (rc = setup_int8(r)))
+        return rc;
+    if (r->o.rtl && (rc = setup_rtl(r, &s)))
+        return rc;
+    if (tpu_device_open(&s, &r->dev, &d))
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    /* the spec's batch fields are the runtime's business; check the rest now */
+    struct tpu_mlp_spec check = r->o.spec;
+    check.batch_per_replica = check.global_batch = 1;
+    struct tpu_mlp_program mp;
+    if (tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+    tpu_mlp_program_free(&mp);
+    struct tpu_run_config cfg = r->o.rc;
+    if (r->q) {
+        /* the params are the quantized checkpoint's, not a checkpoint to restore */
+        tpu_int8_mlp_model(&r->model, r->q);
+        cfg.model_dir[0] = '\0';
+    } else {
+        tpu_mlp_model(&r->model, &r->o.spec);
+    }
+    r->prog.o = &r->o;
+    r->prog.wall0 = tpu__cli_now_s();
+    struct tpu_hook hook = {.ctx = &r->prog, .after_loop = after_loop};
+    if (tpu_estimator_create(r->dev, &cfg, &r->model, &hook, 1, &r->est, &d))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+    sigint_install(r->est);
+    return 0;
+}
+
+static void teardown(struct run *r)
+{
+    sigint_remove();
+    tpu_estimator_destroy(&r->est);
+    tpu_int8_mlp_destroy(&r->q);
+    tpu_device_close(&r->dev);
+#ifdef TPUSIM_HAVE_RTL
+    tpu_mxu_rtl_provider_destroy(&r->rtl); /* after the device that used it */
+#endif
+    tpu_dataset_free(&r->train);
+    tpu_dataset_free(&r->test);
+}
+
+static int write_trace(struct run *r)
+{
+    struct tpu_diag d = {0};
+    if (r->o.trace[0] && tpu_device_write_trace(r->dev, r->o.trace, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    return 0;
+}
+
+static int cmd_train(struct run *r)
+{
+    struct train_opts *o = &r->o;
+    int rc = setup(r, true);
+    if (rc)
+        return rc;
+    struct tpu_diag d = {0};
+    uint64_t per_epoch = r->train.n_examples / o->rc.train_batch_size;
+    uint64_t steps = o->steps, max_steps = o->max_steps;
+    if (!steps && !max_steps)
+        steps = (uint64_t)floor((o->epochs > 0 ? o->epochs : 1.0) * per_epoch);
+    if (!steps && !max_steps)
+        steps = 1;
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, &r->train, o->rc.seed);
+    r->prog.steps = steps;
+    r->prog.max_steps = max_steps;
+    r->prog.steps_per_epoch = per_epoch ? per_epoch : 1;
+    /* training, and the evaluation that follows, must be able to run: check before any work */
+    const bool eval_follows = !o->no_eval && !o->timing_only;
+    const bool train_bad = tpu_estimator_check_mode(r->est, TPU_MODE_TRAIN, &d) != 0;
+    if (train_bad || (eval_follows && tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))) {
+        tpu_dataset_input_free(&in);
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
+                              train_bad ? "" : " (or give --no-eval)");
+    }
+    double w0 = tpu__cli_now_s();
+    rc = tpu_estimator_train(r->est, &in.input, steps, max_steps, &d);
+    double train_wall = tpu__cli_now_s() - w0;
+    if (rc) {
+        tpu_dataset_input_free(&in);
+        if (rc == TPU_ECANCELED && sigint_count)
+            return stopped(o, &d);
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
+    }
+    if (d.msg[0] && !o->json)
+        fprintf(stderr, "tpusim train: %s\n", d.msg); /* a warning */
+    struct tpu_loop_info last = *tpu_estimator_last_info(r->est);
+    uint64_t gstep = tpu_estimator_global_step(r->est);
+    struct tpu_eval_result ev = {0};
+    bool evaluated = false;
+    if (!o->no_eval && !o->timing_only) {
+        struct tpu_dataset_input tin;
+        tpu_dataset_input_init(&tin, &r->test, o->rc.seed);
+        rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &ev, &d);
+        tpu_dataset_input_free(&tin);
+        if (rc) {
+            tpu_dataset_input_free(&in);
+            if (rc == TPU_ECANCELED && sigint_count)
+                return stopped(o, &d);
+            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
+        }
+        evaluated = true;
+    }
+    /* the chip's work is done and checkpointed: from here (the host reference, the summary)
+     * Ctrl-C ends the process at once, as it does for any command */
+    sigint_remove();
+    struct tpu_reference_result ref = {0};
+    double ref_wall = 0;
+    if (o->reference) {
+        struct tpu_dataset_input rin;
+        tpu_dataset_input_init(&rin, &r->train, o->rc.seed);
+        double t0 = tpu__cli_now_s();
+        rc = tpu_reference_train(&o->spec, &r->model, &rin.input, &r->test, gstep,
+                                  o->rc.train_batch_size, o->rc.seed, &ref, &d);
+        ref_wall = tpu__cli_now_s() - t0;
+        tpu_dataset_input_free(&rin);
+        if (rc) {
+            tpu_dataset_input_free(&in);
+            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
+        }
+    }
+    tpu_dataset_input_free(&in);
+    if ((rc = write_trace(r)))
+        return rc;
+    const double total_device = last.total_seconds;
+    const uint64_t ran = r->prog.started ? gstep - r->prog.first_step : 0;
+    const double step_s = ran ? last.pass_device_seconds / (double)ran : 0; /* simulated */
+    /* no loss when no step ran or the device computed no values: say so, invent none */
+    char loss_text[32];
+    const bool skipped = last.steps == 0; /* the runtime said why (a warning above) */
+    if (isfinite(last.loss) && !skipped)
+        snprintf(loss_text, sizeof loss_text, "%.6g", (double)last.loss);
+    else
+        snprintf(loss_text, sizeof loss_text, "null");
+    if (o->json) {
+        /* a pass that ran no step measured nothing: its figures are null, not 0 */
+        char fig[5][32];
+        const double figs[5] = {step_s, last.pass_examples_per_s, last.pass_mxu_utilization,
+                                last.pass_infeed_stall_share, last.pass_host_overhead_share};
+        for (int k = 0; k < 5; k++)
+            snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
+        printf("{\"chip\": ");
+        tpu__cli_json_string(stdout, r->chip.name);
+        printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
+               "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
+               "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
+               "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
+               "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
+               tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)gstep,
+               o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
+               total_device, o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled",
+               train_wall);
+        if (evaluated)
+            printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
+                   ev.accuracy, ev.loss, (unsigned long long)ev.examples);
+        if (o->reference)
+            printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
+                   ref.test_accuracy, ref_wall);
+        printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
+        if (o->rtl) {
+            uint32_t units;
+            uint64_t tiles, cycles;
+            rtl_totals(r, &units, &tiles, &cycles);
+            printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
+                   (unsigned long long)tiles, (unsigned long long)cycles);
+        }
+        printf("}\n");
+        return 0;
+    }
+    printf("tpusim train: MLP 784-%s-10 on %s, %u replica%s, %s matmul inputs, %s\n",
+           o->layers_text, r->chip.name, tpu_device_n_replicas(r->dev),
+           tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
+           o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)",
+           o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
+    printf("  global step        %llu (global batch %u)\n", (unsigned long long)gstep,
+           o->rc.train_batch_size);
+    if (skipped)
+        printf("  training loss      none (no step ran: training was skipped)\n");
+    else if (o->timing_only)
+        printf("  training loss      none (timing-only: no values computed)\n");
+    else
+        printf("  training loss      %.4f (replica 0, last step)\n", (double)last.loss);
+    if (evaluated)
+        printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n", 100 * ev.accuracy,
+               (unsigned long long)ev.examples, ev.loss);
+    if (o->reference && evaluated)
+        printf("  fp32 host reference %.2f %% (%+.2f points on the chip), %.1f s\n",
+               100 * ref.test_accuracy, 100 * (ev.accuracy - ref.test_accuracy), ref_wall);
+    else if (o->reference) /* --no-eval: nothing on the chip to compare with */
+        printf("  fp32 host reference %.2f %%, %.1f s\n", 100 * ref.test_accuracy, ref_wall);
+    if (skipped) {
+        printf("  simulated          nothing: no training step ran\n");
+    } else {
+        printf("  simulated          step %.1f us, %.0f examples/s, %.3f s in all (host time "
+               "%s)\n", step_s * 1e6, last.pass_examples_per_s, total_device,
+               o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
+        printf("  matrix units       %.1f %% utilized\n", 100 * last.pass_mxu_utilization);
+        printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
+               100 * last.pass_infeed_stall_share, 100 * last.pass_host_overhead_share);
+    }
+    printf("  simulation         %.1f s of wall time for training\n", train_wall);
+    if (o->rtl) {
+        uint32_t units;
+        uint64_t tiles, cycles;
+        rtl_totals(r, &units, &tiles, &cycles);
+        printf("  RTL backend        %u Verilated %ux%u arrays ran %llu weight tiles in %llu "
+               "clock cycles%s%s\n", units, r->chip.mxu_rows, r->chip.mxu_cols,
+               (unsigned long long)tiles, (unsigned long long)cycles,
+               o->vcd[0] ? "; waveform of core 0's array in " : "", o->vcd);
+    }
+    return 0;
+}
+
+static int cmd_evaluate(struct run *r)
+{
+    int rc = setup(r, false);
+    if (rc)
+        return rc;
+    struct tpu_diag d = {0};
+    if (tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg);
+    struct tpu_dataset_input tin;
+    tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
+    struct tpu_eval_result ev;
+    /* TPUEstimator's steps: that many batches of eval_batch_size (0: the whole test set) */
+    rc = tpu_estimator_evaluate(r->est, &tin.input, r->o.steps, &ev, &d);
+    tpu_dataset_input_free(&tin);
+    if (rc == TPU_ECANCELED && sigint_count)
+        return stopped(&r->o, &d);
+    if (rc)
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if (d.msg[0] && !r->o.json)
+        fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
+    if ((rc = write_trace(r)))
+        return rc;
+    if (r->q) {
+        double fp32 = 0;
+        /* over the same examples: evaluation reads the test set in order, --steps batches */
+        if (tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, (uint32_t)ev.examples, &fp32,
+                                       &d))
+            return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+        const unsigned long long step = (unsigned long long)tpu_int8_mlp_global_step(r->q);
+        if (r->o.json)
+            printf("{\"global_step\": %llu, \"int8\": true, \"accuracy\": %.6f, \"loss\": "
+                   "%.6f, \"examples\": %llu, \"fp32_accuracy\": %.6f}\n", step, ev.accuracy,
+                   ev.loss, (unsigned long long)ev.examples, fp32);
+        else
+            printf("tpusim evaluate: global step %llu: accuracy %.2f %%, loss %.4f over %llu "
+                   "examples, int8 on %s (fp32 on the host: %.2f %%, %+.2f points in int8)\n",
+                   step, 100 * ev.accuracy, ev.loss, (unsigned long long)ev.examples,
+                   r->chip.name, 100 * fp32, 100 * (ev.accuracy - fp32));
+        return 0;
+    }
+    if (r->o.json)
+        printf("{\"global_step\": %llu, \"accuracy\": %.6f, \"loss\": %.6f, \"examples\": %llu}\n",
+               (unsigned long long)tpu_estimator_global_step(r->est), ev.accuracy, ev.loss,
+               (unsigned long long)ev.examples);
+    else
+        printf("tpusim evaluate: global step %llu: accuracy %.2f %%, loss %.4f over %llu "
+               "examples\n", (unsigned long long)tpu_estimator_global_step(r->est),
+               100 * ev.accuracy, ev.loss, (unsigned long long)ev.examples);
+    return 0;
+}
+
+struct pred {
+    float *out;
+    uint32_t cols;
+    uint64_t n, correct, cap;
+    const struct tpu_dataset *ds;
+};
+
+static void emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    struct pred *p = ctx;
+    uint32_t best = 0;
+    for (uint32_t j = 1; j < cols; j++)
+        if (row[j] > row[best])
+            best = j;
+    p->correct += (int32_t)best == p->ds->y[index];
+    if (p->out && index < p->cap)
+        memcpy(p->out + index * cols, row, cols * sizeof *row);
+    p->cols = cols;
+    p->n = index + 1;
+}
+
+static int cmd_predict(struct run *r)
+{
+    int rc = setup(r, false);
+    if (rc)
+        return rc;
+    struct tpu_diag d = {0};
+    if (tpu_estimator_check_mode(r->est, TPU_MODE_PREDICT, &d))
+        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg);
+    if (r->o.limit && r->o.limit < r->test.n_examples)
+        r->test.n_examples = (uint32_t)r->o.limit;
+    struct tpu_dataset_input tin;
+    tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
+    struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
+    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
+    if (r->o.output[0] && !p.out) {
+        tpu_dataset_input_free(&tin);
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "out of memory for %u examples' logits "
+                              "(%zu bytes); give --limit", r->test.n_examples,
+                              (size_t)r->test.n_examples * 10 * sizeof(float));
+    }
+    uint64_t n = 0;
+    rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
+    tpu_dataset_input_free(&tin);
+    if (!rc && d.msg[0] && !r->o.json)
+        fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
+    if (!rc && r->o.output[0])
+        rc = tpu_npy_write(r->o.output, TPU_NPY_F32, n, p.cols, p.out, &d);
+    free(p.out);
+    if (rc == TPU_ECANCELED && sigint_count)
+        return stopped(&r->o, &d);
+    double fp32 = 0;
+    if (!rc && r->q)
+        rc = tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,
+                                        &d);
+    if (rc)
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if ((rc = write_trace(r)))
+        return rc;
+    if (r->q && r->o.json)
+        printf("{\"predictions\": %llu, \"int8\": true, \"accuracy\": %.6f, "
+               "\"fp32_accuracy\": %.6f}\n", (unsigned long long)n,
+               n ? (double)p.correct / n : 0, fp32);
+    else if (r->q)
+        printf("tpusim predict: %llu int8 predictions on %s (one per example; accuracy %.2f %%, "
+               "fp32 on the host %.2f %%)%s%s\n", (unsigned long long)n, r->chip.name,
+               n ? 100.0 * p.correct / n : 0, 100 * fp32, r->o.output[0] ? ", logits in " : "",
+               r->o.output);
+    else if (r->o.json)
+        printf("{\"predictions\": %llu, \"accuracy\": %.6f}\n", (unsigned long long)n,
+               n ? (double)p.correct / n : 0);
+    else
+        printf("tpusim predict: %llu predictions (one per example; accuracy %.2f %%)%s%s\n",
+               (unsigned long long)n, n ? 100.0 * p.correct / n : 0,
+               r->o.output[0] ? ", logits in " : "", r->o.output);
+    return 0;
+}
+
+int tpu__cli_train_check_config(const char *cmd, const char *path)
+{
+    if (!cmd || (strcmp(cmd, "train") && strcmp(cmd, "evaluate") && strcmp(cmd, "predict")))
+        return tpu__cli_error(cmd ? cmd : "train", TPU_CLI_USAGE, "'%s' is not train, evaluate "
+                              "or predict", cmd ? cmd : "(null)");
+    if (!path)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--config needs a file");
+    struct train_opts o;
+    memset(&o, 0, sizeof o);
+    o.cmd = cmd;
+    char *argv[] = {(char *)cmd, (char *)"--config", (char *)path};
+    int rc = parse_args(3, argv, &o);
+    return rc < 0 ? TPU_CLI_OK : rc;
+}
+
+int tpu__cli_train(int argc, char **argv)
+{
+    struct run r;
+    memset(&r, 0, sizeof r);
+    r.o.cmd = argv[0];
+    int rc = parse_args(argc, argv, &r.o);
+    if (rc)
+        return rc < 0 ? TPU_CLI_OK : rc;
+    if (!strcmp(r.o.cmd, "train"))
+        rc = cmd_train(&r);
+    else if (!strcmp(r.o.cmd, "evaluate"))
+        rc = cmd_evaluate(&r);
+    else
+        rc = cmd_predict(&r);
+    teardown(&r);
+    return rc;
+}

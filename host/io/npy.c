@@ -1,0 +1,331 @@
+/* Reading and writing NumPy .npy files (see npy.h). The header is a Python dict literal;
+ * only the three keys NumPy writes are read, and the parse is strict about them. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tpusim/npy.h"
+#include "util.h"
+
+static const struct {
+    enum tpu_npy_dtype dtype;
+    const char *descr;
+    size_t size;
+} dtypes[] = {
+    {TPU_NPY_F32, "<f4", 4},
+    {TPU_NPY_I8, "|i1", 1},
+    {TPU_NPY_I8, "<i1", 1},
+    {TPU_NPY_I32, "<i4", 4},
+};
+
+static size_t dtype_size(enum tpu_npy_dtype t)
+{
+    return t == TPU_NPY_I8 ? 1 : 4;
+}
+
+const char *tpu_npy_dtype_name(enum tpu_npy_dtype t)
+{
+    switch (t) {
+    case TPU_NPY_F32:
+        return "float32";
+    case TPU_NPY_I8:
+        return "int8";
+    case TPU_NPY_I32:
+        return "int32";
+    }
+    return "?";
+}
+
+/* Finds the quoted key in the header dict and returns a pointer just past its colon. */
+static const char *find_key(const char *hdr, const char *key)
+{
+    char pat[32];
+    snprintf(pat, sizeof pat, "'%s'", key);
+    const char *p = strstr(hdr, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    while (*p == ' ')
+        p++;
+    if (*p != ':')
+        return NULL;
+    p++;
+    while (*p == ' ')
+        p++;
+    return p;
+}
+
+static int parse_header(const char *path, const char *hdr, enum tpu_npy_dtype *dtype,
+                        size_t *rows, size_t *cols, struct tpu_diag *d)
+{
+    const char *p = find_key(hdr, "descr");
+    if (!p || *p != '\'')
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header has no 'descr' entry", path);
+    p++;
+    const char *end = strchr(p, '\'');
+    if (!end || end - p > 16)
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header's 'descr' is malformed", path);
+    char descr[20], qd[TPU__QUOTE_BYTES];
+    memcpy(descr, p, (size_t)(end - p));
+    descr[end - p] = '\0';
+    size_t i;
+    for (i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (!strcmp(descr, dtypes[i].descr))
+            break;
+    if (i == sizeof dtypes / sizeof dtypes[0])
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: holds dtype '%s'; tpusim reads little-endian float32 ('<f4'), "
+                         "int8 ('|i1') or int32 ('<i4') (numpy: a.astype('<f4'))",
+                         path, tpu__quote(descr, qd, sizeof qd));
+    *dtype = dtypes[i].dtype;
+
+    p = find_key(hdr, "fortran_order");
+    if (!p)
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header has no 'fortran_order' entry",
+                         path);
+    if (!strncmp(p, "True", 4))
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: is stored in Fortran (column-major) order; save it in C order "
+                         "(numpy: np.save(f, np.ascontiguousarray(a)))",
+                         path);
+    if (strncmp(p, "False", 5))
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header's 'fortran_order' is malformed",
+                         path);
+
+    p = find_key(hdr, "shape");
+    if (!p || *p != '(')
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header has no 'shape' entry", path);
+    p++;
+    unsigned long long dims[3];
+    int n = 0;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        if (*p == ')')
+            break;
+        if (n == 3 || *p < '0' || *p > '9')
+            return n == 3 ? tpu__fail(d, TPU_ESHAPE,
+                                      "%s: has more than 2 dimensions; tpusim needs a 2-D "
+                                      "matrix",
+                                      path)
+                          : tpu__fail(d, TPU_EPARSE, "%s: the .npy header's 'shape' is malformed",
+                                      path);
+        char *e;
+        errno = 0;
+        dims[n++] = strtoull(p, &e, 10);
+        if (errno)
+            return tpu__fail(d, TPU_EPARSE, "%s: a dimension in 'shape' is too large", path);
+        p = e;
+        while (*p == ' ')
+            p++;
+        if (*p == ',')
+            p++;
+    }
+    if (n != 2)
+        return tpu__fail(d, TPU_ESHAPE,
+                         "%s: has %d dimension%s; tpusim needs a 2-D matrix (numpy: "
+                         "a.reshape(rows, cols))",
+                         path, n, n == 1 ? "" : "s");
+    if (dims[0] == 0 || dims[1] == 0)
+        return tpu__fail(d, TPU_ESHAPE, "%s: has shape (%llu, %llu); both dimensions must be "
+                         "at least 1", path, dims[0], dims[1]);
+    *rows = (size_t)dims[0];
+    *cols = (size_t)dims[1];
+    return 0;
+}
+
+/* The data section into a new buffer (*out, owned by the caller) of exactly `bytes` bytes;
+ * *got is how many the file had (fewer means truncated). The buffer grows with the bytes
+ * actually read, never ahead of them, so a header that declares a huge shape costs nothing
+ * before the file is seen to be too short (a FIFO or a device has no size to check first). */
+static int read_data(FILE *f, const char *path, size_t bytes, void **out, size_t *got,
+                     struct tpu_diag *d)
+{
+    const size_t first = (size_t)16 << 20;
+    size_t cap = bytes < first ? bytes : first, have = 0;
+    unsigned char *buf = malloc(cap);
+    if (!buf)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory: '%s' needs %zu bytes", path, cap);
+    for (;;) {
+        size_t n = fread(buf + have, 1, cap - have, f);
+        have += n;
+        if (have < cap || have == bytes)
+            break;
+        size_t next = cap <= bytes / 2 ? cap * 2 : bytes;
+        unsigned char *grown = realloc(buf, next);
+        if (!grown) {
+            free(buf);
+            return tpu__fail(d, TPU_ENOMEM, "out of memory: '%s' needs %zu bytes", path, next);
+        }
+        buf = grown;
+        cap = next;
+    }
+    *out = buf;
+    *got = have;
+    return 0;
+}
+
+int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
+{
+    char qp[TPU__QUOTE_PATH_BYTES];
+    tpu__quote(path, qp, sizeof qp);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tpu__fail(d, TPU_EIO, "cannot open '%s': %s", qp, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        int e = errno;
+        fclose(f);
+        return tpu__fail(d, TPU_EIO, "cannot read '%s': %s", qp, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return tpu__fail(d, TPU_EIO, "'%s' is a directory; give a NumPy .npy file (written "
+                         "by numpy.save)", qp);
+    }
+    const bool sized = S_ISREG(st.st_mode); /* st_size is the file's length */
+    path = qp;
+    int rc = 0;
+    char *hdr = NULL;
+    void *data = NULL;
+    unsigned char pre[12];
+    size_t got = fread(pre, 1, 10, f);
+    if (got == 0) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: is empty; a NumPy .npy file starts with \\x93NUMPY "
+                       "and a header (save the array with numpy.save)", path);
+        goto out;
+    }
+    if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: is not a NumPy .npy file (it does not start with "
+                       "\\x93NUMPY); save the array with numpy.save", path);
+        goto out;
+    }
+    unsigned major = pre[6];
+    size_t hlen, hstart;
+    if (major == 1) {
+        hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+        hstart = 10;
+    } else if (major == 2 || major == 3) {
+        if (fread(pre + 10, 1, 2, f) != 2) {
+            rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated", path);
+            goto out;
+        }
+        hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
+               (size_t)pre[11] << 24;
+        hstart = 12;
+    } else {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: is .npy format version %u; tpusim reads 1, 2 and 3",
+                       path, major);
+        goto out;
+    }
+    if (hlen > (1u << 20)) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header claims %zu bytes, more than 1 MiB",
+                       path, hlen);
+        goto out;
+    }
+    if (sized && (uint64_t)st.st_size < hstart + hlen) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated: it claims %zu bytes "
+                       "after the %zu-byte preamble, the file has %lld bytes in all", path,
+                       hlen, hstart, (long long)st.st_size);
+        goto out;
+    }
+    hdr = malloc(hlen + 1);
+    if (!hdr) {
+        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
+        goto out;
+    }
+    if (fread(hdr, 1, hlen, f) != hlen) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated", path);
+        goto out;
+    }
+    hdr[hlen] = '\0';
+    if (memchr(hdr, '\0', hlen)) {
+        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header holds a NUL byte at byte offset "
+                       "%zu; a header is ASCII text", path,
+                       hstart + (size_t)((char *)memchr(hdr, '\0', hlen) - hdr));
+        goto out;
+    }
+    enum tpu_npy_dtype dtype = TPU_NPY_F32;
+    size_t rows = 0, cols = 0, count, bytes;
+    rc = parse_header(path, hdr, &dtype, &rows, &cols, d);
+    if (rc)
+        goto out;
+    if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, dtype_size(dtype), &bytes)) {
+        rc = tpu__fail(d, TPU_ESHAPE, "%s: shape (%zu, %zu) of %s is more than 2^64 bytes; "
+                       "the header is corrupt", path, rows, cols, tpu_npy_dtype_name(dtype));
+        goto out;
+    }
+    /* the declared size against the real one, before allocating anything for it */
+    if (sized && (uint64_t)st.st_size - (hstart + hlen) < bytes) {
+        rc = tpu__fail(d, TPU_EPARSE,
+                       "%s: is truncated: shape (%zu, %zu) of %s needs %zu data bytes after "
+                       "the %zu-byte header, the file has %llu",
+                       path, rows, cols, tpu_npy_dtype_name(dtype), bytes, hstart + hlen,
+                       (unsigned long long)((uint64_t)st.st_size - (hstart + hlen)));
+        goto out;
+    }
+    if ((rc = read_data(f, path, bytes, &data, &got, d)))
+        goto out;
+    if (got != bytes) {
+        rc = tpu__fail(d, TPU_EPARSE,
+                       "%s: is truncated: shape (%zu, %zu) of %s needs %zu data bytes after "
+                       "the %zu-byte header, the file has %zu",
+                       path, rows, cols, tpu_npy_dtype_name(dtype), bytes, hstart + hlen, got);
+        goto out;
+    }
+    if (fgetc(f) != EOF) {
+        rc = tpu__fail(d, TPU_EPARSE,
+                       "%s: has bytes after the data that shape (%zu, %zu) of %s accounts for; "
+                       "the file is damaged or not a single array",
+                       path, rows, cols, tpu_npy_dtype_name(dtype));
+        goto out;
+    }
+    out->dtype = dtype;
+    out->rows = rows;
+    out->cols = cols;
+    out->data = data;
+    data = NULL;
+out:
+    free(data);
+    free(hdr);
+    fclose(f);
+    return rc;
+}
+
+int tpu_npy_write(const char *path, enum tpu_npy_dtype dtype, size_t rows, size_t cols,
+                   const void *data, struct tpu_diag *d)
+{
+    const char *descr = dtype == TPU_NPY_F32 ? "<f4" : dtype == TPU_NPY_I8 ? "|i1" : "<i4";
+    char dict[160];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%zu, %zu), }",
+                     descr, rows, cols);
+    /* total header (10-byte preamble + dict + padding + '\n') is a multiple of 64 */
+    size_t hlen = (size_t)n + 1;
+    hlen += (64 - (10 + hlen) % 64) % 64;
+    size_t count, bytes;
+    if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, dtype_size(dtype), &bytes))
+        return tpu__fail(d, TPU_EINVAL, "array (%zu, %zu) is too large to write", rows, cols);
+
+    FILE *f;
+    char *tmp;
+    int rc = tpu__atomic_open(path, "wb", &f, &tmp, d);
+    if (rc)
+        return rc;
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)n, f) == (size_t)n;
+    for (size_t i = (size_t)n; ok && i + 1 < hlen; i++)
+        ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF && fwrite(data, 1, bytes, f) == bytes;
+    return tpu__atomic_commit(f, tmp, path, ok, d);
+}
+
+void tpu_npy_free(struct tpu_npy *a)
+{
+    if (a) {
+        free(a->data);
+        *a = (struct tpu_npy){0};
+    }
+}

@@ -1,0 +1,31 @@
+/* tpusim's public API in one include, bottom layer first.
+ *
+ *   the chip (sim/)       error.h bf16.h config.h mxu.h gemm.h scalesim.h program.h device.h
+ *   the host (host/)      runtime.h models.h reference.h quantize.h dataset.h dataset_input.h
+ *                         checkpoint.h npy.h topology_file.h
+ *
+ * Each header also stands alone. The host reaches the chip through device.h only; nothing
+ * in the chip's headers knows of the host's. */
+#ifndef TPUSIM_TPUSIM_H
+#define TPUSIM_TPUSIM_H
+
+#include "tpusim/error.h"
+#include "tpusim/bf16.h"
+#include "tpusim/config.h"
+#include "tpusim/mxu.h"
+#include "tpusim/gemm.h"
+#include "tpusim/scalesim.h"
+#include "tpusim/program.h"
+#include "tpusim/device.h"
+
+#include "tpusim/runtime.h"
+#include "tpusim/models.h"
+#include "tpusim/reference.h"
+#include "tpusim/quantize.h"
+#include "tpusim/dataset.h"
+#include "tpusim/dataset_input.h"
+#include "tpusim/checkpoint.h"
+#include "tpusim/npy.h"
+#include "tpusim/topology_file.h"
+
+#endif

@@ -1,0 +1,194 @@
+/* The chip's internal state, shared by the files of sim/ that implement device.h:
+ * chip.c (open, load, host access, the run scheduler), chip_exec.c (ops on a core: values,
+ * timing, collectives), feed.c (infeed and outfeed queues) and trace.c (the timeline).
+ *
+ * Locking. One mutex per device, `lock`, guards every field marked [L]: the scheduler's core
+ * states, the queues, the collectives' arrival counts, the cancel flag. A core's own fields
+ * (buffers, clocks, counters, pc) are touched only by the one worker thread that runs that
+ * core at a time (state RUNNING), or by the last arriver of a collective while every other
+ * participant waits in CORE_WAIT_COLL; so they need no lock. Host calls that touch buffers
+ * (write/read/load) are only allowed while no run is in progress. */
+#ifndef TPUSIM_SIM_CHIP_INT_H
+#define TPUSIM_SIM_CHIP_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ops/ops.h"
+#include "tpusim/device.h"
+#include "tpusim/program.h"
+
+enum core_state {
+    CORE_READY,        /* can run: waiting for a worker */
+    CORE_RUNNING,      /* a worker is running it */
+    CORE_WAIT_INFEED,  /* its infeed queue is empty */
+    CORE_WAIT_OUTFEED, /* its outfeed queue is full */
+    CORE_WAIT_COLL,    /* arrived at a collective, waiting for the others */
+    CORE_DONE,
+};
+
+/* One entry of a feed queue. Its buffer stays with the slot and is reused (grown when a
+ * larger tensor comes), so steady-state feeding allocates nothing. */
+struct feed_slot {
+    void *data;           /* the slot's buffer, cap bytes */
+    size_t cap;
+    size_t bytes;         /* the tensor's size */
+    bool has_data;        /* false in timing-only mode */
+    uint64_t ready_cycle; /* infeed: in HBM at this cycle; outfeed: at the host */
+};
+
+/* A bounded queue between the host and one core (feed.c). [L] */
+struct feed {
+    struct feed_slot *slots; /* [depth] ring */
+    uint32_t depth, head, count;
+    uint64_t *slot_free_cycle; /* [depth]: device cycle each slot was last emptied */
+    uint64_t pushes, pops;
+};
+
+#define TPU__TRACE_LABEL_MAX 80 /* an opcode's name, a space, a buffer's name (48) */
+
+/* A trace event: a unit busy from start to end. */
+struct trace_event {
+    uint64_t start, end;
+    uint32_t op;   /* index into the device's op_labels (the log's op_base plus the op's index
+                      in its program), or UINT32_MAX for a host transfer */
+    uint8_t unit;  /* enum tpu_unit */
+    uint8_t kind;  /* 0 compute, 1 dma in, 2 dma out, 3 stall */
+};
+
+struct trace_counter {
+    uint64_t cycle;
+    uint32_t infeed_depth, outfeed_depth;
+};
+
+struct trace_log {
+    struct trace_event *events;
+    size_t n, cap;
+    uint32_t op_base;   /* added to the op index of each event recorded: the first label of the
+                           loaded program in the device's op_labels (0 for the host's log) */
+    struct trace_counter *counters;
+    size_t n_counters, cap_counters;
+};
+
+/* Where a buffer lives. */
+enum placement { IN_HBM, IN_VMEM };
+
+struct core {
+    uint32_t id, chip, replica, index_in_replica;
+    enum core_state state;      /* [L] */
+    struct tpu__bufmem *bufs;   /* [n_buffers] */
+    int64_t *vars;              /* [n_vars] */
+
+    /* execution position */
+    size_t pc;
+    int64_t loop_left;
+    bool in_loop;
+
+    /* scoreboard (cycles) */
+    uint64_t last_issue;                /* in-order: no op starts before the previous */
+    uint64_t prefetch_from;             /* the next op's input DMA may start from here */
+    uint64_t unit_free[TPU_UNIT_COUNT];
+    uint64_t *buf_ready;                /* [n_buffers] value complete */
+    uint64_t *buf_read_done;            /* [n_buffers] last reader done (WAR) */
+    uint64_t coll_arrival;              /* set when it arrives at a collective */
+    uint64_t provider_mxu_cycles;       /* the current matmul's MXU cycles when settings.mxu
+                                           computed it (mxu_provider.h) */
+    bool resuming;                      /* re-running a blocked infeed/outfeed op */
+
+    struct tpu_core_counters ctr;
+    struct feed infeed, outfeed;        /* [L] */
+    uint64_t link_in_free, link_out_free; /* [L] this core's share of the host link */
+    pthread_cond_t host_cv;             /* host calls on this core's queues wait here */
+    bool host_cv_ready;
+    struct trace_log trace;
+};
+
+/* Participants of collectives: the replicas that share an index_in_replica (all_reduce,
+ * permute group 0), or the cores of one replica (permute group 1). [L] */
+struct coll_group {
+    uint32_t n;          /* members */
+    uint32_t *members;   /* core ids, in replica (or index) order */
+    uint32_t arrived;
+};
+
+/* A worker thread of a run. Its working memory for the ops (ops.h: a matmul's packed
+ * blocks) belongs to the thread, not to the cores it runs, so it stays warm in the thread's
+ * caches as the thread moves from core to core; it is kept across runs. */
+struct worker {
+    struct tpu_device *dev;
+    struct tpu__scratch scratch;
+};
+
+struct tpu_device {
+    struct tpu_device_settings s;
+    struct tpu_chip_config cfg;
+    uint32_t n_cores, n_replicas, cores_per_replica;
+
+    struct tpu_program *prog;   /* the device's own copy */
+    enum placement *place;      /* [n_buffers] */
+    struct core *cores;         /* [n_cores] */
+
+    struct coll_group *groups;  /* [cores_per_replica + n_replicas] */
+    uint32_t n_groups;
+
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv;     /* workers wait for a READY core */
+    /* host feed calls wait on their core's host_cv (struct core) for space or data */
+    bool running;               /* [L] */
+    unsigned n_workers;         /* worker threads of the current run */
+    struct worker *workers;     /* [n_cores]: at most one worker per core */
+    bool canceled;              /* [L] */
+    bool infeed_closed;         /* [L] tpu_device_infeed_close was called */
+    int error;                  /* [L] first error of the run */
+    struct tpu_diag error_diag; /* [L] */
+    uint32_t n_done;            /* [L] */
+    uint32_t host_waiting;      /* [L] host feed calls blocked on a queue right now */
+
+    struct trace_log host_trace; /* host phases (tpu_device_trace_host); an event's op
+                                    field indexes host_names */
+    char (*host_names)[32];
+    size_t n_host_names, cap_host_names;
+
+    /* The label of every op of every program loaded while tracing ("matmul h1"), so that the
+     * events recorded under a program keep their names after another program replaces it
+     * (train, then evaluate). A program whose labels equal the previous one's reuses them. */
+    char (*op_labels)[TPU__TRACE_LABEL_MAX];
+    size_t n_op_labels, cap_op_labels;
+    size_t last_labels_base, last_labels_n; /* the labels of the last program loaded */
+};
+
+/* chip_exec.c: runs core c from its pc until it finishes (returns 1), blocks (returns 0,
+ * having set its state under the lock), or fails (negative, message in d). */
+int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *scratch,
+                  struct tpu_diag *d);
+
+/* feed.c */
+int tpu__feed_init(struct feed *f, uint32_t depth);
+void tpu__feed_free(struct feed *f);
+void tpu__feed_clear(struct feed *f);
+/* Core side of the queues (under the lock inside). take: 1 with the head tensor copied to
+ * dst (if its size is dst_bytes; *got_bytes is its size) and the cycle the infeed op
+ * completes, or 0 with the core set waiting. put: 1 with the transfer's start and end, or 0
+ * with the core set waiting (or *err set on failure). */
+int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue, void *dst,
+                          size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle);
+int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *data,
+                          size_t bytes, uint64_t earliest, uint64_t *start_cycle,
+                          uint64_t *end_cycle, int *err);
+
+/* trace.c */
+/* Records the op labels of prog, about to be loaded, and points every core's log at them.
+ * Does nothing when the device does not trace. Returns 0 or TPU_ENOMEM (message in d). */
+int tpu__trace_program(struct tpu_device *dev, const struct tpu_program *prog,
+                       struct tpu_diag *d);
+void tpu__trace_event(struct trace_log *t, uint8_t unit, uint8_t kind, uint32_t op,
+                      uint64_t start, uint64_t end);
+void tpu__trace_counter(struct trace_log *t, uint64_t cycle, uint32_t infeed_depth,
+                        uint32_t outfeed_depth);
+void tpu__trace_free(struct trace_log *t);
+
+/* Wakes a core waiting in `state` (under the lock). */
+void tpu__wake_core(struct tpu_device *dev, struct core *c, enum core_state state);
+
+#endif

@@ -1,0 +1,214 @@
+/* Cycle costs of the chip's units (timing.h). Every cost is a closed form of the chip's
+ * configuration and the sizes involved; nothing here depends on values or on host time.
+ *
+ * Conventions. Bandwidths are converted to cycles at the core clock and rounded up: a
+ * transfer of B bytes at W bytes/s takes ceil(B * f / W) cycles, f the clock in Hz. A chip's
+ * HBM bandwidth is shared equally by its cores; its host link likewise carries both
+ * directions at full rate (PCIe is full duplex) but one transfer at a time per direction.
+ *
+ * Figures that the published sources do not give are assumptions, named here:
+ *   - vector-unit pipeline latency: TPU__VPU_LATENCY_CYCLES (8) per op;
+ *   - ALU operations per element of each vector op (table below), counted as a compiler
+ *     would lower them: one per add/mul/compare/select, four for exp and log (range
+ *     reduction and a short polynomial), a divide or reciprocal square root counts four;
+ *   - on-chip exchange between the cores of one chip runs at the chip's HBM bandwidth.
+ */
+#include <math.h>
+
+#include "timing.h"
+#include "tpusim/gemm.h"
+#include "util.h"
+
+static uint64_t bytes_to_cycles(const struct tpu_chip_config *cfg, double bytes,
+                                double bytes_per_s)
+{
+    if (bytes <= 0)
+        return 0;
+    return (uint64_t)ceil(bytes * cfg->clock_mhz * 1e6 / bytes_per_s);
+}
+
+static uint64_t ns_to_cycles(const struct tpu_chip_config *cfg, double ns)
+{
+    return (uint64_t)ceil(ns * cfg->clock_mhz * 1e-3);
+}
+
+uint64_t tpu__dma_cycles(const struct tpu_chip_config *cfg, uint64_t bytes)
+{
+    double per_core = cfg->hbm_gbytes_per_s * 1e9 / cfg->cores_per_chip;
+    return bytes_to_cycles(cfg, (double)bytes, per_core);
+}
+
+uint64_t tpu__host_link_cycles(const struct tpu_chip_config *cfg, uint64_t bytes)
+{
+    return ns_to_cycles(cfg, cfg->host_link_latency_ns) +
+           bytes_to_cycles(cfg, (double)bytes, cfg->host_link_gbytes_per_s * 1e9);
+}
+
+uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t bytes)
+{
+    return ns_to_cycles(cfg, cfg->host_link_latency_ns) +
+           bytes_to_cycles(cfg, (double)bytes,
+                           cfg->host_link_gbytes_per_s * 1e9 / cfg->cores_per_chip);
+}
+
+/* ALU operations per element, per op. */
+unsigned tpu__vpu_ops_per_element(enum tpu_opcode code)
+{
+    switch (code) {
+    case TPU_OP_ADD:
+    case TPU_OP_SUB:
+    case TPU_OP_MUL:
+    case TPU_OP_MAX:
+    case TPU_OP_RELU:
+    case TPU_OP_CONVERT:
+    case TPU_OP_REDUCE_SUM:
+    case TPU_OP_REDUCE_MAX:
+        return 1;
+    case TPU_OP_SCALE:     /* multiply, add */
+    case TPU_OP_QUANTIZE:  /* multiply, round and saturate */
+    case TPU_OP_RELU_GRAD: /* compare, select */
+    case TPU_OP_CLASSIFY_COUNT: /* compare-max, select index */
+        return 2;
+    case TPU_OP_EXP:
+        return 4;
+    case TPU_OP_SGD_MOMENTUM: /* g + gamma p (2), beta v + g (2), p - alpha v (2) */
+        return 6;
+    case TPU_OP_SOFTMAX_XENT: /* max, sub, exp (4), sum, scale by 1/sum (mul), onehot sub,
+                                 alpha mul, plus the row's log (amortised) */
+        return 10;
+    case TPU_OP_ADAM: /* g (2), m (3), v (4), bias corrections (2), sqrt (4), add eps,
+                         divide (4), mul alpha and subtract (2) */
+        return 22;
+    default:
+        return 0;
+    }
+}
+
+uint64_t tpu__vpu_cycles(const struct tpu_chip_config *cfg, enum tpu_opcode code,
+                         uint64_t elements)
+{
+    /* cycles = ceil(elements * ops / (sublanes * lanes * alus)) + latency */
+    uint64_t width = (uint64_t)cfg->vector_sublanes * cfg->vector_lanes *
+                     cfg->vector_alus_per_lane;
+    uint64_t ops = elements * tpu__vpu_ops_per_element(code);
+    return tpu__ceil_div_u64(ops, width) + TPU__VPU_LATENCY_CYCLES;
+}
+
+uint64_t tpu__matmul_cycles(const struct tpu_chip_config *cfg, uint64_t m, uint64_t k,
+                            uint64_t n, unsigned passes, uint64_t *mac_slots)
+{
+    /* The core's MXUs share the GEMM as gemm.h deals it over a chip's, with one core. */
+    struct tpu_chip_config one = *cfg;
+    one.cores_per_chip = 1;
+    one.mxu_dtypes = TPU_DTYPE_BIT_BF16 | TPU_DTYPE_BIT_INT8; /* the verifier checked it */
+    struct tpu_gemm_params p = {.m = m, .k = k, .n = n,
+                                .dtype = passes > 1 ? TPU_DTYPE_FP32 : TPU_DTYPE_BF16,
+                                .passes = passes};
+    struct tpu_gemm_timing t;
+    if (tpu_gemm_time(&one, &p, &t, NULL) != 0) {
+        *mac_slots = 0;
+        return 0;
+    }
+    *mac_slots = t.cycles * (uint64_t)cfg->mxu_rows * cfg->mxu_cols * cfg->mxu_per_core;
+    return t.cycles;
+}
+
+/* Factors n into `k` near-equal factors, smallest first (n = 8, k = 2: 2 x 4). */
+static void factor(uint32_t n, uint32_t k, uint32_t *out)
+{
+    for (uint32_t i = 0; i < 3; i++)
+        out[i] = 1;
+    uint32_t rest = n;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t left = k - i;
+        /* the largest divisor of rest not above rest^(1/left), so later factors stay >= */
+        uint32_t target = (uint32_t)floor(pow((double)rest, 1.0 / left) + 1e-9);
+        uint32_t f = 1;
+        for (uint32_t c = target; c >= 1; c--)
+            if (rest % c == 0) {
+                f = c;
+                break;
+            }
+        if (left == 1)
+            f = rest;
+        out[i] = f;
+        rest /= f;
+    }
+}
+
+void tpu__ici_dims(const struct tpu_chip_config *cfg, uint32_t n_chips,
+                   struct tpu_topology_file_dims *out)
+{
+    out->n_chips = n_chips;
+    out->dims[0] = out->dims[1] = out->dims[2] = 1;
+    switch (cfg->ici_topology) {
+    case TPU_TOPO_NONE:
+        out->n_dims = 0;
+        break;
+    case TPU_TOPO_RING:
+        out->n_dims = 1;
+        out->dims[0] = n_chips;
+        break;
+    case TPU_TOPO_TORUS_2D:
+        out->n_dims = 2;
+        factor(n_chips, 2, out->dims);
+        break;
+    case TPU_TOPO_TORUS_3D:
+        out->n_dims = 3;
+        factor(n_chips, 3, out->dims);
+        break;
+    }
+}
+
+uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_part,
+                                uint32_t per_chip, uint64_t bytes)
+{
+    /* Two levels. On a chip, `per_chip` cores reduce-scatter and later all-gather through
+     * on-chip memory: 2 (p-1)/p B at the chip's HBM bandwidth. Across chips, each dimension
+     * of the torus (or the ring) runs a bidirectional ring all-reduce over the shard left
+     * by the dimensions before it (B_i = B / (d_1 ... d_{i-1})), on the chip's links of that
+     * dimension (links_per_chip / n_dims of them, both directions used):
+     *     2 (d_i - 1) / d_i * B_i / (links_i * link bandwidth) + 2 (d_i - 1) * latency. */
+    if (n_part <= 1 || bytes == 0)
+        return 0;
+    double b = (double)bytes;
+    double t_s = 0;
+    if (per_chip > 1)
+        t_s += 2.0 * (per_chip - 1) / per_chip * b / (cfg->hbm_gbytes_per_s * 1e9);
+    uint32_t chips_used = n_part / per_chip;
+    uint64_t lat_cycles = 0;
+    if (chips_used > 1 && cfg->ici_topology != TPU_TOPO_NONE) {
+        struct tpu_topology_file_dims td;
+        tpu__ici_dims(cfg, chips_used, &td);
+        double links = (double)cfg->ici_links_per_chip / td.n_dims;
+        double shard = b;
+        for (uint32_t i = 0; i < td.n_dims; i++) {
+            uint32_t dd = td.dims[i];
+            if (dd <= 1)
+                continue;
+            t_s += 2.0 * (dd - 1) / dd * shard / (links * cfg->ici_gbytes_per_s_per_link * 1e9);
+            lat_cycles += 2u * (dd - 1) * ns_to_cycles(cfg, cfg->ici_latency_ns);
+            shard /= dd;
+        }
+    }
+    return (uint64_t)ceil(t_s * cfg->clock_mhz * 1e6) + lat_cycles;
+}
+
+uint64_t tpu__permute_cycles(const struct tpu_chip_config *cfg, uint64_t bytes, int cross_chip)
+{
+    if (!cross_chip)
+        return bytes_to_cycles(cfg, (double)bytes, cfg->hbm_gbytes_per_s * 1e9);
+    return ns_to_cycles(cfg, cfg->ici_latency_ns) +
+           bytes_to_cycles(cfg, (double)bytes, cfg->ici_gbytes_per_s_per_link * 1e9);
+}
+
+uint64_t tpu__stream_chunks(const struct tpu_chip_config *cfg, uint64_t bytes)
+{
+    uint64_t piece = cfg->vmem_bytes / 4;
+    if (piece == 0)
+        piece = 1;
+    uint64_t n = tpu__ceil_div_u64(bytes, piece);
+    if (n < 1)
+        n = 1;
+    return n > 256 ? 256 : n;
+}

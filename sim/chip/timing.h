@@ -1,0 +1,59 @@
+/* Cycle costs of the chip's units, as pure functions of a configuration and sizes. The
+ * scoreboard in chip.c places these costs on each core's unit timelines; this file only
+ * says how long things take (every formula is documented in timing.c). Internal to sim/. */
+#ifndef TPUSIM_SIM_TIMING_H
+#define TPUSIM_SIM_TIMING_H
+
+#include <stdint.h>
+
+#include "tpusim/config.h"
+#include "tpusim/program.h"
+
+/* Pipeline latency of the vector unit, cycles (an assumption; see timing.c). */
+#define TPU__VPU_LATENCY_CYCLES 8
+
+/* Cycles to move `bytes` between one core's HBM share and its on-chip memory. */
+uint64_t tpu__dma_cycles(const struct tpu_chip_config *cfg, uint64_t bytes);
+
+/* Cycles for `bytes` over the chip's host link, latency included. */
+uint64_t tpu__host_link_cycles(const struct tpu_chip_config *cfg, uint64_t bytes);
+
+/* The same for one core's share of the link (bandwidth / cores_per_chip). */
+uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t bytes);
+
+/* Vector-unit cycles for an op over `elements` elements (latency included). */
+uint64_t tpu__vpu_cycles(const struct tpu_chip_config *cfg, enum tpu_opcode code,
+                         uint64_t elements);
+
+/* ALU operations per element the vector unit spends on an op (0 for non-VPU ops). */
+unsigned tpu__vpu_ops_per_element(enum tpu_opcode code);
+
+/* Matrix-unit cycles for y[m][n] = a[m][k] * b[k][n] on one core's MXUs, with `passes` bf16
+ * passes; *mac_slots gets busy cycles x R x C x MXUs. */
+uint64_t tpu__matmul_cycles(const struct tpu_chip_config *cfg, uint64_t m, uint64_t k,
+                            uint64_t n, unsigned passes, uint64_t *mac_slots);
+
+/* The placement of cores on chips and chips on the interconnect, for collectives. */
+struct tpu_topology_file_dims {
+    uint32_t n_chips;
+    uint32_t dims[3]; /* chips along each torus dimension (1 where unused) */
+    uint32_t n_dims;
+};
+void tpu__ici_dims(const struct tpu_chip_config *cfg, uint32_t n_chips,
+                   struct tpu_topology_file_dims *out);
+
+/* Cycles for an all-reduce of `bytes` per participant over `n_part` cores that are spread
+ * `per_chip` to a chip (per_chip * chips used == n_part). */
+uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_part,
+                                uint32_t per_chip, uint64_t bytes);
+
+/* Cycles for a collective permute moving `bytes` to a neighbour; `cross_chip` if any pair
+ * crosses chips. */
+uint64_t tpu__permute_cycles(const struct tpu_chip_config *cfg, uint64_t bytes,
+                             int cross_chip);
+
+/* The chunking of a streamed op: how many pieces it is cut into so that its operands
+ * stream through on-chip memory (a quarter of it per piece: double-buffered in and out). */
+uint64_t tpu__stream_chunks(const struct tpu_chip_config *cfg, uint64_t bytes);
+
+#endif

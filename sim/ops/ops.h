@@ -1,0 +1,34 @@
+/* The values of the device program's local ops (everything a core computes on its own:
+ * matmul, vector ops, reductions, loss, optimizers, variables). Collectives, infeed and
+ * outfeed, and loops are the chip's business (chip.c) since they involve other cores or the
+ * host. Internal to sim/. */
+#ifndef TPUSIM_SIM_OPS_H
+#define TPUSIM_SIM_OPS_H
+
+#include <stdint.h>
+
+#include "kernels/scratch.h"
+#include "tpusim/error.h"
+#include "tpusim/program.h"
+
+/* One buffer's memory on one core: [rows][cols] row-major of dtype. */
+struct tpu__bufmem {
+    void *data;
+    enum tpu_buf_dtype dtype;
+    uint32_t rows, cols;
+};
+
+/* Computes one local op on one core. `bufs` is indexed by buffer id (the op's attrs and
+ * buffer ids index into it); `vars` by variable id. `tile_rows` is the matrix unit's R (the
+ * accumulation order of matmul). `n_threads` >= 1 host threads for the matmul kernel.
+ * `scratch` is the core's arena for working memory (scratch.h), reused from op to op so
+ * that ops do not allocate once it has grown; NULL makes each op allocate and free its own.
+ * The program is verified, so shapes are right (they are checked again cheaply: TPU_ESHAPE).
+ * Returns 0; TPU_ERANGE for bad data the verifier cannot see (a label out of range, Adam's
+ * step below 1, a variable overflowing); TPU_ENOMEM; TPU_ETHREAD; or TPU_EINVAL for an op
+ * that is not local (infeed, outfeed, collectives, loops). */
+int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
+                    uint32_t tile_rows, unsigned n_threads, struct tpu__scratch *scratch,
+                    struct tpu_diag *d);
+
+#endif
