@@ -57,7 +57,7 @@ int main(void)
     double t4096 = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         struct tpu_gemm_params p = {.m = shapes[i].m, .k = shapes[i].k, .n = shapes[i].n,
-                                    .dtype = TPU_DTYPE_BF16};
+                                    .dtype = TPU_BF16};
         struct tpu_gemm_timing t;
         double s = time_call(&cfg, &p, &t);
         if (s < 0)

@@ -92,9 +92,9 @@ static void fmt_bytes(char *buf, size_t n, uint64_t b)
 
 static void fmt_dtypes(char *buf, size_t n, uint32_t bits)
 {
-    snprintf(buf, n, "%s%s%s", (bits & TPU_DTYPE_BIT_BF16) ? "bf16" : "",
-             (bits & TPU_DTYPE_BIT_BF16) && (bits & TPU_DTYPE_BIT_INT8) ? "," : "",
-             (bits & TPU_DTYPE_BIT_INT8) ? "int8" : "");
+    snprintf(buf, n, "%s%s%s", (bits & TPU_DTYPE_BIT(TPU_BF16)) ? "bf16" : "",
+             (bits & TPU_DTYPE_BIT(TPU_BF16)) && (bits & TPU_DTYPE_BIT(TPU_INT8)) ? "," : "",
+             (bits & TPU_DTYPE_BIT(TPU_INT8)) ? "int8" : "");
 }
 
 /* The peak as users quote it: FLOP/s when the chip multiplies bf16, else int8 OPS. */
@@ -102,7 +102,7 @@ static void fmt_peak(char *buf, size_t n, const struct tpu_chip_config *cfg,
                      const struct tpu_chip_derived *dv)
 {
     fmt_si(buf, n, dv->peak_flops_per_s,
-           (cfg->mxu_dtypes & TPU_DTYPE_BIT_BF16) ? "FLOP/s" : "OPS (int8)");
+           (cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)) ? "FLOP/s" : "OPS (int8)");
 }
 
 /* Prints `text` word-wrapped to 92 columns: the first line after `first`, the others after
@@ -190,11 +190,11 @@ static void print_show(const struct tpu_chip_config *cfg, const json_t *doc)
         cfg->cores_per_chip, cfg->cores_per_chip == 1 ? "" : "s", cfg->mxu_per_core);
     fmt_si(a, sizeof a, dv.peak_macs_per_s, "MAC/s");
     ROW("peak MAC rate", "%s", a);
-    if (cfg->mxu_dtypes & TPU_DTYPE_BIT_BF16) {
+    if (cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)) {
         fmt_si(b, sizeof b, dv.peak_flops_per_s, "FLOP/s");
         ROW("peak bf16", "%s", b);
     }
-    if (cfg->mxu_dtypes & TPU_DTYPE_BIT_INT8) {
+    if (cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_INT8)) {
         fmt_si(b, sizeof b, dv.peak_flops_per_s, "OPS");
         ROW("peak int8", "%s", b);
     }
@@ -375,7 +375,7 @@ static int cmd_list(int argc, char **argv)
                  cfg.cores_per_chip, cfg.cores_per_chip == 1 ? "" : "s", cfg.mxu_per_core,
                  cfg.mxu_rows, cfg.mxu_cols, dt, cfg.clock_mhz);
         fmt_si(peak, sizeof peak, dv.peak_flops_per_s,
-               (cfg.mxu_dtypes & TPU_DTYPE_BIT_BF16) ? "FLOP/s" : "OPS");
+               (cfg.mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)) ? "FLOP/s" : "OPS");
         fmt_bytes(hbm, sizeof hbm, cfg.hbm_bytes);
         char *paren = strstr(hbm, " (");
         if (paren)

@@ -82,7 +82,7 @@ static int parse_array(const char *text, uint32_t *rows, uint32_t *cols)
 
 static int parse_args(int argc, char **argv, struct gemm_opts *o)
 {
-    *o = (struct gemm_opts){.chip = "tpu-v4", .dtype = TPU_DTYPE_BF16, .passes = 6, .seed = 1};
+    *o = (struct gemm_opts){.chip = "tpu-v4", .dtype = TPU_BF16, .passes = 6, .seed = 1};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu > 0 ? (unsigned)ncpu : 1;
     bool have_passes = false;
@@ -132,11 +132,11 @@ static int parse_args(int argc, char **argv, struct gemm_opts *o)
             rc = parse_array(val, &o->array_rows, &o->array_cols);
         } else if (!strcmp(arg, "--dtype")) {
             if (!strcmp(val, "bf16"))
-                o->dtype = TPU_DTYPE_BF16;
+                o->dtype = TPU_BF16;
             else if (!strcmp(val, "int8"))
-                o->dtype = TPU_DTYPE_INT8;
+                o->dtype = TPU_INT8;
             else if (!strcmp(val, "fp32"))
-                o->dtype = TPU_DTYPE_FP32;
+                o->dtype = TPU_F32;
             else
                 rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
                                     "--dtype '%s' is not one of bf16, int8, fp32",
@@ -186,7 +186,7 @@ static int parse_args(int argc, char **argv, struct gemm_opts *o)
     }
 
     /* combinations */
-    if (have_passes && o->dtype != TPU_DTYPE_FP32)
+    if (have_passes && o->dtype != TPU_F32)
         return tpu__cli_error(CMD, TPU_CLI_USAGE,
                               "--passes applies to --dtype fp32 only (bf16 and int8 are one "
                               "pass); drop --passes or add --dtype fp32");
@@ -249,14 +249,14 @@ static int load_operand(const char *path, const char *which, enum tpu_dtype dtyp
     struct tpu_diag d = {0};
     if (tpu_npy_read(path, arr, &d) != 0)
         return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
-    enum tpu_npy_dtype want = dtype == TPU_DTYPE_INT8 ? TPU_NPY_I8 : TPU_NPY_F32;
+    enum tpu_dtype want = dtype == TPU_INT8 ? TPU_INT8 : TPU_F32;
     if (arr->dtype != want) {
         char qp[TPU__QUOTE_PATH_BYTES];
         int rc = tpu__cli_error(CMD, TPU_CLI_FAIL,
                                 "%s (operand %s) holds %s; --dtype %s needs %s data (numpy: "
                                 "a.astype(np.%s))",
                                 tpu__quote(path, qp, sizeof qp), which, tpu_npy_dtype_name(arr->dtype),
-                                tpu_dtype_name(dtype), tpu_npy_dtype_name(want),
+                                tpu_gemm_dtype_name(dtype), tpu_npy_dtype_name(want),
                                 tpu_npy_dtype_name(want));
         tpu_npy_free(arr);
         return rc;
@@ -309,7 +309,7 @@ static int make_operands(const struct gemm_opts *o, struct operands *op)
     struct tpu__rng rng;
     tpu__rng_seed(&rng, o->seed);
     op->y = malloc(ny * 4);
-    if (o->dtype == TPU_DTYPE_INT8) {
+    if (o->dtype == TPU_INT8) {
         op->a8 = malloc(na);
         op->b8 = malloc(nb);
         if (!op->a8 || !op->b8 || !op->y)
@@ -337,7 +337,7 @@ static int make_operands(const struct gemm_opts *o, struct operands *op)
             for (size_t i = 0; i < nb; i++)
                 op->b32[i] = tpu__rng_uniform(&rng) * 2.0f - 1.0f;
         }
-        if (o->dtype == TPU_DTYPE_BF16) {
+        if (o->dtype == TPU_BF16) {
             op->a16 = malloc(na * sizeof *op->a16);
             op->b16 = malloc(nb * sizeof *op->b16);
             if (!op->a16 || !op->b16)
@@ -367,7 +367,7 @@ static int dump_bf16(const char *path, const tpu_bf16 *x, size_t rows, size_t co
     for (size_t i = 0; i < rows * cols; i++)
         w[i] = tpu_bf16_to_f32(x[i]);
     struct tpu_diag d = {0};
-    int rc = tpu_npy_write(path, TPU_NPY_F32, rows, cols, w, &d);
+    int rc = tpu_npy_write(path, TPU_F32, rows, cols, w, &d);
     free(w);
     return rc ? tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg) : 0;
 }
@@ -389,7 +389,7 @@ static int dump_inputs(const char *prefix, const struct operands *op)
         if (!rc)
             rc = dump_bf16(pb, op->b16, op->k, op->n);
     } else {
-        enum tpu_npy_dtype t = op->a8 ? TPU_NPY_I8 : TPU_NPY_F32;
+        enum tpu_dtype t = op->a8 ? TPU_INT8 : TPU_F32;
         const void *a = op->a8 ? (const void *)op->a8 : op->a32;
         const void *b = op->b8 ? (const void *)op->b8 : op->b32;
         if (tpu_npy_write(pa, t, op->m, op->k, a, &d) ||
@@ -408,10 +408,10 @@ static int compute(const struct gemm_opts *o, uint32_t tile_rows, struct operand
 {
     double t0 = tpu__cli_now_s();
     int rc;
-    if (o->dtype == TPU_DTYPE_INT8)
+    if (o->dtype == TPU_INT8)
         rc = tpu_gemm_int8(op->a8, op->b8, op->y, op->m, op->k, op->n, tile_rows, false,
                            o->threads);
-    else if (o->dtype == TPU_DTYPE_BF16)
+    else if (o->dtype == TPU_BF16)
         rc = tpu_gemm_bf16(op->a16, op->b16, op->y, op->m, op->k, op->n, tile_rows, false,
                            o->threads);
     else
@@ -444,7 +444,7 @@ static int time_layer(const struct gemm_opts *o, const struct tpu_chip_config *c
         return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
     if (o->serial) {
         enum tpu_dataflow df = o->have_dataflow ? o->dataflow : TPU_DATAFLOW_WS;
-        unsigned passes = o->dtype == TPU_DTYPE_FP32 ? o->passes : 1;
+        unsigned passes = o->dtype == TPU_F32 ? o->passes : 1;
         /* fp32 passes are that many GEMMs with K unchanged, one after another */
         if (tpu_serial_gemm(cfg->mxu_rows, cfg->mxu_cols, df, m, n, k, &lt->ser, &d) != 0)
             return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
@@ -500,13 +500,13 @@ static int run_topology(const struct gemm_opts *o, const struct tpu_chip_config 
     if (o->json)
         printf("{\"chip\": \"%s\", \"schedule\": \"%s\", \"dataflow\": \"%s\", \"dtype\": \"%s\","
                " \"array\": [%u, %u], \"layers\": [",
-               cfg->name, schedule_name(o), dataflow_used(o), tpu_dtype_name(o->dtype),
+               cfg->name, schedule_name(o), dataflow_used(o), tpu_gemm_dtype_name(o->dtype),
                cfg->mxu_rows, cfg->mxu_cols);
     else {
         describe_chip(stdout, cfg, o->serial);
         printf("schedule %s%s%s, dtype %s, timing only\n\n", schedule_name(o),
                o->serial ? ", dataflow " : "", o->serial ? dataflow_used(o) : "",
-               tpu_dtype_name(o->dtype));
+               tpu_gemm_dtype_name(o->dtype));
         printf("%-20s %8s %8s %8s %14s %8s %8s %12s %10s\n", "layer", "M", "N", "K", "cycles",
                "util%", "map%", "time_us", "TFLOP/s");
     }
@@ -565,7 +565,7 @@ static struct value_summary summarize(const struct gemm_opts *o, const struct op
     struct value_summary s = {0};
     size_t ny = op->m * op->n;
     for (size_t i = 0; i < ny; i++) {
-        double v = o->dtype == TPU_DTYPE_INT8 ? (double)((const int32_t *)op->y)[i]
+        double v = o->dtype == TPU_INT8 ? (double)((const int32_t *)op->y)[i]
                                               : (double)((const float *)op->y)[i];
         if (isnan(v)) {
             s.n_nan++;
@@ -591,7 +591,7 @@ static void print_report(const struct gemm_opts *o, const struct tpu_chip_config
     if (o->json) {
         printf("{\"m\": %" PRIu64 ", \"k\": %" PRIu64 ", \"n\": %" PRIu64 ", \"dtype\": \"%s\","
                " \"passes\": %u, \"chip\": ",
-               m, k, n, tpu_dtype_name(o->dtype), o->dtype == TPU_DTYPE_FP32 ? o->passes : 1);
+               m, k, n, tpu_gemm_dtype_name(o->dtype), o->dtype == TPU_F32 ? o->passes : 1);
         tpu__cli_json_string(stdout, cfg->name);
         printf(", \"array\": [%u, %u], \"clock_mhz\": %.6g, \"schedule\": \"%s\"",
                cfg->mxu_rows, cfg->mxu_cols, cfg->clock_mhz, schedule_name(o));
@@ -620,8 +620,8 @@ static void print_report(const struct gemm_opts *o, const struct tpu_chip_config
     }
     printf("tpusim gemm: Y[%" PRIu64 "][%" PRIu64 "] = A[%" PRIu64 "][%" PRIu64 "] * B[%" PRIu64
            "][%" PRIu64 "], %s%s\n",
-           m, n, m, k, k, n, tpu_dtype_name(o->dtype),
-           o->dtype == TPU_DTYPE_FP32 ? (o->passes == 6   ? " as 6 bf16 passes (XLA HIGHEST)"
+           m, n, m, k, k, n, tpu_gemm_dtype_name(o->dtype),
+           o->dtype == TPU_F32 ? (o->passes == 6   ? " as 6 bf16 passes (XLA HIGHEST)"
                                          : o->passes == 3 ? " as 3 bf16 passes (XLA HIGH)"
                                                           : " as 1 bf16 pass (XLA DEFAULT)")
                                       : "");
@@ -637,7 +637,7 @@ static void print_report(const struct gemm_opts *o, const struct tpu_chip_config
                " M-chunk%s%s) on %u of %u MXUs\n",
                lt->tpu.weight_tiles, lt->tpu.k_tiles, lt->tpu.n_tiles, lt->tpu.m_chunks,
                lt->tpu.m_chunks == 1 ? "" : "s",
-               o->dtype == TPU_DTYPE_FP32 && o->passes > 1 ? " x passes" : "",
+               o->dtype == TPU_F32 && o->passes > 1 ? " x passes" : "",
                lt->tpu.n_mxu_busy, lt->tpu.n_mxu);
     }
     printf("cycles            %" PRIu64 "  (%.3f us at %.0f MHz)\n", lt->cycles,
@@ -699,7 +699,7 @@ int tpu__cli_gemm(int argc, char **argv)
         if (!rc && o.dump_inputs)
             rc = dump_inputs(o.dump_inputs, &op);
         if (!rc && o.dump_path) {
-            enum tpu_npy_dtype t = o.dtype == TPU_DTYPE_INT8 ? TPU_NPY_I32 : TPU_NPY_F32;
+            enum tpu_dtype t = o.dtype == TPU_INT8 ? TPU_INT32 : TPU_F32;
             if (tpu_npy_write(o.dump_path, t, op.m, op.n, op.y, &d) != 0)
                 rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
         }

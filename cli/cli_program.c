@@ -261,10 +261,10 @@ static void *feed(void *arg)
         const struct tpu_buffer_desc *b = tpu_program_buffer(f->p, f->order[i]);
         size_t bytes = tpu_buffer_bytes(b), count = (size_t)b->rows * b->cols;
         void *data = f->timing_only ? NULL : calloc(1, bytes ? bytes : 1);
-        if (data && b->dtype == TPU_BUF_F32)
+        if (data && b->dtype == TPU_F32)
             for (size_t k = 0; k < count; k++)
                 ((float *)data)[k] = tpu__rng_uniform(&r) * 2.0f - 1.0f;
-        if (data && b->dtype == TPU_BUF_BF16)
+        if (data && b->dtype == TPU_BF16)
             for (size_t k = 0; k < count; k++)
                 ((tpu_bf16 *)data)[k] = tpu_bf16_from_f32(tpu__rng_uniform(&r) * 2.0f - 1.0f);
         for (uint32_t c = 0; c < tpu_device_n_cores(f->dev) && !f->rc; c++)

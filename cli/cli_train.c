@@ -769,7 +769,7 @@ static int check_int8(const struct run *r)
     struct tpu_diag d = {0};
     if (r->o.int8 && tpu_int8_check_chip(&r->chip, &d))
         return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
-    if (!r->o.int8 && strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+    if (!r->o.int8 && strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)))
         return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "chip '%s' multiplies int8 only (its "
                               "mxu.dtypes); run the checkpoint in int8 with --int8",
                               r->chip.name);
@@ -788,7 +788,7 @@ static int preflight(struct run *r)
     if (tpu_config_load(o->chip, &r->chip, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     const bool train = !strcmp(cmd, "train");
-    if (train && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+    if (train && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "chip '%s' cannot train: its matrix unit "
                               "multiplies int8 only (an inference chip), and training needs a "
                               "chip whose matrix unit takes bf16 (tpu-v2 and later, or tiny); "
@@ -1170,7 +1170,7 @@ static int cmd_predict(struct run *r)
     if (!rc && d.msg[0] && !r->o.json)
         fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
     if (!rc && r->o.output[0])
-        rc = tpu_npy_write(r->o.output, TPU_NPY_F32, n, p.cols, p.out, &d);
+        rc = tpu_npy_write(r->o.output, TPU_F32, n, p.cols, p.out, &d);
     free(p.out);
     if (rc == TPU_ECANCELED && sigint_count)
         return stopped(&r->o, &d);

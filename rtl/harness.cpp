@@ -343,14 +343,14 @@ struct driver {
 
 uint16_t weight_bits(const tpu_mxu_rtl_job *job, size_t t, size_t idx)
 {
-    if (job->dtype == TPU_DTYPE_BF16)
+    if (job->dtype == TPU_BF16)
         return job->w_bf16[t][idx].bits;
     return static_cast<uint8_t>(job->w_int8[t][idx]);
 }
 
 uint16_t input_bits(const tpu_mxu_rtl_job *job, size_t t, size_t idx)
 {
-    if (job->dtype == TPU_DTYPE_BF16)
+    if (job->dtype == TPU_BF16)
         return job->in_bf16[t][idx].bits;
     return static_cast<uint8_t>(job->in_int8[t][idx]);
 }
@@ -366,7 +366,7 @@ void drive_cycle(driver &dv, uint64_t c, port_in &in)
 {
     const tpu_mxu_rtl_job *job = dv.job;
     in = port_in();
-    in.mode = job->dtype == TPU_DTYPE_INT8;
+    in.mode = job->dtype == TPU_INT8;
 
     if (!dv.loading && dv.next_load < dv.T) {
         const size_t t = dv.next_load;
@@ -429,16 +429,16 @@ void drive_cycle(driver &dv, uint64_t c, port_in &in)
 
 int check_job(const tpu_mxu_rtl *rtl, const tpu_mxu_rtl_job *job, tpu_diag *d)
 {
-    if (job->dtype != TPU_DTYPE_BF16 && job->dtype != TPU_DTYPE_INT8)
+    if (job->dtype != TPU_BF16 && job->dtype != TPU_INT8)
         return tpu__fail(d, TPU_EINVAL,
-                         "the RTL array runs dtype %d; it takes bf16 (%d) or int8 (%d) only",
-                         static_cast<int>(job->dtype), TPU_DTYPE_BF16, TPU_DTYPE_INT8);
+                         "the RTL array was given dtype %s; it takes bf16 or int8 only",
+                         tpu_gemm_dtype_name(job->dtype));
     if (job->n_tiles == 0)
         return 0;
     if (!job->m_rows)
         return tpu__fail(d, TPU_EINVAL, "the job has %zu tiles but no m_rows array",
                          job->n_tiles);
-    const bool bf = job->dtype == TPU_DTYPE_BF16;
+    const bool bf = job->dtype == TPU_BF16;
     if (bf ? (!job->w_bf16 || !job->in_bf16 || !job->out_f32)
            : (!job->w_int8 || !job->in_int8 || !job->out_i32))
         return tpu__fail(d, TPU_EINVAL,
@@ -532,7 +532,7 @@ int run_job(tpu_mxu_rtl *rtl, tpu_mxu_rtl_job *job, tpu_diag *d)
 
     // One reset cycle before cycle 0 clears the valid bits, the load state and the hazard.
     in.rst = true;
-    in.mode = job->dtype == TPU_DTYPE_INT8;
+    in.mode = job->dtype == TPU_INT8;
     m.cycle(in, out, dv.orow.data());
 
     // A generous bound: every load and row one after another, then the drain, plus the
@@ -574,7 +574,7 @@ int run_job(tpu_mxu_rtl *rtl, tpu_mxu_rtl_job *job, tpu_diag *d)
             first_out[t] = c;
         const size_t base = static_cast<size_t>(dv.out_row) * dv.C;
         for (uint32_t j = 0; j < dv.C; j++) {
-            if (job->dtype == TPU_DTYPE_BF16) {
+            if (job->dtype == TPU_BF16) {
                 std::memcpy(&job->out_f32[t][base + j], &dv.orow[j], sizeof(float));
             } else {
                 const int32_t v = static_cast<int32_t>(dv.orow[j]);
@@ -718,7 +718,7 @@ int tpu_mxu_rtl_run_bf16(struct tpu_mxu_rtl *rtl, size_t n_tiles, const tpu_bf16
 {
     tpu_mxu_rtl_job job;
     std::memset(&job, 0, sizeof job);
-    job.dtype = TPU_DTYPE_BF16;
+    job.dtype = TPU_BF16;
     job.n_tiles = n_tiles;
     job.m_rows = m_rows;
     job.w_bf16 = w_tiles;
@@ -736,7 +736,7 @@ int tpu_mxu_rtl_run_int8(struct tpu_mxu_rtl *rtl, size_t n_tiles, const int8_t *
 {
     tpu_mxu_rtl_job job;
     std::memset(&job, 0, sizeof job);
-    job.dtype = TPU_DTYPE_INT8;
+    job.dtype = TPU_INT8;
     job.n_tiles = n_tiles;
     job.m_rows = m_rows;
     job.w_int8 = w_tiles;

@@ -65,7 +65,7 @@ int tpu_mxu_rtl_trace_open(struct tpu_mxu_rtl *rtl, const char *vcd_path, struct
 /* One run: n_tiles weight tiles, each streaming m_rows[t] input rows, back to back.
  * Buffers are caller-owned; the harness reads the inputs and writes the outputs only. */
 struct tpu_mxu_rtl_job {
-    enum tpu_dtype dtype; /* TPU_DTYPE_BF16 or TPU_DTYPE_INT8 */
+    enum tpu_dtype dtype; /* TPU_BF16 or TPU_INT8 */
     size_t n_tiles;
     const uint64_t *m_rows; /* [n_tiles], each >= 1 */
 

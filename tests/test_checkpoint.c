@@ -183,11 +183,11 @@ struct model {
 /* Caller order w, h, q, b, lab; the file's data order is w, b, lab (4-byte), h, q. */
 static void model_bind(struct model *m)
 {
-    m->t[0] = (struct tpu_tensor){"w", TPU_BUF_F32, 3, 4, m->w};
-    m->t[1] = (struct tpu_tensor){"h", TPU_BUF_BF16, 2, 3, m->h};
-    m->t[2] = (struct tpu_tensor){"q", TPU_BUF_INT8, 5, 1, m->q};
-    m->t[3] = (struct tpu_tensor){"b", TPU_BUF_F32, 1, 4, m->b};
-    m->t[4] = (struct tpu_tensor){"lab", TPU_BUF_INT32, 1, 3, m->lab};
+    m->t[0] = (struct tpu_tensor){"w", TPU_F32, 3, 4, m->w};
+    m->t[1] = (struct tpu_tensor){"h", TPU_BF16, 2, 3, m->h};
+    m->t[2] = (struct tpu_tensor){"q", TPU_INT8, 5, 1, m->q};
+    m->t[3] = (struct tpu_tensor){"b", TPU_F32, 1, 4, m->b};
+    m->t[4] = (struct tpu_tensor){"lab", TPU_INT32, 1, 3, m->lab};
 }
 
 static void model_init(struct model *m, uint32_t seed)
@@ -1067,7 +1067,7 @@ static void test_expectation_mismatch(void **state)
 
     /* wrong dtype: both named */
     model_blank(&m, 0xa5);
-    m.t[1].dtype = TPU_BUF_F32;
+    m.t[1].dtype = TPU_F32;
     m.t[1].cols = 1; /* 2 x 1 x 4 bytes fit in h's 12 */
     assert_int_equal(tpu_checkpoint_load(path, m.t, 5, NULL, &d), TPU_ESHAPE);
     assert_msg(&d, "tensor 'h' is BF16 in the file but the caller expects F32");
@@ -1386,8 +1386,8 @@ static void test_inspect_and_metadata(void **state)
     assert_int_equal(info.global_step, 9);
     assert_int_equal(info.n_tensors, 5);
     const char *names[] = {"w", "b", "lab", "h", "q"};
-    const enum tpu_buf_dtype types[] = {TPU_BUF_F32, TPU_BUF_F32, TPU_BUF_INT32, TPU_BUF_BF16,
-                                        TPU_BUF_INT8};
+    const enum tpu_dtype types[] = {TPU_F32, TPU_F32, TPU_INT32, TPU_BF16,
+                                        TPU_INT8};
     for (size_t i = 0; i < 5; i++) {
         assert_string_equal(info.tensors[i].name, names[i]);
         assert_int_equal(info.tensors[i].dtype, types[i]);
@@ -1474,7 +1474,7 @@ static void test_save_rejects_bad_arguments(void **state)
     assert_int_equal(tpu_checkpoint_save(f->model_dir, 1, m.t, 5, NULL, NULL, 0, &d), TPU_EINVAL);
     assert_msg(&d, "tensor 'lab' has no data");
     model_init(&m, 1);
-    m.t[0].dtype = (enum tpu_buf_dtype)9;
+    m.t[0].dtype = (enum tpu_dtype)9;
     assert_int_equal(tpu_checkpoint_save(f->model_dir, 1, m.t, 5, NULL, NULL, 0, &d), TPU_EINVAL);
     assert_msg(&d, "tensor 'w' has dtype 9");
     model_init(&m, 1);
@@ -1528,11 +1528,11 @@ static void test_save_rejects_bad_arguments(void **state)
 static void test_dtype_and_stage_names(void **state)
 {
     (void)state;
-    assert_string_equal(tpu_checkpoint_dtype_name(TPU_BUF_F32), "F32");
-    assert_string_equal(tpu_checkpoint_dtype_name(TPU_BUF_BF16), "BF16");
-    assert_string_equal(tpu_checkpoint_dtype_name(TPU_BUF_INT8), "I8");
-    assert_string_equal(tpu_checkpoint_dtype_name(TPU_BUF_INT32), "I32");
-    assert_string_equal(tpu_checkpoint_dtype_name((enum tpu_buf_dtype)7), "unknown");
+    assert_string_equal(tpu_checkpoint_dtype_name(TPU_F32), "F32");
+    assert_string_equal(tpu_checkpoint_dtype_name(TPU_BF16), "BF16");
+    assert_string_equal(tpu_checkpoint_dtype_name(TPU_INT8), "I8");
+    assert_string_equal(tpu_checkpoint_dtype_name(TPU_INT32), "I32");
+    assert_string_equal(tpu_checkpoint_dtype_name((enum tpu_dtype)7), "unknown");
     assert_string_equal(tpu_checkpoint_stage_name(TPU_CHECKPOINT_FSYNC_DIR), "fsync_dir");
     assert_string_equal(tpu_checkpoint_stage_name(TPU_CHECKPOINT_DELETE), "delete");
 }

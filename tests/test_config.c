@@ -204,7 +204,7 @@ static void test_preset_v1_figures(void **state)
     assert_int_equal(c.mxu_per_core, 1);
     assert_int_equal(c.mxu_rows, 256);
     assert_int_equal(c.mxu_cols, 256);
-    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT_INT8);
+    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT(TPU_INT8));
     assert_int_equal(c.accumulator_rows, 4096);
     assert_true(c.clock_mhz == 700.0);
     assert_int_equal(c.hbm_bytes, 8ull << 30);
@@ -228,7 +228,7 @@ static void test_preset_v2_v3_v4_figures(void **state)
     load_preset_ok("tpu-v2", &c);
     assert_int_equal(c.cores_per_chip, 2);
     assert_int_equal(c.mxu_per_core, 1);
-    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT_BF16);
+    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT(TPU_BF16));
     assert_int_equal(c.hbm_bytes, 16ull << 30);
     assert_int_equal(c.ici_topology, TPU_TOPO_TORUS_2D);
     assert_int_equal(c.ici_links_per_chip, 4);
@@ -244,7 +244,7 @@ static void test_preset_v2_v3_v4_figures(void **state)
     assert_int_equal(c.mxu_per_core, 4);
     assert_int_equal(c.mxu_rows, 128);
     assert_int_equal(c.mxu_cols, 128);
-    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT_BF16 | TPU_DTYPE_BIT_INT8);
+    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT(TPU_BF16) | TPU_DTYPE_BIT(TPU_INT8));
     assert_true(c.clock_mhz == 1050.0);
     assert_true(c.hbm_gbytes_per_s == 1200.0);
     assert_int_equal(c.ici_topology, TPU_TOPO_TORUS_3D);
@@ -288,7 +288,7 @@ static void test_base_fields(void **state)
     assert_int_equal(c.mxu_per_core, 2);
     assert_int_equal(c.mxu_rows, 8);
     assert_int_equal(c.mxu_cols, 16);
-    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT_BF16);
+    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT(TPU_BF16));
     assert_int_equal(c.accumulator_rows, 32);
     assert_int_equal(c.vector_sublanes, 4);
     assert_int_equal(c.vector_lanes, 16);
@@ -342,7 +342,7 @@ static void test_optional_fields_and_number_forms(void **state)
     /* both data types, in either order */
     s = mutate("[\"bf16\"]", "[\"int8\", \"bf16\"]");
     load_ok(s, &c);
-    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT_BF16 | TPU_DTYPE_BIT_INT8);
+    assert_int_equal(c.mxu_dtypes, TPU_DTYPE_BIT(TPU_BF16) | TPU_DTYPE_BIT(TPU_INT8));
     free(s);
     /* no interconnect, all of its figures zero */
     s = mutate("\"topology\": \"torus_2d\", \"links_per_chip\": 4, \"gbytes_per_s_per_link\": "

@@ -133,7 +133,7 @@ static void work_tile(struct work *wk, struct rng *r, size_t t, uint64_t m, uint
 {
     const uint32_t R = wk->R, C = wk->C;
     wk->m_rows[t] = m;
-    if (wk->dtype == TPU_DTYPE_BF16) {
+    if (wk->dtype == TPU_BF16) {
         wk->w_bf16[t] = xcalloc((size_t)R * C, sizeof(tpu_bf16));
         wk->in_bf16[t] = xcalloc((size_t)m * R, sizeof(tpu_bf16));
         wk->out_f32[t] = xcalloc((size_t)m * C, sizeof(float));
@@ -208,14 +208,14 @@ static void cosim(struct tpu_mxu_rtl *rtl, struct work *wk, const char *what)
     size_t bad = 0;
     for (size_t t = 0; t < T; t++) {
         const uint64_t m = wk->m_rows[t];
-        if (wk->dtype == TPU_DTYPE_BF16)
+        if (wk->dtype == TPU_BF16)
             tpu_mxu_tile_bf16(R, C, wk->w_bf16[t], wk->in_bf16[t], m, wk->ref_f32[t]);
         else
             tpu_mxu_tile_int8(R, C, wk->w_int8[t], wk->in_int8[t], m, wk->ref_i32[t]);
         for (uint64_t row = 0; row < m; row++)
             for (uint32_t j = 0; j < C; j++) {
                 uint32_t got, want;
-                if (wk->dtype == TPU_DTYPE_BF16) {
+                if (wk->dtype == TPU_BF16) {
                     got = tpu_f32_bits(wk->out_f32[t][row * C + j]);
                     want = tpu_f32_bits(wk->ref_f32[t][row * C + j]);
                 } else {
@@ -225,7 +225,7 @@ static void cosim(struct tpu_mxu_rtl *rtl, struct work *wk, const char *what)
                 if (got != want && bad++ < 8)
                     print_error("%s (%ux%u, %s): tile %zu row %" PRIu64
                                 " column %u: RTL 0x%08x, C model 0x%08x\n",
-                                what, R, C, tpu_dtype_name(wk->dtype), t, row, j, got, want);
+                                what, R, C, tpu_gemm_dtype_name(wk->dtype), t, row, j, got, want);
             }
     }
     if (bad)
@@ -290,7 +290,7 @@ static void test_every_tile_shape(void **state)
         for (uint32_t k = 1; k <= 8; k++)
             for (uint32_t n = 1; n <= 8; n++) {
                 struct work wk = {.R = 8, .C = 8,
-                                  .dtype = dt ? TPU_DTYPE_INT8 : TPU_DTYPE_BF16};
+                                  .dtype = dt ? TPU_INT8 : TPU_BF16};
                 wk.n_tiles = 1 + (k + n) % 3;
                 for (size_t t = 0; t < wk.n_tiles; t++)
                     work_tile(&wk, &r, t, 1 + rnd_below(&r, 24), k, n,
@@ -310,7 +310,7 @@ static void test_stream_lengths(void **state)
     struct tpu_mxu_rtl *rtl = *state;
     struct rng r = {0x5EED0002};
     for (uint64_t m = 1; m <= 24; m++) {
-        struct work wk = {.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16, .n_tiles = 1};
+        struct work wk = {.R = 8, .C = 8, .dtype = TPU_BF16, .n_tiles = 1};
         work_tile(&wk, &r, 0, m, 8, 8, FILL_MODERATE, FILL_MODERATE);
         cosim(rtl, &wk, "one tile");
         work_free(&wk);
@@ -319,7 +319,7 @@ static void test_stream_lengths(void **state)
     for (size_t T = 1; T <= 6; T++)
         for (size_t q = 0; q < sizeof ms / sizeof ms[0]; q++) {
             struct work wk = {.R = 8, .C = 8, .n_tiles = T,
-                              .dtype = (T + q) % 2 ? TPU_DTYPE_INT8 : TPU_DTYPE_BF16};
+                              .dtype = (T + q) % 2 ? TPU_INT8 : TPU_BF16};
             for (size_t t = 0; t < T; t++)
                 work_tile(&wk, &r, t, ms[q], 8, 8, FILL_MODERATE, FILL_MODERATE);
             cosim(rtl, &wk, "uniform sequence");
@@ -333,7 +333,7 @@ static void test_load_port_bound(void **state)
     struct tpu_mxu_rtl *rtl = *state;
     struct rng r = {0x5EED0003};
     for (int rep = 0; rep < 20; rep++) {
-        struct work wk = {.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16, .n_tiles = 6};
+        struct work wk = {.R = 8, .C = 8, .dtype = TPU_BF16, .n_tiles = 6};
         for (size_t t = 0; t < 6; t++)
             work_tile(&wk, &r, t, 1 + rnd_below(&r, 7), 8, 8, FILL_MODERATE, FILL_EDGES);
         uint64_t L[6];
@@ -353,7 +353,7 @@ static void test_random_sequences(void **state)
     struct rng r = {0x5EED0004};
     for (int rep = 0; rep < 1000; rep++) {
         struct work wk = {.R = 8, .C = 8, .n_tiles = 1 + rnd_below(&r, 6),
-                          .dtype = rnd_below(&r, 3) ? TPU_DTYPE_BF16 : TPU_DTYPE_INT8};
+                          .dtype = rnd_below(&r, 3) ? TPU_BF16 : TPU_INT8};
         for (size_t t = 0; t < wk.n_tiles; t++) {
             uint64_t m;
             switch (rnd_below(&r, 3)) {
@@ -377,7 +377,7 @@ static void test_edge_values(void **state)
 {
     struct tpu_mxu_rtl *rtl = *state;
     struct rng r = {0x5EED0005};
-    struct work wk = {.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16, .n_tiles = 1};
+    struct work wk = {.R = 8, .C = 8, .dtype = TPU_BF16, .n_tiles = 1};
     work_tile(&wk, &r, 0, 6, 0, 0, FILL_MODERATE, FILL_MODERATE); /* all zero */
     tpu_bf16 *w = wk.w_bf16[0], *a = wk.in_bf16[0];
     const tpu_bf16 one = {0x3F80}, neg_zero = {0x8000}, max = {0x7F7F}, two = {0x4000};
@@ -415,7 +415,7 @@ static void test_edge_values(void **state)
     work_free(&wk);
 
     /* int8: the extremes, -128 * -128 in every PE of a column: 8 * 16384 */
-    wk = (struct work){.R = 8, .C = 8, .dtype = TPU_DTYPE_INT8, .n_tiles = 2};
+    wk = (struct work){.R = 8, .C = 8, .dtype = TPU_INT8, .n_tiles = 2};
     work_tile(&wk, &r, 0, 3, 8, 8, FILL_EDGES, FILL_EDGES);
     work_tile(&wk, &r, 1, 2, 8, 8, FILL_EDGES, FILL_EDGES);
     memset(wk.w_int8[0], -128, 64);
@@ -429,7 +429,7 @@ static void test_edge_values(void **state)
     /* many runs of edge values only */
     for (int rep = 0; rep < 60; rep++) {
         wk = (struct work){.R = 8, .C = 8, .n_tiles = 1 + rnd_below(&r, 3),
-                           .dtype = rep % 4 == 3 ? TPU_DTYPE_INT8 : TPU_DTYPE_BF16};
+                           .dtype = rep % 4 == 3 ? TPU_INT8 : TPU_BF16};
         for (size_t t = 0; t < wk.n_tiles; t++)
             work_tile(&wk, &r, t, 1 + rnd_below(&r, 16), 8, 8, FILL_EDGES, FILL_EDGES);
         cosim(rtl, &wk, "edge mix");
@@ -450,7 +450,7 @@ static void test_other_shapes(void **state)
         assert_int_equal(tpu_mxu_rtl_create(R, C, &rtl, &d), 0);
         for (int rep = 0; rep < 100; rep++) {
             struct work wk = {.R = R, .C = C, .n_tiles = 1 + rnd_below(&r, 6),
-                              .dtype = rep % 3 ? TPU_DTYPE_BF16 : TPU_DTYPE_INT8};
+                              .dtype = rep % 3 ? TPU_BF16 : TPU_INT8};
             for (size_t t = 0; t < wk.n_tiles; t++)
                 work_tile(&wk, &r, t, 1 + rnd_below(&r, 3 * R), 1 + rnd_below(&r, R),
                           1 + rnd_below(&r, C), (enum fill)rnd_below(&r, FILL_COUNT),
@@ -472,8 +472,8 @@ static void test_two_instances(void **state)
     assert_int_equal(tpu_mxu_rtl_create(8, 8, &b, &d), 0);
     struct rng r = {0x5EED0007};
     for (int rep = 0; rep < 10; rep++) {
-        struct work wa = {.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16, .n_tiles = 3};
-        struct work wb = {.R = 8, .C = 8, .dtype = TPU_DTYPE_INT8, .n_tiles = 2};
+        struct work wa = {.R = 8, .C = 8, .dtype = TPU_BF16, .n_tiles = 3};
+        struct work wb = {.R = 8, .C = 8, .dtype = TPU_INT8, .n_tiles = 2};
         for (size_t t = 0; t < 3; t++)
             work_tile(&wa, &r, t, 5 + t, 8, 8, FILL_MODERATE, FILL_BITS);
         for (size_t t = 0; t < 2; t++)
@@ -531,7 +531,7 @@ static void test_parallel_threads(void **state)
     for (int th = 0; th < 2; th++)
         for (int k = 0; k < THREAD_RUNS; k++) {
             struct work *wk = &jobs[th].wk[k];
-            *wk = (struct work){.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16,
+            *wk = (struct work){.R = 8, .C = 8, .dtype = TPU_BF16,
                                 .n_tiles = 1 + rnd_below(&r, 6)};
             for (size_t t = 0; t < wk->n_tiles; t++)
                 work_tile(wk, &r, t, 1 + rnd_below(&r, 24), 8, 8,
@@ -558,7 +558,7 @@ static bool forced_run(struct tpu_mxu_rtl *rtl, struct work *wk, const uint64_t 
                        const uint64_t *S, size_t *bad)
 {
     struct tpu_mxu_rtl_job job = {
-        .dtype = TPU_DTYPE_BF16,
+        .dtype = TPU_BF16,
         .n_tiles = wk->n_tiles,
         .m_rows = wk->m_rows,
         .w_bf16 = (const tpu_bf16 *const *)wk->w_bf16,
@@ -589,7 +589,7 @@ static void test_schedule_is_tight(void **state)
 {
     struct tpu_mxu_rtl *rtl = *state;
     struct rng r = {0x5EED0008};
-    struct work wk = {.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16, .n_tiles = 3};
+    struct work wk = {.R = 8, .C = 8, .dtype = TPU_BF16, .n_tiles = 3};
     for (size_t t = 0; t < 3; t++)
         work_tile(&wk, &r, t, 12, 8, 8, FILL_MODERATE, FILL_MODERATE);
     uint64_t L[3], S[3];
@@ -630,7 +630,7 @@ static void test_trace(void **state)
     assert_int_equal(tpu_mxu_rtl_trace_open(rtl, path, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "already open"));
     struct rng r = {0x5EED0009};
-    struct work wk = {.R = 4, .C = 4, .dtype = TPU_DTYPE_BF16, .n_tiles = 2};
+    struct work wk = {.R = 4, .C = 4, .dtype = TPU_BF16, .n_tiles = 2};
     for (size_t t = 0; t < 2; t++)
         work_tile(&wk, &r, t, 3, 4, 4, FILL_MODERATE, FILL_MODERATE);
     cosim(rtl, &wk, "traced");
@@ -670,11 +670,11 @@ static void test_errors(void **state)
     assert_non_null(strstr(d.msg, "cannot create the waveform file '/nonexistent-dir/x.vcd'"));
 
     struct rng r = {0x5EED000A};
-    struct work wk = {.R = 8, .C = 8, .dtype = TPU_DTYPE_BF16, .n_tiles = 2};
+    struct work wk = {.R = 8, .C = 8, .dtype = TPU_BF16, .n_tiles = 2};
     work_tile(&wk, &r, 0, 4, 8, 8, FILL_MODERATE, FILL_MODERATE);
     work_tile(&wk, &r, 1, 4, 8, 8, FILL_MODERATE, FILL_MODERATE);
     struct tpu_mxu_rtl_job job = {
-        .dtype = TPU_DTYPE_FP32,
+        .dtype = TPU_F32,
         .n_tiles = 2,
         .m_rows = wk.m_rows,
         .w_bf16 = (const tpu_bf16 *const *)wk.w_bf16,
@@ -682,13 +682,13 @@ static void test_errors(void **state)
         .out_f32 = wk.out_f32,
     };
     assert_int_equal(tpu_mxu_rtl_run(rtl, &job, &d), TPU_EINVAL);
-    assert_non_null(strstr(d.msg, "bf16 (0) or int8 (1) only"));
+    assert_non_null(strstr(d.msg, "given dtype fp32; it takes bf16 or int8 only"));
 
-    job.dtype = TPU_DTYPE_INT8; /* int8 arrays missing */
+    job.dtype = TPU_INT8; /* int8 arrays missing */
     assert_int_equal(tpu_mxu_rtl_run(rtl, &job, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "w_int8, in_int8, out_i32 must all be set"));
 
-    job.dtype = TPU_DTYPE_BF16;
+    job.dtype = TPU_BF16;
     wk.m_rows[1] = 0;
     assert_int_equal(tpu_mxu_rtl_run(rtl, &job, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "tile 1 streams 0 input rows"));

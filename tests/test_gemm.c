@@ -1370,10 +1370,10 @@ static void test_out_of_memory(void **state)
 static void test_dtype_names(void **state)
 {
     (void)state;
-    assert_string_equal(tpu_dtype_name(TPU_DTYPE_BF16), "bf16");
-    assert_string_equal(tpu_dtype_name(TPU_DTYPE_INT8), "int8");
-    assert_string_equal(tpu_dtype_name(TPU_DTYPE_FP32), "fp32");
-    assert_string_equal(tpu_dtype_name((enum tpu_dtype)42), "unknown");
+    assert_string_equal(tpu_gemm_dtype_name(TPU_BF16), "bf16");
+    assert_string_equal(tpu_gemm_dtype_name(TPU_INT8), "int8");
+    assert_string_equal(tpu_gemm_dtype_name(TPU_F32), "fp32");
+    assert_string_equal(tpu_gemm_dtype_name((enum tpu_dtype)42), "unknown");
 }
 
 int main(void)

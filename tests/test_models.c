@@ -670,8 +670,8 @@ static void test_int8_errors(void **state)
     assert_int_equal(tpu_int8_mlp_from_checkpoint(dir, &spec, cal, 1, &q, &d), TPU_ENOTFOUND);
     assert_non_null(strstr(d.msg, "holds no checkpoint to quantize; train the model first"));
     struct tpu_tensor t[2] = {
-        {.name = "w0", .dtype = TPU_BUF_F32, .rows = 4, .cols = 2, .data = w},
-        {.name = "b0", .dtype = TPU_BUF_F32, .rows = 1, .cols = 2, .data = b},
+        {.name = "w0", .dtype = TPU_F32, .rows = 4, .cols = 2, .data = w},
+        {.name = "b0", .dtype = TPU_F32, .rows = 1, .cols = 2, .data = b},
     };
     struct tpu_checkpoint_options o;
     tpu_checkpoint_default_options(&o);

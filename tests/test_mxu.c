@@ -196,7 +196,7 @@ static struct tpu_chip_config chip(uint32_t cores, uint32_t mxus, uint32_t r, ui
     cfg.mxu_rows = r;
     cfg.mxu_cols = c;
     cfg.accumulator_rows = acc_rows;
-    cfg.mxu_dtypes = TPU_DTYPE_BIT_BF16;
+    cfg.mxu_dtypes = TPU_DTYPE_BIT(TPU_BF16);
     cfg.clock_mhz = 1000;
     cfg.hbm_gbytes_per_s = 1000;
     return cfg;
@@ -206,7 +206,7 @@ static void test_gemm_one_tile(void **state)
 {
     (void)state;
     struct tpu_chip_config cfg = chip(1, 1, 128, 128, 4096);
-    struct tpu_gemm_params p = {.m = 128, .k = 128, .n = 128, .dtype = TPU_DTYPE_BF16};
+    struct tpu_gemm_params p = {.m = 128, .k = 128, .n = 128, .dtype = TPU_BF16};
     struct tpu_gemm_timing t;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, NULL), 0);
     assert_int_equal(t.weight_tiles, 1);
@@ -223,7 +223,7 @@ static void test_gemm_spread_over_mxus(void **state)
     /* 4096^3 on 2 cores x 4 MXUs of 128x128: 32 N tiles dealt to 8 MXUs, 4 each, with 32 K
      * tiles apiece: 128 tiles of 4096 rows per MXU */
     struct tpu_chip_config cfg = chip(2, 4, 128, 128, 4096);
-    struct tpu_gemm_params p = {.m = 4096, .k = 4096, .n = 4096, .dtype = TPU_DTYPE_BF16};
+    struct tpu_gemm_params p = {.m = 4096, .k = 4096, .n = 4096, .dtype = TPU_BF16};
     struct tpu_gemm_timing t;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, NULL), 0);
     assert_int_equal(t.weight_tiles, 1024);
@@ -232,7 +232,7 @@ static void test_gemm_spread_over_mxus(void **state)
     assert_int_equal(t.cycles, 128 + 127 * 4096 + 4096 + 255);
     assert_int_equal(t.n_mxu_busy, 8);
     /* fp32 in 3 passes triples the tiles on each MXU */
-    p.dtype = TPU_DTYPE_FP32;
+    p.dtype = TPU_F32;
     p.passes = 3;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, NULL), 0);
     assert_int_equal(t.weight_tiles, 3072);
@@ -245,7 +245,7 @@ static void test_gemm_ragged_chunks(void **state)
     /* M = 5000 with 4096 accumulator rows: chunks of 4096 and 904; 1 MXU runs the full
      * chunk's 2x3 tiles, then the short chunk's */
     struct tpu_chip_config cfg = chip(1, 1, 128, 128, 4096);
-    struct tpu_gemm_params p = {.m = 5000, .k = 256, .n = 300, .dtype = TPU_DTYPE_BF16};
+    struct tpu_gemm_params p = {.m = 5000, .k = 256, .n = 300, .dtype = TPU_BF16};
     struct tpu_gemm_timing t;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, NULL), 0);
     assert_int_equal(t.k_tiles, 2);
@@ -272,25 +272,25 @@ static void test_gemm_errors(void **state)
 {
     (void)state;
     struct tpu_chip_config cfg = chip(1, 1, 8, 8, 64);
-    struct tpu_gemm_params p = {.m = 8, .k = 0, .n = 8, .dtype = TPU_DTYPE_BF16};
+    struct tpu_gemm_params p = {.m = 8, .k = 0, .n = 8, .dtype = TPU_BF16};
     struct tpu_gemm_timing t;
     struct tpu_diag d = {0};
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "K=0"));
     p.k = 8;
-    p.dtype = TPU_DTYPE_INT8;
+    p.dtype = TPU_INT8;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, &d), TPU_EUNSUPPORTED);
     assert_non_null(strstr(d.msg, "no int8 matrix unit"));
-    p.dtype = TPU_DTYPE_FP32;
+    p.dtype = TPU_F32;
     p.passes = 2;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "passes 2"));
-    cfg.mxu_dtypes = TPU_DTYPE_BIT_INT8;
+    cfg.mxu_dtypes = TPU_DTYPE_BIT(TPU_INT8);
     p.passes = 3;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, &d), TPU_EUNSUPPORTED);
     assert_non_null(strstr(d.msg, "no bf16 matrix unit"));
-    cfg.mxu_dtypes = TPU_DTYPE_BIT_BF16;
-    p.dtype = TPU_DTYPE_BF16;
+    cfg.mxu_dtypes = TPU_DTYPE_BIT(TPU_BF16);
+    p.dtype = TPU_BF16;
     p.m = p.k = p.n = UINT64_C(1) << 40;
     assert_int_equal(tpu_gemm_time(&cfg, &p, &t, &d), TPU_ERANGE);
     assert_non_null(strstr(d.msg, "too large"));

@@ -68,7 +68,7 @@ static void test_round_trip(void **state)
 {
     struct fixture *f = *state;
     float x[6] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-30f, -7.0f};
-    assert_int_equal(tpu_npy_write(f->path, TPU_NPY_F32, 2, 3, x, NULL), 0);
+    assert_int_equal(tpu_npy_write(f->path, TPU_F32, 2, 3, x, NULL), 0);
     /* the header is padded so data starts at a multiple of 64 */
     FILE *fp = fopen(f->path, "rb");
     assert_non_null(fp);
@@ -77,7 +77,7 @@ static void test_round_trip(void **state)
     fclose(fp);
     struct tpu_npy a = {0};
     assert_int_equal(tpu_npy_read(f->path, &a, NULL), 0);
-    assert_int_equal(a.dtype, TPU_NPY_F32);
+    assert_int_equal(a.dtype, TPU_F32);
     assert_int_equal(a.rows, 2);
     assert_int_equal(a.cols, 3);
     assert_memory_equal(a.data, x, sizeof x);
@@ -85,9 +85,9 @@ static void test_round_trip(void **state)
     assert_null(a.data);
 
     int8_t y[4] = {-128, 127, 0, -1};
-    assert_int_equal(tpu_npy_write(f->path, TPU_NPY_I8, 4, 1, y, NULL), 0);
+    assert_int_equal(tpu_npy_write(f->path, TPU_INT8, 4, 1, y, NULL), 0);
     assert_int_equal(tpu_npy_read(f->path, &a, NULL), 0);
-    assert_int_equal(a.dtype, TPU_NPY_I8);
+    assert_int_equal(a.dtype, TPU_INT8);
     assert_memory_equal(a.data, y, sizeof y);
     tpu_npy_free(&a);
     tpu_npy_free(NULL);
@@ -100,12 +100,12 @@ static void test_versions_and_spacing(void **state)
     /* NumPy 2 writes format 2 for big headers; the dict may be spaced differently */
     write_raw(f->path, 2, "{'descr':'<i4','fortran_order':False,'shape':(2,2)}", 16);
     assert_int_equal(tpu_npy_read(f->path, &a, NULL), 0);
-    assert_int_equal(a.dtype, TPU_NPY_I32);
+    assert_int_equal(a.dtype, TPU_INT32);
     assert_int_equal(a.rows, 2);
     tpu_npy_free(&a);
     write_raw(f->path, 1, "{'descr': '<i1', 'fortran_order': False, 'shape': (3, 1), }", 3);
     assert_int_equal(tpu_npy_read(f->path, &a, NULL), 0);
-    assert_int_equal(a.dtype, TPU_NPY_I8);
+    assert_int_equal(a.dtype, TPU_INT8);
     tpu_npy_free(&a);
 }
 
@@ -172,7 +172,7 @@ static void test_write_error_keeps_nothing(void **state)
     (void)state;
     float x = 1;
     struct tpu_diag d = {0};
-    assert_int_equal(tpu_npy_write("/nonexistent/dir/y.npy", TPU_NPY_F32, 1, 1, &x, &d),
+    assert_int_equal(tpu_npy_write("/nonexistent/dir/y.npy", TPU_F32, 1, 1, &x, &d),
                      TPU_EIO);
     assert_non_null(strstr(d.msg, "cannot create '/nonexistent/dir/y.npy.tmp"));
 }
@@ -229,10 +229,10 @@ static void test_write_through_links_and_devices(void **state)
     snprintf(fifo, sizeof fifo, "%s/fifo", f->dir);
 
     /* regular file: replaced, mode kept */
-    assert_int_equal(tpu_npy_write(target, TPU_NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(tpu_npy_write(target, TPU_F32, 1, 2, x, NULL), 0);
     assert_int_equal(chmod(target, 0640), 0);
     ino_t before = (stat(target, &st), st.st_ino);
-    assert_int_equal(tpu_npy_write(target, TPU_NPY_F32, 2, 1, x, NULL), 0);
+    assert_int_equal(tpu_npy_write(target, TPU_F32, 2, 1, x, NULL), 0);
     assert_int_equal(stat(target, &st), 0);
     assert_true(S_ISREG(st.st_mode));
     assert_int_equal(st.st_mode & 0777, 0640);
@@ -241,7 +241,7 @@ static void test_write_through_links_and_devices(void **state)
     /* symbolic link (relative): the link stays, the target is replaced */
     assert_int_equal(symlink("target.npy", link), 0);
     x[0] = 42.0f;
-    assert_int_equal(tpu_npy_write(link, TPU_NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(tpu_npy_write(link, TPU_F32, 1, 2, x, NULL), 0);
     assert_int_equal(lstat(link, &st), 0);
     assert_true(S_ISLNK(st.st_mode));
     assert_int_equal(tpu_npy_read(target, &a, NULL), 0);
@@ -253,7 +253,7 @@ static void test_write_through_links_and_devices(void **state)
 
     /* a dangling link: the file is created where it points */
     assert_int_equal(symlink("target.npy", link), 0);
-    assert_int_equal(tpu_npy_write(link, TPU_NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(tpu_npy_write(link, TPU_F32, 1, 2, x, NULL), 0);
     assert_int_equal(lstat(link, &st), 0);
     assert_true(S_ISLNK(st.st_mode));
     assert_int_equal(stat(target, &st), 0);
@@ -262,7 +262,7 @@ static void test_write_through_links_and_devices(void **state)
     unlink(target);
 
     /* a device: written through, still a device */
-    assert_int_equal(tpu_npy_write("/dev/null", TPU_NPY_F32, 1, 2, x, NULL), 0);
+    assert_int_equal(tpu_npy_write("/dev/null", TPU_F32, 1, 2, x, NULL), 0);
     assert_int_equal(stat("/dev/null", &st), 0);
     assert_true(S_ISCHR(st.st_mode));
 
@@ -271,7 +271,7 @@ static void test_write_through_links_and_devices(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        _exit(tpu_npy_write(fifo, TPU_NPY_F32, 1, 2, x, NULL) == 0 ? 0 : 1);
+        _exit(tpu_npy_write(fifo, TPU_F32, 1, 2, x, NULL) == 0 ? 0 : 1);
     }
     FILE *fp = fopen(fifo, "rb");
     assert_non_null(fp);
@@ -289,7 +289,7 @@ static void test_write_through_links_and_devices(void **state)
 
     /* a directory is refused with a sentence */
     struct tpu_diag d = {0};
-    assert_int_equal(tpu_npy_write(f->dir, TPU_NPY_F32, 1, 2, x, &d), TPU_EIO);
+    assert_int_equal(tpu_npy_write(f->dir, TPU_F32, 1, 2, x, &d), TPU_EIO);
     assert_non_null(strstr(d.msg, "it is a directory; give a file name"));
 }
 

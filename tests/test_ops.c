@@ -51,12 +51,12 @@ struct bufs {
     struct tpu__bufmem b[NB];
 };
 
-static size_t dt_bytes(enum tpu_buf_dtype t)
+static size_t dt_bytes(enum tpu_dtype t)
 {
-    return t == TPU_BUF_BF16 ? 2 : t == TPU_BUF_INT8 ? 1 : 4;
+    return t == TPU_BF16 ? 2 : t == TPU_INT8 ? 1 : 4;
 }
 
-static void *bset(struct bufs *s, uint32_t id, enum tpu_buf_dtype t, uint32_t rows,
+static void *bset(struct bufs *s, uint32_t id, enum tpu_dtype t, uint32_t rows,
                   uint32_t cols)
 {
     free(s->b[id].data);
@@ -193,7 +193,7 @@ static tpu_bf16 *opnd_bf16(const struct tpu__bufmem *s, bool trans)
     for (size_t i = 0; i < r; i++)
         for (size_t j = 0; j < c; j++) {
             size_t src = trans ? j * s->cols + i : i * s->cols + j;
-            if (s->dtype == TPU_BUF_BF16)
+            if (s->dtype == TPU_BF16)
                 o[i * c + j] = ((const tpu_bf16 *)s->data)[src];
             else
                 o[i * c + j] = tpu_bf16_from_f32(((const float *)s->data)[src]);
@@ -209,7 +209,7 @@ static float *opnd_f32(const struct tpu__bufmem *s, bool trans)
     for (size_t i = 0; i < r; i++)
         for (size_t j = 0; j < c; j++) {
             size_t src = trans ? j * s->cols + i : i * s->cols + j;
-            o[i * c + j] = s->dtype == TPU_BUF_BF16
+            o[i * c + j] = s->dtype == TPU_BF16
                                ? tpu_bf16_to_f32(((const tpu_bf16 *)s->data)[src])
                                : ((const float *)s->data)[src];
         }
@@ -221,11 +221,11 @@ static void fill(struct rng *r, struct tpu__bufmem *b)
 {
     size_t count = (size_t)b->rows * b->cols;
     for (size_t i = 0; i < count; i++) {
-        if (b->dtype == TPU_BUF_F32)
+        if (b->dtype == TPU_F32)
             ((float *)b->data)[i] = rnd_f32(r, -2.0f, 2.0f);
-        else if (b->dtype == TPU_BUF_BF16)
+        else if (b->dtype == TPU_BF16)
             ((tpu_bf16 *)b->data)[i] = tpu_bf16_from_f32(rnd_f32(r, -2.0f, 2.0f));
-        else if (b->dtype == TPU_BUF_INT8)
+        else if (b->dtype == TPU_INT8)
             ((int8_t *)b->data)[i] = (int8_t)(rnd(r) >> 56);
         else
             ((int32_t *)b->data)[i] = (int32_t)(uint32_t)rnd(r);
@@ -236,8 +236,8 @@ static const uint32_t M_ = 37, K_ = 150, N_ = 45;
 
 /* Sets up a (0) = op(a) [M_][K_] and b (1) = op(b) [K_][N_] stored as the transposes ask, y (2)
  * [M_][N_] with random prior values. */
-static void setup_matmul(struct bufs *s, struct rng *r, enum tpu_buf_dtype ta_t,
-                         enum tpu_buf_dtype tb_t, bool ta, bool tb, enum tpu_buf_dtype yt)
+static void setup_matmul(struct bufs *s, struct rng *r, enum tpu_dtype ta_t,
+                         enum tpu_dtype tb_t, bool ta, bool tb, enum tpu_dtype yt)
 {
     bset(s, 0, ta_t, ta ? K_ : M_, ta ? M_ : K_);
     bset(s, 1, tb_t, tb ? N_ : K_, tb ? K_ : N_);
@@ -265,8 +265,8 @@ static void test_matmul_bf16(void **state)
     (void)state;
     struct rng r = {0x1234};
     struct tpu__scratch arena = {{NULL}, {0}};
-    const enum tpu_buf_dtype kinds[3][2] = {
-        {TPU_BUF_F32, TPU_BUF_F32}, {TPU_BUF_BF16, TPU_BUF_BF16}, {TPU_BUF_F32, TPU_BUF_BF16}};
+    const enum tpu_dtype kinds[3][2] = {
+        {TPU_F32, TPU_F32}, {TPU_BF16, TPU_BF16}, {TPU_F32, TPU_BF16}};
     const size_t mn = (size_t)M_ * N_;
     for (int kd = 0; kd < 3; kd++)
         for (int tr = 0; tr < 4; tr++)
@@ -274,7 +274,7 @@ static void test_matmul_bf16(void **state)
                 for (unsigned rows = 8; rows <= 128; rows *= 16) {
                     bool ta = tr & 1, tb = tr & 2;
                     struct bufs s = {0};
-                    setup_matmul(&s, &r, kinds[kd][0], kinds[kd][1], ta, tb, TPU_BUF_F32);
+                    setup_matmul(&s, &r, kinds[kd][0], kinds[kd][1], ta, tb, TPU_F32);
                     tpu_bf16 *a = opnd_bf16(&s.b[0], ta), *b = opnd_bf16(&s.b[1], tb);
                     float *want = malloc(mn * sizeof *want), *y0 = malloc(mn * sizeof *y0);
                     assert_true(want && y0);
@@ -320,7 +320,7 @@ static void test_matmul_int8(void **state)
         for (int acc = 0; acc < 2; acc++) {
             bool ta = tr & 1, tb = tr & 2;
             struct bufs s = {0};
-            setup_matmul(&s, &r, TPU_BUF_INT8, TPU_BUF_INT8, ta, tb, TPU_BUF_INT32);
+            setup_matmul(&s, &r, TPU_INT8, TPU_INT8, ta, tb, TPU_INT32);
             const int8_t *av = s.b[0].data, *bv = s.b[1].data;
             const int32_t *y = s.b[2].data;
             int32_t *want = malloc(mn * sizeof *want);
@@ -367,7 +367,7 @@ static void test_matmul_passes(void **state)
         for (int tr = 0; tr < 4; tr++) {
             bool ta = tr & 1, tb = tr & 2;
             struct bufs s = {0};
-            setup_matmul(&s, &r, TPU_BUF_F32, TPU_BUF_F32, ta, tb, TPU_BUF_F32);
+            setup_matmul(&s, &r, TPU_F32, TPU_F32, ta, tb, TPU_F32);
             float *a = opnd_f32(&s.b[0], ta), *b = opnd_f32(&s.b[1], tb);
             float *want = malloc(mn * sizeof *want), *y0 = malloc(mn * sizeof *y0);
             double *dref = malloc(mn * sizeof *dref), *tol = malloc(mn * sizeof *tol);
@@ -448,7 +448,7 @@ static void test_matmul_mixed_passes(void **state)
     struct rng r = {31};
     for (unsigned passes = 3; passes <= 6; passes += 3) {
         struct bufs s = {0};
-        setup_matmul(&s, &r, TPU_BUF_F32, TPU_BUF_BF16, false, true, TPU_BUF_F32);
+        setup_matmul(&s, &r, TPU_F32, TPU_BF16, false, true, TPU_F32);
         float *a = opnd_f32(&s.b[0], false), *b = opnd_f32(&s.b[1], true);
         float *want = malloc((size_t)M_ * N_ * sizeof *want);
         assert_non_null(want);
@@ -475,23 +475,23 @@ static void test_matmul_arena_reuse(void **state)
     static const struct {
         uint32_t m, k, n;
         bool ta, tb;
-        enum tpu_buf_dtype at, bt;
+        enum tpu_dtype at, bt;
     } cases[] = {
-        {70, 300, 90, true, false, TPU_BUF_F32, TPU_BUF_F32},
-        {5, 20, 7, false, true, TPU_BUF_BF16, TPU_BUF_F32},
-        {33, 129, 40, true, true, TPU_BUF_INT8, TPU_BUF_INT8},
-        {3, 1, 2, false, false, TPU_BUF_F32, TPU_BUF_BF16},
-        {64, 257, 65, false, true, TPU_BUF_F32, TPU_BUF_F32},
-        {12, 9, 50, true, true, TPU_BUF_INT8, TPU_BUF_INT8},
+        {70, 300, 90, true, false, TPU_F32, TPU_F32},
+        {5, 20, 7, false, true, TPU_BF16, TPU_F32},
+        {33, 129, 40, true, true, TPU_INT8, TPU_INT8},
+        {3, 1, 2, false, false, TPU_F32, TPU_BF16},
+        {64, 257, 65, false, true, TPU_F32, TPU_F32},
+        {12, 9, 50, true, true, TPU_INT8, TPU_INT8},
     };
     size_t prev_bytes[TPU__SCRATCH_SLOTS] = {0};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const uint32_t m = cases[c].m, k = cases[c].k, n = cases[c].n;
-        const bool ta = cases[c].ta, tb = cases[c].tb, int8 = cases[c].at == TPU_BUF_INT8;
+        const bool ta = cases[c].ta, tb = cases[c].tb, int8 = cases[c].at == TPU_INT8;
         struct bufs s = {0};
         bset(&s, 0, cases[c].at, ta ? k : m, ta ? m : k);
         bset(&s, 1, cases[c].bt, tb ? n : k, tb ? k : n);
-        bset(&s, 2, int8 ? TPU_BUF_INT32 : TPU_BUF_F32, m, n);
+        bset(&s, 2, int8 ? TPU_INT32 : TPU_F32, m, n);
         fill(&r, &s.b[0]);
         fill(&r, &s.b[1]);
         struct tpu_op op = matmul_op(ta, tb, 1, false);
@@ -548,22 +548,22 @@ static void test_matmul_errors(void **state)
     (void)state;
     struct bufs s = {0};
     struct tpu_diag d = {0, ""};
-    bset(&s, 0, TPU_BUF_F32, 2, 3);
-    bset(&s, 1, TPU_BUF_INT8, 3, 4);
-    bset(&s, 2, TPU_BUF_F32, 2, 4);
+    bset(&s, 0, TPU_F32, 2, 3);
+    bset(&s, 1, TPU_INT8, 3, 4);
+    bset(&s, 2, TPU_F32, 2, 4);
     struct tpu_op op = matmul_op(false, false, 1, false);
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "operands a (f32) and b (int8)", NULL);
-    bset(&s, 1, TPU_BUF_F32, 4, 3);
+    bset(&s, 1, TPU_F32, 4, 3);
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "op(a) is [2][3] and op(b) is [4][3]",
                  NULL);
     op.attrs.trans_b = true; /* op(b) [3][4] */
     op.attrs.passes = 2;
     expect_error(run(&op, &s, NULL, &d), &d, TPU_EINVAL, "passes is 2", NULL);
     op.attrs.passes = 3;
-    bset(&s, 2, TPU_BUF_F32, 4, 2);
+    bset(&s, 2, TPU_F32, 4, 2);
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "operand y is [4][2] but must be [2][4]",
                  NULL);
-    bset(&s, 2, TPU_BUF_F32, 2, 4);
+    bset(&s, 2, TPU_F32, 2, 4);
     assert_int_equal(tpu__op_compute(&op, s.b, NULL, 0, 1, NULL, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "tile_rows 0"));
     assert_int_equal(run(&op, &s, NULL, &d), 0);
@@ -603,9 +603,9 @@ static void test_binary_broadcast(void **state)
         for (int bc = 0; bc < 3; bc++)
             for (int inplace = 0; inplace < 2; inplace++) {
                 struct bufs s = {0};
-                float *a = bset(&s, 1, TPU_BUF_F32, rows, cols);
-                float *b = bset(&s, 2, TPU_BUF_F32, brows[bc], bcols[bc]);
-                bset(&s, 0, TPU_BUF_F32, rows, cols);
+                float *a = bset(&s, 1, TPU_F32, rows, cols);
+                float *b = bset(&s, 2, TPU_F32, brows[bc], bcols[bc]);
+                bset(&s, 0, TPU_F32, rows, cols);
                 for (size_t i = 0; i < (size_t)rows * cols; i++)
                     a[i] = rnd_edge(&r);
                 for (size_t i = 0; i < (size_t)brows[bc] * bcols[bc]; i++)
@@ -630,14 +630,14 @@ static void test_max_and_relu_by_hand(void **state)
 {
     (void)state;
     struct bufs s = {0};
-    float *a = bset(&s, 1, TPU_BUF_F32, 1, 6);
-    float *b = bset(&s, 2, TPU_BUF_F32, 1, 6);
+    float *a = bset(&s, 1, TPU_F32, 1, 6);
+    float *b = bset(&s, 2, TPU_F32, 1, 6);
     const float nan = NAN;
     float av[6] = {nan, 1.0f, 0.0f, -0.0f, -3.0f, 2.0f};
     float bv[6] = {1.0f, nan, -0.0f, 0.0f, -2.0f, 2.0f};
     memcpy(a, av, sizeof av);
     memcpy(b, bv, sizeof bv);
-    float *y = bset(&s, 0, TPU_BUF_F32, 1, 6);
+    float *y = bset(&s, 0, TPU_F32, 1, 6);
     struct tpu_op op = mkop(TPU_OP_MAX, 0, X, X, 1, 2);
     assert_int_equal(run_ok(&op, &s), 0);
     assert_true(isnan(y[0]) && isnan(y[1]));
@@ -673,9 +673,9 @@ static void test_unary(void **state)
     struct rng r = {5};
     const size_t n = 7 * 41;
     struct bufs s = {0};
-    float *x = bset(&s, 1, TPU_BUF_F32, 7, 41);
-    bset(&s, 0, TPU_BUF_F32, 7, 41);
-    float *dy = bset(&s, 2, TPU_BUF_F32, 7, 41);
+    float *x = bset(&s, 1, TPU_F32, 7, 41);
+    bset(&s, 0, TPU_F32, 7, 41);
+    float *dy = bset(&s, 2, TPU_F32, 7, 41);
     for (size_t i = 0; i < n; i++) {
         x[i] = rnd_edge(&r);
         dy[i] = rnd_edge(&r);
@@ -726,8 +726,8 @@ static void test_exp(void **state)
     struct rng r = {6};
     const size_t n = 1000;
     struct bufs s = {0};
-    float *x = bset(&s, 1, TPU_BUF_F32, 1, (uint32_t)n);
-    float *y = bset(&s, 0, TPU_BUF_F32, 1, (uint32_t)n);
+    float *x = bset(&s, 1, TPU_F32, 1, (uint32_t)n);
+    float *y = bset(&s, 0, TPU_F32, 1, (uint32_t)n);
     for (size_t i = 0; i < n; i++)
         x[i] = rnd_f32(&r, -87.0f, 88.0f);
     float *host = malloc(n * sizeof *host);
@@ -761,17 +761,17 @@ static void test_vector_errors(void **state)
     (void)state;
     struct bufs s = {0};
     struct tpu_diag d = {0, ""};
-    bset(&s, 0, TPU_BUF_F32, 4, 5);
-    bset(&s, 1, TPU_BUF_F32, 4, 5);
-    bset(&s, 2, TPU_BUF_F32, 4, 1);
+    bset(&s, 0, TPU_F32, 4, 5);
+    bset(&s, 1, TPU_F32, 4, 5);
+    bset(&s, 2, TPU_F32, 4, 1);
     struct tpu_op op = mkop(TPU_OP_ADD, 0, X, X, 1, 2);
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "add: operand b is [4][1]",
                  "[1][5] (broadcast over rows) or [1][1]", NULL);
-    bset(&s, 2, TPU_BUF_INT32, 4, 5);
+    bset(&s, 2, TPU_INT32, 4, 5);
     op.code = TPU_OP_MUL;
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE, "mul: operand b is int32 but must be f32",
                  NULL);
-    bset(&s, 0, TPU_BUF_F32, 5, 4);
+    bset(&s, 0, TPU_F32, 5, 4);
     op = mkop(TPU_OP_EXP, 0, X, X, 1, X);
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE,
                  "exp: operand y is [5][4] but must be [4][5]", NULL);
@@ -797,7 +797,7 @@ static float ref_bf16_from_i32(int32_t v)
     return (float)(v < 0 ? -rr : rr);
 }
 
-static void run_convert(struct bufs *s, enum tpu_buf_dtype from, enum tpu_buf_dtype to,
+static void run_convert(struct bufs *s, enum tpu_dtype from, enum tpu_dtype to,
                         const void *src, size_t n)
 {
     void *x = bset(s, 1, from, 1, (uint32_t)n);
@@ -814,7 +814,7 @@ static void test_convert(void **state)
     /* f32 -> bf16: nearest even (ties 1 + 2^-8 -> 1, 1 + 3 * 2^-8 -> 1 + 2^-6) */
     const float f[8] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -2.5f, 3.4e38f, NAN, -0.0f, 1e-40f,
                         127.99f};
-    run_convert(&s, TPU_BUF_F32, TPU_BUF_BF16, f, 8);
+    run_convert(&s, TPU_F32, TPU_BF16, f, 8);
     const tpu_bf16 *ob = s.b[0].data;
     assert_int_equal(ob[0].bits, 0x3F80);
     assert_int_equal(ob[1].bits, 0x3F82);
@@ -826,7 +826,7 @@ static void test_convert(void **state)
     assert_int_equal(ob[7].bits, 0x4300); /* 127.99 -> 128 */
     /* bf16 -> f32 exact */
     const tpu_bf16 b[3] = {{0x3F81}, {0xFF80}, {0x0001}};
-    run_convert(&s, TPU_BUF_BF16, TPU_BUF_F32, b, 3);
+    run_convert(&s, TPU_BF16, TPU_F32, b, 3);
     const float *of = s.b[0].data;
     assert_int_equal(tpu_f32_bits(of[0]), 0x3F810000u);
     assert_int_equal(tpu_f32_bits(of[1]), 0xFF800000u);
@@ -834,39 +834,39 @@ static void test_convert(void **state)
     /* f32 -> int32: truncation toward zero, saturation, NaN -> 0 */
     const float fi[9] = {-2.7f, 2.7f, 3e9f, -3e9f, NAN, 2147483648.0f, -2147483648.0f, -0.5f,
                          INFINITY};
-    run_convert(&s, TPU_BUF_F32, TPU_BUF_INT32, fi, 9);
+    run_convert(&s, TPU_F32, TPU_INT32, fi, 9);
     const int32_t wi[9] = {-2, 2, INT32_MAX, INT32_MIN, 0, INT32_MAX, INT32_MIN, 0, INT32_MAX};
     assert_memory_equal(s.b[0].data, wi, sizeof wi);
     /* f32 -> int8 */
     const float f8[7] = {127.9f, 128.0f, -128.9f, -129.0f, NAN, -INFINITY, 5.5f};
-    run_convert(&s, TPU_BUF_F32, TPU_BUF_INT8, f8, 7);
+    run_convert(&s, TPU_F32, TPU_INT8, f8, 7);
     const int8_t w8[7] = {127, 127, -128, -128, 0, -128, 5};
     assert_memory_equal(s.b[0].data, w8, sizeof w8);
     /* bf16 -> int8 / int32 through the exact f32 value */
     const tpu_bf16 b8[2] = {{0xC2F7}, {0x4B80}}; /* -123.5, 2^24 */
-    run_convert(&s, TPU_BUF_BF16, TPU_BUF_INT8, b8, 2);
+    run_convert(&s, TPU_BF16, TPU_INT8, b8, 2);
     assert_int_equal(((int8_t *)s.b[0].data)[0], -123);
     assert_int_equal(((int8_t *)s.b[0].data)[1], 127);
-    run_convert(&s, TPU_BUF_BF16, TPU_BUF_INT32, b8, 2);
+    run_convert(&s, TPU_BF16, TPU_INT32, b8, 2);
     assert_int_equal(((int32_t *)s.b[0].data)[0], -123);
     assert_int_equal(((int32_t *)s.b[0].data)[1], 16777216);
     /* int32 -> int8 saturates; int8 -> int32, f32, bf16 exact */
     const int32_t i32[4] = {300, -300, -128, 127};
-    run_convert(&s, TPU_BUF_INT32, TPU_BUF_INT8, i32, 4);
+    run_convert(&s, TPU_INT32, TPU_INT8, i32, 4);
     const int8_t w8b[4] = {127, -128, -128, 127};
     assert_memory_equal(s.b[0].data, w8b, sizeof w8b);
     const int8_t i8[3] = {-128, 127, -1};
-    run_convert(&s, TPU_BUF_INT8, TPU_BUF_INT32, i8, 3);
+    run_convert(&s, TPU_INT8, TPU_INT32, i8, 3);
     assert_int_equal(((int32_t *)s.b[0].data)[0], -128);
     assert_int_equal(((int32_t *)s.b[0].data)[2], -1);
-    run_convert(&s, TPU_BUF_INT8, TPU_BUF_F32, i8, 3);
+    run_convert(&s, TPU_INT8, TPU_F32, i8, 3);
     assert_true(((float *)s.b[0].data)[0] == -128.0f && ((float *)s.b[0].data)[1] == 127.0f);
-    run_convert(&s, TPU_BUF_INT8, TPU_BUF_BF16, i8, 3);
+    run_convert(&s, TPU_INT8, TPU_BF16, i8, 3);
     assert_int_equal(((tpu_bf16 *)s.b[0].data)[1].bits, tpu_bf16_from_f32(127.0f).bits);
     assert_int_equal(((tpu_bf16 *)s.b[0].data)[0].bits, 0xC300);
     /* int32 -> f32 rounds to nearest even */
     const int32_t big[3] = {16777217, 16777219, INT32_MAX};
-    run_convert(&s, TPU_BUF_INT32, TPU_BUF_F32, big, 3);
+    run_convert(&s, TPU_INT32, TPU_F32, big, 3);
     assert_true(((float *)s.b[0].data)[0] == 16777216.0f);
     assert_true(((float *)s.b[0].data)[1] == 16777220.0f);
     assert_true(((float *)s.b[0].data)[2] == 2147483648.0f);
@@ -882,7 +882,7 @@ static void test_convert(void **state)
         int32_t mag = (int32_t)((uint32_t)rnd(&r) >> (1 + rnd_below(&r, 31)));
         vals[i] = rnd_below(&r, 2) ? -mag : mag;
     }
-    run_convert(&s, TPU_BUF_INT32, TPU_BUF_BF16, vals, 400);
+    run_convert(&s, TPU_INT32, TPU_BF16, vals, 400);
     const tpu_bf16 *o2 = s.b[0].data;
     assert_true(tpu_bf16_to_f32(o2[0]) == 33816576.0f); /* 2^25 + 2^18 */
     assert_true(tpu_bf16_to_f32(o2[3]) == -33554432.0f); /* tie, to even: -2^25 */
@@ -892,7 +892,7 @@ static void test_convert(void **state)
                      (double)tpu_bf16_to_f32(o2[i]), (double)ref_bf16_from_i32(vals[i]));
     /* same dtype copies, also in place */
     const float cp[2] = {1.5f, -0.0f};
-    run_convert(&s, TPU_BUF_F32, TPU_BUF_F32, cp, 2);
+    run_convert(&s, TPU_F32, TPU_F32, cp, 2);
     assert_memory_equal(s.b[0].data, cp, sizeof cp);
     struct tpu_op op = mkop(TPU_OP_CONVERT, 1, X, X, 1, X);
     assert_int_equal(run_ok(&op, &s), 0);
@@ -908,13 +908,13 @@ static void test_reduce(void **state)
     struct rng r = {9};
     const uint32_t rows = 23, cols = 17;
     struct bufs s = {0};
-    float *x = bset(&s, 1, TPU_BUF_F32, rows, cols);
+    float *x = bset(&s, 1, TPU_F32, rows, cols);
     for (size_t i = 0; i < (size_t)rows * cols; i++)
         x[i] = rnd_below(&r, 20) == 0 ? rnd_edge(&r) : rnd_f32(&r, -1e4f, 1e4f);
     for (int is_max = 0; is_max < 2; is_max++)
         for (int axis = 0; axis < 2; axis++) {
             size_t n_out = axis == 0 ? cols : rows, n_in = axis == 0 ? rows : cols;
-            bset(&s, 0, TPU_BUF_F32, axis == 0 ? 1 : rows, axis == 0 ? cols : 1);
+            bset(&s, 0, TPU_F32, axis == 0 ? 1 : rows, axis == 0 ? cols : 1);
             float want[32];
             for (size_t o = 0; o < n_out; o++) {
                 volatile float acc = axis == 0 ? x[o] : x[o * cols];
@@ -933,15 +933,15 @@ static void test_reduce(void **state)
             expect_same(s.b[0].data, want, n_out, is_max ? "reduce_max" : "reduce_sum");
         }
     /* the order is visible: (1e8 + 1) - 1e8 = 0 in fp32, 1 in another order */
-    x = bset(&s, 1, TPU_BUF_F32, 3, 2);
+    x = bset(&s, 1, TPU_F32, 3, 2);
     const float v[6] = {1e8f, -0.0f, 1.0f, -0.0f, -1e8f, -0.0f};
     memcpy(x, v, sizeof v);
-    float *y = bset(&s, 0, TPU_BUF_F32, 1, 2);
+    float *y = bset(&s, 0, TPU_F32, 1, 2);
     struct tpu_op op = mkop(TPU_OP_REDUCE_SUM, 0, X, X, 1, X);
     assert_int_equal(run_ok(&op, &s), 0);
     assert_true(y[0] == 0.0f);
     assert_int_equal(tpu_f32_bits(y[1]), 0x80000000u); /* a sum of -0s is -0 */
-    y = bset(&s, 0, TPU_BUF_F32, 3, 1);
+    y = bset(&s, 0, TPU_F32, 3, 1);
     op.attrs.axis = 1;
     assert_int_equal(run_ok(&op, &s), 0);
     assert_true(y[0] == 1e8f && y[1] == 1.0f);
@@ -952,9 +952,9 @@ static void test_reduce(void **state)
     assert_int_equal(tpu_f32_bits(y[2]), 0x80000000u);
     /* max keeps the earlier of equal values: +0 then -0 gives +0 */
     const float z[2] = {0.0f, -0.0f};
-    x = bset(&s, 1, TPU_BUF_F32, 1, 2);
+    x = bset(&s, 1, TPU_F32, 1, 2);
     memcpy(x, z, sizeof z);
-    y = bset(&s, 0, TPU_BUF_F32, 1, 1);
+    y = bset(&s, 0, TPU_F32, 1, 1);
     op = mkop(TPU_OP_REDUCE_MAX, 0, X, X, 1, X);
     op.attrs.axis = 1;
     assert_int_equal(run_ok(&op, &s), 0);
@@ -994,10 +994,10 @@ static double loss_double(const double *x, const int32_t *lab, size_t rows, size
 
 static void setup_xent(struct bufs *s, struct rng *r, float spread)
 {
-    float *x = bset(s, 2, TPU_BUF_F32, XR, XC);
-    int32_t *lab = bset(s, 3, TPU_BUF_INT32, XR, 1);
-    bset(s, 0, TPU_BUF_F32, 1, 1);
-    bset(s, 1, TPU_BUF_F32, XR, XC);
+    float *x = bset(s, 2, TPU_F32, XR, XC);
+    int32_t *lab = bset(s, 3, TPU_INT32, XR, 1);
+    bset(s, 0, TPU_F32, 1, 1);
+    bset(s, 1, TPU_F32, XR, XC);
     for (size_t i = 0; i < (size_t)XR * XC; i++)
         x[i] = rnd_f32(r, -spread, spread);
     for (size_t i = 0; i < XR; i++)
@@ -1178,7 +1178,7 @@ static void test_softmax_xent_padding_and_range(void **state)
                  "label 10", "10 classes", NULL);
     assert_true(*(float *)s.b[0].data == 42.0f && g[0] == 42.0f && g[5 * XC] == 42.0f);
     /* wrong label dtype */
-    bset(&s, 3, TPU_BUF_F32, XR, 1);
+    bset(&s, 3, TPU_F32, XR, 1);
     expect_error(run(&op, &s, NULL, &d), &d, TPU_ESHAPE,
                  "softmax_xent: operand labels is f32 but must be int32", NULL);
     bfree(&s);
@@ -1190,9 +1190,9 @@ static void test_classify_count(void **state)
 {
     (void)state;
     struct bufs s = {0};
-    float *x = bset(&s, 1, TPU_BUF_F32, 6, 3);
-    int32_t *lab = bset(&s, 2, TPU_BUF_INT32, 6, 1);
-    float *y = bset(&s, 0, TPU_BUF_F32, 1, 2);
+    float *x = bset(&s, 1, TPU_F32, 6, 3);
+    int32_t *lab = bset(&s, 2, TPU_INT32, 6, 1);
+    float *y = bset(&s, 0, TPU_F32, 1, 2);
     const float nan = NAN;
     const float xv[18] = {
         0.1f, 0.9f, 0.2f, /* argmax 1, label 1: correct */
@@ -1212,8 +1212,8 @@ static void test_classify_count(void **state)
 
     /* random, against a reference */
     struct rng r = {13};
-    x = bset(&s, 1, TPU_BUF_F32, 300, 7);
-    lab = bset(&s, 2, TPU_BUF_INT32, 300, 1);
+    x = bset(&s, 1, TPU_F32, 300, 7);
+    lab = bset(&s, 2, TPU_INT32, 300, 1);
     unsigned correct = 0, valid = 0;
     for (size_t i = 0; i < 300; i++) {
         for (size_t j = 0; j < 7; j++)
@@ -1247,9 +1247,9 @@ static void test_sgd_momentum(void **state)
     struct rng r = {14};
     const size_t n = 5 * 29;
     struct bufs s = {0};
-    float *p = bset(&s, 0, TPU_BUF_F32, 5, 29);
-    float *v = bset(&s, 1, TPU_BUF_F32, 5, 29);
-    float *g = bset(&s, 2, TPU_BUF_F32, 5, 29);
+    float *p = bset(&s, 0, TPU_F32, 5, 29);
+    float *v = bset(&s, 1, TPU_F32, 5, 29);
+    float *g = bset(&s, 2, TPU_F32, 5, 29);
     float wp[5 * 29], wv[5 * 29];
     for (size_t i = 0; i < n; i++) {
         p[i] = wp[i] = rnd_f32(&r, -1, 1);
@@ -1310,10 +1310,10 @@ static void test_adam(void **state)
     enum { N = 200 };
     for (int t = 1; t <= 10; t += 9) {
         struct bufs s = {0};
-        float *p = bset(&s, 0, TPU_BUF_F32, 4, N / 4);
-        float *m = bset(&s, 1, TPU_BUF_F32, 4, N / 4);
-        float *v = bset(&s, 2, TPU_BUF_F32, 4, N / 4);
-        float *g = bset(&s, 3, TPU_BUF_F32, 4, N / 4);
+        float *p = bset(&s, 0, TPU_F32, 4, N / 4);
+        float *m = bset(&s, 1, TPU_F32, 4, N / 4);
+        float *v = bset(&s, 2, TPU_F32, 4, N / 4);
+        float *g = bset(&s, 3, TPU_F32, 4, N / 4);
         float p0[N], m0[N], v0[N], wp[N], wm[N], wv[N];
         double dp[N], tol[N];
         for (size_t i = 0; i < N; i++) {
@@ -1393,7 +1393,7 @@ static void test_adam_errors(void **state)
     (void)state;
     struct bufs s = {0};
     for (uint32_t i = 0; i < 4; i++)
-        bset(&s, i, TPU_BUF_F32, 2, 2);
+        bset(&s, i, TPU_F32, 2, 2);
     struct tpu_op op = mkop(TPU_OP_ADAM, 0, 1, 2, 3, X);
     op.attrs.var = 0;
     op.attrs.beta = 0.9f;
@@ -1408,7 +1408,7 @@ static void test_adam_errors(void **state)
     op.attrs.beta = 1.0f;
     expect_error(run(&op, &s, vars, &d), &d, TPU_ERANGE, "beta (b1) is 1", "[0, 1)", NULL);
     op.attrs.beta = 0.9f;
-    bset(&s, 2, TPU_BUF_F32, 2, 3);
+    bset(&s, 2, TPU_F32, 2, 3);
     expect_error(run(&op, &s, vars, &d), &d, TPU_ESHAPE, "adam: operand v is [2][3] but must be "
                  "[2][2]", NULL);
     bfree(&s);
@@ -1445,8 +1445,8 @@ static void test_not_local(void **state)
     static const char *const names[] = {"infeed",     "outfeed",    "all_reduce",
                                         "collective_permute", "loop_begin", "loop_end"};
     struct bufs s = {0};
-    bset(&s, 0, TPU_BUF_F32, 2, 2);
-    bset(&s, 1, TPU_BUF_F32, 2, 2);
+    bset(&s, 0, TPU_F32, 2, 2);
+    bset(&s, 1, TPU_F32, 2, 2);
     int64_t vars[1] = {3};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         struct tpu_op op = mkop(codes[i], 0, X, X, 1, X);

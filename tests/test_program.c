@@ -99,7 +99,7 @@ static char *assert_round_trip(const struct tpu_program *p)
     return text;
 }
 
-static uint32_t add_buf(struct tpu_program *p, const char *name, enum tpu_buf_dtype t,
+static uint32_t add_buf(struct tpu_program *p, const char *name, enum tpu_dtype t,
                         enum tpu_buf_kind k, uint32_t rows, uint32_t cols)
 {
     uint32_t id = 12345;
@@ -165,7 +165,7 @@ static struct tpu_program *build_mlp(void)
     struct tpu_program *p = NULL;
     assert_int_equal(tpu_program_create("mlp_step", &p), 0);
     const enum tpu_buf_kind P = TPU_BUF_PARAM, T = TPU_BUF_TEMP;
-    const enum tpu_buf_dtype F = TPU_BUF_F32;
+    const enum tpu_dtype F = TPU_F32;
     uint32_t iterations = add_var(p, "iterations"), step = add_var(p, "step");
     assert_int_equal(iterations, 0);
     assert_int_equal(step, 1);
@@ -174,8 +174,8 @@ static struct tpu_program *build_mlp(void)
     uint32_t v_w1 = add_buf(p, "v_w1", F, P, 784, 128), v_b1 = add_buf(p, "v_b1", F, P, 1, 128);
     uint32_t m_w2 = add_buf(p, "m_w2", F, P, 128, 10), s_w2 = add_buf(p, "s_w2", F, P, 128, 10);
     uint32_t m_b2 = add_buf(p, "m_b2", F, P, 1, 10), s_b2 = add_buf(p, "s_b2", F, P, 1, 10);
-    uint32_t x = add_buf(p, "x", TPU_BUF_BF16, T, 32, 784);
-    uint32_t labels = add_buf(p, "labels", TPU_BUF_INT32, T, 32, 1);
+    uint32_t x = add_buf(p, "x", TPU_BF16, T, 32, 784);
+    uint32_t labels = add_buf(p, "labels", TPU_INT32, T, 32, 1);
     uint32_t z1 = add_buf(p, "z1", F, T, 32, 128), h1 = add_buf(p, "h1", F, T, 32, 128);
     uint32_t logits = add_buf(p, "logits", F, T, 32, 10), loss = add_buf(p, "loss", F, T, 1, 1);
     uint32_t dlogits = add_buf(p, "dlogits", F, T, 32, 10);
@@ -379,20 +379,20 @@ static void test_op_table(void **state)
     assert_int_equal(tpu_opcode_attrs(TPU_OP_VAR_ADD), TPU_ATTR_VAR | TPU_ATTR_IMM);
     assert_true(tpu_opcode_attrs(TPU_OP_ADAM) & TPU_ATTR_EPS);
 
-    assert_string_equal(tpu_buf_dtype_name(TPU_BUF_BF16), "bf16");
-    assert_string_equal(tpu_buf_dtype_name((enum tpu_buf_dtype)9), "unknown");
-    enum tpu_buf_dtype t = TPU_BUF_F32;
-    assert_int_equal(tpu_buf_dtype_parse("int32", &t), 0);
-    assert_int_equal(t, TPU_BUF_INT32);
-    assert_int_equal(tpu_buf_dtype_parse("f16", &t), TPU_ENOTFOUND);
-    assert_int_equal(tpu_buf_dtype_bytes(TPU_BUF_F32), 4);
-    assert_int_equal(tpu_buf_dtype_bytes(TPU_BUF_BF16), 2);
-    assert_int_equal(tpu_buf_dtype_bytes(TPU_BUF_INT8), 1);
-    assert_int_equal(tpu_buf_dtype_bytes(TPU_BUF_INT32), 4);
-    assert_int_equal(tpu_buf_dtype_bytes((enum tpu_buf_dtype)9), 0);
+    assert_string_equal(tpu_dtype_name(TPU_BF16), "bf16");
+    assert_string_equal(tpu_dtype_name((enum tpu_dtype)9), "unknown");
+    enum tpu_dtype t = TPU_F32;
+    assert_int_equal(tpu_dtype_parse("int32", &t), 0);
+    assert_int_equal(t, TPU_INT32);
+    assert_int_equal(tpu_dtype_parse("f16", &t), TPU_ENOTFOUND);
+    assert_int_equal(tpu_dtype_bytes(TPU_F32), 4);
+    assert_int_equal(tpu_dtype_bytes(TPU_BF16), 2);
+    assert_int_equal(tpu_dtype_bytes(TPU_INT8), 1);
+    assert_int_equal(tpu_dtype_bytes(TPU_INT32), 4);
+    assert_int_equal(tpu_dtype_bytes((enum tpu_dtype)9), 0);
     assert_string_equal(tpu_buf_kind_name(TPU_BUF_PARAM), "param");
     assert_string_equal(tpu_buf_kind_name(TPU_BUF_TEMP), "temp");
-    struct tpu_buffer_desc b = {.dtype = TPU_BUF_BF16, .rows = 1u << 31, .cols = 6};
+    struct tpu_buffer_desc b = {.dtype = TPU_BF16, .rows = 1u << 31, .cols = 6};
     assert_true(tpu_buffer_bytes(&b) == (uint64_t)12 << 31);
 
     struct tpu_op op;
@@ -418,15 +418,15 @@ static void test_builder_basics(void **state)
     assert_string_equal(tpu_program_name(p), "step.v2");
     assert_int_equal(tpu_program_n_buffers(p), 0);
     assert_int_equal(tpu_program_n_ops(p), 0);
-    uint32_t a = add_buf(p, "a", TPU_BUF_F32, TPU_BUF_PARAM, 3, 5);
-    uint32_t b = add_buf(p, "_b.1", TPU_BUF_INT8, TPU_BUF_TEMP, 1, 1);
+    uint32_t a = add_buf(p, "a", TPU_F32, TPU_BUF_PARAM, 3, 5);
+    uint32_t b = add_buf(p, "_b.1", TPU_INT8, TPU_BUF_TEMP, 1, 1);
     uint32_t n = add_var(p, "n");
     assert_int_equal(a, 0);
     assert_int_equal(b, 1);
     assert_int_equal(n, 0);
     const struct tpu_buffer_desc *d = tpu_program_buffer(p, b);
     assert_string_equal(d->name, "_b.1");
-    assert_int_equal(d->dtype, TPU_BUF_INT8);
+    assert_int_equal(d->dtype, TPU_INT8);
     assert_int_equal(d->kind, TPU_BUF_TEMP);
     assert_int_equal(tpu_buffer_bytes(tpu_program_buffer(p, a)), 60);
     assert_null(tpu_program_buffer(p, 2));
@@ -491,7 +491,7 @@ static void test_builder_errors(void **state)
     assert_int_equal(tpu_program_create("ok", &p), 0);
     struct tpu_diag d;
     uint32_t id;
-    const enum tpu_buf_dtype F = TPU_BUF_F32;
+    const enum tpu_dtype F = TPU_F32;
     const enum tpu_buf_kind T = TPU_BUF_TEMP;
     expect_diag(tpu_program_add_buffer(p, "", F, T, 1, 1, &id, &d), TPU_EINVAL, &d,
                 "buffer name is empty");
@@ -508,7 +508,7 @@ static void test_builder_errors(void **state)
     assert_int_equal(tpu_program_add_buffer(p, long_name, F, T, 1, 1, &id, &d), 0);
     expect_diag(tpu_program_add_buffer(p, "z", F, T, 0, 4, &id, &d), TPU_EINVAL, &d,
                 "buffer 'z' has shape [0, 4]; both dimensions must be at least 1");
-    expect_diag(tpu_program_add_buffer(p, "z", (enum tpu_buf_dtype)7, T, 1, 1, &id, &d),
+    expect_diag(tpu_program_add_buffer(p, "z", (enum tpu_dtype)7, T, 1, 1, &id, &d),
                 TPU_EINVAL, &d, "buffer 'z' has dtype 7; use f32, bf16, int8 or int32");
     expect_diag(tpu_program_add_buffer(p, "z", F, (enum tpu_buf_kind)5, 1, 1, &id, &d),
                 TPU_EINVAL, &d, "buffer 'z' has kind 5; use param or temp");
@@ -568,7 +568,7 @@ static void test_builder_many_names(void **state)
     char name[32];
     for (uint32_t i = 0; i < 5000; i++) {
         snprintf(name, sizeof name, "b%u", i);
-        assert_int_equal(add_buf(p, name, TPU_BUF_F32, TPU_BUF_TEMP, 1, i + 1), i);
+        assert_int_equal(add_buf(p, name, TPU_F32, TPU_BUF_TEMP, 1, i + 1), i);
         if (i % 5 == 0) {
             snprintf(name, sizeof name, "v%u", i);
             assert_int_equal(add_var(p, name), i / 5);
@@ -800,7 +800,7 @@ static void test_float_round_trip(void **state)
     (void)state;
     struct tpu_program *p = NULL;
     assert_int_equal(tpu_program_create("floats", &p), 0);
-    uint32_t x = add_buf(p, "x", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
+    uint32_t x = add_buf(p, "x", TPU_F32, TPU_BUF_TEMP, 1, 1);
     uint64_t s = 0x9e3779b97f4a7c15u;
     for (int i = 0; i < 4000; i++) {
         struct tpu_op op = mk(TPU_OP_SCALE, x, N, N, x, N);
@@ -834,11 +834,11 @@ static void test_large_program(void **state)
     assert_int_equal(tpu_program_create("deep", &p), 0);
     uint32_t n = add_var(p, "n");
     enum { N_LAYERS = 9996 };
-    uint32_t first = add_buf(p, "t0", TPU_BUF_F32, TPU_BUF_TEMP, 8, 8);
+    uint32_t first = add_buf(p, "t0", TPU_F32, TPU_BUF_TEMP, 8, 8);
     char name[32];
     for (int i = 1; i <= N_LAYERS; i++) {
         snprintf(name, sizeof name, "t%d", i);
-        add_buf(p, name, TPU_BUF_F32, TPU_BUF_TEMP, 8, 8);
+        add_buf(p, name, TPU_F32, TPU_BUF_TEMP, 8, 8);
     }
     struct tpu_op op = mk(TPU_OP_LOOP_BEGIN, N, N, N, N, N);
     op.attrs.var = n;
@@ -886,7 +886,7 @@ static void test_print_stray_attribute(void **state)
     (void)state;
     struct tpu_program *p = NULL;
     assert_int_equal(tpu_program_create("stray", &p), 0);
-    uint32_t x = add_buf(p, "x", TPU_BUF_F32, TPU_BUF_PARAM, 2, 2);
+    uint32_t x = add_buf(p, "x", TPU_F32, TPU_BUF_PARAM, 2, 2);
     struct tpu_op op = mk(TPU_OP_RELU, x, N, N, x, N);
     op.attrs.alpha = 2.0f;
     op.attrs.passes = 3;
@@ -1371,7 +1371,7 @@ static void test_verify_built(void **state)
     struct tpu_diag d;
     assert_int_equal(tpu_program_create("b", &p), 0);
     uint32_t n = add_var(p, "n");
-    uint32_t x = add_buf(p, "x", TPU_BUF_F32, TPU_BUF_TEMP, 2, 2);
+    uint32_t x = add_buf(p, "x", TPU_F32, TPU_BUF_TEMP, 2, 2);
     struct tpu_op lb = mk(TPU_OP_LOOP_BEGIN, N, N, N, N, N), le = mk(TPU_OP_LOOP_END, N, N, N, N, N);
     lb.attrs.var = n;
     add(p, &lb);
@@ -1383,7 +1383,7 @@ static void test_verify_built(void **state)
 
     assert_int_equal(tpu_program_create("b", &p), 0);
     add_var(p, "n");
-    add_buf(p, "x", TPU_BUF_F32, TPU_BUF_TEMP, 2, 2);
+    add_buf(p, "x", TPU_F32, TPU_BUF_TEMP, 2, 2);
     add_simple(p, TPU_OP_INFEED, x, N, N);
     add(p, &le);
     expect_diag(tpu_program_verify(p, NULL, &d), TPU_EINVAL, &d,
@@ -1392,7 +1392,7 @@ static void test_verify_built(void **state)
 
     assert_int_equal(tpu_program_create("b", &p), 0);
     add_var(p, "n");
-    add_buf(p, "x", TPU_BUF_F32, TPU_BUF_TEMP, 2, 2);
+    add_buf(p, "x", TPU_F32, TPU_BUF_TEMP, 2, 2);
     add(p, &lb);
     add_simple(p, TPU_OP_INFEED, x, N, N);
     expect_diag(tpu_program_verify(p, NULL, &d), TPU_EINVAL, &d,
@@ -1408,7 +1408,7 @@ static void test_verify_built(void **state)
     assert_int_equal(tpu_program_create("b", &p), 0);
     add_var(p, "n");
     add_var(p, "k");
-    add_buf(p, "x", TPU_BUF_F32, TPU_BUF_PARAM, 2, 2);
+    add_buf(p, "x", TPU_F32, TPU_BUF_PARAM, 2, 2);
     struct tpu_op op = mk(TPU_OP_ADD, x, N, N, x, x);
     op.attrs.trans_a = true;
     add(p, &op);
@@ -1430,8 +1430,8 @@ static void test_verify_built(void **state)
         assert_int_equal(tpu_program_create("b", &p), 0);
         add_var(p, "n");
         add_var(p, "k");
-        add_buf(p, "x", TPU_BUF_F32, TPU_BUF_PARAM, 2, 2);
-        add_buf(p, "l", TPU_BUF_F32, TPU_BUF_PARAM, 1, 1);
+        add_buf(p, "x", TPU_F32, TPU_BUF_PARAM, 2, 2);
+        add_buf(p, "l", TPU_F32, TPU_BUF_PARAM, 1, 1);
         op = mk(strays[k].code, x, 1, N, x, x);
         op.attrs.var = k == 0;
         op.attrs.imm = k == 1 ? -1 : 0;

@@ -413,16 +413,16 @@ static void fill_param(struct tpu_device *dev, const struct tpu_program *prog, u
     assert_non_null(data);
     for (size_t i = 0; i < count; i++) {
         switch (bd->dtype) {
-        case TPU_BUF_F32:
+        case TPU_F32:
             ((float *)data)[i] = edge_f32(r);
             break;
-        case TPU_BUF_BF16:
+        case TPU_BF16:
             ((uint16_t *)data)[i] = (uint16_t)rnd(r);
             break;
-        case TPU_BUF_INT8:
+        case TPU_INT8:
             ((int8_t *)data)[i] = (int8_t)rnd(r);
             break;
-        case TPU_BUF_INT32:
+        case TPU_INT32:
             ((int32_t *)data)[i] = i % 5 == 0 ? INT32_MAX : (int32_t)rnd(r);
             break;
         }

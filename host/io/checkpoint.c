@@ -32,14 +32,14 @@
 #define MAX_INDEX_BYTES (64 << 20)
 
 const struct tpu__ckpt_dtype tpu__ckpt_dtypes[] = {
-    [TPU_BUF_F32] = {"F32", 4},
-    [TPU_BUF_BF16] = {"BF16", 2},
-    [TPU_BUF_INT8] = {"I8", 1},
-    [TPU_BUF_INT32] = {"I32", 4},
+    [TPU_F32] = {"F32", 4},
+    [TPU_BF16] = {"BF16", 2},
+    [TPU_INT8] = {"I8", 1},
+    [TPU_INT32] = {"I32", 4},
 };
 const size_t tpu__ckpt_n_dtypes = sizeof tpu__ckpt_dtypes / sizeof tpu__ckpt_dtypes[0];
 
-const char *tpu_checkpoint_dtype_name(enum tpu_buf_dtype t)
+const char *tpu_checkpoint_dtype_name(enum tpu_dtype t)
 {
     return tpu__ckpt_dtype_valid(t) ? tpu__ckpt_dtypes[t].name : "unknown";
 }

@@ -34,7 +34,7 @@
 /* The reference implementation refuses larger headers. */
 #define MAX_HEADER_BYTES 100000000u
 
-/* The safetensors dtypes, indexed by enum tpu_buf_dtype: tpu__ckpt_dtypes[0 ..
+/* The safetensors dtypes, indexed by enum tpu_dtype: tpu__ckpt_dtypes[0 ..
  * tpu__ckpt_n_dtypes). */
 struct tpu__ckpt_dtype {
     const char *name; /* "F32", "BF16", "I8", "I32" */
@@ -43,7 +43,7 @@ struct tpu__ckpt_dtype {
 extern const struct tpu__ckpt_dtype tpu__ckpt_dtypes[];
 extern const size_t tpu__ckpt_n_dtypes;
 
-static inline bool tpu__ckpt_dtype_valid(enum tpu_buf_dtype t)
+static inline bool tpu__ckpt_dtype_valid(enum tpu_dtype t)
 {
     return (unsigned)t < tpu__ckpt_n_dtypes;
 }

@@ -81,7 +81,7 @@ int tpu__ckpt_validate_tensors(const struct tpu_tensor *t, size_t n, const char 
 
 struct entry {
     const char *name; /* points into the JSON tree */
-    enum tpu_buf_dtype dtype;
+    enum tpu_dtype dtype;
     uint32_t rows, cols;
     uint64_t begin, end; /* in the data section */
     uint32_t crc;
@@ -206,7 +206,7 @@ static int parse_tensor(struct ckpt *c, const char *name, json_t *j, struct entr
                    JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT "] span %" PRIu64 " bytes",
                    name, tpu__ckpt_dtypes[t].name, rows, cols, bytes, begin, end,
                    (uint64_t)(end - begin));
-    *e = (struct entry){.name = name, .dtype = (enum tpu_buf_dtype)t, .rows = (uint32_t)rows,
+    *e = (struct entry){.name = name, .dtype = (enum tpu_dtype)t, .rows = (uint32_t)rows,
                         .cols = (uint32_t)cols, .begin = (uint64_t)begin,
                         .end = (uint64_t)end};
     return 0;

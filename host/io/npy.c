@@ -10,30 +10,27 @@
 #include "util.h"
 
 static const struct {
-    enum tpu_npy_dtype dtype;
+    enum tpu_dtype dtype;
     const char *descr;
     size_t size;
 } dtypes[] = {
-    {TPU_NPY_F32, "<f4", 4},
-    {TPU_NPY_I8, "|i1", 1},
-    {TPU_NPY_I8, "<i1", 1},
-    {TPU_NPY_I32, "<i4", 4},
+    {TPU_F32, "<f4", 4},
+    {TPU_INT8, "|i1", 1},
+    {TPU_INT8, "<i1", 1},
+    {TPU_INT32, "<i4", 4},
 };
 
-static size_t dtype_size(enum tpu_npy_dtype t)
-{
-    return t == TPU_NPY_I8 ? 1 : 4;
-}
-
-const char *tpu_npy_dtype_name(enum tpu_npy_dtype t)
+const char *tpu_npy_dtype_name(enum tpu_dtype t)
 {
     switch (t) {
-    case TPU_NPY_F32:
+    case TPU_F32:
         return "float32";
-    case TPU_NPY_I8:
+    case TPU_INT8:
         return "int8";
-    case TPU_NPY_I32:
+    case TPU_INT32:
         return "int32";
+    case TPU_BF16: /* NumPy has no bf16 */
+        break;
     }
     return "?";
 }
@@ -57,7 +54,7 @@ static const char *find_key(const char *hdr, const char *key)
     return p;
 }
 
-static int parse_header(const char *path, const char *hdr, enum tpu_npy_dtype *dtype,
+static int parse_header(const char *path, const char *hdr, enum tpu_dtype *dtype,
                         size_t *rows, size_t *cols, struct tpu_diag *d)
 {
     const char *p = find_key(hdr, "descr");
@@ -247,12 +244,12 @@ int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
                        hstart + (size_t)((char *)memchr(hdr, '\0', hlen) - hdr));
         goto out;
     }
-    enum tpu_npy_dtype dtype = TPU_NPY_F32;
+    enum tpu_dtype dtype = TPU_F32;
     size_t rows = 0, cols = 0, count, bytes;
     rc = parse_header(path, hdr, &dtype, &rows, &cols, d);
     if (rc)
         goto out;
-    if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, dtype_size(dtype), &bytes)) {
+    if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, tpu_dtype_bytes(dtype), &bytes)) {
         rc = tpu__fail(d, TPU_ESHAPE, "%s: shape (%zu, %zu) of %s is more than 2^64 bytes; "
                        "the header is corrupt", path, rows, cols, tpu_npy_dtype_name(dtype));
         goto out;
@@ -294,10 +291,13 @@ out:
     return rc;
 }
 
-int tpu_npy_write(const char *path, enum tpu_npy_dtype dtype, size_t rows, size_t cols,
+int tpu_npy_write(const char *path, enum tpu_dtype dtype, size_t rows, size_t cols,
                    const void *data, struct tpu_diag *d)
 {
-    const char *descr = dtype == TPU_NPY_F32 ? "<f4" : dtype == TPU_NPY_I8 ? "|i1" : "<i4";
+    if (dtype != TPU_F32 && dtype != TPU_INT8 && dtype != TPU_INT32)
+        return tpu__fail(d, TPU_EINVAL, "cannot write %s to '%s': .npy files hold f32, int8 "
+                         "or int32 (convert the array first)", tpu_dtype_name(dtype), path);
+    const char *descr = dtype == TPU_F32 ? "<f4" : dtype == TPU_INT8 ? "|i1" : "<i4";
     char dict[160];
     int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%zu, %zu), }",
                      descr, rows, cols);
@@ -305,7 +305,7 @@ int tpu_npy_write(const char *path, enum tpu_npy_dtype dtype, size_t rows, size_
     size_t hlen = (size_t)n + 1;
     hlen += (64 - (10 + hlen) % 64) % 64;
     size_t count, bytes;
-    if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, dtype_size(dtype), &bytes))
+    if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, tpu_dtype_bytes(dtype), &bytes))
         return tpu__fail(d, TPU_EINVAL, "array (%zu, %zu) is too large to write", rows, cols);
 
     FILE *f;

@@ -79,7 +79,7 @@ struct builder {
     struct tpu_diag *d;
 };
 
-static uint32_t buf(struct builder *b, const char *name, enum tpu_buf_dtype t,
+static uint32_t buf(struct builder *b, const char *name, enum tpu_dtype t,
                     enum tpu_buf_kind k, uint32_t rows, uint32_t cols)
 {
     uint32_t id = TPU_NO_BUF;
@@ -94,7 +94,7 @@ static uint32_t bufi(struct builder *b, const char *prefix, int i, enum tpu_buf_
 {
     char name[48];
     snprintf(name, sizeof name, "%s%d", prefix, i);
-    return buf(b, name, TPU_BUF_F32, k, rows, cols);
+    return buf(b, name, TPU_F32, k, rows, cols);
 }
 
 static void op(struct builder *b, enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t o2,
@@ -162,9 +162,9 @@ static void build_tail(struct builder *b, enum tpu_mlp_kind kind, uint32_t logit
         r->buf_out = logits;
         return;
     }
-    uint32_t loss = buf(b, "loss", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
-    uint32_t dl = buf(b, "dlogits", TPU_BUF_F32, TPU_BUF_TEMP, B, C);
-    uint32_t counts = buf(b, "counts", TPU_BUF_F32, TPU_BUF_TEMP, 1, 2);
+    uint32_t loss = buf(b, "loss", TPU_F32, TPU_BUF_TEMP, 1, 1);
+    uint32_t dl = buf(b, "dlogits", TPU_F32, TPU_BUF_TEMP, B, C);
+    uint32_t counts = buf(b, "counts", TPU_F32, TPU_BUF_TEMP, 1, 2);
     struct tpu_op_attrs at;
     memset(&at, 0, sizeof at);
     at.alpha = 1.0f;
@@ -204,16 +204,16 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
             for (unsigned k = 0; k < n_state; k++) {
                 char name[48];
                 snprintf(name, sizeof name, "w%u.%s", l, sfx[k]);
-                st[k][2 * l] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
+                st[k][2 * l] = buf(&b, name, TPU_F32, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
                 snprintf(name, sizeof name, "b%u.%s", l, sfx[k]);
-                st[k][2 * l + 1] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
+                st[k][2 * l + 1] = buf(&b, name, TPU_F32, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
                 r.params[r.n_params++] = st[k][2 * l];
                 r.params[r.n_params++] = st[k][2 * l + 1];
             }
         }
     }
-    r.buf_x = buf(&b, "x", TPU_BUF_F32, TPU_BUF_TEMP, B, s->sizes[0]);
-    r.buf_labels = kind == TPU_MLP_PREDICT ? N : buf(&b, "labels", TPU_BUF_INT32, TPU_BUF_TEMP, B, 1);
+    r.buf_x = buf(&b, "x", TPU_F32, TPU_BUF_TEMP, B, s->sizes[0]);
+    r.buf_labels = kind == TPU_MLP_PREDICT ? N : buf(&b, "labels", TPU_INT32, TPU_BUF_TEMP, B, 1);
     uint32_t a[TPU_MLP_MAX_LAYERS], z[TPU_MLP_MAX_LAYERS], h[TPU_MLP_MAX_LAYERS];
     for (uint32_t l = 0; l < L; l++) {
         a[l] = bufi(&b, "a", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
@@ -242,7 +242,7 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
     if (kind != TPU_MLP_TRAIN) {
         build_tail(&b, kind, logits, B, C, &r);
     } else {
-        uint32_t loss = buf(&b, "loss", TPU_BUF_F32, TPU_BUF_TEMP, 1, 1);
+        uint32_t loss = buf(&b, "loss", TPU_F32, TPU_BUF_TEMP, 1, 1);
         uint32_t g[TPU_MLP_MAX_LAYERS], dh[TPU_MLP_MAX_LAYERS], gw[TPU_MLP_MAX_LAYERS],
             gb[TPU_MLP_MAX_LAYERS];
         for (uint32_t l = 0; l < L; l++) {
@@ -358,24 +358,24 @@ int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
     for (uint32_t l = 0; l < L; l++) {
         const uint32_t in = s->sizes[l], o = s->sizes[l + 1];
         snprintf(name, sizeof name, "w%u.int8", l);
-        w[l] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, in, o);
+        w[l] = buf(&b, name, TPU_F32, TPU_BUF_PARAM, in, o);
         snprintf(name, sizeof name, "w%u.dequant", l);
-        dq[l] = buf(&b, name, TPU_BUF_F32, TPU_BUF_PARAM, 1, o);
+        dq[l] = buf(&b, name, TPU_F32, TPU_BUF_PARAM, 1, o);
         bias[l] = bufi(&b, "b", (int)l, TPU_BUF_PARAM, 1, o);
         r.params[r.n_params++] = w[l];
         r.params[r.n_params++] = dq[l];
         r.params[r.n_params++] = bias[l];
     }
-    r.buf_x = buf(&b, "x", TPU_BUF_F32, TPU_BUF_TEMP, B, s->sizes[0]);
-    r.buf_labels = kind == TPU_MLP_PREDICT ? N : buf(&b, "labels", TPU_BUF_INT32, TPU_BUF_TEMP, B, 1);
+    r.buf_x = buf(&b, "x", TPU_F32, TPU_BUF_TEMP, B, s->sizes[0]);
+    r.buf_labels = kind == TPU_MLP_PREDICT ? N : buf(&b, "labels", TPU_INT32, TPU_BUF_TEMP, B, 1);
     for (uint32_t l = 0; l < L; l++) {
         const uint32_t in = s->sizes[l], o = s->sizes[l + 1];
         snprintf(name, sizeof name, "wq%u", l);
-        wq[l] = buf(&b, name, TPU_BUF_INT8, TPU_BUF_TEMP, in, o);
+        wq[l] = buf(&b, name, TPU_INT8, TPU_BUF_TEMP, in, o);
         snprintf(name, sizeof name, "xq%u", l);
-        xq[l] = buf(&b, name, TPU_BUF_INT8, TPU_BUF_TEMP, B, in);
+        xq[l] = buf(&b, name, TPU_INT8, TPU_BUF_TEMP, B, in);
         snprintf(name, sizeof name, "acc%u", l);
-        acc[l] = buf(&b, name, TPU_BUF_INT32, TPU_BUF_TEMP, B, o);
+        acc[l] = buf(&b, name, TPU_INT32, TPU_BUF_TEMP, B, o);
         z[l] = bufi(&b, "z", (int)l, TPU_BUF_TEMP, B, o);
         h[l] = l + 1 < L ? bufi(&b, "h", (int)l, TPU_BUF_TEMP, B, o) : N;
     }

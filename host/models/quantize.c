@@ -288,7 +288,7 @@ int tpu_int8_mlp_from_checkpoint(const char *model_dir, const struct tpu_mlp_spe
     rc = t ? 0 : tpu__fail(d, TPU_ENOMEM, "out of memory");
     for (size_t i = 0; !rc && i < info.n_tensors; i++) {
         t[i] = info.tensors[i];
-        t[i].data = malloc((size_t)t[i].rows * t[i].cols * tpu_buf_dtype_bytes(t[i].dtype));
+        t[i].data = malloc((size_t)t[i].rows * t[i].cols * tpu_dtype_bytes(t[i].dtype));
         if (!t[i].data)
             rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading %s", path);
     }
@@ -307,11 +307,11 @@ int tpu_int8_mlp_from_checkpoint(const char *model_dir, const struct tpu_mlp_spe
             if (!found)
                 rc = tpu__fail(d, TPU_ESHAPE, "%s has no tensor '%s'; it was not saved from "
                                "this MLP (give the --layers it was trained with)", path, name);
-            else if (found->dtype != TPU_BUF_F32 || found->rows != rows || found->cols != cols)
+            else if (found->dtype != TPU_F32 || found->rows != rows || found->cols != cols)
                 rc = tpu__fail(d, TPU_ESHAPE, "%s: tensor '%s' is %s[%u, %u] but the MLP "
                                "of these layer widths needs f32[%u, %u]; give the --layers it "
                                "was trained with", path, name,
-                               tpu_buf_dtype_name(found->dtype), found->rows, found->cols,
+                               tpu_dtype_name(found->dtype), found->rows, found->cols,
                                rows, cols);
             else if (k)
                 b[l] = found->data;
@@ -332,12 +332,12 @@ int tpu_int8_mlp_from_checkpoint(const char *model_dir, const struct tpu_mlp_spe
 
 int tpu_int8_check_chip(const struct tpu_chip_config *chip, struct tpu_diag *d)
 {
-    if (chip->mxu_dtypes & TPU_DTYPE_BIT_INT8)
+    if (chip->mxu_dtypes & TPU_DTYPE_BIT(TPU_INT8))
         return 0;
     return tpu__fail(d, TPU_EUNSUPPORTED, "chip '%s' has no int8 matrix units (its "
                      "mxu.dtypes are %s); int8 inference needs a chip whose config lists "
                      "int8, e.g. --chip tpu-v1, tpu-v4 or tiny", chip->name,
-                     (chip->mxu_dtypes & TPU_DTYPE_BIT_BF16) ? "bf16 only" : "not int8");
+                     (chip->mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)) ? "bf16 only" : "not int8");
 }
 
 /* ---- the runtime model ---------------------------------------------------------------------- */

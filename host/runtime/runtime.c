@@ -254,7 +254,7 @@ int tpu__runtime_save_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
     if (!t)
         return tpu__fail(d, TPU_ENOMEM, "out of memory");
     for (size_t i = 0; i < e->n_params; i++)
-        t[i] = (struct tpu_tensor){.name = e->params[i].name, .dtype = TPU_BUF_F32,
+        t[i] = (struct tpu_tensor){.name = e->params[i].name, .dtype = TPU_F32,
                                    .rows = e->params[i].rows, .cols = e->params[i].cols,
                                    .data = e->params[i].data};
     struct tpu_checkpoint_options o;
@@ -326,7 +326,7 @@ static int restore_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
         return rc;
     for (size_t i = 0; i < info.n_tensors && !rc; i++) {
         const struct tpu_tensor *t = &info.tensors[i];
-        if (t->dtype != TPU_BUF_F32)
+        if (t->dtype != TPU_F32)
             rc = tpu__fail(d, TPU_ESHAPE, "%s: tensor '%s' is not f32; it was not written by "
                            "this runtime", path, t->name);
         else
@@ -350,7 +350,7 @@ static int restore_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
     }
     for (size_t i = 0; !rc && i < info.n_tensors; i++) {
         struct tpu__host_param *hp = find_param(e, info.tensors[i].name);
-        t[i] = (struct tpu_tensor){.name = hp->name, .dtype = TPU_BUF_F32, .rows = hp->rows,
+        t[i] = (struct tpu_tensor){.name = hp->name, .dtype = TPU_F32, .rows = hp->rows,
                                    .cols = hp->cols, .data = hp->data};
     }
     uint64_t got_step = 0;
@@ -396,7 +396,7 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
     for (uint32_t t = 0; t < mp->n_infeed; t++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
         in_step += tpu_buffer_bytes(b);
-        batch += (uint64_t)per_call * b->cols * tpu_buf_dtype_bytes(b->dtype);
+        batch += (uint64_t)per_call * b->cols * tpu_dtype_bytes(b->dtype);
     }
     for (uint32_t t = 0; t < mp->n_outfeed; t++)
         out_step += tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[t]));

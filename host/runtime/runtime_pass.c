@@ -137,8 +137,8 @@ static void *infeed_thread(void *arg)
     bool is_int[4] = {0};
     for (uint32_t t = 0; t < mp->n_infeed; t++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
-        row_bytes[t] = (size_t)b->cols * tpu_buf_dtype_bytes(b->dtype);
-        is_int[t] = b->dtype == TPU_BUF_INT32;
+        row_bytes[t] = (size_t)b->cols * tpu_dtype_bytes(b->dtype);
+        is_int[t] = b->dtype == TPU_INT32;
         bufs[t] = malloc(row_bytes[t] * p->per_call);
         if (!bufs[t]) {
             pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the input batch"), &d);

@@ -112,9 +112,9 @@ extern "C" {
  * pattern, tpu_bf16) at `data`. The struct and everything it points to stay the caller's. */
 struct tpu_tensor {
     const char *name;         /* non-empty UTF-8, unique in a checkpoint, not "__metadata__" */
-    enum tpu_buf_dtype dtype;
+    enum tpu_dtype dtype;
     uint32_t rows, cols;      /* both >= 1 */
-    void *data;               /* rows * cols * tpu_buf_dtype_bytes(dtype) bytes */
+    void *data;               /* rows * cols * tpu_dtype_bytes(dtype) bytes */
 };
 
 /* A __metadata__ entry: UTF-8 strings. */
@@ -232,7 +232,7 @@ const char *tpu_checkpoint_info_meta(const struct tpu_checkpoint_info *info, con
 void tpu_checkpoint_info_free(struct tpu_checkpoint_info *info);
 
 /* The safetensors dtype name: "F32", "BF16", "I8", "I32"; "unknown" otherwise. */
-const char *tpu_checkpoint_dtype_name(enum tpu_buf_dtype t);
+const char *tpu_checkpoint_dtype_name(enum tpu_dtype t);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdbool.h>
 
+#include "tpusim/dtype.h"
 #include "tpusim/error.h"
 
 #ifdef __cplusplus
@@ -32,11 +33,6 @@ enum tpu_topology {
     TPU_TOPO_TORUS_3D,
 };
 
-/* Matrix-unit data types a chip supports, as a bit set. */
-enum tpu_dtype_bits {
-    TPU_DTYPE_BIT_BF16 = 1u << 0,
-    TPU_DTYPE_BIT_INT8 = 1u << 1,
-};
 
 struct tpu_chip_config {
     char name[TPU_CONFIG_NAME_MAX];          /* "tpu-v4" */
@@ -52,7 +48,7 @@ struct tpu_chip_config {
     uint32_t mxu_per_core;
     uint32_t mxu_rows;         /* R: rows of the weight-stationary array (the K dimension) */
     uint32_t mxu_cols;         /* C: columns (the N dimension) */
-    uint32_t mxu_dtypes;       /* TPU_DTYPE_BIT_* set */
+    uint32_t mxu_dtypes;       /* TPU_DTYPE_BIT(TPU_BF16) | ... (dtype.h) */
     uint32_t accumulator_rows; /* rows of C-wide fp32/int32 accumulators per MXU: the
                                   longest M stream a weight tile can take before the
                                   accumulators must be drained */

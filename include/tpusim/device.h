@@ -92,7 +92,7 @@ struct tpu_core_counters {
  * the matmul exactly as gemm.h deals it over a core's MXUs (sim/chip/mxu_provider.c says how).
  * All buffers belong to the caller; a provider reads w and in and writes out only. */
 struct tpu_mxu_seq {
-    enum tpu_dtype dtype;           /* TPU_DTYPE_BF16 or TPU_DTYPE_INT8 */
+    enum tpu_dtype dtype;           /* TPU_BF16 or TPU_INT8 */
     size_t n_tiles;                 /* >= 1 */
     const uint64_t *m_rows;         /* [n_tiles] input rows of each tile, each >= 1 */
     /* dtype BF16: */

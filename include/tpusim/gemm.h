@@ -57,9 +57,6 @@ int tpu_gemm_time(const struct tpu_chip_config *cfg, const struct tpu_gemm_param
 int tpu_gemm_check(const struct tpu_chip_config *cfg, const struct tpu_gemm_params *p,
                    struct tpu_diag *d);
 
-/* Bytes of one operand element as the chip stores it: 2 for bf16 (fp32 inputs are stored
- * as fp32: 4), 1 for int8; results are 4. */
-unsigned tpu_dtype_input_bytes(enum tpu_dtype t);
 
 #ifdef __cplusplus
 }

@@ -90,19 +90,17 @@
 #include <stdbool.h>
 
 #include "tpusim/bf16.h"
+#include "tpusim/dtype.h"
 #include "tpusim/error.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum tpu_dtype {
-    TPU_DTYPE_BF16 = 0, /* bf16 x bf16 -> fp32 */
-    TPU_DTYPE_INT8 = 1, /* int8 x int8 -> int32 */
-    TPU_DTYPE_FP32 = 2, /* fp32 x fp32 as 1, 3 or 6 bf16 passes */
-};
-
-const char *tpu_dtype_name(enum tpu_dtype t);
+/* The matrix unit's input types (dtype.h): TPU_BF16 (bf16 x bf16 -> fp32), TPU_INT8 (int8 x
+ * int8 -> int32) and TPU_F32 (fp32 x fp32 as 1, 3 or 6 bf16 passes). Their names as `tpusim
+ * gemm` and chip configurations spell them: "bf16", "int8", "fp32"; "unknown" otherwise. */
+const char *tpu_gemm_dtype_name(enum tpu_dtype t);
 
 /* ---- cycle model -------------------------------------------------------------------- */
 

@@ -12,28 +12,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tpusim/dtype.h"
 #include "tpusim/error.h"
 
-enum tpu_npy_dtype {
-    TPU_NPY_F32,
-    TPU_NPY_I8,
-    TPU_NPY_I32,
-};
 
 struct tpu_npy {
-    enum tpu_npy_dtype dtype;
+    enum tpu_dtype dtype;
     size_t rows, cols;
     void *data; /* [rows][cols] row-major; owned by the struct, freed by tpu_npy_free */
 };
 
-const char *tpu_npy_dtype_name(enum tpu_npy_dtype t);
+const char *tpu_npy_dtype_name(enum tpu_dtype t);
 
 /* Reads a 2-D array. On failure *out is untouched and nothing stays allocated. */
 int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d);
 
 /* Writes [rows][cols] from data atomically (temporary file, fsync, rename; a device or a
  * FIFO is written directly and a symbolic link's target replaced: tpu__atomic_open). */
-int tpu_npy_write(const char *path, enum tpu_npy_dtype dtype, size_t rows, size_t cols,
+int tpu_npy_write(const char *path, enum tpu_dtype dtype, size_t rows, size_t cols,
                    const void *data, struct tpu_diag *d);
 
 /* Frees the data and zeroes the struct. Accepts NULL. */

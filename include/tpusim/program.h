@@ -92,18 +92,12 @@
 #include <stdio.h>
 
 #include "tpusim/config.h"
+#include "tpusim/dtype.h"
 #include "tpusim/error.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum tpu_buf_dtype {
-    TPU_BUF_F32 = 0,
-    TPU_BUF_BF16,
-    TPU_BUF_INT8,
-    TPU_BUF_INT32,
-};
 
 enum tpu_buf_kind {
     TPU_BUF_TEMP = 0,
@@ -201,7 +195,7 @@ struct tpu_op {
 
 struct tpu_buffer_desc {
     char name[48];
-    enum tpu_buf_dtype dtype;
+    enum tpu_dtype dtype;
     enum tpu_buf_kind kind;
     uint32_t rows, cols;
 };
@@ -218,7 +212,7 @@ void tpu_program_destroy(struct tpu_program **p);
  * ([A-Za-z_][A-Za-z0-9_.]*, at most 47 characters), unique across buffers and variables.
  * rows and cols are at least 1. Returns 0, TPU_EINVAL (name, dtype, kind, zero size),
  * TPU_ERANGE (byte size overflows 64 bits) or TPU_ENOMEM. The program copies the name. */
-int tpu_program_add_buffer(struct tpu_program *p, const char *name, enum tpu_buf_dtype dtype,
+int tpu_program_add_buffer(struct tpu_program *p, const char *name, enum tpu_dtype dtype,
                            enum tpu_buf_kind kind, uint32_t rows, uint32_t cols, uint32_t *id,
                            struct tpu_diag *d);
 /* Adds a device variable (int64, initially 0); name rules as for buffers. */
@@ -297,12 +291,6 @@ const char *tpu_opcode_operand_name(enum tpu_opcode code, bool is_output, unsign
 /* The attributes the op reads: TPU_ATTR_* bits. */
 unsigned tpu_opcode_attrs(enum tpu_opcode code);
 
-/* "f32", "bf16", "int8", "int32"; "unknown" otherwise. */
-const char *tpu_buf_dtype_name(enum tpu_buf_dtype t);
-/* 0 and the dtype, or TPU_ENOTFOUND. */
-int tpu_buf_dtype_parse(const char *name, enum tpu_buf_dtype *out);
-/* 4, 2, 1, 4; 0 for an unknown dtype. */
-size_t tpu_buf_dtype_bytes(enum tpu_buf_dtype t);
 /* "param", "temp"; "unknown" otherwise. */
 const char *tpu_buf_kind_name(enum tpu_buf_kind k);
 /* rows * cols * element size (the builder rejects buffers whose size would overflow). */

@@ -326,13 +326,13 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
         const struct tpu_op *op = tpu_program_op(prog, i);
         if (op->code != TPU_OP_MATMUL)
             continue;
-        enum tpu_buf_dtype t = tpu_program_buffer(prog, op->in[0])->dtype;
-        bool int8 = t == TPU_BUF_INT8;
-        if (int8 && !(dev->cfg.mxu_dtypes & TPU_DTYPE_BIT_INT8))
+        enum tpu_dtype t = tpu_program_buffer(prog, op->in[0])->dtype;
+        bool int8 = t == TPU_INT8;
+        if (int8 && !(dev->cfg.mxu_dtypes & TPU_DTYPE_BIT(TPU_INT8)))
             return tpu__fail(d, TPU_EUNSUPPORTED, "op %zu is an int8 matmul but chip '%s' has "
                              "no int8 matrix unit; use bf16/f32 operands or a chip with int8",
                              i, dev->cfg.name);
-        if (!int8 && !(dev->cfg.mxu_dtypes & TPU_DTYPE_BIT_BF16))
+        if (!int8 && !(dev->cfg.mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)))
             return tpu__fail(d, TPU_EUNSUPPORTED, "op %zu is a bf16 matmul but chip '%s' has "
                              "no bf16 matrix unit; use int8 operands or a chip with bf16",
                              i, dev->cfg.name);
@@ -402,7 +402,7 @@ static int check_buffer_access(const struct tpu_device *dev, uint32_t core, uint
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, buf);
     if (bytes != tpu_buffer_bytes(bd))
         return tpu__fail(d, TPU_ESHAPE, "%s: buffer '%s' is %s[%u, %u], %llu bytes, not %zu",
-                         what, bd->name, tpu_buf_dtype_name(bd->dtype), bd->rows, bd->cols,
+                         what, bd->name, tpu_dtype_name(bd->dtype), bd->rows, bd->cols,
                          (unsigned long long)tpu_buffer_bytes(bd), bytes);
     if (dev->s.timing_only)
         return tpu__fail(d, TPU_EUNSUPPORTED, "%s: a timing-only device holds no values", what);

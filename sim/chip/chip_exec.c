@@ -93,7 +93,7 @@ static enum tpu_unit local_cost(const struct tpu_device *dev, const struct tpu_o
         uint64_t m = op->attrs.trans_a ? a->cols : a->rows;
         uint64_t k = op->attrs.trans_a ? a->rows : a->cols;
         uint64_t n = op->attrs.trans_b ? b->rows : b->cols;
-        unsigned passes = a->dtype == TPU_BUF_F32 && op->attrs.passes > 1 ? op->attrs.passes : 1;
+        unsigned passes = a->dtype == TPU_F32 && op->attrs.passes > 1 ? op->attrs.passes : 1;
         *cycles = tpu__matmul_cycles(&dev->cfg, m, k, n, passes, mac_slots);
         *macs = m * k * n * passes;
         return TPU_UNIT_MXU;
@@ -296,7 +296,7 @@ static int collective_values(struct tpu_device *dev, const struct coll_group *g,
         return 0;
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->in[0]);
     const size_t count = (size_t)bd->rows * bd->cols;
-    const size_t bytes = count * tpu_buf_dtype_bytes(bd->dtype);
+    const size_t bytes = count * tpu_dtype_bytes(bd->dtype);
     if (op->code == TPU_OP_ALL_REDUCE) {
         enum { MAX_SPLIT = 16 };
         unsigned parts = dev->n_workers ? dev->n_workers : 1;
@@ -310,7 +310,7 @@ static int collective_values(struct tpu_device *dev, const struct coll_group *g,
         for (unsigned k = 0; k < parts; k++) {
             jobs[k] = (struct reduce_job){.dev = dev, .g = g, .op = op,
                                           .lo = count * k / parts, .hi = count * (k + 1) / parts,
-                                          .is_float = bd->dtype == TPU_BUF_F32};
+                                          .is_float = bd->dtype == TPU_F32};
             if (k > 0)
                 started[k] = pthread_create(&th[k], NULL, reduce_range, &jobs[k]) == 0;
         }
@@ -413,7 +413,7 @@ static int do_infeed(struct tpu_device *dev, struct core *c, size_t pc, const st
                          "core %u: infeed op %zu into '%s' expects %llu bytes (%s[%u, %u]) but "
                          "the host queued %zu bytes; queue tensors of the buffer's size",
                          c->id, pc, tpu_program_buffer(dev->prog, op->out[0])->name,
-                         (unsigned long long)want, tpu_buf_dtype_name(b->dtype), b->rows,
+                         (unsigned long long)want, tpu_dtype_name(b->dtype), b->rows,
                          b->cols, got);
     if (done > issue)
         c->ctr.stall[TPU_STALL_INFEED_EMPTY] += done - issue;

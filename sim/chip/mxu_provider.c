@@ -82,7 +82,7 @@ static size_t view_index(const struct view *v, size_t i, size_t j)
 static tpu_bf16 view_bf16(const struct view *v, size_t i, size_t j)
 {
     const size_t x = view_index(v, i, j);
-    if (v->b->dtype == TPU_BUF_F32)
+    if (v->b->dtype == TPU_F32)
         return tpu_bf16_from_f32(((const float *)v->b->data)[x]);
     return ((const tpu_bf16 *)v->b->data)[x];
 }
@@ -92,9 +92,9 @@ static int8_t view_int8(const struct view *v, size_t i, size_t j)
     return ((const int8_t *)v->b->data)[view_index(v, i, j)];
 }
 
-static bool is_float_dtype(enum tpu_buf_dtype t)
+static bool is_float_dtype(enum tpu_dtype t)
 {
-    return t == TPU_BUF_F32 || t == TPU_BUF_BF16;
+    return t == TPU_F32 || t == TPU_BF16;
 }
 
 /* ---- the cut ---------------------------------------------------------------------------- */
@@ -297,7 +297,7 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
     const struct view va = {a, op->attrs.trans_a}, vb = {b, op->attrs.trans_b};
-    const bool int8 = a->dtype == TPU_BUF_INT8 && b->dtype == TPU_BUF_INT8;
+    const bool int8 = a->dtype == TPU_INT8 && b->dtype == TPU_INT8;
     struct plan pl = {
         .R = p->rows,
         .C = p->cols,
@@ -315,19 +315,19 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
         return tpu__fail(d, TPU_ESHAPE,
                          "matmul: operands a (%s) and b (%s) do not go together; use int8 "
                          "with int8 (int32 result) or f32/bf16 with f32/bf16 (f32 result)",
-                         tpu__ops_dtype_name(a->dtype), tpu__ops_dtype_name(b->dtype));
+                         tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype));
     if (pl.k != kb)
         return tpu__fail(d, TPU_ESHAPE,
                          "matmul: op(a) is [%zu][%zu] and op(b) is [%zu][%zu]; the inner "
                          "dimensions must agree",
                          pl.m, pl.k, kb, pl.n);
-    int rc = tpu__ops_check_buf(d, op, "y", y, int8 ? TPU_BUF_INT32 : TPU_BUF_F32,
+    int rc = tpu__ops_check_buf(d, op, "y", y, int8 ? TPU_INT32 : TPU_F32,
                                 (uint32_t)pl.m, (uint32_t)pl.n);
     if (rc)
         return rc;
     if ((a->data == NULL && pl.m * pl.k != 0) || (b->data == NULL && pl.k * pl.n != 0))
         return tpu__fail(d, TPU_EINVAL, "matmul: an input operand has no memory");
-    if (!int8 && (a->dtype == TPU_BUF_F32 || b->dtype == TPU_BUF_F32)) {
+    if (!int8 && (a->dtype == TPU_F32 || b->dtype == TPU_F32)) {
         const unsigned passes = op->attrs.passes;
         if (passes != 1 && passes != 3 && passes != 6)
             return tpu__fail(d, TPU_EINVAL,
@@ -377,7 +377,7 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
             continue;
         const size_t f = wk.first[x];
         struct tpu_mxu_seq seq = {
-            .dtype = int8 ? TPU_DTYPE_INT8 : TPU_DTYPE_BF16,
+            .dtype = int8 ? TPU_INT8 : TPU_BF16,
             .n_tiles = wk.count[x],
             .m_rows = wk.m_rows + f,
         };

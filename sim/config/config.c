@@ -162,10 +162,10 @@ static const struct field top_fields[] = {
 static const struct {
     const char *name;
     uint32_t bit;
-    uint32_t bytes; /* input element size */
+    enum tpu_dtype dtype;
 } dtypes[] = {
-    {"bf16", TPU_DTYPE_BIT_BF16, 2},
-    {"int8", TPU_DTYPE_BIT_INT8, 1},
+    {"bf16", TPU_DTYPE_BIT(TPU_BF16), TPU_BF16},
+    {"int8", TPU_DTYPE_BIT(TPU_INT8), TPU_INT8},
 };
 #define N_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
@@ -660,7 +660,7 @@ static int check_strings(const struct tpu_chip_config *cfg, const char *origin,
 static int check_consistency(const struct tpu_chip_config *cfg, const char *origin,
                              struct tpu_diag *d)
 {
-    const uint32_t known_bits = TPU_DTYPE_BIT_BF16 | TPU_DTYPE_BIT_INT8;
+    const uint32_t known_bits = TPU_DTYPE_BIT(TPU_BF16) | TPU_DTYPE_BIT(TPU_INT8);
     if (cfg->mxu_dtypes == 0 || (cfg->mxu_dtypes & ~known_bits))
         return tpu__fail(d, TPU_ECONFIG,
                          "%s: field 'mxu.dtypes' holds the bit set 0x%" PRIx32 "; it must "
@@ -704,8 +704,8 @@ static int check_consistency(const struct tpu_chip_config *cfg, const char *orig
     uint32_t widest_bytes = 0;
     const char *widest = "";
     for (size_t i = 0; i < N_DTYPES; i++)
-        if ((cfg->mxu_dtypes & dtypes[i].bit) && dtypes[i].bytes > widest_bytes) {
-            widest_bytes = dtypes[i].bytes;
+        if ((cfg->mxu_dtypes & dtypes[i].bit) && tpu_dtype_bytes(dtypes[i].dtype) > widest_bytes) {
+            widest_bytes = tpu_dtype_bytes(dtypes[i].dtype);
             widest = dtypes[i].name;
         }
     const uint64_t tile_bytes = (uint64_t)cfg->mxu_rows * cfg->mxu_cols * widest_bytes;

@@ -64,15 +64,17 @@
 #error "the portable kernels need float arithmetic evaluated in float (FLT_EVAL_METHOD 0)"
 #endif
 
-const char *tpu_dtype_name(enum tpu_dtype t)
+const char *tpu_gemm_dtype_name(enum tpu_dtype t)
 {
     switch (t) {
-    case TPU_DTYPE_BF16:
+    case TPU_BF16:
         return "bf16";
-    case TPU_DTYPE_INT8:
+    case TPU_INT8:
         return "int8";
-    case TPU_DTYPE_FP32:
+    case TPU_F32:
         return "fp32";
+    case TPU_INT32:
+        break;
     }
     return "unknown";
 }

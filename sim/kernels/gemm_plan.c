@@ -11,19 +11,6 @@
 #include "tpusim/gemm.h"
 #include "util.h"
 
-unsigned tpu_dtype_input_bytes(enum tpu_dtype t)
-{
-    switch (t) {
-    case TPU_DTYPE_BF16:
-        return 2;
-    case TPU_DTYPE_INT8:
-        return 1;
-    case TPU_DTYPE_FP32:
-        return 4;
-    }
-    return 0;
-}
-
 /* Cycles for one MXU that runs n_full tiles of full_rows then n_short of short_rows. */
 static uint64_t mxu_cycles(uint32_t r, uint32_t c, uint64_t n_full, uint64_t full_rows,
                            uint64_t n_short, uint64_t short_rows)
@@ -50,25 +37,25 @@ int tpu_gemm_check(const struct tpu_chip_config *cfg, const struct tpu_gemm_para
                          "M, K and N must be at least 1",
                          (unsigned long long)p->m, (unsigned long long)p->k,
                          (unsigned long long)p->n);
-    if (p->dtype == TPU_DTYPE_INT8) {
-        if (!(cfg->mxu_dtypes & TPU_DTYPE_BIT_INT8))
+    if (p->dtype == TPU_INT8) {
+        if (!(cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_INT8)))
             return tpu__fail(d, TPU_EUNSUPPORTED,
                              "chip '%s' has no int8 matrix unit; use dtype bf16 or fp32, or a "
                              "chip with int8 (tpu-v1, tpu-v4)",
                              cfg->name);
-    } else if (p->dtype == TPU_DTYPE_BF16 || p->dtype == TPU_DTYPE_FP32) {
-        if (p->dtype == TPU_DTYPE_FP32) {
+    } else if (p->dtype == TPU_BF16 || p->dtype == TPU_F32) {
+        if (p->dtype == TPU_F32) {
             if (p->passes != 1 && p->passes != 3 && p->passes != 6)
                 return tpu__fail(d, TPU_EINVAL,
                                  "fp32 passes %u is not supported; use 1 (bf16), 3 (XLA HIGH) "
                                  "or 6 (XLA HIGHEST)",
                                  p->passes);
         }
-        if (!(cfg->mxu_dtypes & TPU_DTYPE_BIT_BF16))
+        if (!(cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)))
             return tpu__fail(d, TPU_EUNSUPPORTED,
                              "chip '%s' has no bf16 matrix unit, so dtype %s cannot run on it; "
                              "use dtype int8, or a chip with bf16 (tpu-v2 and later)",
-                             cfg->name, tpu_dtype_name(p->dtype));
+                             cfg->name, tpu_gemm_dtype_name(p->dtype));
     } else {
         return tpu__fail(d, TPU_EINVAL, "unknown dtype %d", (int)p->dtype);
     }
@@ -83,7 +70,7 @@ int tpu_gemm_time(const struct tpu_chip_config *cfg, const struct tpu_gemm_param
         return rc;
     const uint32_t r = cfg->mxu_rows, c = cfg->mxu_cols;
     /* the fp32 passes run one after another on the bf16 array */
-    const unsigned passes = p->dtype == TPU_DTYPE_FP32 ? p->passes : 1;
+    const unsigned passes = p->dtype == TPU_F32 ? p->passes : 1;
     /* Keep every count well inside 64 bits: cycles <= tiles * (M + 2R + C) < 2^62. */
     const double tiles_d = ceil((double)p->k / r) * ceil((double)p->n / c) *
                            ceil((double)p->m / cfg->accumulator_rows) * passes;
@@ -136,7 +123,7 @@ int tpu_gemm_time(const struct tpu_chip_config *cfg, const struct tpu_gemm_param
     t.seconds = (double)t.cycles / (cfg->clock_mhz * 1e6);
     t.achieved_flops_per_s = 2.0 * (double)p->m * (double)p->k * (double)p->n / t.seconds;
     t.peak_flops_per_s = 2.0 * r * c * (double)t.n_mxu * cfg->clock_mhz * 1e6;
-    const unsigned in_bytes = tpu_dtype_input_bytes(p->dtype);
+    const unsigned in_bytes = tpu_dtype_bytes(p->dtype);
     t.min_hbm_bytes = (p->m * p->k + p->k * p->n) * in_bytes + p->m * p->n * 4;
     t.hbm_seconds = (double)t.min_hbm_bytes / (cfg->hbm_gbytes_per_s * 1e9);
     *out = t;

@@ -46,35 +46,6 @@ const char *tpu__ops_op_name(enum tpu_opcode code)
     return op_names[code];
 }
 
-size_t tpu__ops_dtype_bytes(enum tpu_buf_dtype t)
-{
-    switch (t) {
-    case TPU_BUF_F32:
-    case TPU_BUF_INT32:
-        return 4;
-    case TPU_BUF_BF16:
-        return 2;
-    case TPU_BUF_INT8:
-        return 1;
-    }
-    return 0;
-}
-
-const char *tpu__ops_dtype_name(enum tpu_buf_dtype t)
-{
-    switch (t) {
-    case TPU_BUF_F32:
-        return "f32";
-    case TPU_BUF_BF16:
-        return "bf16";
-    case TPU_BUF_INT8:
-        return "int8";
-    case TPU_BUF_INT32:
-        return "int32";
-    }
-    return "unknown";
-}
-
 size_t tpu__ops_count(const struct tpu__bufmem *b)
 {
     return (size_t)b->rows * (size_t)b->cols;
@@ -92,10 +63,10 @@ int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *
                        const struct tpu__bufmem *b, int dtype, uint32_t rows, uint32_t cols)
 {
     const char *name = tpu__ops_op_name(op->code);
-    if (dtype >= 0 && b->dtype != (enum tpu_buf_dtype)dtype)
+    if (dtype >= 0 && b->dtype != (enum tpu_dtype)dtype)
         return tpu__fail(d, TPU_ESHAPE, "%s: operand %s is %s but must be %s", name, role,
-                         tpu__ops_dtype_name(b->dtype),
-                         tpu__ops_dtype_name((enum tpu_buf_dtype)dtype));
+                         tpu_dtype_name(b->dtype),
+                         tpu_dtype_name((enum tpu_dtype)dtype));
     if ((rows != TPU__OPS_ANY && b->rows != rows) || (cols != TPU__OPS_ANY && b->cols != cols)) {
         char r[16], c[16];
         dim_text(r, sizeof r, rows);
@@ -160,9 +131,9 @@ static int matmul_int8(const struct tpu__bufmem *a, bool ta, const struct tpu__b
     return rc;
 }
 
-static bool is_float_dtype(enum tpu_buf_dtype t)
+static bool is_float_dtype(enum tpu_dtype t)
 {
-    return t == TPU_BUF_F32 || t == TPU_BUF_BF16;
+    return t == TPU_F32 || t == TPU_BF16;
 }
 
 int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t tile_rows,
@@ -173,19 +144,19 @@ int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t 
     const bool ta = op->attrs.trans_a, tb = op->attrs.trans_b, acc = op->attrs.accumulate;
     const size_t m = ta ? a->cols : a->rows, k = ta ? a->rows : a->cols;
     const size_t kb = tb ? b->cols : b->rows, n = tb ? b->rows : b->cols;
-    const bool int8 = a->dtype == TPU_BUF_INT8 && b->dtype == TPU_BUF_INT8;
+    const bool int8 = a->dtype == TPU_INT8 && b->dtype == TPU_INT8;
 
     if (!int8 && !(is_float_dtype(a->dtype) && is_float_dtype(b->dtype)))
         return tpu__fail(d, TPU_ESHAPE,
                          "matmul: operands a (%s) and b (%s) do not go together; use int8 "
                          "with int8 (int32 result) or f32/bf16 with f32/bf16 (f32 result)",
-                         tpu__ops_dtype_name(a->dtype), tpu__ops_dtype_name(b->dtype));
+                         tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype));
     if (k != kb)
         return tpu__fail(d, TPU_ESHAPE,
                          "matmul: op(a) is [%zu][%zu] and op(b) is [%zu][%zu]; the inner "
                          "dimensions must agree",
                          m, k, kb, n);
-    int rc = tpu__ops_check_buf(d, op, "y", y, int8 ? TPU_BUF_INT32 : TPU_BUF_F32,
+    int rc = tpu__ops_check_buf(d, op, "y", y, int8 ? TPU_INT32 : TPU_F32,
                                 (uint32_t)m, (uint32_t)n);
     if (rc)
         return rc;
@@ -197,7 +168,7 @@ int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t 
                          "(tile_rows %u, n_threads %u)",
                          (unsigned)tile_rows, n_threads);
     unsigned passes = 1;
-    if (!int8 && (a->dtype == TPU_BUF_F32 || b->dtype == TPU_BUF_F32)) {
+    if (!int8 && (a->dtype == TPU_F32 || b->dtype == TPU_F32)) {
         passes = op->attrs.passes;
         if (passes != 1 && passes != 3 && passes != 6)
             return tpu__fail(d, TPU_EINVAL,
@@ -218,9 +189,9 @@ int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t 
                                                    {1, 0}, {0, 1}, {0, 0}};
         const unsigned char(*order)[2] = passes == 1 ? order1 : passes == 3 ? order3 : order6;
         for (unsigned p = 0; p < passes && rc == 0; p++) {
-            const struct tpu__gemm_operand oa = {a->data, a->dtype == TPU_BUF_F32, ta,
+            const struct tpu__gemm_operand oa = {a->data, a->dtype == TPU_F32, ta,
                                                  order[p][0]};
-            const struct tpu__gemm_operand ob = {b->data, b->dtype == TPU_BUF_F32, tb,
+            const struct tpu__gemm_operand ob = {b->data, b->dtype == TPU_F32, tb,
                                                  order[p][1]};
             rc = tpu__gemm_ex(&oa, &ob, y->data, m, k, n, tile_rows, acc || p > 0, n_threads,
                               scratch, NULL, NULL);

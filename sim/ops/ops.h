@@ -14,7 +14,7 @@
 /* One buffer's memory on one core: [rows][cols] row-major of dtype. */
 struct tpu__bufmem {
     void *data;
-    enum tpu_buf_dtype dtype;
+    enum tpu_dtype dtype;
     uint32_t rows, cols;
 };
 

@@ -14,10 +14,6 @@
 /* "any size" for tpu__ops_check_buf */
 #define TPU__OPS_ANY UINT32_MAX
 
-/* Element size of a buffer dtype in bytes (0 for an unknown dtype). */
-size_t tpu__ops_dtype_bytes(enum tpu_buf_dtype t);
-/* "f32", "bf16", "int8", "int32" or "unknown". Static storage. */
-const char *tpu__ops_dtype_name(enum tpu_buf_dtype t);
 /* The op's text name ("matmul"), or "unknown" for a code outside the table. */
 const char *tpu__ops_op_name(enum tpu_opcode code);
 /* Number of elements of a buffer (rows * cols; both are 32-bit, the product fits size_t on

@@ -74,9 +74,9 @@ static int check_labels(const struct tpu_op *op, const int32_t *labels, size_t r
 static int check_logits_labels(const struct tpu_op *op, const struct tpu__bufmem *x,
                                const struct tpu__bufmem *lab, struct tpu_diag *d)
 {
-    int rc = tpu__ops_check_buf(d, op, "logits", x, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    int rc = tpu__ops_check_buf(d, op, "logits", x, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "labels", lab, TPU_BUF_INT32, x->rows, 1);
+        rc = tpu__ops_check_buf(d, op, "labels", lab, TPU_INT32, x->rows, 1);
     if (!rc)
         rc = check_labels(op, lab->data, x->rows, x->cols, d);
     return rc;
@@ -86,9 +86,9 @@ static int softmax_xent(const struct tpu_op *op, struct tpu__bufmem *bufs, struc
 {
     struct tpu__bufmem *loss = &bufs[op->out[0]], *dl = &bufs[op->out[1]];
     const struct tpu__bufmem *x = &bufs[op->in[0]], *lab = &bufs[op->in[1]];
-    int rc = tpu__ops_check_buf(d, op, "loss", loss, TPU_BUF_F32, 1, 1);
+    int rc = tpu__ops_check_buf(d, op, "loss", loss, TPU_F32, 1, 1);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "dlogits", dl, TPU_BUF_F32, x->rows, x->cols);
+        rc = tpu__ops_check_buf(d, op, "dlogits", dl, TPU_F32, x->rows, x->cols);
     if (!rc)
         rc = check_logits_labels(op, x, lab, d);
     if (rc)
@@ -134,7 +134,7 @@ static int classify_count(const struct tpu_op *op, struct tpu__bufmem *bufs,
 {
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]], *lab = &bufs[op->in[1]];
-    int rc = tpu__ops_check_buf(d, op, "y", y, TPU_BUF_F32, 1, 2);
+    int rc = tpu__ops_check_buf(d, op, "y", y, TPU_F32, 1, 2);
     if (!rc)
         rc = check_logits_labels(op, x, lab, d);
     if (rc)
@@ -168,9 +168,9 @@ static int check_state(const struct tpu_op *op, struct tpu__bufmem *bufs, unsign
                        const char *const *names, struct tpu_diag *d)
 {
     const struct tpu__bufmem *grad = &bufs[op->in[0]];
-    int rc = tpu__ops_check_buf(d, op, "grad", grad, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    int rc = tpu__ops_check_buf(d, op, "grad", grad, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     for (unsigned k = 0; k < n_out && !rc; k++)
-        rc = tpu__ops_check_buf(d, op, names[k], &bufs[op->out[k]], TPU_BUF_F32, grad->rows,
+        rc = tpu__ops_check_buf(d, op, names[k], &bufs[op->out[k]], TPU_F32, grad->rows,
                                 grad->cols);
     return rc;
 }

@@ -105,11 +105,11 @@ static int binary(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_
 {
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
-    int rc = tpu__ops_check_buf(d, op, "a", a, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    int rc = tpu__ops_check_buf(d, op, "a", a, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "y", y, TPU_BUF_F32, a->rows, a->cols);
+        rc = tpu__ops_check_buf(d, op, "y", y, TPU_F32, a->rows, a->cols);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "b", b, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+        rc = tpu__ops_check_buf(d, op, "b", b, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (rc)
         return rc;
     const size_t rows = a->rows, cols = a->cols;
@@ -136,9 +136,9 @@ static int unary(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_d
 {
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]];
-    int rc = tpu__ops_check_buf(d, op, "x", x, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    int rc = tpu__ops_check_buf(d, op, "x", x, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "y", y, TPU_BUF_F32, x->rows, x->cols);
+        rc = tpu__ops_check_buf(d, op, "y", y, TPU_F32, x->rows, x->cols);
     if (rc)
         return rc;
     const size_t n = tpu__ops_count(x);
@@ -169,11 +169,11 @@ static int relu_grad(const struct tpu_op *op, struct tpu__bufmem *bufs, struct t
 {
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *dy = &bufs[op->in[0]], *x = &bufs[op->in[1]];
-    int rc = tpu__ops_check_buf(d, op, "dy", dy, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    int rc = tpu__ops_check_buf(d, op, "dy", dy, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "x", x, TPU_BUF_F32, dy->rows, dy->cols);
+        rc = tpu__ops_check_buf(d, op, "x", x, TPU_F32, dy->rows, dy->cols);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "y", y, TPU_BUF_F32, dy->rows, dy->cols);
+        rc = tpu__ops_check_buf(d, op, "y", y, TPU_F32, dy->rows, dy->cols);
     if (rc)
         return rc;
     const size_t n = tpu__ops_count(x);
@@ -260,9 +260,9 @@ static int quantize(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tp
 {
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]];
-    int rc = tpu__ops_check_buf(d, op, "x", x, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    int rc = tpu__ops_check_buf(d, op, "x", x, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "y", y, TPU_BUF_INT8, x->rows, x->cols);
+        rc = tpu__ops_check_buf(d, op, "y", y, TPU_INT8, x->rows, x->cols);
     if (rc)
         return rc;
     const size_t n = tpu__ops_count(x);
@@ -283,13 +283,13 @@ static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu
         rc = tpu__ops_check_buf(d, op, "y", y, -1, x->rows, x->cols);
     if (rc)
         return rc;
-    if (tpu__ops_dtype_bytes(x->dtype) == 0 || tpu__ops_dtype_bytes(y->dtype) == 0)
+    if (tpu_dtype_bytes(x->dtype) == 0 || tpu_dtype_bytes(y->dtype) == 0)
         return tpu__fail(d, TPU_EINVAL, "convert: unknown dtype %d -> %d", (int)x->dtype,
                          (int)y->dtype);
     const size_t n = tpu__ops_count(x);
     if (x->dtype == y->dtype) {
         if (y->data != x->data && n != 0)
-            memmove(y->data, x->data, n * tpu__ops_dtype_bytes(x->dtype));
+            memmove(y->data, x->data, n * tpu_dtype_bytes(x->dtype));
         return 0;
     }
     /* [rows][cols] each; the pointers of the wrong dtype are never read */
@@ -298,12 +298,12 @@ static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu
     const int8_t *x8 = x->data;
     const int32_t *x32 = x->data;
     switch (y->dtype) {
-    case TPU_BUF_F32: {
+    case TPU_F32: {
         float *o = y->data;
-        if (x->dtype == TPU_BUF_BF16)
+        if (x->dtype == TPU_BF16)
             for (size_t i = 0; i < n; i++)
                 o[i] = tpu_bf16_to_f32(xb[i]);
-        else if (x->dtype == TPU_BUF_INT8)
+        else if (x->dtype == TPU_INT8)
             for (size_t i = 0; i < n; i++)
                 o[i] = (float)x8[i];
         else
@@ -311,12 +311,12 @@ static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu
                 o[i] = (float)x32[i];
         break;
     }
-    case TPU_BUF_BF16: {
+    case TPU_BF16: {
         tpu_bf16 *o = y->data;
-        if (x->dtype == TPU_BUF_F32)
+        if (x->dtype == TPU_F32)
             for (size_t i = 0; i < n; i++)
                 o[i] = tpu_bf16_from_f32(xf[i]);
-        else if (x->dtype == TPU_BUF_INT8)
+        else if (x->dtype == TPU_INT8)
             for (size_t i = 0; i < n; i++)
                 o[i] = tpu_bf16_from_f32((float)x8[i]);
         else
@@ -324,12 +324,12 @@ static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu
                 o[i] = bf16_from_i32(x32[i]);
         break;
     }
-    case TPU_BUF_INT8: {
+    case TPU_INT8: {
         int8_t *o = y->data;
-        if (x->dtype == TPU_BUF_F32)
+        if (x->dtype == TPU_F32)
             for (size_t i = 0; i < n; i++)
                 o[i] = i8_from_f32(xf[i]);
-        else if (x->dtype == TPU_BUF_BF16)
+        else if (x->dtype == TPU_BF16)
             for (size_t i = 0; i < n; i++)
                 o[i] = i8_from_f32(tpu_bf16_to_f32(xb[i]));
         else
@@ -337,12 +337,12 @@ static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu
                 o[i] = i8_from_i32(x32[i]);
         break;
     }
-    case TPU_BUF_INT32: {
+    case TPU_INT32: {
         int32_t *o = y->data;
-        if (x->dtype == TPU_BUF_F32)
+        if (x->dtype == TPU_F32)
             for (size_t i = 0; i < n; i++)
                 o[i] = i32_from_f32(xf[i]);
-        else if (x->dtype == TPU_BUF_BF16)
+        else if (x->dtype == TPU_BF16)
             for (size_t i = 0; i < n; i++)
                 o[i] = i32_from_f32(tpu_bf16_to_f32(xb[i]));
         else
@@ -366,9 +366,9 @@ static int reduce(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_
         return tpu__fail(d, TPU_EINVAL, "%s: axis is %d but must be 0 (over rows) or 1 (over "
                                         "columns)",
                          tpu__ops_op_name(op->code), (int)axis);
-    int rc = tpu__ops_check_buf(d, op, "x", x, TPU_BUF_F32, TPU__OPS_ANY, TPU__OPS_ANY);
+    int rc = tpu__ops_check_buf(d, op, "x", x, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
-        rc = tpu__ops_check_buf(d, op, "y", y, TPU_BUF_F32, axis == 0 ? 1 : x->rows,
+        rc = tpu__ops_check_buf(d, op, "y", y, TPU_F32, axis == 0 ? 1 : x->rows,
                                 axis == 0 ? x->cols : 1);
     if (rc)
         return rc;

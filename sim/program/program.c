@@ -155,43 +155,6 @@ void tpu_op_init(struct tpu_op *op, enum tpu_opcode code)
         op->attrs.passes = 1;
 }
 
-/* ---- buffer data types ------------------------------------------------------------------- */
-
-static const char *const dtype_names[] = {
-    [TPU_BUF_F32] = "f32",
-    [TPU_BUF_BF16] = "bf16",
-    [TPU_BUF_INT8] = "int8",
-    [TPU_BUF_INT32] = "int32",
-};
-static const size_t dtype_bytes[] = {
-    [TPU_BUF_F32] = 4,
-    [TPU_BUF_BF16] = 2,
-    [TPU_BUF_INT8] = 1,
-    [TPU_BUF_INT32] = 4,
-};
-#define N_DTYPES (sizeof dtype_names / sizeof dtype_names[0])
-
-const char *tpu_buf_dtype_name(enum tpu_buf_dtype t)
-{
-    return (unsigned)t < N_DTYPES ? dtype_names[t] : "unknown";
-}
-
-int tpu_buf_dtype_parse(const char *name, enum tpu_buf_dtype *out)
-{
-    for (unsigned i = 0; name && i < N_DTYPES; i++) {
-        if (strcmp(name, dtype_names[i]) == 0) {
-            *out = (enum tpu_buf_dtype)i;
-            return 0;
-        }
-    }
-    return TPU_ENOTFOUND;
-}
-
-size_t tpu_buf_dtype_bytes(enum tpu_buf_dtype t)
-{
-    return (unsigned)t < N_DTYPES ? dtype_bytes[t] : 0;
-}
-
 const char *tpu_buf_kind_name(enum tpu_buf_kind k)
 {
     switch (k) {
@@ -205,7 +168,7 @@ const char *tpu_buf_kind_name(enum tpu_buf_kind k)
 
 uint64_t tpu_buffer_bytes(const struct tpu_buffer_desc *b)
 {
-    return (uint64_t)b->rows * b->cols * tpu_buf_dtype_bytes(b->dtype);
+    return (uint64_t)b->rows * b->cols * tpu_dtype_bytes(b->dtype);
 }
 
 /* ---- the name index ---------------------------------------------------------------------- */
@@ -347,7 +310,7 @@ void tpu_program_destroy(struct tpu_program **p)
     *p = NULL;
 }
 
-int tpu_program_add_buffer(struct tpu_program *p, const char *name, enum tpu_buf_dtype dtype,
+int tpu_program_add_buffer(struct tpu_program *p, const char *name, enum tpu_dtype dtype,
                            enum tpu_buf_kind kind, uint32_t rows, uint32_t cols, uint32_t *id,
                            struct tpu_diag *d)
 {
@@ -356,7 +319,7 @@ int tpu_program_add_buffer(struct tpu_program *p, const char *name, enum tpu_buf
     int rc = check_name(name, "buffer", d);
     if (rc)
         return rc;
-    if ((unsigned)dtype >= N_DTYPES)
+    if ((unsigned)dtype >= TPU_DTYPE_COUNT)
         return tpu__fail(d, TPU_EINVAL, "buffer '%s' has dtype %d; use f32, bf16, int8 or "
                          "int32", name, (int)dtype);
     if (kind != TPU_BUF_TEMP && kind != TPU_BUF_PARAM)
@@ -366,9 +329,9 @@ int tpu_program_add_buffer(struct tpu_program *p, const char *name, enum tpu_buf
         return tpu__fail(d, TPU_EINVAL, "buffer '%s' has shape [%u, %u]; both dimensions "
                          "must be at least 1 (a scalar is [1, 1])", name, rows, cols);
     uint64_t elems = (uint64_t)rows * cols; /* fits: both are 32-bit */
-    if (elems > UINT64_MAX / tpu_buf_dtype_bytes(dtype))
+    if (elems > UINT64_MAX / tpu_dtype_bytes(dtype))
         return tpu__fail(d, TPU_ERANGE, "buffer '%s' %s[%u, %u] is larger than 2^64 bytes; "
-                         "make it smaller", name, dtype_names[dtype], rows, cols);
+                         "make it smaller", name, tpu_dtype_name(dtype), rows, cols);
     if (p->n_bufs >= TPU_NO_BUF)
         return tpu__fail(d, TPU_ERANGE, "program '%s' already has %zu buffers, the most ids "
                          "can name", p->name, p->n_bufs);

@@ -342,8 +342,8 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
         n++;
     snprintf(tok, sizeof tok, "%.*s", (int)(n < 63 ? n : 63), dt_at);
     ps->cur = dt_at + n;
-    enum tpu_buf_dtype dtype;
-    if (n == 0 || tpu_buf_dtype_parse(tok, &dtype)) {
+    enum tpu_dtype dtype;
+    if (n == 0 || tpu_dtype_parse(tok, &dtype)) {
         ps->cur = dt_at;
         char found[64];
         describe(ps, found);

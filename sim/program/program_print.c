@@ -325,7 +325,7 @@ static void put_program(struct sbuf *b, const struct tpu_program *p)
         const struct tpu_buffer_desc *d = tpu_program_buffer(p, id);
         sb_putf(b, "%s %s: %s[%" PRIu32 ", %" PRIu32 "]\n",
                 d->kind == TPU_BUF_PARAM ? "param" : "temp ", d->name,
-                tpu_buf_dtype_name(d->dtype), d->rows, d->cols);
+                tpu_dtype_name(d->dtype), d->rows, d->cols);
     }
     size_t n_ops = tpu_program_n_ops(p);
     if (n_ops)

@@ -112,7 +112,7 @@ static const struct tpu_buffer_desc *buf(const struct verifier *v, uint32_t id)
 static const char *bdesc(const struct verifier *v, uint32_t id, char out[96])
 {
     const struct tpu_buffer_desc *b = buf(v, id);
-    snprintf(out, 96, "'%s' %s[%" PRIu32 ", %" PRIu32 "]", b->name, tpu_buf_dtype_name(b->dtype),
+    snprintf(out, 96, "'%s' %s[%" PRIu32 ", %" PRIu32 "]", b->name, tpu_dtype_name(b->dtype),
              b->rows, b->cols);
     return out;
 }
@@ -131,12 +131,12 @@ static const char *out_role(const struct verifier *v, unsigned k)
 static int need_f32(struct verifier *v, const char *role, uint32_t id)
 {
     const struct tpu_buffer_desc *b = buf(v, id);
-    if (b->dtype == TPU_BUF_F32)
+    if (b->dtype == TPU_F32)
         return 0;
     char s[96];
     return fail_op(v, TPU_ESHAPE, "%s %s is %s, but %s computes in f32 (the vector unit's "
                    "type); convert '%s' to f32 first or declare it f32", role, bdesc(v, id, s),
-                   tpu_buf_dtype_name(b->dtype), v->opname, b->name);
+                   tpu_dtype_name(b->dtype), v->opname, b->name);
 }
 
 /* Buffer `id` (operand `role`) must be [rows, cols]; `why` explains where that comes from. */
@@ -149,7 +149,7 @@ static int need_shape(struct verifier *v, const char *role, uint32_t id, uint32_
     char s[96];
     return fail_op(v, TPU_ESHAPE, "%s %s must be [%" PRIu32 ", %" PRIu32 "] (%s); declare it "
                    "%s[%" PRIu32 ", %" PRIu32 "]", role, bdesc(v, id, s), rows, cols, why,
-                   tpu_buf_dtype_name(b->dtype), rows, cols);
+                   tpu_dtype_name(b->dtype), rows, cols);
 }
 
 /* Every operand of the op f32 and of one shape (the first input's, or the first output's
@@ -229,9 +229,9 @@ static int check_attrs(struct verifier *v)
 
 /* ---- per-op rules ----------------------------------------------------------------------- */
 
-static bool is_float(enum tpu_buf_dtype t)
+static bool is_float(enum tpu_dtype t)
 {
-    return t == TPU_BUF_F32 || t == TPU_BUF_BF16;
+    return t == TPU_F32 || t == TPU_BF16;
 }
 
 static int check_matmul(struct verifier *v)
@@ -242,13 +242,13 @@ static int check_matmul(struct verifier *v)
     char s1[96], s2[96];
     for (unsigned k = 0; k < 2; k++) {
         const struct tpu_buffer_desc *x = k ? b : a;
-        if (x->dtype == TPU_BUF_INT32)
+        if (x->dtype == TPU_INT32)
             return fail_op(v, TPU_ESHAPE, "input %s %s is int32; the matrix unit multiplies "
                            "f32, bf16 or int8: convert it first", k ? "b" : "a",
                            bdesc(v, k ? ib : ia, s1));
     }
-    bool int8 = a->dtype == TPU_BUF_INT8;
-    if (int8 != (b->dtype == TPU_BUF_INT8))
+    bool int8 = a->dtype == TPU_INT8;
+    if (int8 != (b->dtype == TPU_INT8))
         return fail_op(v, TPU_ESHAPE, "mixes int8 and floating point: a is %s, b is %s; both "
                        "must be int8 (int32 result) or both f32/bf16 (f32 result): convert one",
                        bdesc(v, ia, s1), bdesc(v, ib, s2));
@@ -256,7 +256,7 @@ static int check_matmul(struct verifier *v)
         return fail_op(v, TPU_EINVAL, "passes=%u; matmul runs in 1 pass (bf16 inputs: mixed "
                        "precision), or 3 or 6 bf16 passes (f32 precision)",
                        (unsigned)at->passes);
-    if (at->passes != 1 && a->dtype != TPU_BUF_F32 && b->dtype != TPU_BUF_F32)
+    if (at->passes != 1 && a->dtype != TPU_F32 && b->dtype != TPU_F32)
         return fail_op(v, TPU_EINVAL, "passes=%u needs an f32 input (it splits f32 values into "
                        "bf16 parts; %s inputs are exact in one pass), but a is %s and b is %s; "
                        "use passes=1", (unsigned)at->passes, int8 ? "int8" : "bf16",
@@ -269,13 +269,13 @@ static int check_matmul(struct verifier *v)
                        "trans_a) to equal b's rows (cols if trans_b)", bdesc(v, ia, s1),
                        at->trans_a ? " transposed" : "", ka, bdesc(v, ib, s2),
                        at->trans_b ? " transposed" : "", kb);
-    enum tpu_buf_dtype ydt = int8 ? TPU_BUF_INT32 : TPU_BUF_F32;
+    enum tpu_dtype ydt = int8 ? TPU_INT32 : TPU_F32;
     if (y->dtype != ydt)
         return fail_op(v, TPU_ESHAPE, "output y %s must be %s: matmul of %s inputs gives %s "
                        "(the accumulators' type); declare it %s and convert afterwards if "
-                       "needed", bdesc(v, iy, s1), tpu_buf_dtype_name(ydt),
-                       int8 ? "int8" : "floating-point", tpu_buf_dtype_name(ydt),
-                       tpu_buf_dtype_name(ydt));
+                       "needed", bdesc(v, iy, s1), tpu_dtype_name(ydt),
+                       int8 ? "int8" : "floating-point", tpu_dtype_name(ydt),
+                       tpu_dtype_name(ydt));
     char why[96];
     snprintf(why, sizeof why, "a gives M = %" PRIu32 " rows, b gives N = %" PRIu32 " columns",
              m, n);
@@ -283,7 +283,7 @@ static int check_matmul(struct verifier *v)
     if (rc)
         return rc;
     if (v->cfg) {
-        uint32_t bit = int8 ? TPU_DTYPE_BIT_INT8 : TPU_DTYPE_BIT_BF16;
+        uint32_t bit = int8 ? TPU_DTYPE_BIT(TPU_INT8) : TPU_DTYPE_BIT(TPU_BF16);
         if (!(v->cfg->mxu_dtypes & bit))
             return fail_op(v, TPU_EUNSUPPORTED, "chip '%s' has no %s matrix unit (it "
                            "multiplies %s only); %s", v->cfg->name, int8 ? "int8" : "bf16",
@@ -321,12 +321,12 @@ static int check_convert(struct verifier *v)
     uint32_t ix = v->op->in[0], iy = v->op->out[0];
     const struct tpu_buffer_desc *x = buf(v, ix), *y = buf(v, iy);
     char s1[96], s2[96];
-    enum tpu_buf_dtype from = x->dtype, to = y->dtype;
+    enum tpu_dtype from = x->dtype, to = y->dtype;
     if (is_float(from) && !is_float(to))
         return fail_op(v, TPU_ESHAPE, "convert from %s to %s (x %s, y %s) would truncate and "
                        "saturate, which is not a quantization; use quantize with a scale "
-                       "(alpha), or keep the values in floating point", tpu_buf_dtype_name(from),
-                       tpu_buf_dtype_name(to), bdesc(v, ix, s1), bdesc(v, iy, s2));
+                       "(alpha), or keep the values in floating point", tpu_dtype_name(from),
+                       tpu_dtype_name(to), bdesc(v, ix, s1), bdesc(v, iy, s2));
     return need_shape(v, "output y", iy, x->rows, x->cols, "the shape of x");
 }
 
@@ -335,7 +335,7 @@ static int check_quantize(struct verifier *v)
     uint32_t ix = v->op->in[0], iy = v->op->out[0];
     const struct tpu_buffer_desc *x = buf(v, ix), *y = buf(v, iy);
     char s1[96], s2[96];
-    if (x->dtype != TPU_BUF_F32 || y->dtype != TPU_BUF_INT8)
+    if (x->dtype != TPU_F32 || y->dtype != TPU_INT8)
         return fail_op(v, TPU_ESHAPE, "quantize takes f32 to int8; x is %s and y is %s",
                        bdesc(v, ix, s1), bdesc(v, iy, s2));
     if (!(v->op->attrs.alpha > 0))
@@ -369,7 +369,7 @@ static int check_logits_labels(struct verifier *v)
     if (rc)
         return rc;
     const struct tpu_buffer_desc *l = buf(v, il), *lab = buf(v, ilab);
-    if (lab->dtype != TPU_BUF_INT32) {
+    if (lab->dtype != TPU_INT32) {
         char s[96];
         return fail_op(v, TPU_ESHAPE, "labels %s must be int32 (one class index per row, < 0 "
                        "for padding); declare it int32", bdesc(v, ilab, s));

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = tpu_npy_read(path, &a, &d);
     fuzz_check_diag("tpu_npy_read", rc, &d);
     if (rc == 0) {
-        size_t elem = a.dtype == TPU_NPY_I8 ? 1 : 4;
+        size_t elem = a.dtype == TPU_INT8 ? 1 : 4;
         if (a.rows == 0 || a.cols == 0 || a.rows > size / a.cols / elem)
             fuzz_die("an empty array, or one larger than its file, from", path);
         const volatile unsigned char *bytes = a.data;

@@ -12,7 +12,7 @@ static void load_back(const char *path, const struct tpu_checkpoint_info *info)
         fuzz_die("calloc for the tensors of", path);
     for (size_t i = 0; i < info->n_tensors; i++) {
         t[i] = info->tensors[i];
-        size_t bytes = (size_t)t[i].rows * t[i].cols * tpu_buf_dtype_bytes(t[i].dtype);
+        size_t bytes = (size_t)t[i].rows * t[i].cols * tpu_dtype_bytes(t[i].dtype);
         t[i].data = malloc(bytes ? bytes : 1);
         if (!t[i].data)
             fuzz_die("malloc for a tensor of", path);
