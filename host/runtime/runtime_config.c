@@ -33,11 +33,6 @@ void tpu_run_config_default(struct tpu_run_config *c)
 static const char *const mode_names[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
                                          "BROADCAST"};
 
-const char *tpu_input_mode_name(enum tpu_input_mode m)
-{
-    return (unsigned)m < 4 ? mode_names[m] : "?";
-}
-
 int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out)
 {
     for (int i = 0; i < 4; i++)
