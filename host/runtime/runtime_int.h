@@ -54,6 +54,13 @@ struct tpu_estimator {
     FILE *metrics;
 };
 
+/* A host phase charged to the simulated timeline, kept until it goes to the device's trace:
+ * step of the pass it belongs to, its start cycle on the host clock that charged it, and its
+ * cost in cycles. */
+struct tpu__host_phase {
+    uint64_t step, start_cycle, cycles;
+};
+
 /* One train, evaluate or predict call: what the caller's thread and the two feed threads
  * share. The fields marked [lock] are guarded by `lock`; `cv` wakes the threads that wait
  * for fed, drained or error to change. */
@@ -85,6 +92,10 @@ struct tpu__pass {
     bool stopped;                 /* [lock] the infeed thread stopped feeding on a stop request */
     uint32_t live_feeders;        /* [lock] the infeed and outfeed threads still running */
     bool finished;                /* [lock] the caller's loop is over: the watchdog ends */
+    /* [lock] the input phases (one per input_fn call) that the infeed thread charged and the
+     * caller's thread has not yet put on the timeline, in step order */
+    struct tpu__host_phase *input_phases;
+    uint64_t n_input_phases, input_phases_cap;
 };
 
 /* Wall-clock seconds (CLOCK_MONOTONIC), for measured host costs and wall_seconds. */
