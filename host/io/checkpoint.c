@@ -783,14 +783,11 @@ static int index_after_save(const char *model_dir, const struct index *old, char
     return 0;
 }
 
-int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
-                        const struct tpu_tensor *tensors, size_t n_tensors,
-                        const struct tpu_checkpoint_options *opts, char *path_out,
-                        size_t path_cap, struct tpu_diag *d)
+/* The arguments of a save, checked before anything is touched. */
+static int check_save_args(const char *model_dir, uint64_t global_step,
+                           const struct tpu_tensor *tensors, size_t n_tensors,
+                           const struct tpu_checkpoint_options *o, struct tpu_diag *d)
 {
-    struct tpu_checkpoint_options defaults;
-    tpu_checkpoint_default_options(&defaults);
-    const struct tpu_checkpoint_options *o = opts ? opts : &defaults;
     if (!model_dir || !model_dir[0])
         return tpu__fail(d, TPU_EINVAL, "checkpoint save: model_dir is empty; give the "
                          "directory that holds the run's checkpoints");
@@ -801,7 +798,18 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
     int rc = tpu__ckpt_validate_tensors(tensors, n_tensors, "checkpoint save", d);
     if (rc)
         return rc;
-    rc = validate_meta(o->meta, o->n_meta, d);
+    return validate_meta(o->meta, o->n_meta, d);
+}
+
+int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
+                        const struct tpu_tensor *tensors, size_t n_tensors,
+                        const struct tpu_checkpoint_options *opts, char *path_out,
+                        size_t path_cap, struct tpu_diag *d)
+{
+    struct tpu_checkpoint_options defaults;
+    tpu_checkpoint_default_options(&defaults);
+    const struct tpu_checkpoint_options *o = opts ? opts : &defaults;
+    int rc = check_save_args(model_dir, global_step, tensors, n_tensors, o, d);
     if (rc)
         return rc;
 
