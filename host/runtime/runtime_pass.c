@@ -24,7 +24,13 @@
  * Host time (in device cycles, `host_cycle`): a launch starts at the host's clock plus the
  * launch cost; after the loop the host's clock is the device's end plus the boundary's
  * costs (hooks, logging, checkpoint); the infeed thread keeps its own clock, advanced by the
- * input cost of each batch. Costs are modeled constants or measured wall time (config). */
+ * input cost of each batch. Costs are modeled constants or measured wall time (config).
+ * Each cost charged is also a host phase on the device's timeline (when it traces), at the
+ * cycle and for the cycles charged: "launch", "hooks", "checkpoint save", "<mode> input
+ * batch".
+ *
+ * How many steps each launch runs is tune/'s (the loop size); which replicas each input_fn
+ * call feeds is shard/'s. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
