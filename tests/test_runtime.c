@@ -1,12 +1,14 @@
 /* The host runtime: loop and global-step arithmetic, checkpoint cadence, bit-identical
  * resume, evaluation padding, finite input, error propagation from every thread, the input
- * modes, configuration errors, and an end-to-end training run that must learn. Runs on the
+ * modes, configuration errors, the host's phases on the timeline, and an end-to-end training
+ * run that must learn. Runs on the
  * tiny chip (2 cores) with a small MLP and a synthetic dataset made here. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -96,6 +98,7 @@ struct env {
     struct recorder rec;
     struct tpu_dataset ds;
     struct tpu_dataset_input in;
+    bool trace; /* open the device with a timeline */
 };
 
 static void env_default_config(struct env *e)
@@ -123,6 +126,7 @@ static int env_open(struct env *e, struct tpu_diag *d)
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &chip);
     s.n_threads = 2;
+    s.trace = e->trace;
     assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
     tpu_mlp_model(&e->model, &e->spec);
     struct tpu_hook hook = {.ctx = &e->rec, .after_loop = rec_after_loop,
@@ -327,6 +331,134 @@ static void test_checkpoint_cadence(void **state)
         lines += strstr(buf, "\"mode\": \"train\"") != NULL;
     fclose(f);
     assert_int_equal(lines, 6);
+    env_free(e);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* ---- host phases on the timeline ------------------------------------------------------------ */
+
+/* The host's phases in a written trace, by name: how many, and their durations in cycles. */
+struct host_phases {
+    int launch, hooks, checkpoint, train_input, eval_input, other;
+    uint64_t launch_cycles, hooks_cycles, checkpoint_cycles, train_input_cycles;
+    uint64_t train_input_end; /* cycle at which the last training input batch ends */
+    bool train_input_back_to_back;
+};
+
+static void read_host_phases(struct env *e, const char *dir, struct host_phases *h)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/t.json", dir);
+    struct tpu_diag d = {0};
+    if (tpu_device_write_trace(e->dev, path, &d))
+        fail_msg("write_trace: %s", d.msg);
+    const double mhz = tpu_device_chip(e->dev)->clock_mhz;
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root)
+        fail_msg("trace is not JSON: %s at %d:%d", je.text, je.line, je.column);
+    json_t *ev = json_object_get(root, "traceEvents"), *x;
+    size_t i;
+    json_int_t host_pid = -1;
+    json_array_foreach(ev, i, x)
+    {
+        json_t *args = json_object_get(x, "args");
+        if (!strcmp(json_string_value(json_object_get(x, "ph")), "M") &&
+            !strcmp(json_string_value(json_object_get(x, "name")), "process_name") &&
+            !strcmp(json_string_value(json_object_get(args, "name")), "host"))
+            host_pid = json_integer_value(json_object_get(x, "pid"));
+    }
+    assert_true(host_pid >= 0);
+    memset(h, 0, sizeof *h);
+    h->train_input_back_to_back = true;
+    json_array_foreach(ev, i, x)
+    {
+        if (strcmp(json_string_value(json_object_get(x, "ph")), "X") ||
+            json_integer_value(json_object_get(x, "pid")) != host_pid)
+            continue;
+        const char *name = json_string_value(json_object_get(x, "name"));
+        const uint64_t start = (uint64_t)llround(json_real_value(json_object_get(x, "ts")) * mhz);
+        const uint64_t cycles =
+            (uint64_t)llround(json_real_value(json_object_get(x, "dur")) * mhz);
+        if (!strcmp(name, "launch")) {
+            h->launch++;
+            h->launch_cycles += cycles;
+        } else if (!strcmp(name, "hooks")) {
+            h->hooks++;
+            h->hooks_cycles += cycles;
+        } else if (!strcmp(name, "checkpoint save")) {
+            h->checkpoint++;
+            h->checkpoint_cycles += cycles;
+        } else if (!strcmp(name, "train input batch")) {
+            if (h->train_input && start != h->train_input_end)
+                h->train_input_back_to_back = false;
+            h->train_input++;
+            h->train_input_cycles += cycles;
+            h->train_input_end = start + cycles;
+        } else if (!strcmp(name, "eval input batch")) {
+            h->eval_input++;
+        } else {
+            h->other++;
+        }
+    }
+    json_decref(root);
+}
+
+static void test_host_phases_on_the_timeline(void **state)
+{
+    (void)state;
+    char *dir = temp_dir();
+    struct env *e = env_new();
+    e->trace = true;
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    e->cfg.iterations_per_loop = 3;
+    e->cfg.save_checkpoints_steps = 4;
+    e->cfg.keep_checkpoint_max = 0;
+    assert_int_equal(env_open(e, NULL), 0);
+    const double hz = tpu_device_chip(e->dev)->clock_mhz * 1e6;
+    /* loops of 3, 3, 3, 1 steps; checkpoints at 0 (before the first step: not charged to
+     * the timeline), 6 (4 steps since the last) and 10 (the end) */
+    train_ok(e, 10, 0);
+    struct host_phases h;
+    read_host_phases(e, dir, &h);
+    assert_int_equal(h.launch, 4);
+    assert_int_equal(h.hooks, 4);
+    assert_int_equal(h.checkpoint, 2);
+    /* PER_HOST_V2 on 2 replicas: 2 input_fn calls per step */
+    assert_int_equal(h.train_input, 10 * 2);
+    assert_int_equal(h.eval_input, 0);
+    assert_int_equal(h.other, 0);
+    /* each is the modeled cost: launch 100 us, hooks 500 us, checkpoint 20 ms, input 50 us */
+    assert_int_equal(h.launch_cycles, 4 * llround(100e-6 * hz));
+    assert_int_equal(h.hooks_cycles, 4 * llround(500e-6 * hz));
+    assert_int_equal(h.checkpoint_cycles, 2 * llround(20e-3 * hz));
+    assert_int_equal(h.train_input_cycles, 20 * llround(50e-6 * hz));
+    /* the input pipeline runs on its own clock, batch after batch from the pass's start */
+    assert_true(h.train_input_back_to_back);
+    assert_int_equal(h.train_input_end, 20 * llround(50e-6 * hz));
+    /* launch, hooks and checkpoints are the host time the runtime reports, cycle for cycle */
+    const struct tpu_loop_info *li = tpu_estimator_last_info(e->est);
+    assert_int_equal(h.launch_cycles + h.hooks_cycles + h.checkpoint_cycles,
+                     llround(li->pass_host_seconds * hz));
+    assert_int_equal(h.launch_cycles + h.hooks_cycles + h.checkpoint_cycles +
+                         llround(li->pass_device_seconds * hz),
+                     llround(li->total_seconds * hz));
+
+    /* evaluation adds its own launches and hooks and one input batch per step: 200 examples
+     * in batches of 16 are 13 steps (the last padded), run in loops of 3, 3, 3, 3, 1 */
+    struct tpu_eval_result r;
+    struct tpu_diag d = {0};
+    if (tpu_estimator_evaluate(e->est, &e->in.input, 0, &r, &d))
+        fail_msg("evaluate: %s", d.msg);
+    assert_int_equal(r.steps, 13);
+    read_host_phases(e, dir, &h);
+    assert_int_equal(h.launch, 4 + 5);
+    assert_int_equal(h.hooks, 4 + 5);
+    assert_int_equal(h.checkpoint, 2);
+    assert_int_equal(h.train_input, 20);
+    assert_int_equal(h.eval_input, 13);
+    assert_int_equal(h.other, 0);
     env_free(e);
     remove_dir(dir);
     free(dir);
@@ -1078,6 +1210,7 @@ int main(void)
         cmocka_unit_test(test_host_calls_follow_the_global_step),
         cmocka_unit_test(test_time_based_loop_size),
         cmocka_unit_test(test_checkpoint_cadence),
+        cmocka_unit_test(test_host_phases_on_the_timeline),
         cmocka_unit_test(test_resume_is_bit_identical),
         cmocka_unit_test(test_corrupt_checkpoint_is_refused),
         cmocka_unit_test(test_eval_and_predict_count_every_example_once),

@@ -502,6 +502,28 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     return tpu__dataset_load_idx(images_path, labels_path, n_classes, 0, 0, NULL, out, d);
 }
 
+/* The n labels read from lab against n_classes; n_classes 0 becomes the largest label + 1. */
+static int check_labels(const struct idx_file *lab, const unsigned char *labels, uint32_t n,
+                        uint32_t *n_classes, struct tpu_diag *d)
+{
+    uint32_t max_label = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (labels[i] > max_label)
+            max_label = labels[i];
+    if (*n_classes == 0) {
+        *n_classes = max_label + 1;
+    } else if (max_label >= *n_classes) {
+        uint32_t i = 0;
+        while (labels[i] < *n_classes)
+            i++;
+        return tpu__fail(d, TPU_ERANGE, "%s: the label at byte offset %llu (example %u) is %u; "
+                         "with %u classes a label must be 0 to %u", lab->path,
+                         (unsigned long long)(lab->header_bytes + i), (unsigned)i,
+                         (unsigned)labels[i], (unsigned)*n_classes, (unsigned)(*n_classes - 1));
+    }
+    return 0;
+}
+
 int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint32_t n_classes,
                           uint32_t image_rows, uint32_t image_cols, const char *fix,
                           struct tpu_dataset *out, struct tpu_diag *d)
@@ -542,22 +564,8 @@ int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint
     /* the labels first: they are small, and a bad one fails before the big read */
     if ((rc = idx_read_data(&lab, &labels, d)))
         goto done;
-    uint32_t max_label = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (labels[i] > max_label)
-            max_label = labels[i];
-    if (n_classes == 0) {
-        n_classes = max_label + 1;
-    } else if (max_label >= n_classes) {
-        uint32_t i = 0;
-        while (labels[i] < n_classes)
-            i++;
-        rc = tpu__fail(d, TPU_ERANGE, "%s: the label at byte offset %llu (example %u) is %u; "
-                       "with %u classes a label must be 0 to %u", lab.path,
-                       (unsigned long long)(lab.header_bytes + i), (unsigned)i,
-                       (unsigned)labels[i], (unsigned)n_classes, (unsigned)(n_classes - 1));
+    if ((rc = check_labels(&lab, labels, n, &n_classes, d)))
         goto done;
-    }
 
     if ((rc = idx_read_data(&img, &pixels, d)))
         goto done;

@@ -413,34 +413,27 @@ static int index_parse_entry(const char *path, json_t *j, const char *what,
     return out->name ? 0 : tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
 }
 
-/* Reads model_dir's index. No index: 0 with *found false. */
-static int index_read(const char *model_dir, struct index *ix, bool *found, struct tpu_diag *d)
+/* Opens the index file at path and parses its JSON into *root (the caller's to decref), after
+ * checking that it is a regular file of a sane size. No such file: 0 with *root NULL. */
+static int index_load_json(const char *path, json_t **root, struct tpu_diag *d)
 {
-    *ix = (struct index){0};
-    *found = false;
-    char *path = join(model_dir, INDEX_NAME);
-    if (!path)
-        return tpu__fail(d, TPU_ENOMEM, "out of memory reading the checkpoint index");
-    int rc = 0;
-    json_t *root = NULL;
+    *root = NULL;
     FILE *f = tpu__ckpt_fopen_read(path);
-    if (!f && errno == EISDIR) {
-        rc = index_bad(d, path, "it is a directory, not a file");
-        goto out;
-    }
+    if (!f && errno == EISDIR)
+        return index_bad(d, path, "it is a directory, not a file");
     if (!f) {
         if (errno != ENOENT && errno != ENOTDIR)
-            rc = tpu__fail(d, TPU_EIO, "cannot open checkpoint index '%s': %s", path,
-                           strerror(errno));
-        goto out;
+            return tpu__fail(d, TPU_EIO, "cannot open checkpoint index '%s': %s", path,
+                             strerror(errno));
+        return 0;
     }
     /* the file's real size and kind before its bytes are trusted */
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
-        rc = tpu__fail(d, TPU_EIO, "cannot read checkpoint index '%s': %s", path,
-                       strerror(errno));
+        int rc = tpu__fail(d, TPU_EIO, "cannot read checkpoint index '%s': %s", path,
+                           strerror(errno));
         fclose(f);
-        goto out;
+        return rc;
     }
     if (!S_ISREG(st.st_mode) || st.st_size > MAX_INDEX_BYTES) {
         char msg[160];
@@ -451,95 +444,98 @@ static int index_read(const char *model_dir, struct index *ix, bool *found, stru
         else
             snprintf(msg, sizeof msg, "it is %lld bytes, more than the %d bytes an index of "
                      "a million checkpoints takes", (long long)st.st_size, MAX_INDEX_BYTES);
-        rc = index_bad(d, path, msg);
         fclose(f);
-        goto out;
+        return index_bad(d, path, msg);
     }
     json_error_t jerr;
-    root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
-    if (!root) {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: is not a valid checkpoint index: its JSON is "
-                       "malformed at line %d, column %d: %s; repair or remove it (the "
-                       "checkpoint files beside it are not affected)", path, jerr.line,
-                       jerr.column, jerr.text);
-        goto out;
-    }
-    json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "version");
-    json_t *list = json_object_get(root, "checkpoints"), *latest = json_object_get(root, "latest");
-    if (!json_is_object(root) || !json_is_string(fmt) ||
-        strcmp(json_string_value(fmt), INDEX_FORMAT) != 0) {
-        rc = index_bad(d, path, "it has no \"format\": \"" INDEX_FORMAT "\"");
-        goto out;
-    }
-    if (!json_is_integer(ver)) {
-        rc = index_bad(d, path, "it has no integer \"version\"");
-        goto out;
-    }
-    if (json_integer_value(ver) != INDEX_VERSION) {
-        rc = tpu__fail(d, TPU_EUNSUPPORTED, "%s: is checkpoint index version %"
-                       JSON_INTEGER_FORMAT "; this tpusim reads version %d", path,
-                       json_integer_value(ver), INDEX_VERSION);
-        goto out;
-    }
-    if (!json_is_array(list) || json_array_size(list) == 0) {
-        rc = index_bad(d, path, "\"checkpoints\" is not a non-empty array");
-        goto out;
-    }
+    if (!*root)
+        return tpu__fail(d, TPU_EPARSE, "%s: is not a valid checkpoint index: its JSON is "
+                         "malformed at line %d, column %d: %s; repair or remove it (the "
+                         "checkpoint files beside it are not affected)", path, jerr.line,
+                         jerr.column, jerr.text);
+    return 0;
+}
+
+/* The entries of an index array into out[0..n) (allocated here, at least one), counting
+ * them in *n_out as they parse (so that index_free frees what was read); duplicate names
+ * are refused when `unique`. */
+static int index_parse_list(const char *path, json_t *list, const char *list_name, bool unique,
+                            struct index_entry **out, size_t *n_out, struct tpu_diag *d)
+{
     size_t n = json_array_size(list);
-    ix->e = calloc(n, sizeof *ix->e);
-    if (!ix->e) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
-        goto out;
-    }
+    *out = calloc(n ? n : 1, sizeof **out);
+    if (!*out)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
     for (size_t i = 0; i < n; i++) {
         char what[48];
-        snprintf(what, sizeof what, "entry %zu of \"checkpoints\"", i);
-        rc = index_parse_entry(path, json_array_get(list, i), what, &ix->e[i], d);
+        snprintf(what, sizeof what, "entry %zu of \"%s\"", i, list_name);
+        int rc = index_parse_entry(path, json_array_get(list, i), what, &(*out)[i], d);
         if (rc)
-            goto out;
-        ix->n = i + 1;
-        for (size_t j = 0; j < i; j++) {
-            if (!strcmp(ix->e[j].name, ix->e[i].name)) {
+            return rc;
+        *n_out = i + 1;
+        for (size_t j = 0; unique && j < i; j++) {
+            if (!strcmp((*out)[j].name, (*out)[i].name)) {
                 char msg[160];
-                snprintf(msg, sizeof msg, "'%.60s' is listed twice in \"checkpoints\"",
-                         ix->e[i].name);
-                rc = index_bad(d, path, msg);
-                goto out;
+                snprintf(msg, sizeof msg, "'%.60s' is listed twice in \"%s\"", (*out)[i].name,
+                         list_name);
+                return index_bad(d, path, msg);
             }
         }
     }
+    return 0;
+}
+
+/* The index held by root (the JSON of the file at path) into ix. */
+static int index_from_json(const char *path, json_t *root, struct index *ix, struct tpu_diag *d)
+{
+    json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "version");
+    json_t *list = json_object_get(root, "checkpoints"), *latest = json_object_get(root, "latest");
+    if (!json_is_object(root) || !json_is_string(fmt) ||
+        strcmp(json_string_value(fmt), INDEX_FORMAT) != 0)
+        return index_bad(d, path, "it has no \"format\": \"" INDEX_FORMAT "\"");
+    if (!json_is_integer(ver))
+        return index_bad(d, path, "it has no integer \"version\"");
+    if (json_integer_value(ver) != INDEX_VERSION)
+        return tpu__fail(d, TPU_EUNSUPPORTED, "%s: is checkpoint index version %"
+                         JSON_INTEGER_FORMAT "; this tpusim reads version %d", path,
+                         json_integer_value(ver), INDEX_VERSION);
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return index_bad(d, path, "\"checkpoints\" is not a non-empty array");
+    int rc = index_parse_list(path, list, "checkpoints", true, &ix->e, &ix->n, d);
+    if (rc)
+        return rc;
     json_t *del = json_object_get(root, "deleting");
-    if (del && !json_is_array(del)) {
-        rc = index_bad(d, path, "\"deleting\" is not an array");
-        goto out;
-    }
-    size_t n_del = del ? json_array_size(del) : 0;
-    ix->del = calloc(n_del ? n_del : 1, sizeof *ix->del);
-    if (!ix->del) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
-        goto out;
-    }
-    for (size_t i = 0; i < n_del; i++) {
-        char what[48];
-        snprintf(what, sizeof what, "entry %zu of \"deleting\"", i);
-        rc = index_parse_entry(path, json_array_get(del, i), what, &ix->del[i], d);
-        if (rc)
-            goto out;
-        ix->n_del = i + 1;
-    }
+    if (del && !json_is_array(del))
+        return index_bad(d, path, "\"deleting\" is not an array");
+    if ((rc = index_parse_list(path, del, "deleting", false, &ix->del, &ix->n_del, d)))
+        return rc;
     struct index_entry last = {0};
     rc = index_parse_entry(path, latest, "\"latest\"", &last, d);
     if (rc)
-        goto out;
-    bool same = !strcmp(last.name, ix->e[n - 1].name);
+        return rc;
+    bool same = !strcmp(last.name, ix->e[ix->n - 1].name);
     free(last.name);
-    if (!same) {
-        rc = index_bad(d, path, "\"latest\" is not the last entry of \"checkpoints\"");
-        goto out;
+    if (!same)
+        return index_bad(d, path, "\"latest\" is not the last entry of \"checkpoints\"");
+    return 0;
+}
+
+/* Reads model_dir's index. No index: 0 with *found false. */
+static int index_read(const char *model_dir, struct index *ix, bool *found, struct tpu_diag *d)
+{
+    *ix = (struct index){0};
+    *found = false;
+    char *path = join(model_dir, INDEX_NAME);
+    if (!path)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory reading the checkpoint index");
+    json_t *root = NULL;
+    int rc = index_load_json(path, &root, d);
+    if (!rc && root) {
+        rc = index_from_json(path, root, ix, d);
+        *found = !rc;
     }
-    *found = true;
-out:
     if (rc)
         index_free(ix);
     json_decref(root);
@@ -742,14 +738,56 @@ static int move_damaged_index(const char *model_dir, char **moved_to, struct tpu
     return rc;
 }
 
-int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
-                        const struct tpu_tensor *tensors, size_t n_tensors,
-                        const struct tpu_checkpoint_options *opts, char *path_out,
-                        size_t path_cap, struct tpu_diag *d)
+/* The order of the tensors' data in the file: 4-byte dtypes, then 2-byte, then 1-byte, so
+ * that each tensor is aligned; order has room for n pointers into tensors. */
+static void data_order(const struct tpu_tensor *tensors, size_t n,
+                       const struct tpu_tensor **order)
 {
-    struct tpu_checkpoint_options defaults;
-    tpu_checkpoint_default_options(&defaults);
-    const struct tpu_checkpoint_options *o = opts ? opts : &defaults;
+    size_t k = 0;
+    for (size_t size = 4; size >= 1; size /= 2)
+        for (size_t i = 0; i < n; i++)
+            if (tpu__ckpt_dtypes[tensors[i].dtype].bytes == size)
+                order[k++] = &tensors[i];
+}
+
+/* The index after saving fname (global_step): the old one without fname, then fname; the
+ * oldest go first, and *first of them are those keep_max drops. Its deletion list: what
+ * keep_max drops, and what the old index still had to delete (if it is there); never fname.
+ * fresh borrows its names from old and fname: the caller frees its two arrays only. */
+static int index_after_save(const char *model_dir, const struct index *old, char *fname,
+                            uint64_t global_step, const struct tpu_checkpoint_options *o,
+                            struct index *fresh, size_t *first, struct tpu_diag *d)
+{
+    fresh->e = calloc(old->n + 1, sizeof *fresh->e);
+    if (!fresh->e)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory saving a checkpoint");
+    for (size_t i = 0; i < old->n; i++)
+        if (strcmp(old->e[i].name, fname) != 0)
+            fresh->e[fresh->n++] = old->e[i];
+    fresh->e[fresh->n++] = (struct index_entry){.step = global_step, .name = fname};
+    *first = o->keep_max > 0 && fresh->n > o->keep_max ? fresh->n - o->keep_max : 0;
+    fresh->del = calloc(*first + old->n_del + 1, sizeof *fresh->del);
+    if (!fresh->del)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory saving a checkpoint");
+    for (size_t i = 0; i < *first; i++)
+        fresh->del[fresh->n_del++] = fresh->e[i];
+    for (size_t i = 0; i < old->n_del; i++) {
+        if (!strcmp(old->del[i].name, fname))
+            continue;
+        char *old_path = join(model_dir, old->del[i].name);
+        struct stat st;
+        if (old_path && lstat(old_path, &st) == 0)
+            fresh->del[fresh->n_del++] = old->del[i];
+        free(old_path);
+    }
+    return 0;
+}
+
+/* The arguments of a save, checked before anything is touched. */
+static int check_save_args(const char *model_dir, uint64_t global_step,
+                           const struct tpu_tensor *tensors, size_t n_tensors,
+                           const struct tpu_checkpoint_options *o, struct tpu_diag *d)
+{
     if (!model_dir || !model_dir[0])
         return tpu__fail(d, TPU_EINVAL, "checkpoint save: model_dir is empty; give the "
                          "directory that holds the run's checkpoints");
@@ -760,7 +798,18 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
     int rc = tpu__ckpt_validate_tensors(tensors, n_tensors, "checkpoint save", d);
     if (rc)
         return rc;
-    rc = validate_meta(o->meta, o->n_meta, d);
+    return validate_meta(o->meta, o->n_meta, d);
+}
+
+int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
+                        const struct tpu_tensor *tensors, size_t n_tensors,
+                        const struct tpu_checkpoint_options *opts, char *path_out,
+                        size_t path_cap, struct tpu_diag *d)
+{
+    struct tpu_checkpoint_options defaults;
+    tpu_checkpoint_default_options(&defaults);
+    const struct tpu_checkpoint_options *o = opts ? opts : &defaults;
+    int rc = check_save_args(model_dir, global_step, tensors, n_tensors, o, d);
     if (rc)
         return rc;
 
@@ -799,12 +848,7 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
     if (rc)
         goto out;
 
-    /* data order: 4-byte dtypes, then 2-byte, then 1-byte, so each tensor is aligned */
-    size_t k = 0;
-    for (size_t size = 4; size >= 1; size /= 2)
-        for (size_t i = 0; i < n_tensors; i++)
-            if (tpu__ckpt_dtypes[tensors[i].dtype].bytes == size)
-                order[k++] = &tensors[i];
+    data_order(tensors, n_tensors, order);
     rc = build_header(order, n_tensors, global_step, o, &head, &head_bytes, d);
     if (rc)
         goto out;
@@ -819,35 +863,9 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
         goto out;
     }
 
-    /* the new index: the old one without this file, then this file; the oldest go first */
-    fresh.e = calloc(old.n + 1, sizeof *fresh.e);
-    if (!fresh.e) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory saving a checkpoint");
+    size_t first = 0;
+    if ((rc = index_after_save(model_dir, &old, fname, global_step, o, &fresh, &first, d)))
         goto out;
-    }
-    for (size_t i = 0; i < old.n; i++)
-        if (strcmp(old.e[i].name, fname) != 0)
-            fresh.e[fresh.n++] = old.e[i];
-    fresh.e[fresh.n++] = (struct index_entry){.step = global_step, .name = fname};
-    size_t first = o->keep_max > 0 && fresh.n > o->keep_max ? fresh.n - o->keep_max : 0;
-    /* what to delete: what keep_max drops, and what the old index still had to delete (if
-     * it is there); never this save's file */
-    fresh.del = calloc(first + old.n_del + 1, sizeof *fresh.del);
-    if (!fresh.del) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory saving a checkpoint");
-        goto out;
-    }
-    for (size_t i = 0; i < first; i++)
-        fresh.del[fresh.n_del++] = fresh.e[i];
-    for (size_t i = 0; i < old.n_del; i++) {
-        if (!strcmp(old.del[i].name, fname))
-            continue;
-        char *old_path = join(model_dir, old.del[i].name);
-        struct stat st;
-        if (old_path && lstat(old_path, &st) == 0)
-            fresh.del[fresh.n_del++] = old.del[i];
-        free(old_path);
-    }
     struct index kept = {.e = fresh.e + first, .n = fresh.n - first, .del = fresh.del,
                          .n_del = fresh.n_del};
     if (damaged && (rc = move_damaged_index(model_dir, &moved_to, d)))
@@ -931,6 +949,32 @@ static int scan_files(const char *model_dir, const struct index *ix, struct inde
     return rc;
 }
 
+/* The latest checkpoint failed to verify (vrc, why): an error that says what to do, never
+ * TPU_ENOTFOUND (that would let a caller start again from step 0). next is the checkpoint of
+ * the highest step among the others (NULL: none); found, whether a valid index named it;
+ * index_why, why the index was not valid (NULL: it was, or there was none). */
+static int latest_does_not_verify(const char *model_dir, const struct index_entry *latest,
+                                  const struct index_entry *next, bool found,
+                                  const char *index_why, int vrc, const char *why,
+                                  struct tpu_diag *d)
+{
+    char fix[300];
+    if (vrc == TPU_ENOTFOUND)
+        snprintf(fix, sizeof fix, "restore it, or remove the " INDEX_NAME " that names it "
+                 "to resume from the checkpoint file of the highest step");
+    else if (next)
+        snprintf(fix, sizeof fix, "restore a good copy, or move it%s out of model_dir to "
+                 "resume from the checkpoint file of the highest step (%s)",
+                 found ? " and " INDEX_NAME : "", next->name);
+    else
+        snprintf(fix, sizeof fix, "restore a good copy, or move it%s out of model_dir to "
+                 "start again from step 0", found ? " and " INDEX_NAME : "");
+    return tpu__fail(d, vrc == TPU_ENOTFOUND ? TPU_EIO : vrc, "%s%sthe latest checkpoint in "
+                     "'%s', %s, does not verify: %s; tpusim does not fall back to an older "
+                     "checkpoint on its own: %s", index_why ? index_why : "",
+                     index_why ? "; " : "", model_dir, latest->name, why, fix);
+}
+
 int tpu_checkpoint_latest(const char *model_dir, uint64_t *step, char *path, size_t cap,
                           struct tpu_diag *d)
 {
@@ -991,22 +1035,8 @@ int tpu_checkpoint_latest(const char *model_dir, uint64_t *step, char *path, siz
             *d = vd;
         rc = vrc;
     } else if (vrc) {
-        /* never TPU_ENOTFOUND here: that would let a caller start again from step 0 */
-        char fix[300];
-        if (vrc == TPU_ENOTFOUND)
-            snprintf(fix, sizeof fix, "restore it, or remove the " INDEX_NAME " that names it "
-                     "to resume from the checkpoint file of the highest step");
-        else if (next)
-            snprintf(fix, sizeof fix, "restore a good copy, or move it%s out of model_dir to "
-                     "resume from the checkpoint file of the highest step (%s)",
-                     found ? " and " INDEX_NAME : "", next->name);
-        else
-            snprintf(fix, sizeof fix, "restore a good copy, or move it%s out of model_dir to "
-                     "start again from step 0", found ? " and " INDEX_NAME : "");
-        rc = tpu__fail(d, vrc == TPU_ENOTFOUND ? TPU_EIO : vrc, "%s%sthe latest checkpoint in "
-                       "'%s', %s, does not verify: %s; tpusim does not fall back to an older "
-                       "checkpoint on its own: %s", irc ? idiag.msg : "", irc ? "; " : "",
-                       model_dir, latest->name, vd.msg, fix);
+        rc = latest_does_not_verify(model_dir, latest, next, found, irc ? idiag.msg : NULL,
+                                    vrc, vd.msg, d);
     } else {
         tpu_checkpoint_info_free(&info);
         if (path && strlen(full) + 1 > cap) {

@@ -351,12 +351,91 @@ static int check_step_name(const struct ckpt *c, struct tpu_diag *d)
                named, c->step);
 }
 
+/* Reads the header of the open file c->f (after checking that it is a regular file): its
+ * length field, then the header itself into *hdr (the caller frees it), which must start
+ * with '{'. *file_bytes gets the file's length. */
+static int ckpt_read_header(struct ckpt *c, char **hdr, uint64_t *hdr_bytes,
+                            uint64_t *file_bytes, struct tpu_diag *d)
+{
+    const char *path = c->path;
+    struct stat st;
+    if (fstat(fileno(c->f), &st) != 0)
+        return tpu__fail(d, TPU_EIO, "cannot read checkpoint '%s': %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return is_a_directory(d, path);
+    if (!S_ISREG(st.st_mode))
+        return tpu__fail(d, TPU_EINVAL, "checkpoint '%s' is not a regular file (a device, pipe "
+                         "or socket); give the path of a ckpt-<step>" CKPT_SUFFIX " file", path);
+    *file_bytes = (uint64_t)st.st_size;
+    unsigned char len8[8];
+    if (*file_bytes < 8 || fread(len8, 1, 8, c->f) != 8)
+        return bad(d, path, "is %" PRIu64 " bytes long, shorter than the 8-byte header length "
+                   "that starts a safetensors file (the file is truncated or not a checkpoint)",
+                   *file_bytes);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    if (n < 2 || n > MAX_HEADER_BYTES)
+        return bad(d, path, "its header length field says %" PRIu64 " bytes; a safetensors "
+                   "header is 2 to %u bytes (the file is damaged or not a safetensors file)", n,
+                   MAX_HEADER_BYTES);
+    if (n > *file_bytes - 8)
+        return bad(d, path, "its header length field says %" PRIu64 " bytes, but only %" PRIu64
+                   " bytes follow it (the file is truncated or its first 8 bytes are damaged)",
+                   n, *file_bytes - 8);
+    *hdr_bytes = n;
+    *hdr = malloc(n);
+    if (!*hdr)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory reading the header of '%s'", path);
+    if (fread(*hdr, 1, n, c->f) != n)
+        return tpu__fail(d, TPU_EIO, "cannot read the header of '%s': %s", path,
+                         ferror(c->f) ? strerror(errno) : "the file shrank while being read");
+    if ((*hdr)[0] != '{')
+        return bad(d, path, "its JSON header does not start with '{' (the file is damaged or "
+                   "not a safetensors file)");
+    return 0;
+}
+
+/* Parses the JSON header hdr [n] into c: its __metadata__ object and its tensor entries. */
+static int ckpt_parse_header(struct ckpt *c, const char *hdr, uint64_t n, struct tpu_diag *d)
+{
+    const char *path = c->path;
+    json_error_t jerr;
+    c->root = json_loadb(hdr, n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!c->root)
+        return bad(d, path, "its JSON header is malformed at line %d, column %d: %s", jerr.line,
+                   jerr.column, jerr.text);
+    const char *key;
+    json_t *v;
+    size_t count = 0;
+    json_object_foreach(c->root, key, v) {
+        if (!strcmp(key, "__metadata__")) {
+            if (!json_is_object(v))
+                return bad(d, path, "its __metadata__ is not an object of strings");
+            c->meta = v;
+        } else {
+            count++;
+        }
+    }
+    c->e = calloc(count ? count : 1, sizeof *c->e);
+    if (!c->e)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
+    json_object_foreach(c->root, key, v) {
+        if (strcmp(key, "__metadata__") != 0) {
+            int rc = parse_tensor(c, key, v, &c->e[c->n], d);
+            if (rc)
+                return rc;
+            c->n++;
+        }
+    }
+    return 0;
+}
+
 /* Opens `path` and checks everything but the data: header length, JSON, structure, layout
  * against the file's length, tpusim's metadata. Leaves c->f at the data section. */
 static int ckpt_open(const char *path, struct ckpt *c, struct tpu_diag *d)
 {
     *c = (struct ckpt){.path = path};
-    int rc = 0;
     char *hdr = NULL;
     c->f = tpu__ckpt_fopen_read(path);
     if (!c->f && errno == EISDIR)
@@ -364,100 +443,18 @@ static int ckpt_open(const char *path, struct ckpt *c, struct tpu_diag *d)
     if (!c->f)
         return tpu__fail(d, errno == ENOENT ? TPU_ENOTFOUND : TPU_EIO,
                          "cannot open checkpoint '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(c->f), &st) != 0) {
-        rc = tpu__fail(d, TPU_EIO, "cannot read checkpoint '%s': %s", path, strerror(errno));
-        goto out;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        rc = is_a_directory(d, path);
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = tpu__fail(d, TPU_EINVAL, "checkpoint '%s' is not a regular file (a device, pipe "
-                       "or socket); give the path of a ckpt-<step>" CKPT_SUFFIX " file", path);
-        goto out;
-    }
-    uint64_t file_bytes = (uint64_t)st.st_size;
-    unsigned char len8[8];
-    if (file_bytes < 8 || fread(len8, 1, 8, c->f) != 8) {
-        rc = bad(d, path, "is %" PRIu64 " bytes long, shorter than the 8-byte header length "
-                 "that starts a safetensors file (the file is truncated or not a checkpoint)",
-                 file_bytes);
-        goto out;
-    }
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | len8[i];
-    if (n < 2 || n > MAX_HEADER_BYTES) {
-        rc = bad(d, path, "its header length field says %" PRIu64 " bytes; a safetensors header "
-                 "is 2 to %u bytes (the file is damaged or not a safetensors file)", n,
-                 MAX_HEADER_BYTES);
-        goto out;
-    }
-    if (n > file_bytes - 8) {
-        rc = bad(d, path, "its header length field says %" PRIu64 " bytes, but only %" PRIu64
-                 " bytes follow it (the file is truncated or its first 8 bytes are damaged)", n,
-                 file_bytes - 8);
-        goto out;
-    }
-    hdr = malloc(n);
-    if (!hdr) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading the header of '%s'", path);
-        goto out;
-    }
-    if (fread(hdr, 1, n, c->f) != n) {
-        rc = tpu__fail(d, TPU_EIO, "cannot read the header of '%s': %s", path,
-                       ferror(c->f) ? strerror(errno) : "the file shrank while being read");
-        goto out;
-    }
-    if (hdr[0] != '{') {
-        rc = bad(d, path, "its JSON header does not start with '{' (the file is damaged or not "
-                 "a safetensors file)");
-        goto out;
-    }
-    json_error_t jerr;
-    c->root = json_loadb(hdr, n, JSON_REJECT_DUPLICATES, &jerr);
-    if (!c->root) {
-        rc = bad(d, path, "its JSON header is malformed at line %d, column %d: %s", jerr.line,
-                 jerr.column, jerr.text);
-        goto out;
-    }
-    const char *key;
-    json_t *v;
-    size_t count = 0;
-    json_object_foreach(c->root, key, v) {
-        if (!strcmp(key, "__metadata__")) {
-            if (!json_is_object(v)) {
-                rc = bad(d, path, "its __metadata__ is not an object of strings");
-                goto out;
-            }
-            c->meta = v;
-        } else {
-            count++;
-        }
-    }
-    c->e = calloc(count ? count : 1, sizeof *c->e);
-    if (!c->e) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
-        goto out;
-    }
-    json_object_foreach(c->root, key, v) {
-        if (strcmp(key, "__metadata__") != 0) {
-            rc = parse_tensor(c, key, v, &c->e[c->n], d);
-            if (rc)
-                goto out;
-            c->n++;
-        }
-    }
-    rc = parse_meta(c, d);
-    if (rc == 0)
+    uint64_t n = 0, file_bytes = 0;
+    int rc = ckpt_read_header(c, &hdr, &n, &file_bytes, d);
+    if (!rc)
+        rc = ckpt_parse_header(c, hdr, n, d);
+    if (!rc)
+        rc = parse_meta(c, d);
+    if (!rc)
         rc = check_step_name(c, d);
-    if (rc)
-        goto out;
-    c->data_bytes = file_bytes - 8 - n;
-    rc = check_layout(c, n, file_bytes, d);
-out:
+    if (!rc) {
+        c->data_bytes = file_bytes - 8 - n;
+        rc = check_layout(c, n, file_bytes, d);
+    }
     free(hdr);
     if (rc)
         ckpt_close(c);

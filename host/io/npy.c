@@ -164,6 +164,55 @@ static int read_data(FILE *f, const char *path, size_t bytes, void **out, size_t
     return 0;
 }
 
+/* The preamble (magic, version, header length) and the header of an .npy file open at f,
+ * into *hdr (NUL-terminated, the caller frees it); *hlen is its length and *hstart the
+ * preamble's. file_bytes is the file's length (UINT64_MAX: not known, a FIFO say). path is
+ * the quoted path, for messages. */
+static int read_header(FILE *f, const char *path, uint64_t file_bytes, char **hdr,
+                       size_t *hlen, size_t *hstart, struct tpu_diag *d)
+{
+    unsigned char pre[12];
+    size_t got = fread(pre, 1, 10, f);
+    if (got == 0)
+        return tpu__fail(d, TPU_EPARSE, "%s: is empty; a NumPy .npy file starts with \\x93NUMPY "
+                         "and a header (save the array with numpy.save)", path);
+    if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
+        return tpu__fail(d, TPU_EPARSE, "%s: is not a NumPy .npy file (it does not start with "
+                         "\\x93NUMPY); save the array with numpy.save", path);
+    unsigned major = pre[6];
+    if (major == 1) {
+        *hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+        *hstart = 10;
+    } else if (major == 2 || major == 3) {
+        if (fread(pre + 10, 1, 2, f) != 2)
+            return tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated", path);
+        *hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
+                (size_t)pre[11] << 24;
+        *hstart = 12;
+    } else {
+        return tpu__fail(d, TPU_EPARSE, "%s: is .npy format version %u; tpusim reads 1, 2 and "
+                         "3", path, major);
+    }
+    if (*hlen > (1u << 20))
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header claims %zu bytes, more than 1 MiB",
+                         path, *hlen);
+    if (file_bytes != UINT64_MAX && file_bytes < *hstart + *hlen)
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated: it claims %zu bytes "
+                         "after the %zu-byte preamble, the file has %lld bytes in all", path,
+                         *hlen, *hstart, (long long)file_bytes);
+    *hdr = malloc(*hlen + 1);
+    if (!*hdr)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
+    if (fread(*hdr, 1, *hlen, f) != *hlen)
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated", path);
+    (*hdr)[*hlen] = '\0';
+    const char *nul = memchr(*hdr, '\0', *hlen);
+    if (nul)
+        return tpu__fail(d, TPU_EPARSE, "%s: the .npy header holds a NUL byte at byte offset "
+                         "%zu; a header is ASCII text", path, *hstart + (size_t)(nul - *hdr));
+    return 0;
+}
+
 int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
 {
     char qp[TPU__QUOTE_PATH_BYTES];
@@ -187,63 +236,10 @@ int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
     int rc = 0;
     char *hdr = NULL;
     void *data = NULL;
-    unsigned char pre[12];
-    size_t got = fread(pre, 1, 10, f);
-    if (got == 0) {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: is empty; a NumPy .npy file starts with \\x93NUMPY "
-                       "and a header (save the array with numpy.save)", path);
+    size_t hlen = 0, hstart = 0, got = 0;
+    if ((rc = read_header(f, path, sized ? (uint64_t)st.st_size : UINT64_MAX, &hdr, &hlen,
+                          &hstart, d)))
         goto out;
-    }
-    if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: is not a NumPy .npy file (it does not start with "
-                       "\\x93NUMPY); save the array with numpy.save", path);
-        goto out;
-    }
-    unsigned major = pre[6];
-    size_t hlen, hstart;
-    if (major == 1) {
-        hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
-        hstart = 10;
-    } else if (major == 2 || major == 3) {
-        if (fread(pre + 10, 1, 2, f) != 2) {
-            rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated", path);
-            goto out;
-        }
-        hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
-               (size_t)pre[11] << 24;
-        hstart = 12;
-    } else {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: is .npy format version %u; tpusim reads 1, 2 and 3",
-                       path, major);
-        goto out;
-    }
-    if (hlen > (1u << 20)) {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header claims %zu bytes, more than 1 MiB",
-                       path, hlen);
-        goto out;
-    }
-    if (sized && (uint64_t)st.st_size < hstart + hlen) {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated: it claims %zu bytes "
-                       "after the %zu-byte preamble, the file has %lld bytes in all", path,
-                       hlen, hstart, (long long)st.st_size);
-        goto out;
-    }
-    hdr = malloc(hlen + 1);
-    if (!hdr) {
-        rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading '%s'", path);
-        goto out;
-    }
-    if (fread(hdr, 1, hlen, f) != hlen) {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header is truncated", path);
-        goto out;
-    }
-    hdr[hlen] = '\0';
-    if (memchr(hdr, '\0', hlen)) {
-        rc = tpu__fail(d, TPU_EPARSE, "%s: the .npy header holds a NUL byte at byte offset "
-                       "%zu; a header is ASCII text", path,
-                       hstart + (size_t)((char *)memchr(hdr, '\0', hlen) - hdr));
-        goto out;
-    }
     enum tpu_dtype dtype = TPU_F32;
     size_t rows = 0, cols = 0, count, bytes;
     rc = parse_header(path, hdr, &dtype, &rows, &cols, d);

@@ -120,8 +120,6 @@ static void op(struct builder *b, enum tpu_opcode code, uint32_t o0, uint32_t o1
 
 #define N TPU_NO_BUF
 
-/* The end of the evaluation and prediction steps, from the logits [B][C]: predict outfeeds
- * them; evaluate outfeeds the loss as a per-example sum (alpha 1), then the counts. */
 /* Opens program `name` with its loop variables "iterations" and "step" (in r, which starts
  * empty). A nonzero return (b->rc) means nothing is left to free. */
 static int start(struct builder *b, const char *name, struct tpu_mlp_program *r)
@@ -154,6 +152,8 @@ static int finish(struct builder *b, struct tpu_mlp_program *r, struct tpu_mlp_p
     return 0;
 }
 
+/* The end of the evaluation and prediction steps, from the logits [B][C]: predict outfeeds
+ * them; evaluate outfeeds the loss as a per-example sum (alpha 1), then the counts. */
 static void build_tail(struct builder *b, enum tpu_mlp_kind kind, uint32_t logits, uint32_t B,
                        uint32_t C, struct tpu_mlp_program *r)
 {
@@ -175,6 +175,151 @@ static void build_tail(struct builder *b, enum tpu_mlp_kind kind, uint32_t logit
     r->buf_out = counts;
 }
 
+/* Buffer ids of the fp32 MLP program, per layer l. */
+struct mlp_bufs {
+    uint32_t w[TPU_MLP_MAX_LAYERS], bias[TPU_MLP_MAX_LAYERS]; /* params */
+    uint32_t st[2][2 * TPU_MLP_MAX_LAYERS]; /* training: optimizer state k of w_l at [k][2l],
+                                               of b_l at [k][2l + 1] */
+    uint32_t a[TPU_MLP_MAX_LAYERS], z[TPU_MLP_MAX_LAYERS], h[TPU_MLP_MAX_LAYERS];
+    /* training: dL/dz_l, dL/dh_l, and the gradients of w_l and b_l */
+    uint32_t g[TPU_MLP_MAX_LAYERS], dh[TPU_MLP_MAX_LAYERS], gw[TPU_MLP_MAX_LAYERS],
+        gb[TPU_MLP_MAX_LAYERS];
+};
+
+/* The params (weights and biases, then for training the optimizer state), listed in
+ * r->params in that order. */
+static void mlp_params(struct builder *b, const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
+                       struct tpu_mlp_program *r, struct mlp_bufs *m)
+{
+    const uint32_t L = s->n_layers;
+    for (uint32_t l = 0; l < L; l++) {
+        m->w[l] = bufi(b, "w", (int)l, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
+        m->bias[l] = bufi(b, "b", (int)l, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
+        r->params[r->n_params++] = m->w[l];
+        r->params[r->n_params++] = m->bias[l];
+    }
+    if (kind != TPU_MLP_TRAIN)
+        return;
+    for (uint32_t l = 0; l < L; l++) {
+        const char *sfx[2] = {s->optimizer == TPU_OPT_ADAM ? "m" : "vel", "v"};
+        unsigned n_state = s->optimizer == TPU_OPT_ADAM ? 2 : 1;
+        for (unsigned k = 0; k < n_state; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "w%u.%s", l, sfx[k]);
+            m->st[k][2 * l] = buf(b, name, TPU_F32, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
+            snprintf(name, sizeof name, "b%u.%s", l, sfx[k]);
+            m->st[k][2 * l + 1] = buf(b, name, TPU_F32, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
+            r->params[r->n_params++] = m->st[k][2 * l];
+            r->params[r->n_params++] = m->st[k][2 * l + 1];
+        }
+    }
+}
+
+/* The step's input and activations, the loop's start, its infeed and the forward pass.
+ * Returns the logits' buffer. */
+static uint32_t mlp_forward(struct builder *b, const struct tpu_mlp_spec *s,
+                            enum tpu_mlp_kind kind, struct tpu_mlp_program *r, struct mlp_bufs *m)
+{
+    const uint32_t L = s->n_layers, B = s->batch_per_replica;
+    r->buf_x = buf(b, "x", TPU_F32, TPU_BUF_TEMP, B, s->sizes[0]);
+    r->buf_labels = kind == TPU_MLP_PREDICT ? N : buf(b, "labels", TPU_INT32, TPU_BUF_TEMP, B, 1);
+    for (uint32_t l = 0; l < L; l++) {
+        m->a[l] = bufi(b, "a", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
+        m->z[l] = bufi(b, "z", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
+        m->h[l] = l + 1 < L ? bufi(b, "h", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]) : N;
+    }
+
+    struct tpu_op_attrs at;
+    memset(&at, 0, sizeof at);
+    at.var = r->var_iterations;
+    op(b, TPU_OP_LOOP_BEGIN, N, N, N, N, N, &at);
+    op(b, TPU_OP_INFEED, r->buf_x, N, N, N, N, NULL);
+    if (kind != TPU_MLP_PREDICT)
+        op(b, TPU_OP_INFEED, r->buf_labels, N, N, N, N, NULL);
+    for (uint32_t l = 0; l < L; l++) {
+        memset(&at, 0, sizeof at);
+        at.passes = (uint8_t)s->passes;
+        op(b, TPU_OP_MATMUL, m->a[l], N, N, l ? m->h[l - 1] : r->buf_x, m->w[l], &at);
+        op(b, TPU_OP_ADD, m->z[l], N, N, m->a[l], m->bias[l], NULL);
+        if (l + 1 < L)
+            op(b, TPU_OP_RELU, m->h[l], N, N, m->z[l], N, NULL);
+    }
+    return m->z[L - 1];
+}
+
+/* Training: the loss and the backward pass from the logits, then the gradients' all-reduce
+ * across replicas. Returns the loss's buffer. */
+static uint32_t mlp_backward(struct builder *b, const struct tpu_mlp_spec *s,
+                             struct tpu_mlp_program *r, struct mlp_bufs *m, uint32_t logits)
+{
+    const uint32_t L = s->n_layers, B = s->batch_per_replica;
+    uint32_t loss = buf(b, "loss", TPU_F32, TPU_BUF_TEMP, 1, 1);
+    for (uint32_t l = 0; l < L; l++) {
+        m->g[l] = bufi(b, "dz", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
+        m->dh[l] = l + 1 < L ? bufi(b, "dh", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]) : N;
+        m->gw[l] = bufi(b, "gw", (int)l, TPU_BUF_TEMP, s->sizes[l], s->sizes[l + 1]);
+        m->gb[l] = bufi(b, "gb", (int)l, TPU_BUF_TEMP, 1, s->sizes[l + 1]);
+    }
+    struct tpu_op_attrs at;
+    memset(&at, 0, sizeof at);
+    at.alpha = 1.0f / (float)s->global_batch;
+    op(b, TPU_OP_SOFTMAX_XENT, loss, m->g[L - 1], N, logits, r->buf_labels, &at);
+    for (uint32_t li = L; li-- > 0;) {
+        memset(&at, 0, sizeof at);
+        at.passes = (uint8_t)s->passes;
+        at.trans_a = true;
+        op(b, TPU_OP_MATMUL, m->gw[li], N, N, li ? m->h[li - 1] : r->buf_x, m->g[li], &at);
+        memset(&at, 0, sizeof at);
+        at.axis = 0;
+        op(b, TPU_OP_REDUCE_SUM, m->gb[li], N, N, m->g[li], N, &at);
+        if (li > 0) {
+            memset(&at, 0, sizeof at);
+            at.passes = (uint8_t)s->passes;
+            at.trans_b = true;
+            op(b, TPU_OP_MATMUL, m->dh[li - 1], N, N, m->g[li], m->w[li], &at);
+            op(b, TPU_OP_RELU_GRAD, m->g[li - 1], N, N, m->dh[li - 1], m->z[li - 1], NULL);
+        }
+    }
+    memset(&at, 0, sizeof at);
+    at.reduce = TPU_REDUCE_SUM;
+    for (uint32_t l = 0; l < L; l++) {
+        op(b, TPU_OP_ALL_REDUCE, m->gw[l], N, N, m->gw[l], N, &at);
+        op(b, TPU_OP_ALL_REDUCE, m->gb[l], N, N, m->gb[l], N, &at);
+    }
+    return loss;
+}
+
+/* Training: the step counter, then the optimizer's update of every param. */
+static void mlp_update(struct builder *b, const struct tpu_mlp_spec *s,
+                       const struct tpu_mlp_program *r, const struct mlp_bufs *m)
+{
+    /* the step counter first: Adam's bias correction counts from 1 */
+    struct tpu_op_attrs at;
+    memset(&at, 0, sizeof at);
+    at.var = r->var_step;
+    at.imm = 1;
+    op(b, TPU_OP_VAR_ADD, N, N, N, N, N, &at);
+    for (uint32_t l = 0; l < s->n_layers; l++) {
+        for (int k = 0; k < 2; k++) {
+            uint32_t param = k ? m->bias[l] : m->w[l], grad = k ? m->gb[l] : m->gw[l];
+            memset(&at, 0, sizeof at);
+            at.alpha = s->learning_rate;
+            at.gamma = k ? 0.0f : s->l2; /* no decay on biases */
+            if (s->optimizer == TPU_OPT_ADAM) {
+                at.beta = s->beta1;
+                at.delta = s->beta2;
+                at.eps = s->epsilon;
+                at.var = r->var_step;
+                op(b, TPU_OP_ADAM, param, m->st[0][2 * l + k], m->st[1][2 * l + k], grad, N,
+                   &at);
+            } else {
+                at.beta = s->momentum;
+                op(b, TPU_OP_SGD_MOMENTUM, param, m->st[0][2 * l + k], N, grad, N, &at);
+            }
+        }
+    }
+}
+
 int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
                   struct tpu_mlp_program *out, struct tpu_diag *d)
 {
@@ -186,119 +331,14 @@ int tpu_mlp_build(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
     struct builder b = {.d = d};
     if (start(&b, names[kind], &r))
         return b.rc;
-    const uint32_t L = s->n_layers, B = s->batch_per_replica, C = s->sizes[L];
-
-    uint32_t w[TPU_MLP_MAX_LAYERS], bias[TPU_MLP_MAX_LAYERS];
-    for (uint32_t l = 0; l < L; l++) {
-        w[l] = bufi(&b, "w", (int)l, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
-        bias[l] = bufi(&b, "b", (int)l, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
-        r.params[r.n_params++] = w[l];
-        r.params[r.n_params++] = bias[l];
-    }
-    /* optimizer state, for training */
-    uint32_t st[2][2 * TPU_MLP_MAX_LAYERS];
-    if (kind == TPU_MLP_TRAIN) {
-        for (uint32_t l = 0; l < L; l++) {
-            const char *sfx[2] = {s->optimizer == TPU_OPT_ADAM ? "m" : "vel", "v"};
-            unsigned n_state = s->optimizer == TPU_OPT_ADAM ? 2 : 1;
-            for (unsigned k = 0; k < n_state; k++) {
-                char name[48];
-                snprintf(name, sizeof name, "w%u.%s", l, sfx[k]);
-                st[k][2 * l] = buf(&b, name, TPU_F32, TPU_BUF_PARAM, s->sizes[l], s->sizes[l + 1]);
-                snprintf(name, sizeof name, "b%u.%s", l, sfx[k]);
-                st[k][2 * l + 1] = buf(&b, name, TPU_F32, TPU_BUF_PARAM, 1, s->sizes[l + 1]);
-                r.params[r.n_params++] = st[k][2 * l];
-                r.params[r.n_params++] = st[k][2 * l + 1];
-            }
-        }
-    }
-    r.buf_x = buf(&b, "x", TPU_F32, TPU_BUF_TEMP, B, s->sizes[0]);
-    r.buf_labels = kind == TPU_MLP_PREDICT ? N : buf(&b, "labels", TPU_INT32, TPU_BUF_TEMP, B, 1);
-    uint32_t a[TPU_MLP_MAX_LAYERS], z[TPU_MLP_MAX_LAYERS], h[TPU_MLP_MAX_LAYERS];
-    for (uint32_t l = 0; l < L; l++) {
-        a[l] = bufi(&b, "a", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
-        z[l] = bufi(&b, "z", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
-        h[l] = l + 1 < L ? bufi(&b, "h", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]) : N;
-    }
-
-    struct tpu_op_attrs at;
-    memset(&at, 0, sizeof at);
-    at.var = r.var_iterations;
-    op(&b, TPU_OP_LOOP_BEGIN, N, N, N, N, N, &at);
-    op(&b, TPU_OP_INFEED, r.buf_x, N, N, N, N, NULL);
-    if (kind != TPU_MLP_PREDICT)
-        op(&b, TPU_OP_INFEED, r.buf_labels, N, N, N, N, NULL);
-    /* forward */
-    for (uint32_t l = 0; l < L; l++) {
-        memset(&at, 0, sizeof at);
-        at.passes = (uint8_t)s->passes;
-        op(&b, TPU_OP_MATMUL, a[l], N, N, l ? h[l - 1] : r.buf_x, w[l], &at);
-        op(&b, TPU_OP_ADD, z[l], N, N, a[l], bias[l], NULL);
-        if (l + 1 < L)
-            op(&b, TPU_OP_RELU, h[l], N, N, z[l], N, NULL);
-    }
-    const uint32_t logits = z[L - 1];
-
+    struct mlp_bufs m;
+    mlp_params(&b, s, kind, &r, &m);
+    const uint32_t logits = mlp_forward(&b, s, kind, &r, &m);
     if (kind != TPU_MLP_TRAIN) {
-        build_tail(&b, kind, logits, B, C, &r);
+        build_tail(&b, kind, logits, s->batch_per_replica, s->sizes[s->n_layers], &r);
     } else {
-        uint32_t loss = buf(&b, "loss", TPU_F32, TPU_BUF_TEMP, 1, 1);
-        uint32_t g[TPU_MLP_MAX_LAYERS], dh[TPU_MLP_MAX_LAYERS], gw[TPU_MLP_MAX_LAYERS],
-            gb[TPU_MLP_MAX_LAYERS];
-        for (uint32_t l = 0; l < L; l++) {
-            g[l] = bufi(&b, "dz", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]);
-            dh[l] = l + 1 < L ? bufi(&b, "dh", (int)l, TPU_BUF_TEMP, B, s->sizes[l + 1]) : N;
-            gw[l] = bufi(&b, "gw", (int)l, TPU_BUF_TEMP, s->sizes[l], s->sizes[l + 1]);
-            gb[l] = bufi(&b, "gb", (int)l, TPU_BUF_TEMP, 1, s->sizes[l + 1]);
-        }
-        memset(&at, 0, sizeof at);
-        at.alpha = 1.0f / (float)s->global_batch;
-        op(&b, TPU_OP_SOFTMAX_XENT, loss, g[L - 1], N, logits, r.buf_labels, &at);
-        for (uint32_t li = L; li-- > 0;) {
-            memset(&at, 0, sizeof at);
-            at.passes = (uint8_t)s->passes;
-            at.trans_a = true;
-            op(&b, TPU_OP_MATMUL, gw[li], N, N, li ? h[li - 1] : r.buf_x, g[li], &at);
-            memset(&at, 0, sizeof at);
-            at.axis = 0;
-            op(&b, TPU_OP_REDUCE_SUM, gb[li], N, N, g[li], N, &at);
-            if (li > 0) {
-                memset(&at, 0, sizeof at);
-                at.passes = (uint8_t)s->passes;
-                at.trans_b = true;
-                op(&b, TPU_OP_MATMUL, dh[li - 1], N, N, g[li], w[li], &at);
-                op(&b, TPU_OP_RELU_GRAD, g[li - 1], N, N, dh[li - 1], z[li - 1], NULL);
-            }
-        }
-        memset(&at, 0, sizeof at);
-        at.reduce = TPU_REDUCE_SUM;
-        for (uint32_t l = 0; l < L; l++) {
-            op(&b, TPU_OP_ALL_REDUCE, gw[l], N, N, gw[l], N, &at);
-            op(&b, TPU_OP_ALL_REDUCE, gb[l], N, N, gb[l], N, &at);
-        }
-        /* the step counter first: Adam's bias correction counts from 1 */
-        memset(&at, 0, sizeof at);
-        at.var = r.var_step;
-        at.imm = 1;
-        op(&b, TPU_OP_VAR_ADD, N, N, N, N, N, &at);
-        for (uint32_t l = 0; l < L; l++) {
-            for (int k = 0; k < 2; k++) {
-                uint32_t param = k ? bias[l] : w[l], grad = k ? gb[l] : gw[l];
-                memset(&at, 0, sizeof at);
-                at.alpha = s->learning_rate;
-                at.gamma = k ? 0.0f : s->l2; /* no decay on biases */
-                if (s->optimizer == TPU_OPT_ADAM) {
-                    at.beta = s->beta1;
-                    at.delta = s->beta2;
-                    at.eps = s->epsilon;
-                    at.var = r.var_step;
-                    op(&b, TPU_OP_ADAM, param, st[0][2 * l + k], st[1][2 * l + k], grad, N, &at);
-                } else {
-                    at.beta = s->momentum;
-                    op(&b, TPU_OP_SGD_MOMENTUM, param, st[0][2 * l + k], N, grad, N, &at);
-                }
-            }
-        }
+        uint32_t loss = mlp_backward(&b, s, &r, &m, logits);
+        mlp_update(&b, s, &r, &m);
         op(&b, TPU_OP_OUTFEED, N, N, N, loss, N, NULL);
         r.buf_out = loss;
     }

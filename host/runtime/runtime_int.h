@@ -1,7 +1,8 @@
-/* Internal interface between the two files of the estimator (include/tpusim/runtime.h):
- * host/runtime/runtime.c (creating it, the model's params, checkpoints, and the train, evaluate and
- * predict entry points) and host/runtime/runtime_pass.c (one pass: the infeed and outfeed threads and
- * the loop of device launches). Not part of the public API. */
+/* Internal interface between the files of the estimator (include/tpusim/runtime.h):
+ * host/runtime/runtime.c (creating it, the model's params, checkpoints, and the train, evaluate
+ * and predict entry points), host/runtime/runtime_pass.c (one pass: the loop of device
+ * launches and its boundaries) and host/runtime/runtime_feed.c (the threads of a pass). Not
+ * part of the public API. */
 #ifndef TPUSIM_HOST_RUNTIME_INT_H
 #define TPUSIM_HOST_RUNTIME_INT_H
 
@@ -54,6 +55,13 @@ struct tpu_estimator {
     FILE *metrics;
 };
 
+/* A host phase charged to the simulated timeline, kept until it goes to the device's trace:
+ * step of the pass it belongs to, its start cycle on the host clock that charged it, and its
+ * cost in cycles. */
+struct tpu__host_phase {
+    uint64_t step, start_cycle, cycles;
+};
+
 /* One train, evaluate or predict call: what the caller's thread and the two feed threads
  * share. The fields marked [lock] are guarded by `lock`; `cv` wakes the threads that wait
  * for fed, drained or error to change. */
@@ -85,10 +93,30 @@ struct tpu__pass {
     bool stopped;                 /* [lock] the infeed thread stopped feeding on a stop request */
     uint32_t live_feeders;        /* [lock] the infeed and outfeed threads still running */
     bool finished;                /* [lock] the caller's loop is over: the watchdog ends */
+    /* [lock] the input phases (one per input_fn call) that the infeed thread charged and the
+     * caller's thread has not yet put on the timeline, in step order */
+    struct tpu__host_phase *input_phases;
+    uint64_t n_input_phases, input_phases_cap;
 };
 
 /* Wall-clock seconds (CLOCK_MONOTONIC), for measured host costs and wall_seconds. */
 double tpu__runtime_wall_s(void);
+
+/* The cycles a host phase is charged: the modeled cost, or the wall time since t0
+ * (run_config.host_time). (runtime_pass.c) */
+uint64_t tpu__host_cost(const struct tpu_estimator *e, double modeled_us, double t0);
+
+/* The threads of a pass, started by tpu__pass_run with the pass as their argument
+ * (runtime_feed.c). */
+void *tpu__pass_infeed_thread(void *pass);
+void *tpu__pass_outfeed_thread(void *pass);
+void *tpu__pass_watchdog_thread(void *pass);
+
+/* Records the first error of any thread of the pass (d NULL: the code's own sentence),
+ * wakes every waiter and cancels the device, which releases every blocked call. */
+void tpu__pass_fail(struct tpu__pass *p, int rc, const struct tpu_diag *d);
+/* Whether the pass has failed. */
+bool tpu__pass_failed(struct tpu__pass *p);
 
 /* Saves the params (replica 0's, read back from the device) as a checkpoint of the current
  * global step in model_dir; nothing without a model_dir, or on a timing-only device (it holds

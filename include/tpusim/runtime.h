@@ -92,7 +92,6 @@ void tpu_run_config_default(struct tpu_run_config *c);
  * or a time of 1 s to 24 h of simulated time ("30s", "5m", "2h") into the config. */
 int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tpu_diag *d);
 int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out);
-const char *tpu_input_mode_name(enum tpu_input_mode m);
 
 enum tpu_mode { TPU_MODE_TRAIN = 0, TPU_MODE_EVAL, TPU_MODE_PREDICT };
 

@@ -166,7 +166,6 @@ int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *s
 /* feed.c */
 int tpu__feed_init(struct feed *f, uint32_t depth);
 void tpu__feed_free(struct feed *f);
-void tpu__feed_clear(struct feed *f);
 /* Core side of the queues (under the lock inside). take: 1 with the head tensor copied to
  * dst (if its size is dst_bytes; *got_bytes is its size) and the cycle the infeed op
  * completes, or 0 with the core set waiting. put: 1 with the transfer's start and end, or 0

@@ -61,11 +61,6 @@ int tpu__feed_init(struct feed *f, uint32_t depth)
     return 0;
 }
 
-void tpu__feed_clear(struct feed *f)
-{
-    f->head = f->count = 0;
-}
-
 void tpu__feed_free(struct feed *f)
 {
     for (uint32_t i = 0; f->slots && i < f->depth; i++)

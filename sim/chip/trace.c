@@ -195,9 +195,11 @@ int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struc
     }
     for (size_t i = 0; i < dev->host_trace.n; i++) {
         const struct trace_event *e = &dev->host_trace.events[i];
-        fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %u, \"tid\": 0, "
+        /* one track per phase name: phases of different host threads overlap in time, and
+         * Perfetto drops events that overlap on one track without nesting */
+        fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %u, \"tid\": %u, "
                    "\"ts\": %.6f, \"dur\": %.6f}",
-                dev->host_names[e->op], n_chips, e->start * us_per_cycle,
+                dev->host_names[e->op], n_chips, e->op, e->start * us_per_cycle,
                 (e->end - e->start) * us_per_cycle);
     }
     fprintf(f, "\n]}\n");

@@ -1,6 +1,6 @@
 /* Scratch memory that the op computations reuse from one op to the next: the GEMM's packed
- * blocks and the ops' working copies. One arena per simulated core (struct core in
- * chip_int.h), used by one thread at a time, so it needs no lock. Grow-only: a request larger
+ * blocks and the ops' working copies. One arena per worker thread of the chip (struct worker
+ * in chip_int.h), used by that thread only, so it needs no lock. Grow-only: a request larger
  * than what a slot holds replaces the slot's block by a larger one (the old contents are
  * dropped); a smaller one reuses it. So after the first pass over a program no op allocates,
  * and no op touches fresh pages (a fresh page costs a page fault on first touch). Memory is

@@ -1,0 +1,455 @@
+/* The threads of a pass (runtime_pass.c draws the whole pass): the infeed thread, which runs
+ * the input pipeline ahead of the device and fills the cores' infeed queues; the outfeed
+ * thread, which drains every core's outfeed, keeps replica 0's loss, runs the host calls and
+ * sums evaluation and prediction outputs; and the watchdog, which ends a deadlocked run with
+ * an error. They share the pass (struct tpu__pass, runtime_int.h) under its lock, and end
+ * the pass with the first error of any of them through tpu__pass_fail. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime_int.h"
+#include "shard/shard_int.h"
+#include "util.h"
+
+/* ---- the threads of a pass --------------------------------------------------------------- */
+
+void tpu__pass_fail(struct tpu__pass *p, int rc, const struct tpu_diag *d)
+{
+    pthread_mutex_lock(&p->lock);
+    if (!p->error) {
+        p->error = rc;
+        if (d)
+            p->diag = *d;
+        else
+            tpu__fail(&p->diag, rc, "%s", tpu_strerror(rc));
+    }
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+    tpu_device_cancel(p->e->dev);
+}
+
+bool tpu__pass_failed(struct tpu__pass *p)
+{
+    pthread_mutex_lock(&p->lock);
+    bool f = p->error != 0;
+    pthread_mutex_unlock(&p->lock);
+    return f;
+}
+
+/* A feed thread is about to return: the watchdog counts the threads that can still act. */
+static void feeder_exits(struct tpu__pass *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->live_feeders--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *a = realloc(*arr, n * elem);
+    if (!a)
+        return TPU_ENOMEM;
+    *arr = a;
+    *cap = n;
+    return 0;
+}
+
+/* ---- the infeed thread --------------------------------------------------------------------- */
+
+/* Training waits initial_infeed_sleep_secs before its first batch, in slices, so that a stop
+ * request or a failure is seen within 50 ms. */
+static void initial_infeed_sleep(struct tpu__pass *p)
+{
+    struct tpu_estimator *e = p->e;
+    if (e->cfg.initial_infeed_sleep_secs <= 0 || p->mode != TPU_MODE_TRAIN)
+        return;
+    const double until = tpu__runtime_wall_s() + e->cfg.initial_infeed_sleep_secs;
+    for (double now = tpu__runtime_wall_s(); now < until && !atomic_load(&e->stop) &&
+                                             !tpu__pass_failed(p);
+         now = tpu__runtime_wall_s()) {
+        double s = until - now < 0.05 ? until - now : 0.05;
+        struct timespec ts = {0, (long)(s * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One input_fn call's tensors, [per_call][cols] each, in the program's infeed order. */
+struct call_batch {
+    void *bufs[4];
+    size_t row_bytes[4];
+    bool is_int[4];
+};
+
+static int call_batch_alloc(struct call_batch *cb, const struct tpu_model_program *mp,
+                            uint32_t per_call)
+{
+    memset(cb, 0, sizeof *cb);
+    for (uint32_t t = 0; t < mp->n_infeed; t++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
+        cb->row_bytes[t] = (size_t)b->cols * tpu_dtype_bytes(b->dtype);
+        cb->is_int[t] = b->dtype == TPU_INT32;
+        cb->bufs[t] = malloc(cb->row_bytes[t] * per_call);
+        if (!cb->bufs[t])
+            return TPU_ENOMEM;
+    }
+    return 0;
+}
+
+static void call_batch_free(struct call_batch *cb)
+{
+    for (int t = 0; t < 4; t++)
+        free(cb->bufs[t]);
+}
+
+/* Pads rows n_real .. per_call - 1 of every tensor: zeros, and -1 (a masked label) in
+ * integer tensors. */
+static void call_batch_pad(struct call_batch *cb, uint32_t n_tensors, uint32_t n_real,
+                           uint32_t per_call)
+{
+    for (uint32_t t = 0; t < n_tensors; t++) {
+        char *base = cb->bufs[t];
+        size_t pad = (size_t)(per_call - n_real) * cb->row_bytes[t];
+        if (cb->is_int[t])
+            memset(base + n_real * cb->row_bytes[t], 0xff, pad); /* -1: a masked label */
+        else
+            memset(base + n_real * cb->row_bytes[t], 0, pad);
+    }
+}
+
+/* Queues call `call`'s tensors on the infeed of every core of the replicas it feeds (shard/
+ * says which, with which rows), ready at host cycle `clock`. Returns 0 or the device's
+ * error (TPU_ECANCELED when the pass was canceled). */
+static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb, uint32_t call,
+                           uint64_t clock, struct tpu_diag *d)
+{
+    struct tpu_estimator *e = p->e;
+    const struct tpu_model_program *mp = &e->mp;
+    struct tpu__shard_call plan;
+    tpu__shard_call_plan(&e->cfg, p->mode, e->n_replicas, p->calls, p->per_call,
+                         p->per_replica, call, &plan);
+    const uint32_t cpr = e->n_cores / e->n_replicas;
+    for (uint32_t r = 0; r < plan.n_replicas; r++) {
+        uint32_t rep = plan.first_replica + r;
+        uint32_t row0 = tpu__shard_call_row0(&plan, r);
+        for (uint32_t k = 0; k < cpr; k++) {
+            uint32_t core = rep * cpr + k;
+            for (uint32_t t = 0; t < mp->n_infeed; t++) {
+                int rc = tpu_device_infeed(e->dev, core,
+                                           (char *)cb->bufs[t] + row0 * cb->row_bytes[t],
+                                           plan.rows_each * cb->row_bytes[t], clock, d);
+                if (rc)
+                    return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Keeps an input_fn call's host phase for the timeline (the caller's thread moves it there,
+ * see flush_input_phases). An allocation failure drops it, as the device's own timeline
+ * drops events: the trace never stops a run. */
+static void record_input_phase(struct tpu__pass *p, uint64_t step, uint64_t start_cycle,
+                               uint64_t cycles)
+{
+    pthread_mutex_lock(&p->lock);
+    if (!grow((void **)&p->input_phases, &p->input_phases_cap, p->n_input_phases + 1,
+              sizeof *p->input_phases))
+        p->input_phases[p->n_input_phases++] =
+            (struct tpu__host_phase){.step = step, .start_cycle = start_cycle, .cycles = cycles};
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The input ended before the step the infeed thread was reading: no further step is fed. */
+static void mark_input_ended(struct tpu__pass *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->input_ended = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* A stop request seen before step s: training feeds no further step and the device stops at
+ * the start of this one (a clean step boundary); evaluation and prediction end now, with an
+ * error. */
+static void infeed_stop(struct tpu__pass *p, uint64_t s)
+{
+    if (p->mode != TPU_MODE_TRAIN) {
+        struct tpu_diag d = {0};
+        tpu__pass_fail(p, tpu__fail(&d, TPU_ECANCELED, "%s stopped on request after %llu batches; no "
+                               "result", p->mode == TPU_MODE_EVAL ? "evaluation" : "prediction",
+                               (unsigned long long)s), &d);
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->stopped = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void *tpu__pass_infeed_thread(void *arg)
+{
+    struct tpu__pass *p = arg;
+    struct tpu_estimator *e = p->e;
+    const struct tpu_model_program *mp = &e->mp;
+    struct tpu_diag d = {0};
+    initial_infeed_sleep(p);
+    struct call_batch cb;
+    if (call_batch_alloc(&cb, mp, p->per_call)) {
+        tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the input batch"), &d);
+        goto out;
+    }
+    uint64_t clock = e->host_cycle;
+    bool last_step = false;
+    for (uint64_t s = 0; s < p->steps && !last_step; s++) {
+        if (atomic_load(&e->stop)) {
+            infeed_stop(p, s);
+            goto out;
+        }
+        uint32_t real_total = 0;
+        for (uint32_t call = 0; call < p->calls; call++) {
+            uint32_t n_real = 0;
+            double t0 = tpu__runtime_wall_s();
+            int rc = p->input->next(p->input->ctx, p->mode, call, p->per_call, cb.bufs, &n_real,
+                                    &d);
+            const uint64_t cost = tpu__host_cost(e, e->cfg.modeled_input_us_per_batch, t0);
+            record_input_phase(p, s, clock, cost);
+            clock += cost;
+            if (rc < 0) {
+                struct tpu_diag why = d;
+                why.msg[TPU_DIAG_MAX - 80] = '\0'; /* room for the prefix */
+                tpu__fail(&d, rc, "the input function failed at step %llu: %s",
+                          (unsigned long long)(p->step0 + s), why.msg);
+                tpu__pass_fail(p, rc, &d);
+                goto out;
+            }
+            if (n_real > p->per_call)
+                n_real = p->per_call;
+            if (rc == 0 || (p->mode == TPU_MODE_TRAIN && n_real < p->per_call)) {
+                /* the input ended. Training never uses a partial step: the pass ends before
+                 * step s. Evaluation and prediction pad the rest of the step and end. */
+                if (p->mode == TPU_MODE_TRAIN || (call == 0 && rc == 0)) {
+                    mark_input_ended(p);
+                    goto out;
+                }
+                if (rc == 0)
+                    n_real = 0;
+                last_step = true;
+            } else if (n_real < p->per_call) {
+                last_step = true; /* a short batch: the input has nothing after it */
+            }
+            real_total += n_real;
+            call_batch_pad(&cb, mp->n_infeed, n_real, p->per_call);
+            if ((rc = call_batch_push(p, &cb, call, clock, &d))) {
+                if (rc != TPU_ECANCELED)
+                    tpu__pass_fail(p, rc, &d);
+                goto out;
+            }
+        }
+        pthread_mutex_lock(&p->lock);
+        int rc = grow((void **)&p->real_rows, &p->real_cap, s + 1, sizeof *p->real_rows);
+        if (!rc) {
+            p->real_rows[s] = real_total;
+            p->fed = s + 1;
+        }
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->lock);
+        if (rc) {
+            tpu__pass_fail(p, tpu__fail(&d, rc, "out of memory"), &d);
+            goto out;
+        }
+    }
+    pthread_mutex_lock(&p->lock);
+    p->input_ended = p->input_ended || last_step;
+    pthread_mutex_unlock(&p->lock);
+out:
+    tpu_device_infeed_close(e->dev);
+    call_batch_free(&cb);
+    feeder_exits(p);
+    return NULL;
+}
+
+/* ---- the outfeed thread -------------------------------------------------------------------- */
+
+/* Training, replica 0's outfeed of pass step s: its loss (checked for NaN and Inf), kept per
+ * step, and the host calls that are due. Returns 0, or non-zero after failing the pass. */
+static int outfeed_train_step(struct tpu__pass *p, uint64_t s, const float *buf,
+                              struct tpu_diag *d)
+{
+    struct tpu_estimator *e = p->e;
+    /* the program's loss is sum / global batch; replica 0's mean is sum / its own rows */
+    const double loss_scale = (double)e->n_replicas;
+    /* timing-only: no values, so no loss (NaN) */
+    float loss = e->timing_only ? NAN : (float)(buf[0] * loss_scale);
+    uint64_t gstep = p->step0 + s + 1;
+    if (!e->timing_only && !isfinite(loss)) {
+        tpu__fail(d, TPU_ERANGE, "the training loss is %s at global step %llu; "
+                  "training stopped (lower the learning rate, or check the "
+                  "input for bad values); the last checkpoint is intact",
+                  isnan(loss) ? "NaN" : "infinite", (unsigned long long)gstep);
+        tpu__pass_fail(p, TPU_ERANGE, d);
+        return -1;
+    }
+    pthread_mutex_lock(&p->lock);
+    int gr = grow((void **)&p->losses, &p->loss_cap, s + 1, sizeof *p->losses);
+    if (!gr)
+        p->losses[s] = loss;
+    pthread_mutex_unlock(&p->lock);
+    if (gr) {
+        tpu__pass_fail(p, tpu__fail(d, gr, "out of memory"), d);
+        return -1;
+    }
+    if (e->cfg.host_call_every_n_steps && gstep % e->cfg.host_call_every_n_steps == 0)
+        for (size_t h = 0; h < e->n_hooks; h++)
+            if (e->hooks[h].host_call) {
+                int hr = e->hooks[h].host_call(e->hooks[h].ctx, gstep, loss, d);
+                if (hr) {
+                    tpu__pass_fail(p, hr, d);
+                    return -1;
+                }
+            }
+    return 0;
+}
+
+/* Prediction, replica rep's output b of pass step s: its real rows, in global order. */
+static void outfeed_predict_rows(struct tpu__pass *p, uint64_t s, uint32_t rep,
+                                 const struct tpu_buffer_desc *b, const float *buf)
+{
+    pthread_mutex_lock(&p->lock);
+    while (p->fed <= s && !p->error)
+        pthread_cond_wait(&p->cv, &p->lock);
+    uint32_t real = p->fed > s ? p->real_rows[s] : 0;
+    pthread_mutex_unlock(&p->lock);
+    uint32_t cols = b->cols;
+    for (uint32_t i = 0; i < b->rows; i++) {
+        uint64_t within = (uint64_t)rep * p->per_replica + i;
+        if (within < real)
+            p->emit(p->emit_ctx, p->emitted++, buf + (size_t)i * cols, cols);
+    }
+}
+
+void *tpu__pass_outfeed_thread(void *arg)
+{
+    struct tpu__pass *p = arg;
+    struct tpu_estimator *e = p->e;
+    const struct tpu_model_program *mp = &e->mp;
+    struct tpu_diag d = {0};
+    size_t max_bytes = 0;
+    for (uint32_t t = 0; t < mp->n_outfeed; t++) {
+        size_t b = tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[t]));
+        max_bytes = b > max_bytes ? b : max_bytes;
+    }
+    float *buf = malloc(max_bytes ? max_bytes : 4);
+    if (!buf) {
+        tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
+        feeder_exits(p);
+        return NULL;
+    }
+    const uint32_t cpr = e->n_cores / e->n_replicas;
+    for (uint64_t s = 0; s < p->steps; s++) {
+        /* Every core of a replica runs the replica's program and outfeeds; the first core's
+         * tensors are the replica's, the others' are drained and dropped (a queue nobody
+         * drains fills up and stops its core for good). */
+        for (uint32_t c = 0; c < e->n_cores; c++) {
+            const uint32_t rep = c / cpr;
+            for (uint32_t t = 0; t < mp->n_outfeed; t++) {
+                const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->outfeed[t]);
+                size_t bytes = tpu_buffer_bytes(b);
+                int rc = tpu_device_outfeed(e->dev, c, buf, bytes, 0, NULL, &d);
+                if (rc) {
+                    if (rc != TPU_ECANCELED)
+                        tpu__pass_fail(p, rc, &d);
+                    goto out;
+                }
+                if (c % cpr != 0)
+                    continue;
+                if (p->mode == TPU_MODE_TRAIN && rep == 0) {
+                    if (outfeed_train_step(p, s, buf, &d))
+                        goto out;
+                } else if (p->mode == TPU_MODE_EVAL) {
+                    pthread_mutex_lock(&p->lock);
+                    if (t == 0)
+                        p->loss_sum += buf[0];
+                    else {
+                        p->correct += buf[0];
+                        p->count += buf[1];
+                    }
+                    pthread_mutex_unlock(&p->lock);
+                } else if (p->mode == TPU_MODE_PREDICT) {
+                    outfeed_predict_rows(p, s, rep, b, buf);
+                }
+            }
+        }
+        pthread_mutex_lock(&p->lock);
+        p->drained = s + 1;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->lock);
+    }
+out:
+    free(buf);
+    feeder_exits(p);
+    return NULL;
+}
+
+/* The watchdog: a run in which no core can move, every feed thread still running waits on
+ * the device, and no tensor moved for DEADLOCK_S seconds of wall time can never finish (see
+ * tpu_device_watch). It fails the pass with what each core waits for, which cancels the
+ * device and releases every thread: an error, never a silent hang. Such a deadlock is a bug
+ * (a program that outfeeds what the model does not declare, say), so the message says so. */
+#define DEADLOCK_S 0.5
+
+void *tpu__pass_watchdog_thread(void *arg)
+{
+    struct tpu__pass *p = arg;
+    struct tpu_estimator *e = p->e;
+    uint64_t last_moves = UINT64_MAX;
+    double stuck_since = -1;
+    pthread_mutex_lock(&p->lock);
+    while (!p->finished && !p->error) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000 * 1000 * 1000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000 * 1000 * 1000;
+        }
+        pthread_cond_timedwait(&p->cv, &p->lock, &ts);
+        if (p->finished || p->error)
+            break;
+        const uint32_t live = p->live_feeders; /* read first: it only falls */
+        pthread_mutex_unlock(&p->lock);
+        struct tpu_device_watch w;
+        tpu_device_watch(e->dev, &w);
+        const double now = tpu__runtime_wall_s();
+        if (w.cores_blocked && w.host_calls_waiting >= live && w.moves == last_moves) {
+            if (stuck_since < 0)
+                stuck_since = now;
+        } else {
+            stuck_since = -1;
+        }
+        last_moves = w.moves;
+        if (stuck_since >= 0 && now - stuck_since >= DEADLOCK_S) {
+            struct tpu_diag d = {0};
+            tpu__fail(&d, TPU_ETHREAD, "the %s run is deadlocked and was stopped: no core can "
+                      "move (%s) and the host's feed threads all wait on the device; this is a "
+                      "bug in tpusim or in the model's program (outfeed tensors that the model "
+                      "does not declare, say): please report it",
+                      p->mode == TPU_MODE_TRAIN ? "training" : p->mode == TPU_MODE_EVAL
+                      ? "evaluation" : "prediction", w.why);
+            tpu__pass_fail(p, TPU_ETHREAD, &d);
+            return NULL;
+        }
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}

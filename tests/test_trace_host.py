@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The host's loop phases on the timeline of `tpusim train --trace`: one "launch" and one
+"hooks" per loop, one "checkpoint save" per checkpoint written at a loop boundary, one
+"<mode> input batch" per input_fn call; each on its own track of the "host" process, and
+launch, hooks and checkpoints adding up to the host time the summary reports.
+
+usage: test_trace_host.py PATH/TO/tpusim
+Prints CMocka-style summary lines so the suite's totals count each case.
+"""
+import collections
+import json
+import os
+import sys
+import tempfile
+
+import cli_harness
+from cli_harness import Skip, case, main, run
+
+FASHION = '/usr/share/datasets/fashion-mnist'
+
+
+def need_data():
+    if not os.path.isdir(FASHION):
+        raise Skip('Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)')
+
+
+def host_phases(trace):
+    """(count, total duration in us, tracks) per name of the host process's events."""
+    with open(trace) as f:
+        events = json.load(f)['traceEvents']
+    hosts = [e['pid'] for e in events if e['ph'] == 'M' and e['name'] == 'process_name'
+             and e['args']['name'] == 'host']
+    assert len(hosts) == 1, hosts
+    count, dur, tracks = collections.Counter(), collections.Counter(), {}
+    for e in events:
+        if e['ph'] == 'X' and e['pid'] == hosts[0]:
+            count[e['name']] += 1
+            dur[e['name']] += e['dur']
+            tracks.setdefault(e['name'], set()).add(e['tid'])
+    return count, dur, tracks
+
+
+@case
+def train_trace_has_the_host_phases():
+    need_data()
+    with tempfile.TemporaryDirectory() as d:
+        t, md = os.path.join(d, 't.json'), os.path.join(d, 'model')
+        # 10 steps in loops of 4, 4, 2; checkpoints at 0 (before the first loop, not on the
+        # timeline), 8 (5 steps since the last) and 10 (the end)
+        p = run('train', '--chip', 'tiny', '--layers', '8', '--steps', '10',
+                '--iterations-per-loop', '4', '--model-dir', md, '--save-checkpoints-steps',
+                '5', '--no-eval', '--json', '--verbose', '0', '--trace', t)
+        summary = json.loads(p.stdout)
+        count, dur, tracks = host_phases(t)
+        # PER_HOST_V2 (the default) on tiny's 2 replicas: 2 input_fn calls per step
+        assert count == {'launch': 3, 'hooks': 3, 'checkpoint save': 2,
+                         'train input batch': 20}, count
+        # the modeled costs: launch 100 us, hooks 500 us, checkpoint 20 ms, input 50 us
+        assert (dur['launch'], dur['hooks'], dur['checkpoint save'],
+                dur['train input batch']) == (300, 1500, 40000, 1000), dur
+        # the summary's host share is launch, hooks and checkpoints over the simulated time
+        host_us = dur['launch'] + dur['hooks'] + dur['checkpoint save']
+        total_us = summary['simulated_seconds'] * 1e6
+        assert abs(host_us / total_us - summary['host_overhead_share']) < 1e-6, \
+            (host_us, total_us, summary)
+        # one track per phase: the input pipeline overlaps the launches in time
+        assert len(set().union(*tracks.values())) == len(tracks), tracks
+
+
+@case
+def evaluation_after_training_adds_its_input_batches():
+    need_data()
+    with tempfile.TemporaryDirectory() as d:
+        t = os.path.join(d, 't.json')
+        # 10000 test examples in batches of 2000: 5 steps, 1 input_fn call each (one host),
+        # and a 6th call that finds the input's end (charged like any other)
+        run('train', '--chip', 'tiny', '--layers', '8', '--steps', '2',
+            '--iterations-per-loop', '2', '--eval-batch-size', '2000', '--verbose', '0',
+            '--trace', t)
+        count, _, _ = host_phases(t)
+        assert count['train input batch'] == 4, count
+        assert count['eval input batch'] == 6, count
+        assert count['launch'] == count['hooks'] == 1 + 3, count  # eval: loops of 2, 2, 1
+        assert count['checkpoint save'] == 0, count  # no model_dir
+
+
+if os.sep in cli_harness.TPUSIM:
+    cli_harness.TPUSIM = os.path.abspath(cli_harness.TPUSIM)
+
+if __name__ == '__main__':
+    sys.exit(main())
