@@ -65,10 +65,11 @@ static const struct tpu__cli_opt show_opts[] = {
 const struct tpu__cli_opts tpu__cli_config_list_options = {
     .opts = list_opts,
     .n_opts = 1,
-    .usage = "usage: tpusim config list [--json]\n"
-             "\n"
-             "Lists the chip presets compiled into tpusim, one line each: cores, matrix units, data\n"
-             "types, clock, peak rate, off-chip memory and interconnect.\n",
+    .usage =
+        "usage: tpusim config list [--json]\n"
+        "\n"
+        "Lists the chip presets compiled into tpusim, one line each: cores, matrix units, data\n"
+        "types, clock, peak rate, off-chip memory and interconnect.\n",
     .help_column = 14,
     .dash_is_operand = true,
 };
@@ -76,23 +77,25 @@ const struct tpu__cli_opts tpu__cli_config_list_options = {
 const struct tpu__cli_opts tpu__cli_config_show_options = {
     .opts = show_opts,
     .n_opts = 1,
-    .usage = "usage: tpusim config show NAME|FILE [--json]\n"
-             "\n"
-             "Prints a chip configuration (a preset NAME, or a JSON FILE) with the figures derived\n"
-             "from it: total matrix units, peak MAC/s and FLOP/s (or OPS for int8), HBM bandwidth,\n"
-             "the roofline ridge point (peak MACs per byte of HBM traffic), host link bandwidth; then\n"
-             "the sources and notes the configuration cites.\n",
+    .usage =
+        "usage: tpusim config show NAME|FILE [--json]\n"
+        "\n"
+        "Prints a chip configuration (a preset NAME, or a JSON FILE) with the figures derived\n"
+        "from it: total matrix units, peak MAC/s and FLOP/s (or OPS for int8), HBM bandwidth,\n"
+        "the roofline ridge point (peak MACs per byte of HBM traffic), host link bandwidth; then\n"
+        "the sources and notes the configuration cites.\n",
     .help_column = 14,
     .dash_is_operand = true,
 };
 
 const struct tpu__cli_opts tpu__cli_config_check_options = {
     .n_opts = 0,
-    .usage = "usage: tpusim config check NAME|FILE...\n"
-             "\n"
-             "Validates each configuration and prints 'FILE: ok (name ..., peak ...)' for a good one\n"
-             "or the error (which names the file, the field and the rule) for a bad one. Exit status\n"
-             "1 if any configuration is rejected.\n",
+    .usage =
+        "usage: tpusim config check NAME|FILE...\n"
+        "\n"
+        "Validates each configuration and prints 'FILE: ok (name ..., peak ...)' for a good one\n"
+        "or the error (which names the file, the field and the rule) for a bad one. Exit status\n"
+        "1 if any configuration is rejected.\n",
     .help_column = 14,
     .dash_is_operand = true,
 };

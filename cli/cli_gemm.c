@@ -116,8 +116,8 @@ static const struct tpu__cli_opt gemm_opts[] = {
      .max = UINT64_MAX, .arg = "N", .help = "seed for random operands (default 1)"},
     {.name = "--dump", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, dump_path),
      .arg = "Y.npy", .help = "write the result (float32, or int32 for int8)"},
-    {.name = "--dump-inputs", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, dump_inputs),
-     .arg = "PREFIX",
+    {.name = "--dump-inputs", .kind = TPU__CLI_STR,
+     TPU__CLI_FIELD(struct gemm_opts, dump_inputs), .arg = "PREFIX",
      .help = "write the operands as the chip saw them: PREFIX_a.npy and\n"
              "PREFIX_b.npy (bf16 values stored as float32)"},
     {.name = "--topology", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, topology),

@@ -312,25 +312,10 @@ static void *drain(void *arg)
     return NULL;
 }
 
-static int run(const struct prog_opts *o, struct tpu_program *p,
-               const struct tpu_chip_config *chip)
+/* Sets the variables named by --var; returns 0 or an exit code after the error. */
+static int set_vars(const struct prog_opts *o, const struct tpu_program *p,
+                    struct tpu_device *dev)
 {
-    struct tpu_device_settings s;
-    tpu_device_default_settings(&s, chip);
-    if (o->chips)
-        s.n_chips = o->chips;
-    s.n_threads = o->threads;
-    s.timing_only = o->timing_only;
-    s.trace = o->trace != NULL;
-    struct tpu_device *dev = NULL;
-    struct tpu_diag d = {0};
-    int rc = 0;
-    uint32_t *in_order = NULL, *out_order = NULL;
-    if (tpu_device_open(&s, &dev, &d) || tpu_device_load(dev, p, &d)) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
-        goto out;
-    }
-    int64_t trips = 0;
     for (int i = 0; i < o->n_vars; i++) {
         char name[64];
         size_t len = (size_t)(strchr(o->var_name[i], '=') - o->var_name[i]);
@@ -338,25 +323,22 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
         uint32_t id;
         if (tpu_program_find_var(p, name, &id)) {
             char qb[TPU__QUOTE_BYTES], qn[TPU__QUOTE_BYTES];
-            rc = tpu__cli_error(CMD, TPU_CLI_USAGE, "--var %s: the program has no variable "
-                                "'%s'", tpu__quote(o->var_name[i], qb, sizeof qb),
-                                tpu__quote(name, qn, sizeof qn));
-            goto out;
+            return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var %s: the program has no variable "
+                                  "'%s'", tpu__quote(o->var_name[i], qb, sizeof qb),
+                                  tpu__quote(name, qn, sizeof qn));
         }
         tpu_device_set_var(dev, id, o->var_value[i]);
     }
-    for (size_t i = 0; i < tpu_program_n_ops(p); i++)
-        if (tpu_program_op(p, i)->code == TPU_OP_LOOP_BEGIN)
-            trips = tpu_device_get_var(dev, 0, tpu_program_op(p, i)->attrs.var);
-    const size_t cap = 1u << 20;
-    in_order = malloc(cap * sizeof *in_order);
-    out_order = malloc(cap * sizeof *out_order);
-    if (!in_order || !out_order) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
-        goto out;
-    }
-    size_t n_in = feed_order(p, TPU_OP_INFEED, trips, in_order, cap);
-    size_t n_out = feed_order(p, TPU_OP_OUTFEED, trips, out_order, cap);
+    return 0;
+}
+
+/* Runs the loaded program once with a feeder thread for the infeeds and a drainer per core
+ * for the outfeeds (in_order and out_order: their orders, n_in and n_out long). */
+static int run_fed(const struct prog_opts *o, struct tpu_program *p, struct tpu_device *dev,
+                   const uint32_t *in_order, size_t n_in, const uint32_t *out_order,
+                   size_t n_out, uint64_t *end)
+{
+    struct tpu_diag d = {0};
     struct feeder fd = {.dev = dev, .p = p, .order = in_order, .n = n_in, .seed = o->seed,
                         .timing_only = o->timing_only};
     uint32_t n_cores = tpu_device_n_cores(dev);
@@ -365,16 +347,14 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
     if (!dr || !dt) {
         free(dr);
         free(dt);
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
-        goto out;
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
     }
     pthread_create(&ft, NULL, feed, &fd);
     for (uint32_t c = 0; c < n_cores; c++) {
         dr[c] = (struct drainer){.dev = dev, .p = p, .order = out_order, .n = n_out, .core = c};
         pthread_create(&dt[c], NULL, drain, &dr[c]);
     }
-    uint64_t end = 0;
-    int r = tpu_device_run(dev, 0, &end, &d);
+    int r = tpu_device_run(dev, 0, end, &d);
     if (r)
         tpu_device_cancel(dev); /* release the feeding threads */
     pthread_join(ft, NULL);
@@ -382,14 +362,17 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
         pthread_join(dt[c], NULL);
     free(dr);
     free(dt);
-    if (r) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
-        goto out;
-    }
-    if (o->trace && tpu_device_write_trace(dev, o->trace, &d)) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
-        goto out;
-    }
+    if (r)
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+    return 0;
+}
+
+/* Each core's cycles, unit busy time and stalls, as text or JSON. */
+static void print_counters(const struct prog_opts *o, const struct tpu_program *p,
+                           const struct tpu_chip_config *chip, struct tpu_device *dev,
+                           uint64_t end)
+{
+    uint32_t n_cores = tpu_device_n_cores(dev);
     if (o->json)
         printf("{\"program\": \"%s\", \"chip\": \"%s\", \"cycles\": %" PRIu64 ", \"cores\": [",
                tpu_program_name(p), chip->name, end);
@@ -421,6 +404,49 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
     }
     if (o->json)
         printf("]}\n");
+}
+
+static int run(const struct prog_opts *o, struct tpu_program *p,
+               const struct tpu_chip_config *chip)
+{
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, chip);
+    if (o->chips)
+        s.n_chips = o->chips;
+    s.n_threads = o->threads;
+    s.timing_only = o->timing_only;
+    s.trace = o->trace != NULL;
+    struct tpu_device *dev = NULL;
+    struct tpu_diag d = {0};
+    int rc = 0;
+    uint32_t *in_order = NULL, *out_order = NULL;
+    if (tpu_device_open(&s, &dev, &d) || tpu_device_load(dev, p, &d)) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+        goto out;
+    }
+    if ((rc = set_vars(o, p, dev)))
+        goto out;
+    int64_t trips = 0;
+    for (size_t i = 0; i < tpu_program_n_ops(p); i++)
+        if (tpu_program_op(p, i)->code == TPU_OP_LOOP_BEGIN)
+            trips = tpu_device_get_var(dev, 0, tpu_program_op(p, i)->attrs.var);
+    const size_t cap = 1u << 20;
+    in_order = malloc(cap * sizeof *in_order);
+    out_order = malloc(cap * sizeof *out_order);
+    if (!in_order || !out_order) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
+        goto out;
+    }
+    size_t n_in = feed_order(p, TPU_OP_INFEED, trips, in_order, cap);
+    size_t n_out = feed_order(p, TPU_OP_OUTFEED, trips, out_order, cap);
+    uint64_t end = 0;
+    if ((rc = run_fed(o, p, dev, in_order, n_in, out_order, n_out, &end)))
+        goto out;
+    if (o->trace && tpu_device_write_trace(dev, o->trace, &d)) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+        goto out;
+    }
+    print_counters(o, p, chip, dev, end);
 out:
     free(in_order);
     free(out_order);

@@ -238,8 +238,8 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--eval-training-input-configuration", .kind = TPU__CLI_ENUM,
      T(rc.eval_training_input_configuration), .words = eval_input_words,
      .values = eval_input_values, .help = "the same for evaluation (default PER_HOST_V1)"},
-    {.name = "--model-dir", .kind = TPU__CLI_TEXT, T(rc.model_dir), .max_chars = OPT_MODEL_DIR_MAX,
-     .arg = "DIR",
+    {.name = "--model-dir", .kind = TPU__CLI_TEXT, T(rc.model_dir),
+     .max_chars = OPT_MODEL_DIR_MAX, .arg = "DIR",
      .help = "checkpoints (safetensors) and metrics.jsonl; at most\n511 characters"},
     {.name = "--save-checkpoints-steps", .kind = TPU__CLI_U64, T(rc.save_checkpoints_steps),
      .min = 1, .max = STEPS_MAX, .arg = "N",
@@ -769,12 +769,23 @@ static int write_trace(struct run *r)
     return 0;
 }
 
-static int cmd_train(struct run *r)
+/* What training, the evaluation after it and the host reference produced, for the summary. */
+struct train_result {
+    struct tpu_loop_info last; /* the training pass's last loop */
+    uint64_t gstep;
+    double train_wall;         /* wall seconds the simulation of training took */
+    struct tpu_eval_result ev;
+    bool evaluated;
+    struct tpu_reference_result ref; /* --reference */
+    double ref_wall;
+};
+
+/* Trains (--steps, --max-steps, or --epochs of the training set, default 1), then evaluates
+ * unless --no-eval or --timing-only. The training input `in` is the caller's. */
+static int train_then_evaluate(struct run *r, struct tpu_dataset_input *in,
+                               struct train_result *t)
 {
     struct train_opts *o = &r->o;
-    int rc = setup(r, true);
-    if (rc)
-        return rc;
     struct tpu_diag d = {0};
     uint64_t per_epoch = r->train.n_examples / o->rc.train_batch_size;
     uint64_t steps = o->steps, max_steps = o->max_steps;
@@ -782,145 +793,150 @@ static int cmd_train(struct run *r)
         steps = (uint64_t)floor((o->epochs > 0 ? o->epochs : 1.0) * per_epoch);
     if (!steps && !max_steps)
         steps = 1;
-    struct tpu_dataset_input in;
-    tpu_dataset_input_init(&in, &r->train, o->rc.seed);
     r->prog.steps = steps;
     r->prog.max_steps = max_steps;
     r->prog.steps_per_epoch = per_epoch ? per_epoch : 1;
     /* training, and the evaluation that follows, must be able to run: check before any work */
     const bool eval_follows = !o->no_eval && !o->timing_only;
     const bool train_bad = tpu_estimator_check_mode(r->est, TPU_MODE_TRAIN, &d) != 0;
-    if (train_bad || (eval_follows && tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))) {
-        tpu_dataset_input_free(&in);
+    if (train_bad || (eval_follows && tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d)))
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
                               train_bad ? "" : " (or give --no-eval)");
-    }
     double w0 = tpu__cli_now_s();
-    rc = tpu_estimator_train(r->est, &in.input, steps, max_steps, &d);
-    double train_wall = tpu__cli_now_s() - w0;
+    int rc = tpu_estimator_train(r->est, &in->input, steps, max_steps, &d);
+    t->train_wall = tpu__cli_now_s() - w0;
     if (rc) {
-        tpu_dataset_input_free(&in);
         if (rc == TPU_ECANCELED && sigint_count)
             return stopped(o, &d);
         return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
     }
     if (d.msg[0] && !o->json)
         fprintf(stderr, "tpusim train: %s\n", d.msg); /* a warning */
-    struct tpu_loop_info last = *tpu_estimator_last_info(r->est);
-    uint64_t gstep = tpu_estimator_global_step(r->est);
-    struct tpu_eval_result ev = {0};
-    bool evaluated = false;
-    if (!o->no_eval && !o->timing_only) {
-        struct tpu_dataset_input tin;
-        tpu_dataset_input_init(&tin, &r->test, o->rc.seed);
-        rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &ev, &d);
-        tpu_dataset_input_free(&tin);
-        if (rc) {
-            tpu_dataset_input_free(&in);
-            if (rc == TPU_ECANCELED && sigint_count)
-                return stopped(o, &d);
-            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
-        }
-        evaluated = true;
+    t->last = *tpu_estimator_last_info(r->est);
+    t->gstep = tpu_estimator_global_step(r->est);
+    if (!eval_follows)
+        return 0;
+    struct tpu_dataset_input tin;
+    tpu_dataset_input_init(&tin, &r->test, o->rc.seed);
+    rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &t->ev, &d);
+    tpu_dataset_input_free(&tin);
+    if (rc) {
+        if (rc == TPU_ECANCELED && sigint_count)
+            return stopped(o, &d);
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
     }
-    /* the chip's work is done and checkpointed: from here (the host reference, the summary)
-     * Ctrl-C ends the process at once, as it does for any command */
-    sigint_remove();
-    struct tpu_reference_result ref = {0};
-    double ref_wall = 0;
-    if (o->reference) {
-        struct tpu_dataset_input rin;
-        tpu_dataset_input_init(&rin, &r->train, o->rc.seed);
-        double t0 = tpu__cli_now_s();
-        rc = tpu_reference_train(&o->spec, &r->model, &rin.input, &r->test, gstep,
-                                  o->rc.train_batch_size, o->rc.seed, &ref, &d);
-        ref_wall = tpu__cli_now_s() - t0;
-        tpu_dataset_input_free(&rin);
-        if (rc) {
-            tpu_dataset_input_free(&in);
-            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
-        }
-    }
-    tpu_dataset_input_free(&in);
-    if ((rc = write_trace(r)))
-        return rc;
-    const double total_device = last.total_seconds;
-    const uint64_t ran = r->prog.started ? gstep - r->prog.first_step : 0;
-    const double step_s = ran ? last.pass_device_seconds / (double)ran : 0; /* simulated */
+    t->evaluated = true;
+    return 0;
+}
+
+/* --reference: the same model trained in fp32 on the host for as many steps. */
+static int train_reference(struct run *r, struct train_result *t)
+{
+    struct train_opts *o = &r->o;
+    struct tpu_diag d = {0};
+    struct tpu_dataset_input rin;
+    tpu_dataset_input_init(&rin, &r->train, o->rc.seed);
+    double t0 = tpu__cli_now_s();
+    int rc = tpu_reference_train(&o->spec, &r->model, &rin.input, &r->test, t->gstep,
+                                 o->rc.train_batch_size, o->rc.seed, &t->ref, &d);
+    t->ref_wall = tpu__cli_now_s() - t0;
+    tpu_dataset_input_free(&rin);
+    if (rc)
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
+    return 0;
+}
+
+/* Simulated seconds per training step the pass ran (0 when it ran none). */
+static double step_seconds(const struct run *r, const struct train_result *t)
+{
+    const uint64_t ran = r->prog.started ? t->gstep - r->prog.first_step : 0;
+    return ran ? t->last.pass_device_seconds / (double)ran : 0;
+}
+
+static void print_train_json(const struct run *r, const struct train_result *t)
+{
+    const struct train_opts *o = &r->o;
+    const double step_s = step_seconds(r, t);
     /* no loss when no step ran or the device computed no values: say so, invent none */
     char loss_text[32];
-    const bool skipped = last.steps == 0; /* the runtime said why (a warning above) */
-    if (isfinite(last.loss) && !skipped)
-        snprintf(loss_text, sizeof loss_text, "%.6g", (double)last.loss);
+    const bool skipped = t->last.steps == 0; /* the runtime said why (a warning above) */
+    if (isfinite(t->last.loss) && !skipped)
+        snprintf(loss_text, sizeof loss_text, "%.6g", (double)t->last.loss);
     else
         snprintf(loss_text, sizeof loss_text, "null");
-    if (o->json) {
-        /* a pass that ran no step measured nothing: its figures are null, not 0 */
-        char fig[5][32];
-        const double figs[5] = {step_s, last.pass_examples_per_s, last.pass_mxu_utilization,
-                                last.pass_infeed_stall_share, last.pass_host_overhead_share};
-        for (int k = 0; k < 5; k++)
-            snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
-        printf("{\"chip\": ");
-        tpu__cli_json_string(stdout, r->chip.name);
-        printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
-               "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
-               "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
-               "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
-               "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
-               tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)gstep,
-               o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
-               total_device, o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled",
-               train_wall);
-        if (evaluated)
-            printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
-                   ev.accuracy, ev.loss, (unsigned long long)ev.examples);
-        if (o->reference)
-            printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
-                   ref.test_accuracy, ref_wall);
-        printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
-        if (o->rtl) {
-            uint32_t units;
-            uint64_t tiles, cycles;
-            rtl_totals(r, &units, &tiles, &cycles);
-            printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
-                   (unsigned long long)tiles, (unsigned long long)cycles);
-        }
-        printf("}\n");
-        return 0;
+    /* a pass that ran no step measured nothing: its figures are null, not 0 */
+    char fig[5][32];
+    const double figs[5] = {step_s, t->last.pass_examples_per_s, t->last.pass_mxu_utilization,
+                            t->last.pass_infeed_stall_share, t->last.pass_host_overhead_share};
+    for (int k = 0; k < 5; k++)
+        snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
+    printf("{\"chip\": ");
+    tpu__cli_json_string(stdout, r->chip.name);
+    printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
+           "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
+           "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
+           "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
+           "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
+           tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)t->gstep,
+           o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
+           t->last.total_seconds,
+           o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", t->train_wall);
+    if (t->evaluated)
+        printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
+               t->ev.accuracy, t->ev.loss, (unsigned long long)t->ev.examples);
+    if (o->reference)
+        printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
+               t->ref.test_accuracy, t->ref_wall);
+    printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
+    if (o->rtl) {
+        uint32_t units;
+        uint64_t tiles, cycles;
+        rtl_totals(r, &units, &tiles, &cycles);
+        printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
+               (unsigned long long)tiles, (unsigned long long)cycles);
     }
+    printf("}\n");
+}
+
+static void print_train_text(const struct run *r, const struct train_result *t)
+{
+    const struct train_opts *o = &r->o;
+    const double step_s = step_seconds(r, t);
+    const bool skipped = t->last.steps == 0; /* the runtime said why (a warning above) */
     printf("tpusim train: MLP 784-%s-10 on %s, %u replica%s, %s matmul inputs, %s\n",
            o->layers_text, r->chip.name, tpu_device_n_replicas(r->dev),
            tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)",
            o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
-    printf("  global step        %llu (global batch %u)\n", (unsigned long long)gstep,
+    printf("  global step        %llu (global batch %u)\n", (unsigned long long)t->gstep,
            o->rc.train_batch_size);
     if (skipped)
         printf("  training loss      none (no step ran: training was skipped)\n");
     else if (o->timing_only)
         printf("  training loss      none (timing-only: no values computed)\n");
     else
-        printf("  training loss      %.4f (replica 0, last step)\n", (double)last.loss);
-    if (evaluated)
-        printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n", 100 * ev.accuracy,
-               (unsigned long long)ev.examples, ev.loss);
-    if (o->reference && evaluated)
+        printf("  training loss      %.4f (replica 0, last step)\n", (double)t->last.loss);
+    if (t->evaluated)
+        printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n",
+               100 * t->ev.accuracy, (unsigned long long)t->ev.examples, t->ev.loss);
+    if (o->reference && t->evaluated)
         printf("  fp32 host reference %.2f %% (%+.2f points on the chip), %.1f s\n",
-               100 * ref.test_accuracy, 100 * (ev.accuracy - ref.test_accuracy), ref_wall);
+               100 * t->ref.test_accuracy, 100 * (t->ev.accuracy - t->ref.test_accuracy),
+               t->ref_wall);
     else if (o->reference) /* --no-eval: nothing on the chip to compare with */
-        printf("  fp32 host reference %.2f %%, %.1f s\n", 100 * ref.test_accuracy, ref_wall);
+        printf("  fp32 host reference %.2f %%, %.1f s\n", 100 * t->ref.test_accuracy,
+               t->ref_wall);
     if (skipped) {
         printf("  simulated          nothing: no training step ran\n");
     } else {
         printf("  simulated          step %.1f us, %.0f examples/s, %.3f s in all (host time "
-               "%s)\n", step_s * 1e6, last.pass_examples_per_s, total_device,
+               "%s)\n", step_s * 1e6, t->last.pass_examples_per_s, t->last.total_seconds,
                o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
-        printf("  matrix units       %.1f %% utilized\n", 100 * last.pass_mxu_utilization);
+        printf("  matrix units       %.1f %% utilized\n", 100 * t->last.pass_mxu_utilization);
         printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
-               100 * last.pass_infeed_stall_share, 100 * last.pass_host_overhead_share);
+               100 * t->last.pass_infeed_stall_share, 100 * t->last.pass_host_overhead_share);
     }
-    printf("  simulation         %.1f s of wall time for training\n", train_wall);
+    printf("  simulation         %.1f s of wall time for training\n", t->train_wall);
     if (o->rtl) {
         uint32_t units;
         uint64_t tiles, cycles;
@@ -930,6 +946,32 @@ static int cmd_train(struct run *r)
                (unsigned long long)tiles, (unsigned long long)cycles,
                o->vcd[0] ? "; waveform of core 0's array in " : "", o->vcd);
     }
+}
+
+static int cmd_train(struct run *r)
+{
+    int rc = setup(r, true);
+    if (rc)
+        return rc;
+    struct train_result t;
+    memset(&t, 0, sizeof t);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, &r->train, r->o.rc.seed);
+    rc = train_then_evaluate(r, &in, &t);
+    if (!rc) {
+        /* the chip's work is done and checkpointed: from here (the host reference, the
+         * summary) Ctrl-C ends the process at once, as it does for any command */
+        sigint_remove();
+        if (r->o.reference)
+            rc = train_reference(r, &t);
+    }
+    tpu_dataset_input_free(&in);
+    if (rc || (rc = write_trace(r)))
+        return rc;
+    if (r->o.json)
+        print_train_json(r, &t);
+    else
+        print_train_text(r, &t);
     return 0;
 }
 

@@ -4,13 +4,14 @@
  * --config JSON reader of train/evaluate/predict all read that table. The wording of the
  * errors every subcommand shares lives here too, once:
  *
- *   unknown option     "unknown option '--bogus'; run 'tpusim gemm --help' for the list"
- *   missing value      "option '--chip' needs a value: --chip NAME|FILE (see 'tpusim gemm --help')"
- *   bad number         "--seed 'x' is not a whole number from 0 to 18446744073709551615; give e.g. --seed 0"
- *                      "--l2 'x' is not a number from 0 to 10; give e.g. --l2 0"
- *   bad word           "--dtype 'fp16' is not one of bf16, int8, fp32; give e.g. --dtype bf16"
- *   other subcommand   "--limit belongs to 'tpusim predict', not to 'tpusim train' (why); leave it out"
- *   not an option      "'tiny' is not an option (options start with --)"
+ *   unknown option    unknown option '--bogus'; run 'tpusim gemm --help' for the list
+ *   missing value     option '--chip' needs a value: --chip NAME|FILE (see 'tpusim gemm --help')
+ *   bad number        --chips '0' is not a whole number from 1 to 4096; give e.g. --chips 1
+ *                     --l2 'x' is not a number from 0 to 10; give e.g. --l2 0
+ *   bad word          --dtype 'fp16' is not one of bf16, int8, fp32; give e.g. --dtype bf16
+ *   other subcommand  --limit belongs to 'tpusim predict', not to 'tpusim train' (<why>);
+ *                     leave it out
+ *   not an option     'tiny' is not an option (options start with --)
  *
  * What the table does not hold: defaults (each subcommand sets them before parsing, and its
  * help text states them) and rules that join several options (checked after parsing). Only
