@@ -3,7 +3,8 @@
  *
  * Options come from flags or from a JSON config file (--config FILE): its keys are the long
  * option names with '_' for '-', its values numbers, strings or booleans; flags given after
- * --config override it. Every value is checked before any work. */
+ * --config override it. Both read the one table below (train_opts_table, see options.h), which
+ * also makes --help. Every value is checked before any work. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>

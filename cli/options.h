@@ -107,9 +107,11 @@ int tpu__cli_opts_parse(const struct tpu__cli_parse *p, int argc, char **argv, i
 /* The option named `name` ("--chip" or "-m"), or NULL. */
 const struct tpu__cli_opt *tpu__cli_opts_find(const struct tpu__cli_opts *t, const char *name);
 
-/* Sets option opt from its text value as the command line does (length, subcommand, value,
- * in the order of the rule above tpu__cli_opts_parse). For FLAG options, `value` is ignored
- * and `on` is stored. Returns 0 or an exit code after printing the error. */
+/* Sets option opt from its text value as the command line does (the --config reader calls
+ * it for each key). An option with a scope or a max_chars of its own is held to both before
+ * its value is parsed; any other option's value is parsed first, then held to the table's
+ * text_max (so "--seed ''" is a bad number, "--layers ''" an empty value). For FLAG options,
+ * `value` is ignored and `on` is stored. Returns 0 or an exit code after printing the error. */
 int tpu__cli_opts_set(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
                       const char *value, bool on);
 
