@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "options.h"
 #include "tpusim/config.h"
 #include "util.h"
 
@@ -35,28 +36,69 @@ static const char usage_config[] =
     "Run 'tpusim config <command> --help' for each. Exit status: 0 ok, 1 a configuration\n"
     "was rejected or could not be read, 2 the command line was wrong.\n";
 
-static const char usage_list[] =
-    "usage: tpusim config list [--json]\n"
-    "\n"
-    "Lists the chip presets compiled into tpusim, one line each: cores, matrix units, data\n"
-    "types, clock, peak rate, off-chip memory and interconnect.\n"
-    "  --json   print a JSON array of {\"name\", \"description\", \"derived\"} instead\n";
+/* The options of list, show and check: --json (not for check) and the operands. */
+struct config_args {
+    bool json;
+    char **pos; /* the first `cap` operands */
+    int cap, n_pos;
+};
 
-static const char usage_show[] =
-    "usage: tpusim config show NAME|FILE [--json]\n"
-    "\n"
-    "Prints a chip configuration (a preset NAME, or a JSON FILE) with the figures derived\n"
-    "from it: total matrix units, peak MAC/s and FLOP/s (or OPS for int8), HBM bandwidth,\n"
-    "the roofline ridge point (peak MACs per byte of HBM traffic), host link bandwidth; then\n"
-    "the sources and notes the configuration cites.\n"
-    "  --json   print {\"config\": <the configuration as given>, \"derived\": {...}}\n";
+static int add_operand(const struct tpu__cli_parse *p, const char *arg)
+{
+    struct config_args *a = p->target;
+    if (a->n_pos < a->cap)
+        a->pos[a->n_pos] = (char *)arg;
+    a->n_pos++;
+    return 0;
+}
 
-static const char usage_check[] =
-    "usage: tpusim config check NAME|FILE...\n"
-    "\n"
-    "Validates each configuration and prints 'FILE: ok (name ..., peak ...)' for a good one\n"
-    "or the error (which names the file, the field and the rule) for a bad one. Exit status\n"
-    "1 if any configuration is rejected.\n";
+static const struct tpu__cli_opt list_opts[] = {
+    {.name = "--json", .kind = TPU__CLI_FLAG, TPU__CLI_FIELD(struct config_args, json),
+     .help = "print a JSON array of {\"name\", \"description\", \"derived\"} instead"},
+};
+
+static const struct tpu__cli_opt show_opts[] = {
+    {.name = "--json", .kind = TPU__CLI_FLAG, TPU__CLI_FIELD(struct config_args, json),
+     .help = "print {\"config\": <the configuration as given>, \"derived\": {...}}"},
+};
+
+const struct tpu__cli_opts tpu__cli_config_list_options = {
+    .opts = list_opts,
+    .n_opts = 1,
+    .usage =
+        "usage: tpusim config list [--json]\n"
+        "\n"
+        "Lists the chip presets compiled into tpusim, one line each: cores, matrix units, data\n"
+        "types, clock, peak rate, off-chip memory and interconnect.\n",
+    .help_column = 14,
+    .dash_is_operand = true,
+};
+
+const struct tpu__cli_opts tpu__cli_config_show_options = {
+    .opts = show_opts,
+    .n_opts = 1,
+    .usage =
+        "usage: tpusim config show NAME|FILE [--json]\n"
+        "\n"
+        "Prints a chip configuration (a preset NAME, or a JSON FILE) with the figures derived\n"
+        "from it: total matrix units, peak MAC/s and FLOP/s (or OPS for int8), HBM bandwidth,\n"
+        "the roofline ridge point (peak MACs per byte of HBM traffic), host link bandwidth; then\n"
+        "the sources and notes the configuration cites.\n",
+    .help_column = 14,
+    .dash_is_operand = true,
+};
+
+const struct tpu__cli_opts tpu__cli_config_check_options = {
+    .n_opts = 0,
+    .usage =
+        "usage: tpusim config check NAME|FILE...\n"
+        "\n"
+        "Validates each configuration and prints 'FILE: ok (name ..., peak ...)' for a good one\n"
+        "or the error (which names the file, the field and the rule) for a bad one. Exit status\n"
+        "1 if any configuration is rejected.\n",
+    .help_column = 14,
+    .dash_is_operand = true,
+};
 
 /* ---- formatting ------------------------------------------------------------------------- */
 
@@ -306,32 +348,13 @@ static int load_once(const char *cmd, const char *path, struct tpu_chip_config *
 
 /* ---- subcommands ------------------------------------------------------------------------ */
 
-/* Scans argv[1..]: --help prints `usage` and returns 0; --json sets *json; other options
- * are usage errors (returns 2). Positional arguments are counted in *n_pos and the first
- * `cap` of them stored in pos[]. Returns -1 when the caller should go on. */
-static int scan_args(const char *cmd, int argc, char **argv, const char *usage, bool allow_json,
-                     bool *json, char **pos, int cap, int *n_pos)
+/* Parses argv[1..] with table t: returns TPU__CLI_HELP after printing the help, 0 to go on,
+ * or an exit code after an error. The operands are counted in a->n_pos. */
+static int scan_args(const char *cmd, int argc, char **argv, const struct tpu__cli_opts *t,
+                     struct config_args *a)
 {
-    *n_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage, stdout);
-            return TPU_CLI_OK;
-        }
-        if (allow_json && !strcmp(argv[i], "--json")) {
-            *json = true;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return tpu__cli_error(cmd, TPU_CLI_USAGE,
-                                  "unknown option '%s'; the options are %s--help (run "
-                                  "'tpusim %s --help')",
-                                  argv[i], allow_json ? "--json, " : "", cmd);
-        } else {
-            if (*n_pos < cap)
-                pos[*n_pos] = argv[i];
-            (*n_pos)++;
-        }
-    }
-    return -1;
+    const struct tpu__cli_parse p = {.table = t, .cmd = cmd, .target = a};
+    return tpu__cli_opts_parse(&p, argc, argv, 1, add_operand);
 }
 
 static int cmd_list(int argc, char **argv)
@@ -340,9 +363,12 @@ static int cmd_list(int argc, char **argv)
     bool json = false;
     char *pos[2];
     int n_pos;
-    int rc = scan_args(cmd, argc, argv, usage_list, true, &json, pos, 2, &n_pos);
-    if (rc >= 0)
-        return rc;
+    struct config_args args = {.pos = pos, .cap = 2};
+    int rc = scan_args(cmd, argc, argv, &tpu__cli_config_list_options, &args);
+    if (rc)
+        return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
+    json = args.json;
+    n_pos = args.n_pos;
     if (n_pos > 0)
         return tpu__cli_error(cmd, TPU_CLI_USAGE,
                               "'config list' takes no arguments, got '%s'; to see one "
@@ -402,9 +428,12 @@ static int cmd_show(int argc, char **argv)
     bool json = false;
     char *pos[2];
     int n_pos;
-    int rc = scan_args(cmd, argc, argv, usage_show, true, &json, pos, 2, &n_pos);
-    if (rc >= 0)
-        return rc;
+    struct config_args args = {.pos = pos, .cap = 2};
+    int rc = scan_args(cmd, argc, argv, &tpu__cli_config_show_options, &args);
+    if (rc)
+        return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
+    json = args.json;
+    n_pos = args.n_pos;
     if (n_pos == 0)
         return tpu__cli_error(cmd, TPU_CLI_USAGE,
                               "name a preset or a file, e.g. 'tpusim config show tpu-v4' "
@@ -450,12 +479,13 @@ static int cmd_show(int argc, char **argv)
 static int cmd_check(int argc, char **argv)
 {
     const char *cmd = "config check";
-    bool json = false;
     char *pos[256];
     int n_pos;
-    int rc = scan_args(cmd, argc, argv, usage_check, false, &json, pos, 256, &n_pos);
-    if (rc >= 0)
-        return rc;
+    struct config_args args = {.pos = pos, .cap = 256};
+    int rc = scan_args(cmd, argc, argv, &tpu__cli_config_check_options, &args);
+    if (rc)
+        return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
+    n_pos = args.n_pos;
     if (n_pos == 0)
         return tpu__cli_error(cmd, TPU_CLI_USAGE,
                               "name at least one file, e.g. 'tpusim config check my-chip.json'");

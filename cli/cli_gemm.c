@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "options.h"
 #include "tpusim/npy.h"
 #include "rng.h"
 #include "tpusim/topology_file.h"
@@ -22,32 +23,6 @@
 
 static const char *const CMD = "gemm";
 
-static const char usage_text[] =
-    "usage: tpusim gemm -m M -k K -n N [options]\n"
-    "       tpusim gemm --topology LAYERS.csv [options]\n"
-    "\n"
-    "Simulates Y[M][N] = A[M][K] * B[K][N] on a chip's matrix units.\n"
-    "\n"
-    "  -m, -k, -n N           GEMM sizes (each 1 .. 2^31)\n"
-    "  --chip NAME|FILE       chip preset or JSON file (default tpu-v4; tpusim config list)\n"
-    "  --array RxC            override the matrix unit size, e.g. 32x32\n"
-    "  --dtype bf16|int8|fp32 operand type (default bf16); fp32 runs as bf16 passes\n"
-    "  --passes 1|3|6         bf16 passes for fp32 (default 6 = XLA HIGHEST; 3 = HIGH)\n"
-    "  --schedule tpu|serial  tpu: double-buffered weight-stationary (default);\n"
-    "                         serial: SCALE-Sim v2's fold-by-fold compute model\n"
-    "  --dataflow ws|os|is    dataflow for --schedule serial (default ws)\n"
-    "  --timing-only          count cycles only; compute no values\n"
-    "  --a A.npy --b B.npy    operands from NumPy files (float32; int8 for --dtype int8);\n"
-    "                         otherwise random from --seed\n"
-    "  --seed N               seed for random operands (default 1)\n"
-    "  --dump Y.npy           write the result (float32, or int32 for int8)\n"
-    "  --dump-inputs PREFIX   write the operands as the chip saw them: PREFIX_a.npy and\n"
-    "                         PREFIX_b.npy (bf16 values stored as float32)\n"
-    "  --topology FILE.csv    SCALE-Sim GEMM topology (Layer,M,N,K rows): one row per layer\n"
-    "  --threads N            host threads for the values (default: all online CPUs)\n"
-    "  --json                 machine-readable output\n"
-    "  -h, --help             this text\n";
-
 struct gemm_opts {
     uint64_t m, k, n;
     bool have_m, have_k, have_n;
@@ -55,6 +30,7 @@ struct gemm_opts {
     uint32_t array_rows, array_cols; /* 0: the chip's */
     enum tpu_dtype dtype;
     unsigned passes;
+    bool have_passes;
     bool serial;
     enum tpu_dataflow dataflow;
     bool have_dataflow;
@@ -65,128 +41,110 @@ struct gemm_opts {
     bool json;
 };
 
-static int parse_array(const char *text, uint32_t *rows, uint32_t *cols)
+static int set_array(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                     const char *text)
 {
+    struct gemm_opts *o = p->target;
     unsigned long r, c;
     char x, extra, qb[TPU__QUOTE_BYTES];
+    (void)opt;
     if (sscanf(text, "%lu%c%lu%c", &r, &x, &c, &extra) != 3 || (x != 'x' && x != 'X') ||
         r < 1 || c < 1 || r > 4096 || c > 4096 || strspn(text, "0123456789xX") != strlen(text))
         return tpu__cli_error(CMD, TPU_CLI_USAGE,
                               "--array '%s' is not ROWSxCOLS with each from 1 to 4096; give "
                               "e.g. --array 128x128",
                               tpu__quote(text, qb, sizeof qb));
-    *rows = (uint32_t)r;
-    *cols = (uint32_t)c;
+    o->array_rows = (uint32_t)r;
+    o->array_cols = (uint32_t)c;
     return 0;
 }
 
-static int parse_args(int argc, char **argv, struct gemm_opts *o)
+/* tpu_dataflow_parse takes the names in any case ("WS"), as SCALE-Sim's files do. */
+static int set_dataflow(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                        const char *text)
 {
-    *o = (struct gemm_opts){.chip = "tpu-v4", .dtype = TPU_BF16, .passes = 6, .seed = 1};
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    o->threads = ncpu > 0 ? (unsigned)ncpu : 1;
-    bool have_passes = false;
-    char qb[TPU__QUOTE_BYTES];
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            fputs(usage_text, stdout);
-            return -1;
-        }
-        if (!strcmp(arg, "--timing-only")) {
-            o->timing_only = true;
-            continue;
-        }
-        if (!strcmp(arg, "--json")) {
-            o->json = true;
-            continue;
-        }
-        static const char *const with_value[] = {
-            "-m", "-k", "-n", "--chip", "--array", "--dtype", "--passes", "--schedule",
-            "--dataflow", "--a", "--b", "--seed", "--dump", "--dump-inputs", "--topology",
-            "--threads"};
-        bool known = false;
-        for (size_t j = 0; j < sizeof with_value / sizeof with_value[0]; j++)
-            known = known || !strcmp(arg, with_value[j]);
-        if (!known)
-            return tpu__cli_error(CMD, TPU_CLI_USAGE,
-                                  "unknown option '%s'; run 'tpusim gemm --help' for the list",
-                                  tpu__quote(arg, qb, sizeof qb));
-        if (i + 1 >= argc)
-            return tpu__cli_error(CMD, TPU_CLI_USAGE, "option '%s' needs a value", arg);
-        const char *val = argv[++i];
-        uint64_t v;
-        int rc = 0;
-        if (!strcmp(arg, "-m")) {
-            rc = tpu__cli_parse_u64(CMD, "-m", val, 1, UINT64_C(1) << 31, &o->m);
-            o->have_m = true;
-        } else if (!strcmp(arg, "-k")) {
-            rc = tpu__cli_parse_u64(CMD, "-k", val, 1, UINT64_C(1) << 31, &o->k);
-            o->have_k = true;
-        } else if (!strcmp(arg, "-n")) {
-            rc = tpu__cli_parse_u64(CMD, "-n", val, 1, UINT64_C(1) << 31, &o->n);
-            o->have_n = true;
-        } else if (!strcmp(arg, "--chip")) {
-            o->chip = val;
-        } else if (!strcmp(arg, "--array")) {
-            rc = parse_array(val, &o->array_rows, &o->array_cols);
-        } else if (!strcmp(arg, "--dtype")) {
-            if (!strcmp(val, "bf16"))
-                o->dtype = TPU_BF16;
-            else if (!strcmp(val, "int8"))
-                o->dtype = TPU_INT8;
-            else if (!strcmp(val, "fp32"))
-                o->dtype = TPU_F32;
-            else
-                rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
-                                    "--dtype '%s' is not one of bf16, int8, fp32",
-                                    tpu__quote(val, qb, sizeof qb));
-        } else if (!strcmp(arg, "--passes")) {
-            rc = tpu__cli_parse_u64(CMD, "--passes", val, 1, 6, &v);
-            if (!rc && v != 1 && v != 3 && v != 6)
-                rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
-                                    "--passes %s is not 1, 3 or 6 (bf16, XLA HIGH, XLA HIGHEST)",
-                                    val);
-            o->passes = (unsigned)v;
-            have_passes = true;
-        } else if (!strcmp(arg, "--schedule")) {
-            if (!strcmp(val, "tpu"))
-                o->serial = false;
-            else if (!strcmp(val, "serial"))
-                o->serial = true;
-            else
-                rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
-                                    "--schedule '%s' is not 'tpu' (double-buffered "
-                                    "weight-stationary) or 'serial' (SCALE-Sim v2)",
-                                    tpu__quote(val, qb, sizeof qb));
-        } else if (!strcmp(arg, "--dataflow")) {
-            if (tpu_dataflow_parse(val, &o->dataflow) != 0)
-                rc = tpu__cli_error(CMD, TPU_CLI_USAGE,
-                                    "--dataflow '%s' is not one of ws, os, is",
-                                    tpu__quote(val, qb, sizeof qb));
-            o->have_dataflow = true;
-        } else if (!strcmp(arg, "--a")) {
-            o->a_path = val;
-        } else if (!strcmp(arg, "--b")) {
-            o->b_path = val;
-        } else if (!strcmp(arg, "--seed")) {
-            rc = tpu__cli_parse_u64(CMD, "--seed", val, 0, UINT64_MAX, &o->seed);
-        } else if (!strcmp(arg, "--dump")) {
-            o->dump_path = val;
-        } else if (!strcmp(arg, "--dump-inputs")) {
-            o->dump_inputs = val;
-        } else if (!strcmp(arg, "--topology")) {
-            o->topology = val;
-        } else if (!strcmp(arg, "--threads")) {
-            rc = tpu__cli_parse_u64(CMD, "--threads", val, 1, 256, &v);
-            o->threads = (unsigned)v;
-        }
-        if (rc)
-            return rc;
-    }
+    struct gemm_opts *o = p->target;
+    if (tpu_dataflow_parse(text, &o->dataflow) != 0)
+        return tpu__cli_opts_bad_word(p, opt, text);
+    return 0;
+}
 
-    /* combinations */
-    if (have_passes && o->dtype != TPU_F32)
+#define GEMM_SIZE_MAX (UINT64_C(1) << 31)
+static const char *const dtype_words[] = {"bf16", "int8", "fp32", NULL};
+static const int dtype_values[] = {TPU_BF16, TPU_INT8, TPU_F32};
+static const char *const schedule_words[] = {"tpu", "serial", NULL};
+static const int schedule_values[] = {0, 1};
+static const char *const dataflow_words[] = {"ws", "os", "is", NULL};
+static const uint64_t passes_only[] = {1, 3, 6};
+
+static const struct tpu__cli_opt gemm_opts[] = {
+    {.name = "-m", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct gemm_opts, m),
+     TPU__CLI_GIVEN(struct gemm_opts, have_m), .min = 1, .max = GEMM_SIZE_MAX, .arg = "M",
+     .help = "GEMM size: rows of A and Y (1 .. 2^31)"},
+    {.name = "-k", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct gemm_opts, k),
+     TPU__CLI_GIVEN(struct gemm_opts, have_k), .min = 1, .max = GEMM_SIZE_MAX, .arg = "K",
+     .help = "GEMM size: columns of A, rows of B (1 .. 2^31)"},
+    {.name = "-n", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct gemm_opts, n),
+     TPU__CLI_GIVEN(struct gemm_opts, have_n), .min = 1, .max = GEMM_SIZE_MAX, .arg = "N",
+     .help = "GEMM size: columns of B and Y (1 .. 2^31)"},
+    {.name = "--chip", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, chip),
+     .arg = "NAME|FILE",
+     .help = "chip preset or JSON file (default tpu-v4; tpusim config list)"},
+    {.name = "--array", .kind = TPU__CLI_CUSTOM, .set = set_array, .arg = "RxC",
+     .help = "override the matrix unit size, e.g. 32x32"},
+    {.name = "--dtype", .kind = TPU__CLI_ENUM, TPU__CLI_FIELD(struct gemm_opts, dtype),
+     .words = dtype_words, .values = dtype_values,
+     .help = "operand type (default bf16); fp32 runs as bf16 passes"},
+    {.name = "--passes", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct gemm_opts, passes),
+     TPU__CLI_GIVEN(struct gemm_opts, have_passes), .min = 1, .max = 6, .only = passes_only,
+     .n_only = 3, .help = "bf16 passes for fp32 (default 6 = XLA HIGHEST; 3 = HIGH)"},
+    {.name = "--schedule", .kind = TPU__CLI_ENUM, TPU__CLI_FIELD(struct gemm_opts, serial),
+     .words = schedule_words, .values = schedule_values,
+     .help = "tpu: double-buffered weight-stationary (default);\n"
+             "serial: SCALE-Sim v2's fold-by-fold compute model"},
+    {.name = "--dataflow", .kind = TPU__CLI_CUSTOM, .set = set_dataflow,
+     TPU__CLI_GIVEN(struct gemm_opts, have_dataflow), .words = dataflow_words,
+     .help = "dataflow for --schedule serial (default ws)"},
+    {.name = "--timing-only", .kind = TPU__CLI_FLAG,
+     TPU__CLI_FIELD(struct gemm_opts, timing_only), .help = "count cycles only; compute no values"},
+    {.name = "--a", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, a_path), .arg = "A.npy",
+     .help = "operand A from a NumPy file (float32; int8 for --dtype int8);\n"
+             "with --b; otherwise random from --seed"},
+    {.name = "--b", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, b_path), .arg = "B.npy",
+     .help = "operand B, the same way"},
+    {.name = "--seed", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct gemm_opts, seed), .min = 0,
+     .max = UINT64_MAX, .arg = "N", .help = "seed for random operands (default 1)"},
+    {.name = "--dump", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, dump_path),
+     .arg = "Y.npy", .help = "write the result (float32, or int32 for int8)"},
+    {.name = "--dump-inputs", .kind = TPU__CLI_STR,
+     TPU__CLI_FIELD(struct gemm_opts, dump_inputs), .arg = "PREFIX",
+     .help = "write the operands as the chip saw them: PREFIX_a.npy and\n"
+             "PREFIX_b.npy (bf16 values stored as float32)"},
+    {.name = "--topology", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct gemm_opts, topology),
+     .arg = "FILE.csv",
+     .help = "SCALE-Sim GEMM topology (Layer,M,N,K rows): one row per layer"},
+    {.name = "--threads", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct gemm_opts, threads),
+     .min = 1, .max = 256, .arg = "N",
+     .help = "host threads for the values (default: all online CPUs)"},
+    {.name = "--json", .kind = TPU__CLI_FLAG, TPU__CLI_FIELD(struct gemm_opts, json),
+     .help = "machine-readable output"},
+};
+
+const struct tpu__cli_opts tpu__cli_gemm_options = {
+    .opts = gemm_opts,
+    .n_opts = sizeof gemm_opts / sizeof gemm_opts[0],
+    .usage = "usage: tpusim gemm -m M -k K -n N [options]\n"
+             "       tpusim gemm --topology LAYERS.csv [options]\n"
+             "\n"
+             "Simulates Y[M][N] = A[M][K] * B[K][N] on a chip's matrix units.\n"
+             "\n",
+    .help_column = 25,
+};
+
+/* The rules that join several options, after each was parsed on its own. */
+static int check_combinations(struct gemm_opts *o)
+{
+    if (o->have_passes && o->dtype != TPU_F32)
         return tpu__cli_error(CMD, TPU_CLI_USAGE,
                               "--passes applies to --dtype fp32 only (bf16 and int8 are one "
                               "pass); drop --passes or add --dtype fp32");
@@ -222,6 +180,17 @@ static int parse_args(int argc, char **argv, struct gemm_opts *o)
     return 0;
 }
 
+/* Returns 0, TPU__CLI_HELP after printing the help, or an exit code after an error. */
+static int parse_args(int argc, char **argv, struct gemm_opts *o)
+{
+    *o = (struct gemm_opts){.chip = "tpu-v4", .dtype = TPU_BF16, .passes = 6, .seed = 1};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = ncpu > 0 ? (unsigned)ncpu : 1;
+    const struct tpu__cli_parse p = {.table = &tpu__cli_gemm_options, .cmd = CMD, .target = o};
+    int rc = tpu__cli_opts_parse(&p, argc, argv, 1, NULL);
+    return rc ? rc : check_combinations(o);
+}
+
 /* ---- operands ------------------------------------------------------------------------ */
 
 struct operands {
@@ -255,7 +224,8 @@ static int load_operand(const char *path, const char *which, enum tpu_dtype dtyp
         int rc = tpu__cli_error(CMD, TPU_CLI_FAIL,
                                 "%s (operand %s) holds %s; --dtype %s needs %s data (numpy: "
                                 "a.astype(np.%s))",
-                                tpu__quote(path, qp, sizeof qp), which, tpu_npy_dtype_name(arr->dtype),
+                                tpu__quote(path, qp, sizeof qp), which,
+                                tpu_npy_dtype_name(arr->dtype),
                                 tpu_gemm_dtype_name(dtype), tpu_npy_dtype_name(want),
                                 tpu_npy_dtype_name(want));
         tpu_npy_free(arr);
@@ -664,7 +634,7 @@ int tpu__cli_gemm(int argc, char **argv)
     struct gemm_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
-        return rc < 0 ? TPU_CLI_OK : rc;
+        return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
 
     struct tpu_chip_config cfg;
     struct tpu_diag d = {0};

@@ -17,21 +17,11 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "options.h"
 #include "rng.h"
 #include "tpusim/device.h"
 #include "tpusim/program.h"
 #include "util.h"
-
-static const char usage_text[] =
-    "usage: tpusim program check FILE [--chip NAME|FILE]\n"
-    "       tpusim program run FILE [--chip NAME|FILE] [--chips N] [--threads N]\n"
-    "                               [--var NAME=VALUE]... [--seed N] [--timing-only]\n"
-    "                               [--trace FILE.json] [--json]\n"
-    "\n"
-    "check parses FILE (the text form of include/tpusim/program.h), verifies it against the\n"
-    "chip (default tiny) and prints it back in canonical form. run also runs it once on every\n"
-    "core with generated infeed data and prints each core's cycles, unit busy time and\n"
-    "stalls. FILE is text of at most 16 MiB.\n";
 
 #define MAX_VARS 16
 /* The largest program text read, in bytes: far beyond any real program, small enough that a
@@ -51,86 +41,113 @@ struct prog_opts {
 
 static const char *const CMD = "program";
 
+/* --var NAME=INTEGER, up to MAX_VARS of them. */
+static int set_var(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                   const char *val)
+{
+    struct prog_opts *o = p->target;
+    char qb[TPU__QUOTE_BYTES];
+    const char *eq = strchr(val, '=');
+    char *end = NULL;
+    (void)opt;
+    errno = 0;
+    long long x = eq ? strtoll(eq + 1, &end, 10) : 0;
+    if (o->n_vars == MAX_VARS)
+        return tpu__cli_error(CMD, TPU_CLI_USAGE, "more than %d --var options; set at "
+                              "most %d variables", MAX_VARS, MAX_VARS);
+    if (!eq || eq == val || !end || end == eq + 1 || *end)
+        return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s' is not NAME=INTEGER; "
+                              "e.g. --var iterations=10",
+                              tpu__quote(val, qb, sizeof qb));
+    if (errno == ERANGE)
+        return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s': the value is out of "
+                              "range (%lld to %lld)", tpu__quote(val, qb, sizeof qb),
+                              LLONG_MIN, LLONG_MAX);
+    o->var_name[o->n_vars] = val;
+    o->var_value[o->n_vars++] = x;
+    return 0;
+}
+
+/* The program file: one operand. */
+static int set_file(const struct tpu__cli_parse *p, const char *arg)
+{
+    struct prog_opts *o = p->target;
+    char qb[TPU__QUOTE_BYTES], qb2[TPU__QUOTE_BYTES];
+    if (o->file)
+        return tpu__cli_error(CMD, TPU_CLI_USAGE, "one program file at a time: '%s' "
+                              "and '%s'", tpu__quote(o->file, qb, sizeof qb),
+                              tpu__quote(arg, qb2, sizeof qb2));
+    o->file = arg;
+    return 0;
+}
+
+/* check and run share the table: what only run takes is marked so. */
+enum { PROG_CHECK = 1, PROG_RUN = 2 };
+static const char *const prog_scopes[] = {"program check", "program run", NULL};
+#define RUN_ONLY .scope = PROG_RUN, .scope_why = "check only parses and verifies"
+
+static const struct tpu__cli_opt prog_opts[] = {
+    {.name = "--chip", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct prog_opts, chip),
+     .arg = "NAME|FILE", .help = "chip preset or JSON file (default tiny)"},
+    {.name = "--chips", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct prog_opts, chips), .min = 1,
+     .max = 4096, .arg = "N", .help = "chips on the host (default: the chip's chips_per_host)"},
+    {.name = "--threads", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct prog_opts, threads),
+     .min = 1, .max = 256, .arg = "N",
+     .help = "host threads simulating the cores (default: one per core, at\nmost the CPUs)"},
+    {.name = "--var", .kind = TPU__CLI_CUSTOM, .set = set_var, RUN_ONLY, .arg = "NAME=VALUE",
+     .help = "set a device variable (the loop\ncount among them); repeat for each, at most 16"},
+    {.name = "--seed", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct prog_opts, seed), .min = 0,
+     .max = UINT64_MAX, .arg = "N", .help = "seed of the generated infeed data (default 1)"},
+    {.name = "--timing-only", .kind = TPU__CLI_FLAG,
+     TPU__CLI_FIELD(struct prog_opts, timing_only), RUN_ONLY,
+     .help = "count cycles, compute no values"},
+    {.name = "--trace", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct prog_opts, trace), RUN_ONLY,
+     .arg = "FILE.json", .help = "write the timeline (Chrome trace JSON,\nopens in Perfetto)"},
+    {.name = "--json", .kind = TPU__CLI_FLAG, TPU__CLI_FIELD(struct prog_opts, json),
+     .help = "machine-readable output"},
+};
+
+const struct tpu__cli_opts tpu__cli_program_options = {
+    .opts = prog_opts,
+    .n_opts = sizeof prog_opts / sizeof prog_opts[0],
+    .usage =
+        "usage: tpusim program check FILE [--chip NAME|FILE]\n"
+        "       tpusim program run FILE [--chip NAME|FILE] [--chips N] [--threads N]\n"
+        "                               [--var NAME=VALUE]... [--seed N] [--timing-only]\n"
+        "                               [--trace FILE.json] [--json]\n"
+        "\n"
+        "check parses FILE (the text form of include/tpusim/program.h), verifies it against the\n"
+        "chip (default tiny) and prints it back in canonical form. run also runs it once on every\n"
+        "core with generated infeed data and prints each core's cycles, unit busy time and\n"
+        "stalls. FILE is text of at most 16 MiB.\n"
+        "\n",
+    .help_column = 25,
+    .scope_names = prog_scopes,
+};
+
+/* Returns 0, TPU__CLI_HELP after printing the help, or an exit code after an error. */
 static int parse_args(int argc, char **argv, struct prog_opts *o)
 {
     *o = (struct prog_opts){.chip = "tiny", .seed = 1};
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(usage_text, argc < 2 ? stderr : stdout);
-        return argc < 2 ? TPU_CLI_USAGE : -1;
+        tpu__cli_opts_help(&tpu__cli_program_options, argc < 2 ? stderr : stdout);
+        return argc < 2 ? TPU_CLI_USAGE : TPU__CLI_HELP;
     }
     o->sub = argv[1];
-    char qb[TPU__QUOTE_BYTES], qb2[TPU__QUOTE_BYTES];
+    char qb[TPU__QUOTE_BYTES];
     if (strcmp(o->sub, "check") && strcmp(o->sub, "run"))
         return tpu__cli_error(CMD, TPU_CLI_USAGE, "'%s' is not 'check' or 'run'; see 'tpusim "
                               "program --help'", tpu__quote(o->sub, qb, sizeof qb));
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        uint64_t v;
-        int rc = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, stdout);
-            return -1;
-        } else if (!strcmp(a, "--timing-only")) {
-            o->timing_only = true;
-            continue;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        } else if (a[0] != '-') {
-            if (o->file)
-                return tpu__cli_error(CMD, TPU_CLI_USAGE, "one program file at a time: '%s' "
-                                      "and '%s'", tpu__quote(o->file, qb, sizeof qb),
-                                      tpu__quote(a, qb2, sizeof qb2));
-            o->file = a;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return tpu__cli_error(CMD, TPU_CLI_USAGE, "option '%s' needs a value (or is "
-                                  "unknown: see 'tpusim program --help')",
-                                  tpu__quote(a, qb, sizeof qb));
-        const char *val = argv[++i];
-        if (!strcmp(a, "--chip"))
-            o->chip = val;
-        else if (!strcmp(a, "--trace"))
-            o->trace = val;
-        else if (!strcmp(a, "--chips")) {
-            rc = tpu__cli_parse_u64(CMD, a, val, 1, 4096, &v);
-            o->chips = (uint32_t)v;
-        } else if (!strcmp(a, "--threads")) {
-            rc = tpu__cli_parse_u64(CMD, a, val, 1, 256, &v);
-            o->threads = (unsigned)v;
-        } else if (!strcmp(a, "--seed"))
-            rc = tpu__cli_parse_u64(CMD, a, val, 0, UINT64_MAX, &o->seed);
-        else if (!strcmp(a, "--var")) {
-            const char *eq = strchr(val, '=');
-            char *end = NULL;
-            errno = 0;
-            long long x = eq ? strtoll(eq + 1, &end, 10) : 0;
-            if (o->n_vars == MAX_VARS)
-                return tpu__cli_error(CMD, TPU_CLI_USAGE, "more than %d --var options; set at "
-                                      "most %d variables", MAX_VARS, MAX_VARS);
-            if (!eq || eq == val || !end || end == eq + 1 || *end)
-                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s' is not NAME=INTEGER; "
-                                      "e.g. --var iterations=10",
-                                      tpu__quote(val, qb, sizeof qb));
-            if (errno == ERANGE)
-                return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var '%s': the value is out of "
-                                      "range (%lld to %lld)", tpu__quote(val, qb, sizeof qb),
-                                      LLONG_MIN, LLONG_MAX);
-            o->var_name[o->n_vars] = val;
-            o->var_value[o->n_vars++] = x;
-        } else
-            return tpu__cli_error(CMD, TPU_CLI_USAGE, "unknown option '%s'; see 'tpusim "
-                                  "program --help'", tpu__quote(a, qb, sizeof qb));
-        if (rc)
-            return rc;
-    }
+    const bool check = !strcmp(o->sub, "check");
+    const struct tpu__cli_parse p = {.table = &tpu__cli_program_options,
+                                     .cmd = CMD,
+                                     .scope = check ? PROG_CHECK : PROG_RUN, .target = o};
+    int rc = tpu__cli_opts_parse(&p, argc, argv, 2, set_file);
+    if (rc)
+        return rc;
     if (!o->file)
         return tpu__cli_error(CMD, TPU_CLI_USAGE, "give the program file: tpusim program %s "
                               "FILE", o->sub);
-    if (!strcmp(o->sub, "check") && (o->trace || o->n_vars || o->timing_only))
-        return tpu__cli_error(CMD, TPU_CLI_USAGE, "--trace, --var and --timing-only go with "
-                              "'tpusim program run'");
     return 0;
 }
 
@@ -295,25 +312,10 @@ static void *drain(void *arg)
     return NULL;
 }
 
-static int run(const struct prog_opts *o, struct tpu_program *p,
-               const struct tpu_chip_config *chip)
+/* Sets the variables named by --var; returns 0 or an exit code after the error. */
+static int set_vars(const struct prog_opts *o, const struct tpu_program *p,
+                    struct tpu_device *dev)
 {
-    struct tpu_device_settings s;
-    tpu_device_default_settings(&s, chip);
-    if (o->chips)
-        s.n_chips = o->chips;
-    s.n_threads = o->threads;
-    s.timing_only = o->timing_only;
-    s.trace = o->trace != NULL;
-    struct tpu_device *dev = NULL;
-    struct tpu_diag d = {0};
-    int rc = 0;
-    uint32_t *in_order = NULL, *out_order = NULL;
-    if (tpu_device_open(&s, &dev, &d) || tpu_device_load(dev, p, &d)) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
-        goto out;
-    }
-    int64_t trips = 0;
     for (int i = 0; i < o->n_vars; i++) {
         char name[64];
         size_t len = (size_t)(strchr(o->var_name[i], '=') - o->var_name[i]);
@@ -321,25 +323,22 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
         uint32_t id;
         if (tpu_program_find_var(p, name, &id)) {
             char qb[TPU__QUOTE_BYTES], qn[TPU__QUOTE_BYTES];
-            rc = tpu__cli_error(CMD, TPU_CLI_USAGE, "--var %s: the program has no variable "
-                                "'%s'", tpu__quote(o->var_name[i], qb, sizeof qb),
-                                tpu__quote(name, qn, sizeof qn));
-            goto out;
+            return tpu__cli_error(CMD, TPU_CLI_USAGE, "--var %s: the program has no variable "
+                                  "'%s'", tpu__quote(o->var_name[i], qb, sizeof qb),
+                                  tpu__quote(name, qn, sizeof qn));
         }
         tpu_device_set_var(dev, id, o->var_value[i]);
     }
-    for (size_t i = 0; i < tpu_program_n_ops(p); i++)
-        if (tpu_program_op(p, i)->code == TPU_OP_LOOP_BEGIN)
-            trips = tpu_device_get_var(dev, 0, tpu_program_op(p, i)->attrs.var);
-    const size_t cap = 1u << 20;
-    in_order = malloc(cap * sizeof *in_order);
-    out_order = malloc(cap * sizeof *out_order);
-    if (!in_order || !out_order) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
-        goto out;
-    }
-    size_t n_in = feed_order(p, TPU_OP_INFEED, trips, in_order, cap);
-    size_t n_out = feed_order(p, TPU_OP_OUTFEED, trips, out_order, cap);
+    return 0;
+}
+
+/* Runs the loaded program once with a feeder thread for the infeeds and a drainer per core
+ * for the outfeeds (in_order and out_order: their orders, n_in and n_out long). */
+static int run_fed(const struct prog_opts *o, struct tpu_program *p, struct tpu_device *dev,
+                   const uint32_t *in_order, size_t n_in, const uint32_t *out_order,
+                   size_t n_out, uint64_t *end)
+{
+    struct tpu_diag d = {0};
     struct feeder fd = {.dev = dev, .p = p, .order = in_order, .n = n_in, .seed = o->seed,
                         .timing_only = o->timing_only};
     uint32_t n_cores = tpu_device_n_cores(dev);
@@ -348,16 +347,14 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
     if (!dr || !dt) {
         free(dr);
         free(dt);
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
-        goto out;
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
     }
     pthread_create(&ft, NULL, feed, &fd);
     for (uint32_t c = 0; c < n_cores; c++) {
         dr[c] = (struct drainer){.dev = dev, .p = p, .order = out_order, .n = n_out, .core = c};
         pthread_create(&dt[c], NULL, drain, &dr[c]);
     }
-    uint64_t end = 0;
-    int r = tpu_device_run(dev, 0, &end, &d);
+    int r = tpu_device_run(dev, 0, end, &d);
     if (r)
         tpu_device_cancel(dev); /* release the feeding threads */
     pthread_join(ft, NULL);
@@ -365,14 +362,17 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
         pthread_join(dt[c], NULL);
     free(dr);
     free(dt);
-    if (r) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
-        goto out;
-    }
-    if (o->trace && tpu_device_write_trace(dev, o->trace, &d)) {
-        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
-        goto out;
-    }
+    if (r)
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+    return 0;
+}
+
+/* Each core's cycles, unit busy time and stalls, as text or JSON. */
+static void print_counters(const struct prog_opts *o, const struct tpu_program *p,
+                           const struct tpu_chip_config *chip, struct tpu_device *dev,
+                           uint64_t end)
+{
+    uint32_t n_cores = tpu_device_n_cores(dev);
     if (o->json)
         printf("{\"program\": \"%s\", \"chip\": \"%s\", \"cycles\": %" PRIu64 ", \"cores\": [",
                tpu_program_name(p), chip->name, end);
@@ -404,6 +404,49 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
     }
     if (o->json)
         printf("]}\n");
+}
+
+static int run(const struct prog_opts *o, struct tpu_program *p,
+               const struct tpu_chip_config *chip)
+{
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, chip);
+    if (o->chips)
+        s.n_chips = o->chips;
+    s.n_threads = o->threads;
+    s.timing_only = o->timing_only;
+    s.trace = o->trace != NULL;
+    struct tpu_device *dev = NULL;
+    struct tpu_diag d = {0};
+    int rc = 0;
+    uint32_t *in_order = NULL, *out_order = NULL;
+    if (tpu_device_open(&s, &dev, &d) || tpu_device_load(dev, p, &d)) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+        goto out;
+    }
+    if ((rc = set_vars(o, p, dev)))
+        goto out;
+    int64_t trips = 0;
+    for (size_t i = 0; i < tpu_program_n_ops(p); i++)
+        if (tpu_program_op(p, i)->code == TPU_OP_LOOP_BEGIN)
+            trips = tpu_device_get_var(dev, 0, tpu_program_op(p, i)->attrs.var);
+    const size_t cap = 1u << 20;
+    in_order = malloc(cap * sizeof *in_order);
+    out_order = malloc(cap * sizeof *out_order);
+    if (!in_order || !out_order) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
+        goto out;
+    }
+    size_t n_in = feed_order(p, TPU_OP_INFEED, trips, in_order, cap);
+    size_t n_out = feed_order(p, TPU_OP_OUTFEED, trips, out_order, cap);
+    uint64_t end = 0;
+    if ((rc = run_fed(o, p, dev, in_order, n_in, out_order, n_out, &end)))
+        goto out;
+    if (o->trace && tpu_device_write_trace(dev, o->trace, &d)) {
+        rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+        goto out;
+    }
+    print_counters(o, p, chip, dev, end);
 out:
     free(in_order);
     free(out_order);
@@ -416,7 +459,7 @@ int tpu__cli_program(int argc, char **argv)
     struct prog_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
-        return rc < 0 ? TPU_CLI_OK : rc;
+        return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
     struct tpu_diag d = {0};
     struct tpu_chip_config chip;
     if (tpu_config_load(o.chip, &chip, &d))

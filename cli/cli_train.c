@@ -3,7 +3,8 @@
  *
  * Options come from flags or from a JSON config file (--config FILE): its keys are the long
  * option names with '_' for '-', its values numbers, strings or booleans; flags given after
- * --config override it. Every value is checked before any work. */
+ * --config override it. Both read the one table below (train_opts_table, see options.h), which
+ * also makes --help. Every value is checked before any work. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "options.h"
 #include "tpusim/dataset_input.h"
 #include "tpusim/npy.h"
 #include "tpusim/reference.h"
@@ -57,181 +59,9 @@ struct train_opts {
     bool length_from_config; /* --steps, --max-steps or --epochs came from the file */
 };
 
-/* The subcommands an option belongs to, and the longest value it takes; an option not
- * listed belongs to all three and takes at most OPT_TEXT_MAX characters. An option given to
- * a subcommand it does not belong to is an error, never silently ignored. */
-enum { CMD_TRAIN = 1, CMD_EVALUATE = 2, CMD_PREDICT = 4 };
-static const struct option_rule {
-    const char *name;
-    unsigned cmds; /* CMD_* bits; 0: all */
-    size_t max_chars; /* 0: OPT_TEXT_MAX */
-    const char *why;  /* why the others do not take it */
-} option_rules[] = {
-    {"--chip", 0, OPT_PATH_MAX, NULL},
-    {"--data", 0, OPT_PATH_MAX, NULL},
-    {"--trace", 0, OPT_PATH_MAX, NULL},
-    {"--vcd", 0, OPT_PATH_MAX, NULL},
-    {"--config", 0, OPT_PATH_MAX, NULL},
-    {"--model-dir", 0, OPT_MODEL_DIR_MAX, NULL},
-    {"--layers", 0, OPT_TEXT_MAX, NULL},
-    {"--iterations-per-loop", 0, OPT_TEXT_MAX, NULL},
-    {"--output", CMD_PREDICT, OPT_PATH_MAX, "only predict writes logits"},
-    {"--limit", CMD_PREDICT, 0, "evaluate takes --steps batches instead"},
-    {"--timing-only", CMD_TRAIN, 0, "evaluating and predicting compute values"},
-    {"--reference", CMD_TRAIN, 0, "the host reference is trained beside the chip"},
-    {"--no-eval", CMD_TRAIN, 0, "it skips the evaluation after training"},
-    {"--steps", CMD_TRAIN | CMD_EVALUATE, 0, "predict reads the whole test set (or --limit "
-                                             "examples)"},
-    {"--max-steps", CMD_TRAIN, 0, "evaluate takes --steps batches"},
-    {"--epochs", CMD_TRAIN, 0, "evaluate takes --steps batches"},
-    {"--int8", CMD_EVALUATE | CMD_PREDICT, 0, "it quantizes a trained checkpoint: train in bf16, "
-                                              "then evaluate or predict with --int8"},
-    /* The estimator's constructor arguments (TPUConfig, RunConfig, batch sizes, the model's
-     * hyperparameters) belong to every subcommand, as TPUEstimator takes them all whatever
-     * it is asked to do next: one command line or config file serves train, evaluate and
-     * predict. Those that a subcommand does not use are accepted and have no effect. */
-};
-
-static unsigned cmd_bit(const char *cmd)
-{
-    return !strcmp(cmd, "train") ? CMD_TRAIN : !strcmp(cmd, "evaluate") ? CMD_EVALUATE
-                                                                         : CMD_PREDICT;
-}
-
-static const struct option_rule *option_rule(const char *name)
-{
-    for (size_t i = 0; i < sizeof option_rules / sizeof option_rules[0]; i++)
-        if (!strcmp(option_rules[i].name, name))
-            return &option_rules[i];
-    return NULL;
-}
-
-/* Whether option `name` belongs to o->cmd; if not, prints why. */
-static int check_scope(const struct train_opts *o, const char *name)
-{
-    const struct option_rule *r = option_rule(name);
-    if (!r || !r->cmds || (r->cmds & cmd_bit(o->cmd)))
-        return 0;
-    char owners[64] = "";
-    static const char *const cmd_names[] = {"train", "evaluate", "predict"};
-    for (unsigned b = 0; b < 3; b++)
-        if (r->cmds & (1u << b))
-            snprintf(owners + strlen(owners), sizeof owners - strlen(owners), "%s'tpusim %s'",
-                     owners[0] ? " and " : "", cmd_names[b]);
-    return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s belongs to %s, not to 'tpusim %s' (%s); "
-                          "leave it out", name, owners, o->cmd, r->why);
-}
-
-/* Whether value v of option `name` is within the option's length; if not, prints the limit. */
-static int check_length(const struct train_opts *o, const char *name, const char *v)
-{
-    const struct option_rule *r = option_rule(name);
-    size_t max = r && r->max_chars ? r->max_chars : OPT_TEXT_MAX, n = strlen(v);
-    if (n > max)
-        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '%.40s...' is %zu characters long; it "
-                              "takes at most %zu%s", name, v, n, max,
-                              max == OPT_TEXT_MAX ? "" : ": give a shorter path (a relative "
-                              "one, or through a symbolic link)");
-    if (n == 0)
-        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '' is empty: give it a value, or leave "
-                              "the option out", name);
-    return 0;
-}
-
-/* Copies the value of a string option (its length is checked already). */
-static void set_text(char *dst, size_t cap, const char *v)
-{
-    snprintf(dst, cap, "%s", v);
-}
-
-/* The help, in parts: one literal would pass the 4095 characters C compilers must take. */
-static const char *const usage_text[] = {
-    "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
-    "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
-    "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
-    "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
-    "the others to all three (as TPUEstimator's constructor arguments do: those a subcommand\n"
-    "does not use have no effect). evaluate and predict need --model-dir with a checkpoint.\n"
-    "\n"
-    "chip and device\n"
-    "  --chip NAME|FILE              chip preset or JSON file (default tpu-v3); training needs\n"
-    "                                a bf16 matrix unit (tpu-v1's is int8 only)\n"
-    "  --chips N                     chips on the host (default: the chip's chips_per_host)\n"
-    "  --cores-per-replica N         model parallelism (default 1)\n"
-    "  --threads N                   host threads simulating the cores (default: all CPUs)\n"
-    "  --timing-only                 [train] count cycles, compute no values (no evaluation)\n"
-    "  --trace FILE                  write the timeline (Chrome trace JSON, opens in Perfetto)\n"
-    "  --backend native|rtl          matrix units in C (default), or every matmul on the\n"
-    "                                Verilated RTL array (small MXUs only, e.g. --chip tiny)\n"
-    "  --vcd FILE                    --backend rtl: waveform (VCD) of core 0's array; about\n"
-    "                                12 KB per cycle of an 8x8 array: use a few --steps\n"
-    "model and data\n"
-    "  --layers 512,256              hidden layer widths (default 512,256); input 784, 10 classes\n"
-    "  --optimizer adam|sgd          default adam (learning rate 0.001); sgd: momentum\n"
-    "  --learning-rate X --momentum X --beta1 X --beta2 X --epsilon X --l2 X\n"
-    "  --passes 1|3|6                matmul precision: bf16 inputs (default), or fp32 in passes\n"
-    "  --data DIR                    Fashion-MNIST files (default: the Debian package's path)\n"
-    "  --seed N                      initialization and shuffling (default 1)\n"
-    "  --reference                   [train] also train the same model in fp32 on the host\n"
-    "                                and compare\n"
-    "  --no-eval                     [train] do not evaluate after training\n",
-    "TPUConfig / RunConfig\n"
-    "  --steps N                     [train, evaluate] train N steps; evaluate N batches of\n"
-    "                                --eval-batch-size (default: the whole test set)\n"
-    "  --max-steps N | --epochs X    [train] train up to global step N, or X epochs (default 1)\n"
-    "  --iterations-per-loop N|Ns|Nm|Nh   steps per launch, or simulated time per launch\n"
-    "  --train-batch-size N          global batch (default 512, as the next two)\n"
-    "  --eval-batch-size N\n"
-    "  --predict-batch-size N\n"
-    "  --per-host-input-for-training PER_SHARD_V1|PER_HOST_V1|PER_HOST_V2|BROADCAST\n"
-    "  --eval-training-input-configuration PER_HOST_V1|SLICED\n"
-    "  --model-dir DIR               checkpoints (safetensors) and metrics.jsonl; at most\n"
-    "                                511 characters\n"
-    "  --save-checkpoints-steps N  --keep-checkpoint-max N  --log-step-count-steps N\n"
-    "  --host-call-every-n-steps N  --initial-infeed-sleep-secs X  --strict-input\n"
-    "  --host-time modeled|measured  how host phases are charged (default modeled)\n"
-    "output\n"
-    "  --verbose 0|1|2               0 silent, 1 progress bar (default), 2 a line per epoch\n"
-    "  --json                        machine-readable summary\n"
-    "  --config FILE.json            options from a file: {\"steps\": 100, \"json\": true};\n"
-    "                                the keys are these options' names with '_' for '-'\n"
-    "  --limit N                     [predict] only the first N test examples\n"
-    "  --output FILE.npy             [predict] write the logits\n"
-    "  --int8                        [evaluate, predict] int8 weights and activations\n"
-    "                                quantized from the checkpoint (per-channel weights,\n"
-    "                                activations calibrated on 1000 training examples), int8\n"
-    "                                matmuls; chips with int8 MXUs (tpu-v1, tpu-v4, tiny)\n"
-    "  --help                        this text\n"
-    "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
-    "any work: their directory must exist and be writable.\n",
-};
-
 /* ---- option parsing ------------------------------------------------------------------------ */
 
-static int parse_u32(struct train_opts *o, const char *opt, const char *v, uint32_t lo,
-                     uint32_t hi, uint32_t *out)
-{
-    uint64_t x;
-    int rc = tpu__cli_parse_u64(o->cmd, opt, v, lo, hi, &x);
-    if (!rc)
-        *out = (uint32_t)x;
-    return rc;
-}
-
-static int parse_float(struct train_opts *o, const char *opt, const char *v, double lo,
-                       double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi)
-        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s '%s' is not a number from %g to %g",
-                              opt, v, lo, hi);
-    *out = x;
-    return 0;
-}
-
-static int parse_layers(struct train_opts *o, const char *v)
+static int parse_layers(const char *cmd, struct train_opts *o, const char *v)
 {
     struct tpu_mlp_spec *s = &o->spec;
     uint32_t n = 0;
@@ -242,7 +72,7 @@ static int parse_layers(struct train_opts *o, const char *v)
         unsigned long w = strtoul(p, &end, 10);
         if (end == p || errno || w < 1 || w > 65536 || n + 1 >= TPU_MLP_MAX_LAYERS ||
             (*end && *end != ','))
-            return tpu__cli_error(o->cmd, TPU_CLI_USAGE,
+            return tpu__cli_error(cmd, TPU_CLI_USAGE,
                                   "--layers '%s' is not a comma-separated list of 1 to %d widths "
                                   "from 1 to 65536; e.g. --layers 512,256",
                                   v, TPU_MLP_MAX_LAYERS - 1);
@@ -258,255 +88,306 @@ static int parse_layers(struct train_opts *o, const char *v)
     return 0;
 }
 
-/* An option with a value. Returns 1 if `name` is not one, else 0 or an exit code (the error
- * printed). */
-static int set_option(struct train_opts *o, const char *name, const char *v)
+static int set_layers(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                      const char *v)
 {
-    double x = 0;
-    uint32_t u = 0;
-    struct tpu_diag d = {0};
-    int rc = 0;
-    /* an option of the table is checked before its value is parsed; any other after (its
-     * value has no effect then: an error ends the command) */
-    const struct option_rule *rule = option_rule(name);
-    /* how long to train: a flag after --config replaces the file's choice (say "epochs" in
-     * the file, --steps on the command line), as any other flag after it does */
-    if (!strcmp(name, "--steps") || !strcmp(name, "--max-steps") || !strcmp(name, "--epochs")) {
-        if (o->config_depth)
-            o->length_from_config = true;
-        else if (o->length_from_config) {
-            o->steps = o->max_steps = 0;
-            o->epochs = 0;
-            o->length_from_config = false;
-        }
-    }
-    if (rule && ((rc = check_length(o, name, v)) || (rc = check_scope(o, name))))
-        return rc;
-    if (!strcmp(name, "--chip"))
-        set_text(o->chip, sizeof o->chip, v);
-    else if (!strcmp(name, "--chips"))
-        rc = parse_u32(o, name, v, 1, 4096, &o->chips);
-    else if (!strcmp(name, "--cores-per-replica"))
-        rc = parse_u32(o, name, v, 1, 128, &o->rc.num_cores_per_replica);
-    else if (!strcmp(name, "--threads"))
-        rc = parse_u32(o, name, v, 1, 256, &o->threads);
-    else if (!strcmp(name, "--trace"))
-        set_text(o->trace, sizeof o->trace, v);
-    else if (!strcmp(name, "--backend")) {
-        if (!strcmp(v, "native") || !strcmp(v, "rtl"))
-            o->rtl = !strcmp(v, "rtl");
-        else
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend '%s' is not native or rtl", v);
-    } else if (!strcmp(name, "--vcd"))
-        set_text(o->vcd, sizeof o->vcd, v);
-    else if (!strcmp(name, "--layers"))
-        rc = parse_layers(o, v);
-    else if (!strcmp(name, "--optimizer")) {
-        if (!strcmp(v, "sgd"))
-            o->spec.optimizer = TPU_OPT_SGD_MOMENTUM;
-        else if (!strcmp(v, "adam"))
-            o->spec.optimizer = TPU_OPT_ADAM;
-        else
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--optimizer '%s' is not sgd or adam", v);
-    } else if (!strcmp(name, "--learning-rate")) {
-        if (!(rc = parse_float(o, name, v, 1e-9, 1000, &x)))
-            o->spec.learning_rate = (float)x;
-    } else if (!strcmp(name, "--momentum")) {
-        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
-            o->spec.momentum = (float)x;
-    } else if (!strcmp(name, "--beta1")) {
-        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
-            o->spec.beta1 = (float)x;
-    } else if (!strcmp(name, "--beta2")) {
-        if (!(rc = parse_float(o, name, v, 0, 0.999999, &x)))
-            o->spec.beta2 = (float)x;
-    } else if (!strcmp(name, "--epsilon")) {
-        if (!(rc = parse_float(o, name, v, 1e-12, 1, &x)))
-            o->spec.epsilon = (float)x;
-    } else if (!strcmp(name, "--l2")) {
-        if (!(rc = parse_float(o, name, v, 0, 10, &x)))
-            o->spec.l2 = (float)x;
-    } else if (!strcmp(name, "--passes")) {
-        if (!(rc = parse_u32(o, name, v, 1, 6, &u)) && u != 1 && u != 3 && u != 6)
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--passes %s is not 1, 3 or 6", v);
-        o->spec.passes = u;
-    } else if (!strcmp(name, "--data"))
-        set_text(o->data, sizeof o->data, v);
-    else if (!strcmp(name, "--seed"))
-        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_MAX, &o->rc.seed);
-    else if (!strcmp(name, "--steps"))
-        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->steps);
-    else if (!strcmp(name, "--max-steps"))
-        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->max_steps);
-    else if (!strcmp(name, "--epochs"))
-        rc = parse_float(o, name, v, 1e-6, 1e6, &o->epochs);
-    else if (!strcmp(name, "--iterations-per-loop")) {
-        if (tpu_run_config_set_ipl(&o->rc, v, &d))
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s", d.msg);
-    } else if (!strcmp(name, "--train-batch-size"))
-        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.train_batch_size);
-    else if (!strcmp(name, "--eval-batch-size"))
-        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.eval_batch_size);
-    else if (!strcmp(name, "--predict-batch-size"))
-        rc = parse_u32(o, name, v, 1, 1u << 24, &o->rc.predict_batch_size);
-    else if (!strcmp(name, "--per-host-input-for-training")) {
-        if (tpu_input_mode_parse(v, &o->rc.per_host_input_for_training))
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--per-host-input-for-training '%s' is "
-                                "not PER_SHARD_V1, PER_HOST_V1, PER_HOST_V2 or BROADCAST", v);
-    } else if (!strcmp(name, "--eval-training-input-configuration")) {
-        if (!strcmp(v, "PER_HOST_V1"))
-            o->rc.eval_training_input_configuration = TPU_EVAL_PER_HOST_V1;
-        else if (!strcmp(v, "SLICED"))
-            o->rc.eval_training_input_configuration = TPU_EVAL_SLICED;
-        else
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--eval-training-input-configuration '%s'"
-                                " is not PER_HOST_V1 or SLICED", v);
-    } else if (!strcmp(name, "--model-dir"))
-        set_text(o->rc.model_dir, sizeof o->rc.model_dir, v);
-    else if (!strcmp(name, "--save-checkpoints-steps"))
-        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->rc.save_checkpoints_steps);
-    else if (!strcmp(name, "--keep-checkpoint-max"))
-        rc = parse_u32(o, name, v, 0, 1000000, &o->rc.keep_checkpoint_max);
-    else if (!strcmp(name, "--log-step-count-steps"))
-        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_C(1) << 40, &o->rc.log_step_count_steps);
-    else if (!strcmp(name, "--host-call-every-n-steps"))
-        rc = tpu__cli_parse_u64(o->cmd, name, v, 0, UINT64_C(1) << 40, &o->rc.host_call_every_n_steps);
-    else if (!strcmp(name, "--initial-infeed-sleep-secs")) {
-        if (!(rc = parse_float(o, name, v, 0, 3600, &x)))
-            o->rc.initial_infeed_sleep_secs = x;
-    } else if (!strcmp(name, "--host-time")) {
-        if (!strcmp(v, "modeled"))
-            o->rc.host_time = TPU_HOST_TIME_MODELED;
-        else if (!strcmp(v, "measured"))
-            o->rc.host_time = TPU_HOST_TIME_MEASURED;
-        else
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--host-time '%s' is not modeled or "
-                                "measured", v);
-    } else if (!strcmp(name, "--verbose"))
-        rc = parse_u32(o, name, v, 0, 2, &o->verbose);
-    else if (!strcmp(name, "--limit"))
-        rc = tpu__cli_parse_u64(o->cmd, name, v, 1, UINT64_C(1) << 40, &o->limit);
-    else if (!strcmp(name, "--output"))
-        set_text(o->output, sizeof o->output, v);
-    else
-        return 1; /* not an option with a value */
-    if (!rc && !rule)
-        rc = check_length(o, name, v);
-    return rc;
+    (void)opt;
+    return parse_layers(p->cmd, p->target, v);
 }
 
-/* A true/false option: on from the command line, on or off from a config file. Returns 1 if
- * `name` is not one. */
-static int set_flag(struct train_opts *o, const char *name, bool on)
+static int set_ipl(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt, const char *v)
 {
-    if (!strcmp(name, "--json"))
-        o->json = on;
-    else if (!strcmp(name, "--reference"))
-        o->reference = on;
-    else if (!strcmp(name, "--strict-input"))
-        o->rc.strict_input = on;
-    else if (!strcmp(name, "--timing-only"))
-        o->timing_only = on;
-    else if (!strcmp(name, "--no-eval"))
-        o->no_eval = on;
-    else if (!strcmp(name, "--int8"))
-        o->int8 = on;
-    else
-        return 1;
+    struct train_opts *o = p->target;
+    struct tpu_diag d = {0};
+    (void)opt;
+    if (tpu_run_config_set_ipl(&o->rc, v, &d))
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s", d.msg);
     return 0;
 }
 
-/* Options from a JSON object: "learning_rate": 0.1 means --learning-rate 0.1, "json": true
- * means --json (false: off). The values are copied into o (set_option) before the JSON is
- * freed. */
-static int load_config(struct train_opts *o, const char *path)
+static int load_config(const struct tpu__cli_parse *p, const char *path);
+
+static int set_config(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                      const char *v)
 {
+    (void)opt;
+    return load_config(p, v);
+}
+
+/* How long to train: a flag after --config replaces the file's choice (say "epochs" in the
+ * file, --steps on the command line), as any other flag after it does. */
+static void training_length_given(void *target)
+{
+    struct train_opts *o = target;
+    if (o->config_depth)
+        o->length_from_config = true;
+    else if (o->length_from_config) {
+        o->steps = o->max_steps = 0;
+        o->epochs = 0;
+        o->length_from_config = false;
+    }
+}
+
+/* The subcommands an option belongs to (no scope: all three). An option given to a
+ * subcommand it does not belong to is an error, never silently ignored. The estimator's
+ * constructor arguments (TPUConfig, RunConfig, batch sizes, the model's hyperparameters)
+ * belong to every subcommand, as TPUEstimator takes them all whatever it is asked to do
+ * next: one command line or config file serves train, evaluate and predict. Those that a
+ * subcommand does not use are accepted and have no effect. */
+enum { CMD_TRAIN = 1, CMD_EVALUATE = 2, CMD_PREDICT = 4 };
+static const char *const train_scopes[] = {"train", "evaluate", "predict", NULL};
+
+#define T(f) TPU__CLI_FIELD(struct train_opts, f)
+#define PATH .max_chars = OPT_PATH_MAX
+#define STEPS_MAX (UINT64_C(1) << 40)
+#define BATCH_MAX (1u << 24)
+static const char *const backend_words[] = {"native", "rtl", NULL};
+static const int backend_values[] = {0, 1};
+static const char *const optimizer_words[] = {"adam", "sgd", NULL};
+static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM};
+static const char *const input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
+                                               "BROADCAST", NULL};
+static const int input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
+                                        TPU_BROADCAST};
+static const char *const eval_input_words[] = {"PER_HOST_V1", "SLICED", NULL};
+static const int eval_input_values[] = {TPU_EVAL_PER_HOST_V1, TPU_EVAL_SLICED};
+static const char *const host_time_words[] = {"modeled", "measured", NULL};
+static const int host_time_values[] = {TPU_HOST_TIME_MODELED, TPU_HOST_TIME_MEASURED};
+static const uint64_t passes_only[] = {1, 3, 6};
+
+static const struct tpu__cli_opt train_opts_table[] = {
+    {.name = "--chip", .kind = TPU__CLI_TEXT, T(chip), PATH, .arg = "NAME|FILE",
+     .group = "chip and device",
+     .help = "chip preset or JSON file (default tpu-v3); training needs\n"
+             "a bf16 matrix unit (tpu-v1's is int8 only)"},
+    {.name = "--chips", .kind = TPU__CLI_U64, T(chips), .min = 1, .max = 4096, .arg = "N",
+     .help = "chips on the host (default: the chip's chips_per_host)"},
+    {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
+     .max = 128, .arg = "N", .help = "model parallelism (default 1)"},
+    {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
+     .help = "host threads simulating the cores (default: all CPUs)"},
+    {.name = "--timing-only", .kind = TPU__CLI_FLAG, T(timing_only), .scope = CMD_TRAIN,
+     .scope_why = "evaluating and predicting compute values",
+     .help = "count cycles, compute no values (no evaluation)"},
+    {.name = "--trace", .kind = TPU__CLI_TEXT, T(trace), PATH, .arg = "FILE",
+     .help = "write the timeline (Chrome trace JSON, opens in Perfetto)"},
+    {.name = "--backend", .kind = TPU__CLI_ENUM, T(rtl), .words = backend_words,
+     .values = backend_values,
+     .help = "matrix units in C (default), or every matmul on the\n"
+             "Verilated RTL array (small MXUs only, e.g. --chip tiny)"},
+    {.name = "--vcd", .kind = TPU__CLI_TEXT, T(vcd), PATH, .arg = "FILE",
+     .help = "--backend rtl: waveform (VCD) of core 0's array; about\n"
+             "12 KB per cycle of an 8x8 array: use a few --steps"},
+
+    {.name = "--layers", .kind = TPU__CLI_CUSTOM, .set = set_layers, .max_chars = OPT_TEXT_MAX,
+     .arg = "512,256", .group = "model and data",
+     .help = "hidden layer widths (default 512,256); input 784, 10 classes"},
+    {.name = "--optimizer", .kind = TPU__CLI_ENUM, T(spec.optimizer), .words = optimizer_words,
+     .values = optimizer_values, .help = "default adam (learning rate 0.001); sgd: momentum"},
+    {.name = "--learning-rate", .kind = TPU__CLI_DOUBLE, T(spec.learning_rate), .lo = 1e-9,
+     .hi = 1000, .arg = "X", .help = "step size (default 0.001)"},
+    {.name = "--momentum", .kind = TPU__CLI_DOUBLE, T(spec.momentum), .lo = 0, .hi = 0.999999,
+     .arg = "X", .help = "sgd's momentum (default 0.9)"},
+    {.name = "--beta1", .kind = TPU__CLI_DOUBLE, T(spec.beta1), .lo = 0, .hi = 0.999999,
+     .arg = "X", .help = "adam's first moment decay (default 0.9)"},
+    {.name = "--beta2", .kind = TPU__CLI_DOUBLE, T(spec.beta2), .lo = 0, .hi = 0.999999,
+     .arg = "X", .help = "adam's second moment decay (default 0.999)"},
+    {.name = "--epsilon", .kind = TPU__CLI_DOUBLE, T(spec.epsilon), .lo = 1e-12, .hi = 1,
+     .arg = "X", .help = "adam's epsilon (default 1e-7)"},
+    {.name = "--l2", .kind = TPU__CLI_DOUBLE, T(spec.l2), .lo = 0, .hi = 10, .arg = "X",
+     .help = "weight decay added to the gradients (default 0)"},
+    {.name = "--passes", .kind = TPU__CLI_U64, T(spec.passes), .min = 1, .max = 6,
+     .only = passes_only, .n_only = 3,
+     .help = "matmul precision: bf16 inputs (default), or fp32 in passes"},
+    {.name = "--data", .kind = TPU__CLI_TEXT, T(data), PATH, .arg = "DIR",
+     .help = "Fashion-MNIST files (default: the Debian package's path)"},
+    {.name = "--seed", .kind = TPU__CLI_U64, T(rc.seed), .min = 0, .max = UINT64_MAX, .arg = "N",
+     .help = "initialization and shuffling (default 1)"},
+    {.name = "--reference", .kind = TPU__CLI_FLAG, T(reference), .scope = CMD_TRAIN,
+     .scope_why = "the host reference is trained beside the chip",
+     .help = "also train the same model in fp32 on the host\nand compare"},
+    {.name = "--no-eval", .kind = TPU__CLI_FLAG, T(no_eval), .scope = CMD_TRAIN,
+     .scope_why = "it skips the evaluation after training",
+     .help = "do not evaluate after training"},
+
+    {.name = "--steps", .kind = TPU__CLI_U64, T(steps), .min = 1, .max = STEPS_MAX,
+     .before = training_length_given, .scope = CMD_TRAIN | CMD_EVALUATE,
+     .scope_why = "predict reads the whole test set (or --limit examples)", .arg = "N",
+     .group = "TPUConfig / RunConfig",
+     .help = "train N steps; evaluate N batches of\n"
+             "--eval-batch-size (default: the whole test set)"},
+    {.name = "--max-steps", .kind = TPU__CLI_U64, T(max_steps), .min = 1, .max = STEPS_MAX,
+     .before = training_length_given, .scope = CMD_TRAIN,
+     .scope_why = "evaluate takes --steps batches", .arg = "N",
+     .help = "train up to global step N (or --epochs)"},
+    {.name = "--epochs", .kind = TPU__CLI_DOUBLE, T(epochs), .lo = 1e-6, .hi = 1e6,
+     .before = training_length_given, .scope = CMD_TRAIN,
+     .scope_why = "evaluate takes --steps batches", .arg = "X",
+     .help = "train X epochs (default 1)"},
+    {.name = "--iterations-per-loop", .kind = TPU__CLI_CUSTOM, .set = set_ipl,
+     .max_chars = OPT_TEXT_MAX, .arg = "N|Ns|Nm|Nh",
+     .help = "steps per launch, or simulated time per launch"},
+    {.name = "--train-batch-size", .kind = TPU__CLI_U64, T(rc.train_batch_size), .min = 1,
+     .max = BATCH_MAX, .arg = "N", .help = "global batch (default 512, as the next two)"},
+    {.name = "--eval-batch-size", .kind = TPU__CLI_U64, T(rc.eval_batch_size), .min = 1,
+     .max = BATCH_MAX, .arg = "N", .help = "global batch of evaluation"},
+    {.name = "--predict-batch-size", .kind = TPU__CLI_U64, T(rc.predict_batch_size), .min = 1,
+     .max = BATCH_MAX, .arg = "N", .help = "global batch of prediction"},
+    {.name = "--per-host-input-for-training", .kind = TPU__CLI_ENUM,
+     T(rc.per_host_input_for_training), .words = input_mode_words, .values = input_mode_values,
+     .help = "how the global batch is split (default PER_HOST_V2)"},
+    {.name = "--eval-training-input-configuration", .kind = TPU__CLI_ENUM,
+     T(rc.eval_training_input_configuration), .words = eval_input_words,
+     .values = eval_input_values, .help = "the same for evaluation (default PER_HOST_V1)"},
+    {.name = "--model-dir", .kind = TPU__CLI_TEXT, T(rc.model_dir),
+     .max_chars = OPT_MODEL_DIR_MAX, .arg = "DIR",
+     .help = "checkpoints (safetensors) and metrics.jsonl; at most\n511 characters"},
+    {.name = "--save-checkpoints-steps", .kind = TPU__CLI_U64, T(rc.save_checkpoints_steps),
+     .min = 1, .max = STEPS_MAX, .arg = "N",
+     .help = "a checkpoint every N steps (default: at the start and\nthe end only)"},
+    {.name = "--keep-checkpoint-max", .kind = TPU__CLI_U64, T(rc.keep_checkpoint_max), .min = 0,
+     .max = 1000000, .arg = "N", .help = "checkpoints kept (default 5; 0: all)"},
+    {.name = "--log-step-count-steps", .kind = TPU__CLI_U64, T(rc.log_step_count_steps),
+     .min = 0, .max = STEPS_MAX, .arg = "N", .help = "a log line every N steps (default 100)"},
+    {.name = "--host-call-every-n-steps", .kind = TPU__CLI_U64, T(rc.host_call_every_n_steps),
+     .min = 0, .max = STEPS_MAX, .arg = "N", .help = "host calls every N steps (default 0: never)"},
+    {.name = "--initial-infeed-sleep-secs", .kind = TPU__CLI_DOUBLE,
+     T(rc.initial_infeed_sleep_secs), .lo = 0, .hi = 3600, .arg = "X",
+     .help = "wait before the first infeed (default 0)"},
+    {.name = "--strict-input", .kind = TPU__CLI_FLAG, T(rc.strict_input),
+     .help = "a finite training input that ends early is an error"},
+    {.name = "--host-time", .kind = TPU__CLI_ENUM, T(rc.host_time), .words = host_time_words,
+     .values = host_time_values, .help = "how host phases are charged (default modeled)"},
+
+    {.name = "--verbose", .kind = TPU__CLI_U64, T(verbose), .min = 0, .max = 2, .arg = "0|1|2",
+     .group = "output", .help = "0 silent, 1 progress bar (default), 2 a line per epoch"},
+    {.name = "--json", .kind = TPU__CLI_FLAG, T(json), .help = "machine-readable summary"},
+    {.name = "--config", .kind = TPU__CLI_CUSTOM, .set = set_config, PATH, .arg = "FILE.json",
+     .help = "options from a file: {\"steps\": 100, \"json\": true};\n"
+             "the keys are these options' names with '_' for '-'"},
+    {.name = "--limit", .kind = TPU__CLI_U64, T(limit), .min = 1, .max = STEPS_MAX,
+     .scope = CMD_PREDICT, .scope_why = "evaluate takes --steps batches instead", .arg = "N",
+     .help = "only the first N test examples"},
+    {.name = "--output", .kind = TPU__CLI_TEXT, T(output), PATH, .scope = CMD_PREDICT,
+     .scope_why = "only predict writes logits", .arg = "FILE.npy", .help = "write the logits"},
+    {.name = "--int8", .kind = TPU__CLI_FLAG, T(int8), .scope = CMD_EVALUATE | CMD_PREDICT,
+     .scope_why = "it quantizes a trained checkpoint: train in bf16, then evaluate or predict "
+                  "with --int8",
+     .help = "int8 weights and activations\n"
+             "quantized from the checkpoint (per-channel weights,\n"
+             "activations calibrated on 1000 training examples), int8\n"
+             "matmuls; chips with int8 MXUs (tpu-v1, tpu-v4, tiny)"},
+};
+#undef T
+#undef PATH
+
+const struct tpu__cli_opts tpu__cli_train_options = {
+    .opts = train_opts_table,
+    .n_opts = sizeof train_opts_table / sizeof train_opts_table[0],
+    .usage =
+        "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
+        "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
+        "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
+        "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
+        "the others to all three (as TPUEstimator's constructor arguments do: those a subcommand\n"
+        "does not use have no effect). evaluate and predict need --model-dir with a checkpoint.\n"
+        "\n",
+    .footer =
+        "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
+        "any work: their directory must exist and be writable.\n",
+    .help_column = 32,
+    .text_max = OPT_TEXT_MAX,
+    .scope_names = train_scopes,
+};
+
+static unsigned cmd_bit(const char *cmd)
+{
+    return !strcmp(cmd, "train") ? CMD_TRAIN : !strcmp(cmd, "evaluate") ? CMD_EVALUATE
+                                                                         : CMD_PREDICT;
+}
+
+/* One member of a config file: "learning_rate": 0.1 means --learning-rate 0.1, "json": true
+ * means --json (false: off). String values are copied into o before the JSON is freed. */
+static int config_member(const struct tpu__cli_parse *p, const char *path, const char *key,
+                         json_t *val)
+{
+    const char *cmd = p->cmd;
+    char name[96], text[64];
+    if (strlen(key) > 60 || !strcmp(key, "help"))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: unknown option '%.60s'; the keys are the "
+                              "long options of 'tpusim %s --help' with '_' for '-'", path, key,
+                              cmd);
+    snprintf(name, sizeof name, "--%s", key);
+    for (char *c = name + 2; *c; c++)
+        if (*c == '_')
+            *c = '-';
+    if (!strcmp(name, "--config"))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: 'config': a config file cannot name "
+                              "another; put the options of both in one file", path);
+    const struct tpu__cli_opt *opt = tpu__cli_opts_find(p->table, name);
+    if (json_is_boolean(val)) {
+        if (!opt || opt->kind != TPU__CLI_FLAG)
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' is not a true/false option; "
+                                  "give it the value it takes on the command line (see "
+                                  "'tpusim %s --help')", path, key, cmd);
+        return tpu__cli_opts_set(p, opt, NULL, json_is_true(val));
+    }
+    const char *v = text;
+    if (json_is_integer(val))
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
+    else if (json_is_real(val))
+        snprintf(text, sizeof text, "%.17g", json_real_value(val));
+    else if (json_is_string(val))
+        v = json_string_value(val); /* whole: jansson rejects \u0000 by default */
+    else
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string, true "
+                              "or false", path, key);
+    if (opt && opt->kind == TPU__CLI_FLAG)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' is a true/false option: give it "
+                              "true or false", path, key);
+    if (!opt)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys are the "
+                              "long options of 'tpusim %s --help' with '_' for '-'", path, key,
+                              cmd);
+    return tpu__cli_opts_set(p, opt, v, true);
+}
+
+/* --config FILE: the options of a JSON object, through the same table as the command line. */
+static int load_config(const struct tpu__cli_parse *p, const char *path)
+{
+    struct train_opts *o = p->target;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--config '%s' is a directory; give a JSON "
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "--config '%s' is a directory; give a JSON "
                               "file of options, e.g. {\"steps\": 100, \"chip\": \"tiny\"}", path);
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s:%d:%d: %s", path, je.line, je.column,
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s:%d:%d: %s", path, je.line, je.column,
                               je.text);
     int rc = 0;
     o->config_depth++;
     if (!json_is_object(root)) {
-        rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: the config must be a JSON object of "
+        rc = tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s: the config must be a JSON object of "
                             "options, e.g. {\"learning_rate\": 0.1}", path);
-        goto out;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val)
-    {
-        char name[96], text[64];
-        if (strlen(key) > 60 || !strcmp(key, "help")) {
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%.60s'; the keys "
-                                "are the long options of 'tpusim %s --help' with '_' for '-'",
-                                path, key, o->cmd);
-            goto out;
-        }
-        snprintf(name, sizeof name, "--%s", key);
-        for (char *c = name + 2; *c; c++)
-            if (*c == '_')
-                *c = '-';
-        if (!strcmp(name, "--config")) {
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: 'config': a config file cannot name "
-                                "another; put the options of both in one file", path);
-            goto out;
-        }
-        if (json_is_boolean(val)) {
-            int r = set_flag(o, name, json_is_true(val));
-            if (r == 1) {
-                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is not a true/false option; "
-                                    "give it the value it takes on the command line (see "
-                                    "'tpusim %s --help')", path, key, o->cmd);
-                goto out;
-            }
-            if ((rc = check_scope(o, name)))
-                goto out;
-            continue;
-        }
-        const char *v = text;
-        if (json_is_integer(val))
-            snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
-        else if (json_is_real(val))
-            snprintf(text, sizeof text, "%.17g", json_real_value(val));
-        else if (json_is_string(val))
-            v = json_string_value(val); /* whole: jansson rejects \u0000 by default */
-        else {
-            rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string, "
-                                "true or false", path, key);
-            goto out;
-        }
-        int r = set_option(o, name, v);
-        if (r == 1) {
-            /* a flag given a value, or no option at all (o is not used after an error) */
-            if (set_flag(o, name, true) == 0)
-                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: '%s' is a true/false option: "
-                                    "give it true or false", path, key);
-            else
-                rc = tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys "
-                                    "are the long options of 'tpusim %s --help' with '_' for "
-                                    "'-'", path, key, o->cmd);
-            goto out;
-        }
-        if (r) {
-            rc = r;
-            goto out;
+    } else {
+        const char *key;
+        json_t *val;
+        json_object_foreach(root, key, val)
+        {
+            if ((rc = config_member(p, path, key, val)))
+                break;
         }
     }
-out:
     o->config_depth--;
     json_decref(root);
     return rc;
 }
 
-static int parse_args(int argc, char **argv, struct train_opts *o)
+/* The defaults, as --help states them. */
+static void default_options(struct train_opts *o)
 {
-    set_text(o->chip, sizeof o->chip, "tpu-v3");
+    snprintf(o->chip, sizeof o->chip, "tpu-v3");
     o->verbose = 1;
     tpu_mlp_default_spec(&o->spec);
     o->spec.optimizer = TPU_OPT_ADAM; /* Keras's defaults: Adam, learning rate 0.001 */
@@ -514,41 +395,12 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
     tpu_run_config_default(&o->rc);
     o->rc.seed = 1;
     o->rc.train_batch_size = o->rc.eval_batch_size = o->rc.predict_batch_size = 512;
-    parse_layers(o, "512,256");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            for (size_t k = 0; k < sizeof usage_text / sizeof usage_text[0]; k++)
-                fputs(usage_text[k], stdout);
-            return -1;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            const bool after_flag = i > 1 && !set_flag(o, argv[i - 1], true);
-            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "'%s' is not an option (options start "
-                                  "with --)%s%s%s", a, after_flag ? "; " : "",
-                                  after_flag ? argv[i - 1] : "",
-                                  after_flag ? " takes no value: it is on when given" : "");
-        }
-        int rc;
-        if (!set_flag(o, a, true)) {
-            if ((rc = check_scope(o, a)))
-                return rc;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "option '%s' needs a value (or is "
-                                  "unknown: see 'tpusim %s --help')", a, o->cmd);
-        if (!strcmp(a, "--config"))
-            rc = check_length(o, a, argv[i + 1]) ? TPU_CLI_USAGE : load_config(o, argv[i + 1]);
-        else
-            rc = set_option(o, a, argv[i + 1]);
-        if (rc == 1)
-            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "unknown option '%s'; run 'tpusim %s "
-                                  "--help' for the list", a, o->cmd);
-        if (rc)
-            return rc;
-        i++;
-    }
+    parse_layers(o->cmd, o, "512,256");
+}
+
+/* The rules that join several options, after each was parsed on its own. */
+static int check_combinations(const struct train_opts *o)
+{
     int given = (o->steps > 0) + (o->max_steps > 0) + (o->epochs > 0);
     if (given > 1)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give one of --steps, --max-steps and "
@@ -578,6 +430,16 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
                                   o->spec.passes);
     }
     return 0;
+}
+
+/* Returns 0, TPU__CLI_HELP after printing the help, or an exit code after an error. */
+static int parse_args(int argc, char **argv, struct train_opts *o)
+{
+    default_options(o);
+    const struct tpu__cli_parse p = {.table = &tpu__cli_train_options, .cmd = o->cmd,
+                                     .scope = cmd_bit(o->cmd), .target = o};
+    int rc = tpu__cli_opts_parse(&p, argc, argv, 1, NULL);
+    return rc ? rc : check_combinations(o);
 }
 
 /* ---- progress ------------------------------------------------------------------------------- */
@@ -908,12 +770,23 @@ static int write_trace(struct run *r)
     return 0;
 }
 
-static int cmd_train(struct run *r)
+/* What training, the evaluation after it and the host reference produced, for the summary. */
+struct train_result {
+    struct tpu_loop_info last; /* the training pass's last loop */
+    uint64_t gstep;
+    double train_wall;         /* wall seconds the simulation of training took */
+    struct tpu_eval_result ev;
+    bool evaluated;
+    struct tpu_reference_result ref; /* --reference */
+    double ref_wall;
+};
+
+/* Trains (--steps, --max-steps, or --epochs of the training set, default 1), then evaluates
+ * unless --no-eval or --timing-only. The training input `in` is the caller's. */
+static int train_then_evaluate(struct run *r, struct tpu_dataset_input *in,
+                               struct train_result *t)
 {
     struct train_opts *o = &r->o;
-    int rc = setup(r, true);
-    if (rc)
-        return rc;
     struct tpu_diag d = {0};
     uint64_t per_epoch = r->train.n_examples / o->rc.train_batch_size;
     uint64_t steps = o->steps, max_steps = o->max_steps;
@@ -921,145 +794,150 @@ static int cmd_train(struct run *r)
         steps = (uint64_t)floor((o->epochs > 0 ? o->epochs : 1.0) * per_epoch);
     if (!steps && !max_steps)
         steps = 1;
-    struct tpu_dataset_input in;
-    tpu_dataset_input_init(&in, &r->train, o->rc.seed);
     r->prog.steps = steps;
     r->prog.max_steps = max_steps;
     r->prog.steps_per_epoch = per_epoch ? per_epoch : 1;
     /* training, and the evaluation that follows, must be able to run: check before any work */
     const bool eval_follows = !o->no_eval && !o->timing_only;
     const bool train_bad = tpu_estimator_check_mode(r->est, TPU_MODE_TRAIN, &d) != 0;
-    if (train_bad || (eval_follows && tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))) {
-        tpu_dataset_input_free(&in);
+    if (train_bad || (eval_follows && tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d)))
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
                               train_bad ? "" : " (or give --no-eval)");
-    }
     double w0 = tpu__cli_now_s();
-    rc = tpu_estimator_train(r->est, &in.input, steps, max_steps, &d);
-    double train_wall = tpu__cli_now_s() - w0;
+    int rc = tpu_estimator_train(r->est, &in->input, steps, max_steps, &d);
+    t->train_wall = tpu__cli_now_s() - w0;
     if (rc) {
-        tpu_dataset_input_free(&in);
         if (rc == TPU_ECANCELED && sigint_count)
             return stopped(o, &d);
         return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
     }
     if (d.msg[0] && !o->json)
         fprintf(stderr, "tpusim train: %s\n", d.msg); /* a warning */
-    struct tpu_loop_info last = *tpu_estimator_last_info(r->est);
-    uint64_t gstep = tpu_estimator_global_step(r->est);
-    struct tpu_eval_result ev = {0};
-    bool evaluated = false;
-    if (!o->no_eval && !o->timing_only) {
-        struct tpu_dataset_input tin;
-        tpu_dataset_input_init(&tin, &r->test, o->rc.seed);
-        rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &ev, &d);
-        tpu_dataset_input_free(&tin);
-        if (rc) {
-            tpu_dataset_input_free(&in);
-            if (rc == TPU_ECANCELED && sigint_count)
-                return stopped(o, &d);
-            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
-        }
-        evaluated = true;
+    t->last = *tpu_estimator_last_info(r->est);
+    t->gstep = tpu_estimator_global_step(r->est);
+    if (!eval_follows)
+        return 0;
+    struct tpu_dataset_input tin;
+    tpu_dataset_input_init(&tin, &r->test, o->rc.seed);
+    rc = tpu_estimator_evaluate(r->est, &tin.input, 0, &t->ev, &d);
+    tpu_dataset_input_free(&tin);
+    if (rc) {
+        if (rc == TPU_ECANCELED && sigint_count)
+            return stopped(o, &d);
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "evaluation failed: %s", d.msg);
     }
-    /* the chip's work is done and checkpointed: from here (the host reference, the summary)
-     * Ctrl-C ends the process at once, as it does for any command */
-    sigint_remove();
-    struct tpu_reference_result ref = {0};
-    double ref_wall = 0;
-    if (o->reference) {
-        struct tpu_dataset_input rin;
-        tpu_dataset_input_init(&rin, &r->train, o->rc.seed);
-        double t0 = tpu__cli_now_s();
-        rc = tpu_reference_train(&o->spec, &r->model, &rin.input, &r->test, gstep,
-                                  o->rc.train_batch_size, o->rc.seed, &ref, &d);
-        ref_wall = tpu__cli_now_s() - t0;
-        tpu_dataset_input_free(&rin);
-        if (rc) {
-            tpu_dataset_input_free(&in);
-            return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
-        }
-    }
-    tpu_dataset_input_free(&in);
-    if ((rc = write_trace(r)))
-        return rc;
-    const double total_device = last.total_seconds;
-    const uint64_t ran = r->prog.started ? gstep - r->prog.first_step : 0;
-    const double step_s = ran ? last.pass_device_seconds / (double)ran : 0; /* simulated */
+    t->evaluated = true;
+    return 0;
+}
+
+/* --reference: the same model trained in fp32 on the host for as many steps. */
+static int train_reference(struct run *r, struct train_result *t)
+{
+    struct train_opts *o = &r->o;
+    struct tpu_diag d = {0};
+    struct tpu_dataset_input rin;
+    tpu_dataset_input_init(&rin, &r->train, o->rc.seed);
+    double t0 = tpu__cli_now_s();
+    int rc = tpu_reference_train(&o->spec, &r->model, &rin.input, &r->test, t->gstep,
+                                 o->rc.train_batch_size, o->rc.seed, &t->ref, &d);
+    t->ref_wall = tpu__cli_now_s() - t0;
+    tpu_dataset_input_free(&rin);
+    if (rc)
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
+    return 0;
+}
+
+/* Simulated seconds per training step the pass ran (0 when it ran none). */
+static double step_seconds(const struct run *r, const struct train_result *t)
+{
+    const uint64_t ran = r->prog.started ? t->gstep - r->prog.first_step : 0;
+    return ran ? t->last.pass_device_seconds / (double)ran : 0;
+}
+
+static void print_train_json(const struct run *r, const struct train_result *t)
+{
+    const struct train_opts *o = &r->o;
+    const double step_s = step_seconds(r, t);
     /* no loss when no step ran or the device computed no values: say so, invent none */
     char loss_text[32];
-    const bool skipped = last.steps == 0; /* the runtime said why (a warning above) */
-    if (isfinite(last.loss) && !skipped)
-        snprintf(loss_text, sizeof loss_text, "%.6g", (double)last.loss);
+    const bool skipped = t->last.steps == 0; /* the runtime said why (a warning above) */
+    if (isfinite(t->last.loss) && !skipped)
+        snprintf(loss_text, sizeof loss_text, "%.6g", (double)t->last.loss);
     else
         snprintf(loss_text, sizeof loss_text, "null");
-    if (o->json) {
-        /* a pass that ran no step measured nothing: its figures are null, not 0 */
-        char fig[5][32];
-        const double figs[5] = {step_s, last.pass_examples_per_s, last.pass_mxu_utilization,
-                                last.pass_infeed_stall_share, last.pass_host_overhead_share};
-        for (int k = 0; k < 5; k++)
-            snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
-        printf("{\"chip\": ");
-        tpu__cli_json_string(stdout, r->chip.name);
-        printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
-               "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
-               "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
-               "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
-               "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
-               tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)gstep,
-               o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
-               total_device, o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled",
-               train_wall);
-        if (evaluated)
-            printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
-                   ev.accuracy, ev.loss, (unsigned long long)ev.examples);
-        if (o->reference)
-            printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
-                   ref.test_accuracy, ref_wall);
-        printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
-        if (o->rtl) {
-            uint32_t units;
-            uint64_t tiles, cycles;
-            rtl_totals(r, &units, &tiles, &cycles);
-            printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
-                   (unsigned long long)tiles, (unsigned long long)cycles);
-        }
-        printf("}\n");
-        return 0;
+    /* a pass that ran no step measured nothing: its figures are null, not 0 */
+    char fig[5][32];
+    const double figs[5] = {step_s, t->last.pass_examples_per_s, t->last.pass_mxu_utilization,
+                            t->last.pass_infeed_stall_share, t->last.pass_host_overhead_share};
+    for (int k = 0; k < 5; k++)
+        snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
+    printf("{\"chip\": ");
+    tpu__cli_json_string(stdout, r->chip.name);
+    printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
+           "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
+           "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
+           "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
+           "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
+           tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)t->gstep,
+           o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
+           t->last.total_seconds,
+           o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", t->train_wall);
+    if (t->evaluated)
+        printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
+               t->ev.accuracy, t->ev.loss, (unsigned long long)t->ev.examples);
+    if (o->reference)
+        printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
+               t->ref.test_accuracy, t->ref_wall);
+    printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
+    if (o->rtl) {
+        uint32_t units;
+        uint64_t tiles, cycles;
+        rtl_totals(r, &units, &tiles, &cycles);
+        printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
+               (unsigned long long)tiles, (unsigned long long)cycles);
     }
+    printf("}\n");
+}
+
+static void print_train_text(const struct run *r, const struct train_result *t)
+{
+    const struct train_opts *o = &r->o;
+    const double step_s = step_seconds(r, t);
+    const bool skipped = t->last.steps == 0; /* the runtime said why (a warning above) */
     printf("tpusim train: MLP 784-%s-10 on %s, %u replica%s, %s matmul inputs, %s\n",
            o->layers_text, r->chip.name, tpu_device_n_replicas(r->dev),
            tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)",
            o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
-    printf("  global step        %llu (global batch %u)\n", (unsigned long long)gstep,
+    printf("  global step        %llu (global batch %u)\n", (unsigned long long)t->gstep,
            o->rc.train_batch_size);
     if (skipped)
         printf("  training loss      none (no step ran: training was skipped)\n");
     else if (o->timing_only)
         printf("  training loss      none (timing-only: no values computed)\n");
     else
-        printf("  training loss      %.4f (replica 0, last step)\n", (double)last.loss);
-    if (evaluated)
-        printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n", 100 * ev.accuracy,
-               (unsigned long long)ev.examples, ev.loss);
-    if (o->reference && evaluated)
+        printf("  training loss      %.4f (replica 0, last step)\n", (double)t->last.loss);
+    if (t->evaluated)
+        printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n",
+               100 * t->ev.accuracy, (unsigned long long)t->ev.examples, t->ev.loss);
+    if (o->reference && t->evaluated)
         printf("  fp32 host reference %.2f %% (%+.2f points on the chip), %.1f s\n",
-               100 * ref.test_accuracy, 100 * (ev.accuracy - ref.test_accuracy), ref_wall);
+               100 * t->ref.test_accuracy, 100 * (t->ev.accuracy - t->ref.test_accuracy),
+               t->ref_wall);
     else if (o->reference) /* --no-eval: nothing on the chip to compare with */
-        printf("  fp32 host reference %.2f %%, %.1f s\n", 100 * ref.test_accuracy, ref_wall);
+        printf("  fp32 host reference %.2f %%, %.1f s\n", 100 * t->ref.test_accuracy,
+               t->ref_wall);
     if (skipped) {
         printf("  simulated          nothing: no training step ran\n");
     } else {
         printf("  simulated          step %.1f us, %.0f examples/s, %.3f s in all (host time "
-               "%s)\n", step_s * 1e6, last.pass_examples_per_s, total_device,
+               "%s)\n", step_s * 1e6, t->last.pass_examples_per_s, t->last.total_seconds,
                o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
-        printf("  matrix units       %.1f %% utilized\n", 100 * last.pass_mxu_utilization);
+        printf("  matrix units       %.1f %% utilized\n", 100 * t->last.pass_mxu_utilization);
         printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
-               100 * last.pass_infeed_stall_share, 100 * last.pass_host_overhead_share);
+               100 * t->last.pass_infeed_stall_share, 100 * t->last.pass_host_overhead_share);
     }
-    printf("  simulation         %.1f s of wall time for training\n", train_wall);
+    printf("  simulation         %.1f s of wall time for training\n", t->train_wall);
     if (o->rtl) {
         uint32_t units;
         uint64_t tiles, cycles;
@@ -1069,6 +947,32 @@ static int cmd_train(struct run *r)
                (unsigned long long)tiles, (unsigned long long)cycles,
                o->vcd[0] ? "; waveform of core 0's array in " : "", o->vcd);
     }
+}
+
+static int cmd_train(struct run *r)
+{
+    int rc = setup(r, true);
+    if (rc)
+        return rc;
+    struct train_result t;
+    memset(&t, 0, sizeof t);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, &r->train, r->o.rc.seed);
+    rc = train_then_evaluate(r, &in, &t);
+    if (!rc) {
+        /* the chip's work is done and checkpointed: from here (the host reference, the
+         * summary) Ctrl-C ends the process at once, as it does for any command */
+        sigint_remove();
+        if (r->o.reference)
+            rc = train_reference(r, &t);
+    }
+    tpu_dataset_input_free(&in);
+    if (rc || (rc = write_trace(r)))
+        return rc;
+    if (r->o.json)
+        print_train_json(r, &t);
+    else
+        print_train_text(r, &t);
     return 0;
 }
 
@@ -1213,7 +1117,7 @@ int tpu__cli_train_check_config(const char *cmd, const char *path)
     o.cmd = cmd;
     char *argv[] = {(char *)cmd, (char *)"--config", (char *)path};
     int rc = parse_args(3, argv, &o);
-    return rc < 0 ? TPU_CLI_OK : rc;
+    return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
 }
 
 int tpu__cli_train(int argc, char **argv)
@@ -1223,7 +1127,7 @@ int tpu__cli_train(int argc, char **argv)
     r.o.cmd = argv[0];
     int rc = parse_args(argc, argv, &r.o);
     if (rc)
-        return rc < 0 ? TPU_CLI_OK : rc;
+        return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
     if (!strcmp(r.o.cmd, "train"))
         rc = cmd_train(&r);
     else if (!strcmp(r.o.cmd, "evaluate"))

@@ -208,11 +208,19 @@ def gemm_usage_errors():
     expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--passes', '3'], 2,
                  '--passes applies to --dtype fp32 only')
     expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--dtype', 'fp16'], 2,
-                 "--dtype 'fp16' is not one of bf16, int8, fp32")
+                 "--dtype 'fp16' is not one of bf16, int8, fp32; give e.g. --dtype bf16")
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--dtype', 'fp32', '--passes', '2'],
+                 2, "--passes '2' is not one of 1, 3, 6; give e.g. --passes 1")
+    expect_error(['gemm', '--schedule', 'fast'], 2,
+                 "--schedule 'fast' is not one of tpu, serial; give e.g. --schedule tpu")
+    expect_error(['gemm', '--dataflow', 'xy'], 2,
+                 "--dataflow 'xy' is not one of ws, os, is; give e.g. --dataflow ws")
+    expect_error(['gemm', 'stray'], 2, "'stray' is not an option (options start with -)")
     expect_error(['gemm', '--a', 'x.npy'], 2, '--a and --b go together')
     expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--bogus'], 2,
-                 "unknown option '--bogus'")
-    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip'], 2, 'needs a value')
+                 "unknown option '--bogus'; run 'tpusim gemm --help' for the list")
+    expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--chip'], 2,
+                 "option '--chip' needs a value: --chip NAME|FILE (see 'tpusim gemm --help')")
     expect_error(['gemm', '-m', '4', '-k', '4', '-n', '4', '--timing-only', '--dump', 'y.npy'],
                  2, '--timing-only computes no values')
 
@@ -297,7 +305,10 @@ def config_errors():
     expect_error(['config', 'show', 'nosuch'], 1,
                  "'nosuch' is neither a built-in chip preset nor an existing file",
                  'tiny, tpu-v1, tpu-v2, tpu-v3, tpu-v4')
-    expect_error(['config', 'show', 'tiny', '--yaml'], 2, "unknown option '--yaml'")
+    expect_error(['config', 'show', 'tiny', '--yaml'], 2, "unknown option '--yaml'; run "
+                 "'tpusim config show --help' for the list")
+    expect_error(['config', 'check', 'tiny', '--json'], 2, "unknown option '--json'; run "
+                 "'tpusim config check --help' for the list")
     run('config', 'show', expect=2)
     for name in sorted(os.listdir(DATA)):
         if name != 'ok.json':
@@ -401,6 +412,17 @@ def program_check_and_run():
     expect_error(['program', 'run', src, '--var', 'iterations'], 2, "is not NAME=INTEGER")
     expect_error(['program', 'check', '/nonexistent.tpuprog'], 1, "cannot open '/nonexistent")
     expect_error(['program', 'frob'], 2, "'frob' is not 'check' or 'run'")
+    # the wordings every subcommand shares, and run's options refused by check
+    expect_error(['program', 'run', src, '--bogus'], 2, "unknown option '--bogus'; run "
+                 "'tpusim program --help' for the list")
+    expect_error(['program', 'run', src, '--var'], 2, "option '--var' needs a value: --var "
+                 "NAME=VALUE (see 'tpusim program --help')")
+    expect_error(['program', 'run', src, '--chips', '0'], 2, "--chips '0' is not a whole "
+                 "number from 1 to 4096; give e.g. --chips 1")
+    for opt in (['--trace', 't.json'], ['--var', 'iterations=1'], ['--timing-only']):
+        expect_error(['program', 'check', src, *opt], 2, f"{opt[0]} belongs to 'tpusim "
+                     "program run', not to 'tpusim program check' (check only parses and "
+                     "verifies); leave it out")
 
 
 if __name__ == '__main__':

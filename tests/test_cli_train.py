@@ -288,27 +288,36 @@ def tpu_v1_cannot_train():
                  'tpu-v2 and later', 'on tpu-v1 with --int8')
 
 
-def parser_option_names():
-    """Every option name the train/evaluate/predict parser compares its arguments with."""
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cli', 'cli_train.c')
-    with open(src) as f:
-        text = f.read()
-    return set(re.findall(r'strcmp\((?:name|a), "(--[a-z0-9-]+)"\)', text))
-
-
-def help_option_names(cmd):
-    return set(re.findall(r'(?<![\w-])(--[a-z0-9][a-z0-9-]*)', run(cmd, '--help').stdout))
+def help_options(cmd):
+    """{option: whether --help shows it with a value} from each option line of --help."""
+    opts = {}
+    text = run(cmd, '--help').stdout
+    for m in re.finditer(r'^  (?:-[a-z], )?(--[a-z0-9][a-z0-9-]*)( [^ ]+)?', text, re.M):
+        opts[m.group(1)] = m.group(2) is not None
+    return opts
 
 
 @case
 def help_lists_every_option_the_parser_takes():
-    parsed = parser_option_names()
-    assert {'--no-eval', '--json', '--config', '--model-dir', '--help'} <= parsed, parsed
+    # The parser and --help read one table (cli/options.h); test_cli_options walks it and
+    # finds each of its options in --help. Here, from the outside: every option --help shows
+    # is one the parser knows, with a value if --help shows one, and none otherwise. The
+    # probes end in a usage error before any work.
     for cmd in ('train', 'evaluate', 'predict'):
-        shown = help_option_names(cmd)
-        assert parsed - shown == set(), f'not in --help: {sorted(parsed - shown)}'
-        unknown = sorted(shown - parsed)
-        assert not unknown, f'in --help, unknown to the parser: {unknown}'
+        shown = help_options(cmd)
+        assert {'--no-eval', '--json', '--config', '--model-dir', '--help', '--int8'} <= set(shown)
+        for opt, takes_value in sorted(shown.items()):
+            if opt == '--help':
+                continue
+            args = [cmd, opt] if takes_value else [cmd, opt, 'stray']
+            p = run(*args, expect=2)
+            assert f"unknown option '{opt}'" not in p.stderr, (args, p.stderr)
+            if takes_value:
+                assert f"option '{opt}' needs a value: {opt} " in p.stderr, (args, p.stderr)
+            else:
+                assert ('takes no value' in p.stderr or 'belongs to' in p.stderr), (args, p.stderr)
+        expect_error([cmd, '--not-in-help'], 2, "unknown option '--not-in-help'; run "
+                     f"'tpusim {cmd} --help' for the list")
 
 
 @case
@@ -337,6 +346,23 @@ def values_are_echoed_on_one_line():
         p = run('train', *args, expect=2)
         assert p.stderr.count('\n') == 1 and shown in p.stderr, (shown, p.stderr)
         assert all(c >= ' ' for c in p.stderr[:-1]), p.stderr
+
+
+@case
+def usage_errors_have_the_shared_wordings():
+    expect_error(['train', '--bogus'], 2, "unknown option '--bogus'; run 'tpusim train --help' "
+                 "for the list")
+    expect_error(['evaluate', '--chip'], 2, "option '--chip' needs a value: --chip NAME|FILE "
+                 "(see 'tpusim evaluate --help')")
+    expect_error(['train', '--chips', '0'], 2, "--chips '0' is not a whole number from 1 to "
+                 "4096; give e.g. --chips 1")
+    expect_error(['train', '--l2', '11'], 2, "--l2 '11' is not a number from 0 to 10; give "
+                 "e.g. --l2 0")
+    expect_error(['train', '--optimizer', 'rmsprop'], 2, "--optimizer 'rmsprop' is not one of "
+                 "adam, sgd; give e.g. --optimizer adam")
+    expect_error(['train', '--passes', '2'], 2, "--passes '2' is not one of 1, 3, 6; give e.g. "
+                 "--passes 1")
+    expect_error(['train', '-x'], 2, "unknown option '-x'")
 
 
 @case

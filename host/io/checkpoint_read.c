@@ -54,7 +54,7 @@ int tpu__ckpt_validate_tensors(const struct tpu_tensor *t, size_t n, const char 
                              "safetensors names are UTF-8 strings", what, i);
         if (!tpu__ckpt_dtype_valid(t[i].dtype))
             return tpu__fail(d, TPU_EINVAL, "%s: tensor '%s' has dtype %d, which is not a "
-                             "tpu_buf_dtype (f32, bf16, int8, int32)", what, name,
+                             "tpu_dtype (f32, bf16, int8, int32)", what, name,
                              (int)t[i].dtype);
         if (t[i].rows == 0 || t[i].cols == 0)
             return tpu__fail(d, TPU_EINVAL, "%s: tensor '%s' has shape [%" PRIu32 ", %" PRIu32
