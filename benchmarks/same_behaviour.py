@@ -52,8 +52,10 @@ stderr and exit status) and "help" (every --help) are reported apart, because is
 single option table may change their wording on purpose: a difference there is printed but
 does not fail the run.
 
-Performance. bench_step and bench_gemm of both builds run alternately (base, head, base, head,
-... --rounds times each); every figure of their output is printed with the median of each
+Performance. bench_step and bench_gemm of both builds run alternately, --rounds times each
+(base then head in odd rounds, head then base in even ones, so that neither build always
+meets the other's after-effects), with the load average printed before and after each round
+(the machine may be shared: judge the spread with it); every figure of their output is printed with the median of each
 build, the head/base ratio and each build's spread across rounds ((max - min) / median), so
 whether a change is within noise can be judged. A figure whose ratio is further from 1 than
 the larger of the two spreads is marked '<-- outside the spread'. Performance never changes
@@ -431,6 +433,13 @@ def compare_all(cases, builds, inputs, scratch, epochs):
 FIGURE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(ms|us|GFLOP/s|GOP/s)\b|=\s*(-?\d+(?:\.\d+)?)")
 
 
+def short(heading):
+    """'shape M x K x N = 1024 x 784 x 1024 (tile_rows 128)' -> '1024x784x1024';
+    'MLP 784-1024-1024-10, global batch 1024 on ...' -> 'MLP 784-1024-1024-10'."""
+    heading = heading.split(",")[0].split(" (")[0].replace("shape M x K x N = ", "")
+    return re.sub(r"(\d) x (\d)", r"\1x\2", re.sub(r"(\d) x (\d)", r"\1x\2", heading))
+
+
 def figures(output):
     """{label: value}: on each indented line, its first figure with a unit (or after '=');
     the label is the last line at column 0 (the benchmark's heading) plus the text before
@@ -442,7 +451,7 @@ def figures(output):
             continue
         m = FIGURE.search(line)
         if m:
-            label = f"{heading.split(' (')[0][:40]} | {line[:m.start()].strip()}"
+            label = f"{short(heading)}: {line[:m.start()].strip()}"
             label += f" [{m.group(2) or '='}]"
             while label in result:          # the same words twice: a second kernel variant
                 label += "'"
@@ -453,9 +462,12 @@ def figures(output):
 def benchmark(builds, rounds, scratch):
     """Alternate the benchmark executables of both builds; print the figures; return a summary."""
     runs = {}  # (bench, build index) -> list of {label: value}
+    print(f"  load average before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
     for rnd in range(rounds):
         for bench in ("bench_step", "bench_gemm"):
-            for i, b in enumerate(builds):
+            order = [0, 1] if rnd % 2 == 0 else [1, 0]     # neither build always goes first
+            for i in order:
+                b = builds[i]
                 exe = b["bench"].get(bench)
                 if not exe:
                     continue
@@ -465,14 +477,15 @@ def benchmark(builds, rounds, scratch):
                 if r.returncode != 0:
                     print(f"  {bench} of {b['label']} exited with {r.returncode}")
                 runs.setdefault((bench, i), []).append(figures(r.stdout))
-                print(f"  round {rnd + 1}: {bench} {b['label']} done", flush=True)
+            print(f"  round {rnd + 1}: {bench} done, load average"
+                  f" {os.getloadavg()[0]:.2f}", flush=True)
     ratios, outside = [], []
     for bench in ("bench_step", "bench_gemm"):
         if (bench, 0) not in runs or (bench, 1) not in runs:
             print(f"\n  {bench}: not built in both trees (needs OpenBLAS)")
             continue
-        print(f"\n  {bench} ({rounds} rounds each)")
-        print(f"  {'figure':<78} {'base':>10} {'head':>10} {'head/base':>9}"
+        print(f"\n  {bench}: median of {rounds} rounds per build")
+        print(f"  {'figure':<60} {'base':>10} {'head':>10} {'head/base':>9}"
               f" {'spread b':>8} {'spread h':>8}")
         labels = [k for k in runs[(bench, 0)][0]]
         for label in labels:
@@ -489,7 +502,7 @@ def benchmark(builds, rounds, scratch):
                 flag = "  <-- outside the spread"
                 outside.append(f"{bench}: {label}")
             ratios.append(ratio)
-            print(f"  {label[:78]:<78} {mb:>10.4g} {mh:>10.4g} {ratio:>9.3f}"
+            print(f"  {label[:60]:<60} {mb:>10.4g} {mh:>10.4g} {ratio:>9.3f}"
                   f" {sb:>7.0%} {sh:>7.0%}{flag}")
     if not ratios:
         return "not run"
@@ -509,6 +522,8 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="benchmark rounds per build (3)")
     p.add_argument("--no-bench", action="store_true", help="skip the benchmarks")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: give at least 1 (3 or more to judge the noise)")
 
     repo = git(os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--show-toplevel")
     work = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="same-bhv-")
