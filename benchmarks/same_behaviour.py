@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Show that two revisions of tpusim behave the same: same output bytes, same speed.
+r"""Show that two revisions of tpusim behave the same: same output bytes, same speed.
 
     python3 benchmarks/same_behaviour.py --base REV [--head REV] [--keep DIR] [--quick]
 
@@ -31,13 +31,14 @@ modeled host time are deterministic and compared).
     metrics.jsonl      wall_seconds            wall time at each loop's end (per line);
                        host_seconds there is the *modeled* host time and is compared
     gemm --json        host_seconds            wall time of computing the values on the host
-  Text masked by these regular expressions (TEXT_MASKS, the figure becomes "*"):
-    r"\\d+(\\.\\d+)? s of wall time"            train's 'simulation ... s of wall time for training'
-    r"\\d+(\\.\\d+)? s wall\\b"                  train --verbose 2's per-epoch line
-    r"(fp32 host reference .*), \\d+(\\.\\d+)? s$"  the reference's run time at the end of its line
-    r"computed on the host in \\d+(\\.\\d+)? s"  gemm's text output
-The checkpoints (.safetensors) and checkpoint.json hold no wall time and are compared by
-sha256 unmasked; metrics.jsonl is compared after the mask above.
+  Text masked in stdout and stderr by these regular expressions (TEXT_MASKS; the figure
+  becomes "*"):
+    \d+(?:\.\d+)? s of wall time                 train: 'simulation  2.6 s of wall time ...'
+    \d+(?:\.\d+)? s wall\b                       train --verbose 2: 'epoch 1 done ..., 2.6 s wall'
+    (fp32 host reference .*), \d+(?:\.\d+)? s$   train: the reference's run time ending its line
+    computed on the host in \d+(?:\.\d+)? s      gemm's text output
+  The checkpoints (.safetensors) and checkpoint.json hold no wall time and are compared by
+  sha256 unmasked; metrics.jsonl is compared after the mask above.
   The trace of `program run --trace` (Chrome trace JSON) is not reproducible byte for byte
   even between two runs of one binary, with --threads 1 too: (a) the order of its event
   lines follows the scheduling of the threads that record them, and (b) the counter events
@@ -54,12 +55,12 @@ does not fail the run.
 
 Performance. bench_step and bench_gemm of both builds run alternately, --rounds times each
 (base then head in odd rounds, head then base in even ones, so that neither build always
-meets the other's after-effects), with the load average printed before and after each round
-(the machine may be shared: judge the spread with it); every figure of their output is printed with the median of each
-build, the head/base ratio and each build's spread across rounds ((max - min) / median), so
-whether a change is within noise can be judged. A figure whose ratio is further from 1 than
-the larger of the two spreads is marked '<-- outside the spread'. Performance never changes
-the exit status (the machine is shared; the judgement is the reader's).
+follows the other), with the load average printed before and after each round. Every figure
+of their output is printed with the median of each build, the head/base ratio and each
+build's spread across rounds ((max - min) / median), so that whether a change is within
+noise can be judged. A figure whose ratio is further from 1 than the larger of the two
+spreads is marked '<-- outside the spread'. Performance never changes the exit status (the
+machine may be shared; the judgement is the reader's).
 
 The last line is: behaviour: N same, N different; ...; performance: ...
 """
