@@ -18,7 +18,7 @@ tests/data/config as in/config, tests/data/topology as in/topology, tests/data/p
 in/program, and .npy operands the script writes itself (in/a.npy ...). For each case the exit
 status, stdout, stderr and the files the case names (outputs and whole directories, each by
 its sha256 and, if it differs, by its text) must be the same byte for byte after masking.
-The main job is the command of host/demo.sh (Fashion-MNIST MLP on tpu-v3, 15 epochs,
+The main job is the command of cli/demo.sh (Fashion-MNIST MLP on tpu-v3, 15 epochs,
 --reference, data from the Debian package), run once with --json and once with --verbose 2;
 --quick runs it for 1 epoch instead.
 
