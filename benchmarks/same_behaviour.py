@@ -534,7 +534,9 @@ def main():
         builds = []
         for label, rev in (("base", args.base), ("head", args.head)):
             if rev is None:
-                src, key, what = repo, "worktree", f"the working tree of {repo}"
+                # one build per working tree: a kept build of another checkout is not this one
+                key = "worktree-" + hashlib.sha1(repo.encode()).hexdigest()[:12]
+                src, what = repo, f"the working tree of {repo}"
             else:
                 src, key = export(repo, rev, work)
                 what = f"{rev} ({key})"
