@@ -68,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_table.h"
 #include "tpusim/program.h"
 #include "util.h"
 
@@ -418,8 +419,15 @@ static int check_optimizer(struct verifier *v)
                            v->opname);
         }
     }
-    if (v->op->code != TPU_OP_ADAM)
-        return 0;
+    return 0;
+}
+
+/* adam: check_optimizer's rules and its attributes'. */
+static int check_adam(struct verifier *v)
+{
+    int rc = check_optimizer(v);
+    if (rc)
+        return rc;
     const struct tpu_op_attrs *a = &v->op->attrs;
     if (!(a->beta >= 0.0f && a->beta < 1.0f) || !(a->delta >= 0.0f && a->delta < 1.0f))
         return fail_op(v, TPU_EINVAL, "beta=%g, delta=%g; adam's decay rates b1 (beta) and b2 "
@@ -435,16 +443,19 @@ static int check_optimizer(struct verifier *v)
     return 0;
 }
 
-static int check_collective(struct verifier *v)
+static int check_all_reduce(struct verifier *v)
+{
+    const struct tpu_op_attrs *a = &v->op->attrs;
+    if (a->reduce != TPU_REDUCE_SUM && a->reduce != TPU_REDUCE_MEAN)
+        return fail_op(v, TPU_EINVAL, "reduce=%" PRId32 "; all_reduce takes reduce=sum (0) "
+                       "or reduce=mean (1)", a->reduce);
+    return need_f32_same_shape(v);
+}
+
+static int check_permute(struct verifier *v)
 {
     uint32_t ix = v->op->in[0], iy = v->op->out[0];
     const struct tpu_op_attrs *a = &v->op->attrs;
-    if (v->op->code == TPU_OP_ALL_REDUCE) {
-        if (a->reduce != TPU_REDUCE_SUM && a->reduce != TPU_REDUCE_MEAN)
-            return fail_op(v, TPU_EINVAL, "reduce=%" PRId32 "; all_reduce takes reduce=sum (0) "
-                           "or reduce=mean (1)", a->reduce);
-        return need_f32_same_shape(v);
-    }
     if (a->group != TPU_GROUP_REPLICAS && a->group != TPU_GROUP_REPLICA_CORES)
         return fail_op(v, TPU_EINVAL, "group=%" PRId32 "; collective_permute takes "
                        "group=replicas (0) or group=replica_cores (1)", a->group);
@@ -458,73 +469,59 @@ static int check_collective(struct verifier *v)
     return 0;
 }
 
+static int check_infeed(struct verifier *v)
+{
+    if (buf(v, v->op->out[0])->kind != TPU_BUF_TEMP) {
+        char s[96];
+        return fail_op(v, TPU_EINVAL, "infeed writes y %s, a param; infeed fills a temp "
+                       "(copy it into a param with convert if it must persist)",
+                       bdesc(v, v->op->out[0], s));
+    }
+    return 0;
+}
+
+/* The op's shape and dtype rule: the op table's `rule` column. */
 static int check_op_types(struct verifier *v)
 {
-    switch (v->op->code) {
-    case TPU_OP_INFEED:
-        if (buf(v, v->op->out[0])->kind != TPU_BUF_TEMP) {
-            char s[96];
-            return fail_op(v, TPU_EINVAL, "infeed writes y %s, a param; infeed fills a temp "
-                           "(copy it into a param with convert if it must persist)",
-                           bdesc(v, v->op->out[0], s));
-        }
-        return 0;
-    case TPU_OP_MATMUL:
-        return check_matmul(v);
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_MAX:
-        return check_binary(v);
-    case TPU_OP_SCALE:
-    case TPU_OP_RELU:
-    case TPU_OP_RELU_GRAD:
-    case TPU_OP_EXP:
-        return need_f32_same_shape(v);
-    case TPU_OP_CONVERT:
-        return check_convert(v);
-    case TPU_OP_QUANTIZE:
-        return check_quantize(v);
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return check_reduce(v);
-    case TPU_OP_SOFTMAX_XENT:
-        return check_softmax_xent(v);
-    case TPU_OP_CLASSIFY_COUNT:
-        return check_classify_count(v);
-    case TPU_OP_SGD_MOMENTUM:
-    case TPU_OP_ADAM:
-        return check_optimizer(v);
-    case TPU_OP_ALL_REDUCE:
-    case TPU_OP_COLLECTIVE_PERMUTE:
-        return check_collective(v);
-    default:
+    switch (tpu__op_info(v->op->code)->rule) {
+    case TPU__RULE_ANY:
         return 0; /* outfeed takes anything; var_add and loops have no buffers */
+    case TPU__RULE_INFEED:
+        return check_infeed(v);
+    case TPU__RULE_MATMUL:
+        return check_matmul(v);
+    case TPU__RULE_BINARY:
+        return check_binary(v);
+    case TPU__RULE_F32:
+        return need_f32_same_shape(v);
+    case TPU__RULE_CONVERT:
+        return check_convert(v);
+    case TPU__RULE_QUANTIZE:
+        return check_quantize(v);
+    case TPU__RULE_REDUCE:
+        return check_reduce(v);
+    case TPU__RULE_SOFTMAX_XENT:
+        return check_softmax_xent(v);
+    case TPU__RULE_CLASSIFY_COUNT:
+        return check_classify_count(v);
+    case TPU__RULE_OPTIMIZER:
+        return check_optimizer(v);
+    case TPU__RULE_ADAM:
+        return check_adam(v);
+    case TPU__RULE_ALL_REDUCE:
+        return check_all_reduce(v);
+    case TPU__RULE_PERMUTE:
+        return check_permute(v);
     }
+    return 0;
 }
 
 /* ---- buffers and dataflow --------------------------------------------------------------- */
 
-static bool may_write_in_place(enum tpu_opcode code)
-{
-    switch (code) {
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_MAX:
-    case TPU_OP_SCALE:
-    case TPU_OP_RELU:
-    case TPU_OP_RELU_GRAD:
-    case TPU_OP_EXP:
-    case TPU_OP_ALL_REDUCE:
-        return true;
-    default:
-        return false;
-    }
-}
-
+/* D1, with the op table's `alias` column: which inputs output 0 may be. */
 static int check_aliasing(struct verifier *v)
 {
+    const struct tpu__op_info *info = tpu__op_info(v->op->code);
     unsigned n_out = tpu_opcode_n_out(v->op->code), n_in = tpu_opcode_n_in(v->op->code);
     for (unsigned k = 0; k < n_out; k++) {
         uint32_t id = v->op->out[k];
@@ -534,10 +531,11 @@ static int check_aliasing(struct verifier *v)
                                "outputs must be distinct buffers", out_role(v, j),
                                out_role(v, k), buf(v, id)->name);
         for (unsigned j = 0; j < n_in; j++) {
-            if (v->op->in[j] != id || may_write_in_place(v->op->code))
+            if (v->op->in[j] != id || (k == 0 && (info->alias & (1u << j))))
                 continue;
-            const char *why =
-                v->op->code == TPU_OP_MATMUL ? " (the array reads a and b while y drains)" : "";
+            const char *why = info->rule == TPU__RULE_MATMUL
+                                  ? " (the array reads a and b while y drains)"
+                                  : "";
             return fail_op(v, TPU_EINVAL, "output %s and input %s are both '%s'; %s cannot "
                            "write a buffer it reads%s: use another buffer", out_role(v, k),
                            in_role(v, j), buf(v, id)->name, v->opname, why);
@@ -552,7 +550,7 @@ static bool op_reads(const struct tpu_op *op, uint32_t id)
     for (unsigned j = 0; j < tpu_opcode_n_in(op->code); j++)
         if (op->in[j] == id)
             return true;
-    return op->code == TPU_OP_MATMUL && op->attrs.accumulate && op->out[0] == id;
+    return op->attrs.accumulate && op->out[0] == id; /* attributes checked: matmul only */
 }
 
 static int check_read(struct verifier *v, uint32_t id, bool in_body, bool after_loop)
@@ -560,7 +558,7 @@ static int check_read(struct verifier *v, uint32_t id, bool in_body, bool after_
     const struct tpu_buffer_desc *b = buf(v, id);
     if (b->kind != TPU_BUF_TEMP)
         return 0;
-    bool acc = v->op->code == TPU_OP_MATMUL && v->op->attrs.accumulate && v->op->out[0] == id;
+    bool acc = v->op->attrs.accumulate && v->op->out[0] == id;
     if (in_body && v->body_w[id] == NONE && v->body_first[id] != NONE)
         return fail_op(v, TPU_EINVAL, "reads temp '%s' in the loop body before the body writes "
                        "it (op %zu): from the second iteration on it would see the previous "
@@ -589,12 +587,12 @@ static int check_dataflow(struct verifier *v, bool in_body, bool after_loop)
     for (unsigned j = 0; j < n_in; j++)
         if ((rc = check_read(v, op->in[j], in_body, after_loop)) != 0)
             return rc;
-    if (op->code == TPU_OP_MATMUL && op->attrs.accumulate &&
+    if (op->attrs.accumulate &&
         (rc = check_read(v, op->out[0], in_body, after_loop)) != 0)
         return rc;
     size_t *last_w = in_body ? v->body_w : v->outer_w;
     size_t *last_opt = in_body ? v->opt_body : v->opt_outer;
-    bool optimizer = op->code == TPU_OP_SGD_MOMENTUM || op->code == TPU_OP_ADAM;
+    bool optimizer = tpu__op_info(op->code)->rmw; /* updates its params in place */
     for (unsigned k = 0; k < n_out; k++) {
         uint32_t id = op->out[k];
         const struct tpu_buffer_desc *b = buf(v, id);
