@@ -15,8 +15,9 @@
  * Device variables are int64 scalars (loop counts, the step counter), set by the host or by
  * `var_add`.
  *
- * The op set is one table (TPU_OP_TABLE below) from which the enum, the names used by the
- * text form, and the operand counts come. Operand roles and rules per op:
+ * The op set is one table (TPU_OP_TABLE below): every property of an op is in its row, and
+ * the builder, printer, parser, verifier, executor and timing read it from there. What each
+ * op computes, with its operand roles:
  *
  *   infeed   out y                        dequeue the next tensor of the core's infeed queue
  *   outfeed  in x                         enqueue x on the core's outfeed queue
@@ -63,10 +64,11 @@
  *
  * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize
  * and collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
- * also reads (in place) only where that is safe while streaming: the elementwise ops (add,
- * sub, mul, max, scale, relu, relu_grad, exp) and all_reduce; the optimizers update their
- * outputs in place by definition. A temp holds one value per pass: it is written once by an
- * op that does not read it, then possibly updated in place (or by matmul accumulate).
+ * also reads (in place) only where that is safe while streaming (the table's `alias`
+ * column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad, exp) and
+ * all_reduce; the optimizers update their outputs in place by definition (`rmw`). A temp
+ * holds one value per pass: it is written once by an op that does not read it, then
+ * possibly updated in place (or by matmul accumulate).
  * tpu_program_verify enforces these and the rest; sim/program/program_verify.c lists every rule.
  *
  * Text form (sim/program/program_parse.c has the grammar):

@@ -1,5 +1,5 @@
 /* Cycle costs of the chip's units, as pure functions of a configuration and sizes. The
- * scoreboard in chip.c places these costs on each core's unit timelines; this file only
+ * scoreboard in chip_exec.c places these costs on each core's unit timelines; this file only
  * says how long things take (every formula is documented in timing.c). Internal to sim/. */
 #ifndef TPUSIM_SIM_TIMING_H
 #define TPUSIM_SIM_TIMING_H

@@ -1,4 +1,5 @@
-/* The values of the device program's local ops on one core: the dispatcher, the operand
+/* The values of the device program's local ops on one core: the dispatcher (the op table's
+ * `sem` column: tpu__ops_<sem> for each op), the operand
  * checks shared by the op files, `var_add`, and `matmul` on the matrix unit's numerics.
  * Vector ops are in ops_vector.c, loss, accuracy and optimizers in ops_train.c. This file
  * computes values only; when an op runs and how many cycles it takes is the chip's business.

@@ -1,4 +1,5 @@
-/* Device programs: the op table's queries, the program's storage and its builder.
+/* Device programs: the op table (TPU_OP_TABLE expanded into op_table.h's structs) and its
+ * queries, the program's storage and its builder.
  *
  * A program owns three growable arrays (buffers, variables, ops) and a hash index from name
  * to buffer or variable, so that the parser can resolve thousands of operand names quickly

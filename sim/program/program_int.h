@@ -1,8 +1,9 @@
-/* Internal interface between the two files of the device program's text form:
- * sim/program/program_print.c (printing) and sim/program/program_parse.c (parsing; its opening comment holds
- * the grammar). What both need is here: the table of attributes as the text writes them
- * and where each attribute lives in struct tpu_op_attrs; what the text writes for each op
- * (its syntax, operands and the attributes it must state) is the op table's (op_table.h). The definitions are in program_print.c. Not part of the public API. */
+/* Internal interface of the device program's files: printing (program_print.c), parsing
+ * (program_parse.c; its opening comment holds the grammar) and the verifier
+ * (program_verify.c). What they share is here: the table of attributes as the text writes
+ * them and where each attribute lives in struct tpu_op_attrs; what the text writes for each
+ * op (its syntax, operands and the attributes it must state) is the op table's
+ * (op_table.h). The definitions are in program_print.c. Not part of the public API. */
 #ifndef TPUSIM_SIM_PROGRAM_INT_H
 #define TPUSIM_SIM_PROGRAM_INT_H
 

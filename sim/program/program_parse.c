@@ -532,49 +532,11 @@ static int parse_float(struct parser *ps, const char *at, const char *tok, const
     return 0;
 }
 
-/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
-static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
+/* The value of attribute `ad` (its name, at `at`, already read) into op's attributes. */
+static int parse_attr_value(struct parser *ps, struct tpu_op *op, const char *at,
+                            const char *name, const struct tpu__text_attr *ad)
 {
-    const char *opname = tpu_opcode_name(op->code);
-    const char *at = ps->cur;
-    char name[NAME_MAX_CHARS + 1];
-    int rc = read_name(ps, name, "an attribute");
-    if (rc)
-        return rc;
-    const struct tpu__text_attr *ad = find_attr(name);
-    unsigned used = tpu_opcode_attrs(op->code);
-    char list[256];
-    attr_list(op->code, list);
-    if (!ad || !(used & ad->bit)) {
-        if (!ad && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
-            if (tpu_opcode_n_in(op->code) == 0)
-                return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
-            return perr(ps, at, "'%s' is a buffer, not an attribute of %s; separate inputs "
-                        "with ','", name, opname);
-        }
-        unsigned n_in = tpu_opcode_n_in(op->code);
-        if (!ad && n_ins < n_in) {
-            char roles[96];
-            role_list(op->code, false, roles);
-            return perr(ps, at, "'%s' is not an attribute of %s, and %s takes %u inputs%s but "
-                        "got %u: separate inputs with ','", name, opname, opname, n_in, roles,
-                        n_ins);
-        }
-        if (!used)
-            return perr(ps, at, "%s takes no attributes, got '%s'", opname, name);
-        const char *best = NULL;
-        size_t best_d = SIZE_MAX;
-        for (size_t i = 0; i < tpu__text_n_attrs; i++)
-            if (used & tpu__text_attrs[i].bit)
-                consider(name, tpu__text_attrs[i].name, &best, &best_d);
-        char dym[80];
-        tpu__did_you_mean(best, dym, sizeof dym);
-        return perr(ps, at, "unknown attribute '%s' for %s%s; %s takes %s", name, opname, dym,
-                    opname, list);
-    }
-    if (*seen & ad->bit)
-        return perr(ps, at, "attribute '%s' given twice", name);
-    *seen |= ad->bit;
+    int rc;
     skip_ws(ps);
     bool has_value = ps->cur < ps->line_end && *ps->cur == '=';
     if (ad->type == TPU__TA_FLAG) {
@@ -639,6 +601,60 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
         break;
     }
     return 0;
+}
+
+
+/* The error for `name` (at `at`), a word after op's inputs that is not one of the attributes
+ * it reads (ad is NULL if no op has such an attribute). `n_ins` inputs were read. */
+static int unknown_attr(struct parser *ps, const struct tpu_op *op, const char *at,
+                        const char *name, const struct tpu__text_attr *ad, unsigned n_ins)
+{
+    const char *opname = tpu_opcode_name(op->code);
+    unsigned used = tpu_opcode_attrs(op->code);
+    char list[256];
+    attr_list(op->code, list);
+    if (!ad && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
+        if (tpu_opcode_n_in(op->code) == 0)
+            return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
+        return perr(ps, at, "'%s' is a buffer, not an attribute of %s; separate inputs "
+                    "with ','", name, opname);
+    }
+    unsigned n_in = tpu_opcode_n_in(op->code);
+    if (!ad && n_ins < n_in) {
+        char roles[96];
+        role_list(op->code, false, roles);
+        return perr(ps, at, "'%s' is not an attribute of %s, and %s takes %u inputs%s but "
+                    "got %u: separate inputs with ','", name, opname, opname, n_in, roles,
+                    n_ins);
+    }
+    if (!used)
+        return perr(ps, at, "%s takes no attributes, got '%s'", opname, name);
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < tpu__text_n_attrs; i++)
+        if (used & tpu__text_attrs[i].bit)
+            consider(name, tpu__text_attrs[i].name, &best, &best_d);
+    char dym[80];
+    tpu__did_you_mean(best, dym, sizeof dym);
+    return perr(ps, at, "unknown attribute '%s' for %s%s; %s takes %s", name, opname, dym,
+                opname, list);
+}
+
+/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
+static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
+{
+    const char *at = ps->cur;
+    char name[NAME_MAX_CHARS + 1];
+    int rc = read_name(ps, name, "an attribute");
+    if (rc)
+        return rc;
+    const struct tpu__text_attr *ad = find_attr(name);
+    if (!ad || !(tpu_opcode_attrs(op->code) & ad->bit))
+        return unknown_attr(ps, op, at, name, ad, n_ins);
+    if (*seen & ad->bit)
+        return perr(ps, at, "attribute '%s' given twice", name);
+    *seen |= ad->bit;
+    return parse_attr_value(ps, op, at, name, ad);
 }
 
 /* "var_add VAR INT" after the op name. */

@@ -5,7 +5,8 @@
  * index and text, the rule, the offending shapes or dtypes, and the fix. It does not
  * compute anything and does not know the runtime; the ops' values are defined in sim/ops/.
  *
- * Rules (program.h describes the ops themselves):
+ * Rules (program.h describes the ops themselves; the op table's `rule` column says which of
+ * T1-T8 an op follows, its `attrs` column which attributes it reads):
  *
  * Structure
  *   S1  At most one loop, not nested; every loop_begin has its loop_end and every loop_end
@@ -43,7 +44,8 @@
  *   T8  infeed writes a temp.
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
- *       for add, sub, mul, max, scale, relu, relu_grad, exp and all_reduce; never for
+ *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
+ *       relu_grad, exp and all_reduce; never for
  *       matmul (the array reads a and b while y drains), reductions, convert, softmax_xent,
  *       classify_count, collective_permute, or an optimizer's grad.
  *   D2  A temp is read only after it is written: earlier in the same loop iteration, or
@@ -68,8 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_table.h"
-#include "tpusim/program.h"
+#include "program_int.h"
 #include "util.h"
 
 #define NONE SIZE_MAX
@@ -182,48 +183,49 @@ static int need_f32_same_shape(struct verifier *v)
 
 /* ---- attributes ------------------------------------------------------------------------ */
 
+/* Whether attribute `ad` of `a` differs from zero (a float's -0 and NaN count as set). */
+static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_attr *ad)
+{
+    struct tpu_op_attrs c = *a;
+    switch (ad->type) {
+    case TPU__TA_FLAG:
+        return *tpu__text_attr_flag(&c, ad->bit);
+    case TPU__TA_PASSES:
+        return c.passes != 0;
+    case TPU__TA_INT32:
+    case TPU__TA_REDUCE:
+    case TPU__TA_GROUP:
+        return *tpu__text_attr_int32(&c, ad->bit) != 0;
+    case TPU__TA_VAR:
+        return c.var != 0;
+    case TPU__TA_IMM:
+        return c.imm != 0;
+    case TPU__TA_FLOAT: {
+        float f = *tpu__text_attr_float(&c, ad->bit);
+        return f != 0.0f || signbit(f) || isnan(f);
+    }
+    }
+    return false;
+}
+
+/* A1 and A2: the attributes the op does not read (the op table's `attrs`) are zero, and
+ * the float attributes it reads are finite. */
 static int check_attrs(struct verifier *v)
 {
-    const struct tpu_op_attrs *a = &v->op->attrs;
+    struct tpu_op_attrs a = v->op->attrs; /* a copy: the accessors take a mutable struct */
     unsigned used = tpu_opcode_attrs(v->op->code);
-    static const struct {
-        unsigned bit;
-        const char *name;
-    } names[] = {
-        {TPU_ATTR_TRANS_A, "trans_a"}, {TPU_ATTR_TRANS_B, "trans_b"},
-        {TPU_ATTR_ACCUMULATE, "accumulate"}, {TPU_ATTR_PASSES, "passes"},
-        {TPU_ATTR_AXIS, "axis"}, {TPU_ATTR_REDUCE, "reduce"}, {TPU_ATTR_SHIFT, "shift"},
-        {TPU_ATTR_GROUP, "group"}, {TPU_ATTR_VAR, "var"}, {TPU_ATTR_IMM, "imm"},
-        {TPU_ATTR_ALPHA, "alpha"}, {TPU_ATTR_BETA, "beta"}, {TPU_ATTR_GAMMA, "gamma"},
-        {TPU_ATTR_DELTA, "delta"}, {TPU_ATTR_EPS, "eps"},
-    };
-    const float floats[] = {a->alpha, a->beta, a->gamma, a->delta, a->eps};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        unsigned bit = names[k].bit;
-        bool set;
-        switch (bit) {
-        case TPU_ATTR_TRANS_A: set = a->trans_a; break;
-        case TPU_ATTR_TRANS_B: set = a->trans_b; break;
-        case TPU_ATTR_ACCUMULATE: set = a->accumulate; break;
-        case TPU_ATTR_PASSES: set = a->passes != 0; break;
-        case TPU_ATTR_AXIS: set = a->axis != 0; break;
-        case TPU_ATTR_REDUCE: set = a->reduce != 0; break;
-        case TPU_ATTR_SHIFT: set = a->shift != 0; break;
-        case TPU_ATTR_GROUP: set = a->group != 0; break;
-        case TPU_ATTR_VAR: set = a->var != 0; break;
-        case TPU_ATTR_IMM: set = a->imm != 0; break;
-        default: {
-            float f = floats[k - 10];
-            set = f != 0.0f || signbit(f) || isnan(f);
-            if ((used & bit) && !isfinite(f))
+    for (size_t k = 0; k < tpu__text_n_attrs; k++) {
+        const struct tpu__text_attr *ad = &tpu__text_attrs[k];
+        if (ad->type == TPU__TA_FLOAT && (used & ad->bit)) {
+            float f = *tpu__text_attr_float(&a, ad->bit);
+            if (!isfinite(f))
                 return fail_op(v, TPU_EINVAL, "%s=%g is not finite; %s's attributes must be "
-                               "finite numbers", names[k].name, (double)f, v->opname);
+                               "finite numbers", ad->name, (double)f, v->opname);
         }
-        }
-        if (set && !(used & bit))
+        if (attr_is_set(&a, ad) && !(used & ad->bit))
             return fail_op(v, TPU_EINVAL, "%s does not read attribute %s, which is set; "
                            "attributes an op does not read must stay zero: remove it",
-                           v->opname, names[k].name);
+                           v->opname, ad->name);
     }
     return 0;
 }
