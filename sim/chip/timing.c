@@ -39,12 +39,6 @@ uint64_t tpu__dma_cycles(const struct tpu_chip_config *cfg, uint64_t bytes)
     return bytes_to_cycles(cfg, (double)bytes, per_core);
 }
 
-uint64_t tpu__host_link_cycles(const struct tpu_chip_config *cfg, uint64_t bytes)
-{
-    return ns_to_cycles(cfg, cfg->host_link_latency_ns) +
-           bytes_to_cycles(cfg, (double)bytes, cfg->host_link_gbytes_per_s * 1e9);
-}
-
 uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t bytes)
 {
     return ns_to_cycles(cfg, cfg->host_link_latency_ns) +

@@ -17,10 +17,8 @@
 /* Cycles to move `bytes` between one core's HBM share and its on-chip memory. */
 uint64_t tpu__dma_cycles(const struct tpu_chip_config *cfg, uint64_t bytes);
 
-/* Cycles for `bytes` over the chip's host link, latency included. */
-uint64_t tpu__host_link_cycles(const struct tpu_chip_config *cfg, uint64_t bytes);
-
-/* The same for one core's share of the link (bandwidth / cores_per_chip). */
+/* Cycles for `bytes` over one core's share of the chip's host link (bandwidth /
+ * cores_per_chip), latency included. */
 uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t bytes);
 
 /* The unit that runs the op (the op table's `unit` column); CTRL for a code outside it. */
