@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "chip_int.h"
-#include "program/op_table.h"
 #include "mxu_provider.h"
+#include "program/op_table.h"
 #include "timing.h"
 #include "util.h"
 

@@ -45,7 +45,8 @@
  * unless it is one of the op's flags and no buffer has that name; the inputs end at the first
  * name not preceded by a ','.
  *
- * Attributes an op must state (a forgotten one would silently be zero): scale alpha;
+ * The op table (program.h) gives each op's syntax, operands and attributes. Attributes an op
+ * must state (its `required` column; a forgotten one would silently be zero): scale alpha;
  * reduce_sum/reduce_max axis; softmax_xent alpha; sgd_momentum alpha; adam var, alpha, beta,
  * delta, eps; all_reduce reduce; collective_permute shift, group. The others default to zero
  * (passes to 1) and are printed only when they differ. An attribute the op does not read is
