@@ -145,54 +145,54 @@ enum tpu_buf_kind {
  * for its unit does not fit (VPU: vpu_ops per element of its largest operand); a verifier
  * rule in program_verify.c only if none of the rules above fits; and its tests
  * (tests/test_ops.c, tests/test_program.c). */
-#define TPU_OP_TABLE(X)                                                                        \
-    X(INFEED, "infeed", OPERANDS, 1, 0, ("y"), NONE, 0, INFEED, 0, 0, INFEED, 0, chip)         \
-    X(OUTFEED, "outfeed", OPERANDS, 0, 1, ("x"), NONE, 0, ANY, 0, 0, OUTFEED, 0, chip)         \
-    X(MATMUL, "matmul", OPERANDS, 1, 2, ("y", "a", "b"), NONE, 0, MATMUL,                      \
-      TPU_ATTR_TRANS_A | TPU_ATTR_TRANS_B | TPU_ATTR_ACCUMULATE | TPU_ATTR_PASSES, 0, MXU, 0,  \
-      matmul)                                                                                  \
-    X(ADD, "add", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)        \
-    X(SUB, "sub", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)        \
-    X(MUL, "mul", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)        \
-    X(MAX, "max", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)        \
-    X(SCALE, "scale", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, TPU_ATTR_ALPHA | TPU_ATTR_BETA,   \
-      TPU_ATTR_ALPHA, VPU, 2, unary)                                                           \
-    X(RELU, "relu", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, 0, 0, VPU, 1, unary)                \
-    X(RELU_GRAD, "relu_grad", OPERANDS, 1, 2, ("y", "dy", "x"), IN01, 0, F32, 0, 0, VPU, 2,      \
-      relu_grad)                                                                               \
-    X(EXP, "exp", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, 0, 0, VPU, 4, unary)                  \
-    X(CONVERT, "convert", OPERANDS, 1, 1, ("y", "x"), NONE, 0, CONVERT, 0, 0, VPU, 1, convert) \
-    X(QUANTIZE, "quantize", OPERANDS, 1, 1, ("y", "x"), NONE, 0, QUANTIZE, TPU_ATTR_ALPHA, 0,  \
-      VPU, 2, quantize)                                                                        \
-    X(REDUCE_SUM, "reduce_sum", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,    \
-      TPU_ATTR_AXIS, VPU, 1, reduce)                                                           \
-    X(REDUCE_MAX, "reduce_max", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,    \
-      TPU_ATTR_AXIS, VPU, 1, reduce)                                                           \
-    X(SOFTMAX_XENT, "softmax_xent", OPERANDS, 2, 2, ("loss", "dlogits", "logits", "labels"),   \
-      NONE, 0, SOFTMAX_XENT, TPU_ATTR_ALPHA, TPU_ATTR_ALPHA, VPU, 10, softmax_xent)            \
-    X(CLASSIFY_COUNT, "classify_count", OPERANDS, 1, 2, ("y", "logits", "labels"), NONE, 0,    \
-      CLASSIFY_COUNT, 0, 0, VPU, 2, classify_count)                                            \
-    X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,    \
-      OPTIMIZER, TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA, TPU_ATTR_ALPHA, VPU, 6,      \
-      sgd_momentum)                                                                            \
-    X(ADAM, "adam", OPERANDS, 3, 1, ("param", "m", "v", "grad"), NONE, 1, ADAM,                \
-      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_DELTA |         \
-          TPU_ATTR_EPS,                                                                        \
-      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS, VPU, 22,   \
-      adam)                                                                                    \
-    X(ALL_REDUCE, "all_reduce", OPERANDS, 1, 1, ("y", "x"), IN0, 0, ALL_REDUCE, TPU_ATTR_REDUCE, \
-      TPU_ATTR_REDUCE, ICI, 0, chip)                                                           \
-    X(COLLECTIVE_PERMUTE, "collective_permute", OPERANDS, 1, 1, ("y", "x"), NONE, 0, PERMUTE,  \
-      TPU_ATTR_SHIFT | TPU_ATTR_GROUP, TPU_ATTR_SHIFT | TPU_ATTR_GROUP, ICI, 0, chip)          \
-    X(VAR_ADD, "var_add", VAR_IMM, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR | TPU_ATTR_IMM, 0, \
-      CTRL, 0, var_add)                                                                        \
-    X(LOOP_BEGIN, "loop_begin", LOOP, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR, 0, CTRL, 0,    \
-      chip)                                                                                    \
+#define TPU_OP_TABLE(X)                                                                            \
+    X(INFEED, "infeed", OPERANDS, 1, 0, ("y"), NONE, 0, INFEED, 0, 0, INFEED, 0, chip)             \
+    X(OUTFEED, "outfeed", OPERANDS, 0, 1, ("x"), NONE, 0, ANY, 0, 0, OUTFEED, 0, chip)             \
+    X(MATMUL, "matmul", OPERANDS, 1, 2, ("y", "a", "b"), NONE, 0, MATMUL,                          \
+      TPU_ATTR_TRANS_A | TPU_ATTR_TRANS_B | TPU_ATTR_ACCUMULATE | TPU_ATTR_PASSES, 0, MXU, 0,      \
+      matmul)                                                                                      \
+    X(ADD, "add", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(SUB, "sub", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(MUL, "mul", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(MAX, "max", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(SCALE, "scale", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, TPU_ATTR_ALPHA | TPU_ATTR_BETA,     \
+      TPU_ATTR_ALPHA, VPU, 2, unary)                                                               \
+    X(RELU, "relu", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, 0, 0, VPU, 1, unary)                  \
+    X(RELU_GRAD, "relu_grad", OPERANDS, 1, 2, ("y", "dy", "x"), IN01, 0, F32, 0, 0, VPU, 2,        \
+      relu_grad)                                                                                   \
+    X(EXP, "exp", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, 0, 0, VPU, 4, unary)                    \
+    X(CONVERT, "convert", OPERANDS, 1, 1, ("y", "x"), NONE, 0, CONVERT, 0, 0, VPU, 1, convert)     \
+    X(QUANTIZE, "quantize", OPERANDS, 1, 1, ("y", "x"), NONE, 0, QUANTIZE, TPU_ATTR_ALPHA, 0,      \
+      VPU, 2, quantize)                                                                            \
+    X(REDUCE_SUM, "reduce_sum", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,        \
+      TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
+    X(REDUCE_MAX, "reduce_max", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,        \
+      TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
+    X(SOFTMAX_XENT, "softmax_xent", OPERANDS, 2, 2, ("loss", "dlogits", "logits", "labels"),       \
+      NONE, 0, SOFTMAX_XENT, TPU_ATTR_ALPHA, TPU_ATTR_ALPHA, VPU, 10, softmax_xent)                \
+    X(CLASSIFY_COUNT, "classify_count", OPERANDS, 1, 2, ("y", "logits", "labels"), NONE, 0,        \
+      CLASSIFY_COUNT, 0, 0, VPU, 2, classify_count)                                                \
+    X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,        \
+      OPTIMIZER, TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA, TPU_ATTR_ALPHA, VPU, 6,          \
+      sgd_momentum)                                                                                \
+    X(ADAM, "adam", OPERANDS, 3, 1, ("param", "m", "v", "grad"), NONE, 1, ADAM,                    \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_DELTA |            \
+          TPU_ATTR_EPS,                                                                            \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS, VPU, 22,      \
+      adam)                                                                                        \
+    X(ALL_REDUCE, "all_reduce", OPERANDS, 1, 1, ("y", "x"), IN0, 0, ALL_REDUCE, TPU_ATTR_REDUCE,   \
+      TPU_ATTR_REDUCE, ICI, 0, chip)                                                               \
+    X(COLLECTIVE_PERMUTE, "collective_permute", OPERANDS, 1, 1, ("y", "x"), NONE, 0, PERMUTE,      \
+      TPU_ATTR_SHIFT | TPU_ATTR_GROUP, TPU_ATTR_SHIFT | TPU_ATTR_GROUP, ICI, 0, chip)              \
+    X(VAR_ADD, "var_add", VAR_IMM, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR | TPU_ATTR_IMM, 0,     \
+      CTRL, 0, var_add)                                                                            \
+    X(LOOP_BEGIN, "loop_begin", LOOP, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR, 0, CTRL, 0,        \
+      chip)                                                                                        \
     X(LOOP_END, "loop_end", LOOP_END, 0, 0, (NULL), NONE, 0, ANY, 0, 0, CTRL, 0, chip)
 
 enum tpu_opcode {
-#define TPU__OP_ENUM(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required,  \
-                     unit, vpu_ops, sem)                                                       \
+#define TPU__OP_ENUM(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required,       \
+                     unit, vpu_ops, sem)                                                           \
     TPU_OP_##e,
     TPU_OP_TABLE(TPU__OP_ENUM)
 #undef TPU__OP_ENUM
