@@ -23,6 +23,7 @@
 #include "tpusim/mxu.h"
 #include "tpusim/program.h"
 #include "ops/ops.h"
+#include "chip/timing.h"
 #include "xorshift.h"
 #include "ref_gemm.h"
 
@@ -1462,6 +1463,38 @@ static void test_not_local(void **state)
     bfree(&s);
 }
 
+/* The op table's `unit`, `vpu_ops` and `sem` columns agree: the ops the chip runs itself
+ * (infeed, outfeed, collectives, loops) are not computed here, and every vector op has a
+ * cost per element. */
+static void test_op_table_units(void **state)
+{
+    (void)state;
+    struct bufs s = {0};
+    bset(&s, 0, TPU_F32, 2, 2);
+    int64_t vars[1] = {0};
+    for (unsigned i = 0; i < TPU_OP_COUNT; i++) {
+        const enum tpu_opcode code = (enum tpu_opcode)i;
+        const enum tpu_unit unit = tpu__op_unit(code);
+        const bool chip_op = unit == TPU_UNIT_INFEED || unit == TPU_UNIT_OUTFEED ||
+                             unit == TPU_UNIT_ICI || code == TPU_OP_LOOP_BEGIN ||
+                             code == TPU_OP_LOOP_END;
+        assert_true(unit != TPU_UNIT_DMA); /* DMA streams operands; it runs no op */
+        if (unit == TPU_UNIT_VPU)
+            assert_true(tpu__vpu_ops_per_element(code) >= 1);
+        else
+            assert_int_equal(tpu__vpu_ops_per_element(code), 0);
+        if (chip_op) {
+            struct tpu_op op = mkop(code, X, X, X, X, X);
+            struct tpu_diag d = {0, ""};
+            expect_error(run(&op, &s, vars, &d), &d, TPU_EINVAL, "is not a local op", NULL);
+        }
+    }
+    assert_int_equal(tpu__op_unit(TPU_OP_MATMUL), TPU_UNIT_MXU);
+    assert_int_equal(tpu__op_unit(TPU_OP_VAR_ADD), TPU_UNIT_CTRL);
+    assert_int_equal(tpu__vpu_ops_per_element(TPU_OP_ADAM), 22);
+    bfree(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1487,6 +1520,7 @@ int main(void)
         cmocka_unit_test(test_adam_errors),
         cmocka_unit_test(test_var_add),
         cmocka_unit_test(test_not_local),
+        cmocka_unit_test(test_op_table_units),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

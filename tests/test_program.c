@@ -17,6 +17,7 @@
 
 #include "tpusim/config.h"
 #include "tpusim/program.h"
+#include "program/op_table.h"
 
 #define N TPU_NO_BUF
 
@@ -343,6 +344,34 @@ static struct tpu_chip_config load_chip(const char *name)
 }
 
 /* ---- the op table ----------------------------------------------------------------------- */
+
+/* The op table's columns agree with each other (include/tpusim/program.h). */
+static void test_op_table_columns(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; i < TPU_OP_COUNT; i++) {
+        const struct tpu__op_info *info = tpu__op_info((enum tpu_opcode)i);
+        assert_true(info->n_out <= TPU_OP_MAX_OUT && info->n_in <= TPU_OP_MAX_IN);
+        /* the text must state only attributes the op reads */
+        assert_int_equal(info->required & ~info->attrs, 0);
+        /* in place: one output, which may be only an input the op has */
+        if (info->alias) {
+            assert_int_equal(info->n_out, 1);
+            assert_int_equal(info->alias >> info->n_in, 0);
+        }
+        if (info->rmw)
+            assert_true(info->n_out >= 1);
+        /* ops written otherwise than "outputs = op inputs" have no buffers */
+        if (info->syntax != TPU__SYNTAX_OPERANDS)
+            assert_int_equal(info->n_out + info->n_in, 0);
+    }
+    assert_string_equal(tpu__op_info(TPU_OP_COUNT)->name, "unknown");
+    assert_int_equal(tpu__op_info(TPU_OP_ADD)->alias, TPU__ALIAS_IN01);
+    assert_int_equal(tpu__op_info(TPU_OP_MATMUL)->alias, TPU__ALIAS_NONE);
+    assert_true(tpu__op_info(TPU_OP_ADAM)->rmw);
+    assert_int_equal(tpu__op_info(TPU_OP_ADAM)->rule, TPU__RULE_ADAM);
+    assert_int_equal(tpu__op_info(TPU_OP_VAR_ADD)->syntax, TPU__SYNTAX_VAR_IMM);
+}
 
 static void test_op_table(void **state)
 {
@@ -1514,6 +1543,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op_table),
+        cmocka_unit_test(test_op_table_columns),
         cmocka_unit_test(test_builder_basics),
         cmocka_unit_test(test_builder_errors),
         cmocka_unit_test(test_builder_many_names),

@@ -15,8 +15,9 @@
  * Device variables are int64 scalars (loop counts, the step counter), set by the host or by
  * `var_add`.
  *
- * The op set is one table (TPU_OP_TABLE below) from which the enum, the names used by the
- * text form, and the operand counts come. Operand roles and rules per op:
+ * The op set is one table (TPU_OP_TABLE below): every property of an op is in its row, and
+ * the builder, printer, parser, verifier, executor and timing read it from there. What each
+ * op computes, with its operand roles:
  *
  *   infeed   out y                        dequeue the next tensor of the core's infeed queue
  *   outfeed  in x                         enqueue x on the core's outfeed queue
@@ -63,10 +64,11 @@
  *
  * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize
  * and collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
- * also reads (in place) only where that is safe while streaming: the elementwise ops (add,
- * sub, mul, max, scale, relu, relu_grad, exp) and all_reduce; the optimizers update their
- * outputs in place by definition. A temp holds one value per pass: it is written once by an
- * op that does not read it, then possibly updated in place (or by matmul accumulate).
+ * also reads (in place) only where that is safe while streaming (the table's `alias`
+ * column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad, exp) and
+ * all_reduce; the optimizers update their outputs in place by definition (`rmw`). A temp
+ * holds one value per pass: it is written once by an op that does not read it, then
+ * possibly updated in place (or by matmul accumulate).
  * tpu_program_verify enforces these and the rest; sim/program/program_verify.c lists every rule.
  *
  * Text form (sim/program/program_parse.c has the grammar):
@@ -104,36 +106,94 @@ enum tpu_buf_kind {
     TPU_BUF_PARAM,
 };
 
-/* X(ENUM, "text name", n_out, n_in, unit)
- * unit: the unit that computes it (see device.h): MXU, VPU, INFEED, OUTFEED, ICI, CTRL */
-#define TPU_OP_TABLE(X)                                                                        \
-    X(INFEED, "infeed", 1, 0, INFEED)                                                          \
-    X(OUTFEED, "outfeed", 0, 1, OUTFEED)                                                       \
-    X(MATMUL, "matmul", 1, 2, MXU)                                                             \
-    X(ADD, "add", 1, 2, VPU)                                                                   \
-    X(SUB, "sub", 1, 2, VPU)                                                                   \
-    X(MUL, "mul", 1, 2, VPU)                                                                   \
-    X(MAX, "max", 1, 2, VPU)                                                                   \
-    X(SCALE, "scale", 1, 1, VPU)                                                               \
-    X(RELU, "relu", 1, 1, VPU)                                                                 \
-    X(RELU_GRAD, "relu_grad", 1, 2, VPU)                                                       \
-    X(EXP, "exp", 1, 1, VPU)                                                                   \
-    X(CONVERT, "convert", 1, 1, VPU)                                                           \
-    X(QUANTIZE, "quantize", 1, 1, VPU)                                                         \
-    X(REDUCE_SUM, "reduce_sum", 1, 1, VPU)                                                     \
-    X(REDUCE_MAX, "reduce_max", 1, 1, VPU)                                                     \
-    X(SOFTMAX_XENT, "softmax_xent", 2, 2, VPU)                                                 \
-    X(CLASSIFY_COUNT, "classify_count", 1, 2, VPU)                                             \
-    X(SGD_MOMENTUM, "sgd_momentum", 2, 1, VPU)                                                 \
-    X(ADAM, "adam", 3, 1, VPU)                                                                 \
-    X(ALL_REDUCE, "all_reduce", 1, 1, ICI)                                                     \
-    X(COLLECTIVE_PERMUTE, "collective_permute", 1, 1, ICI)                                     \
-    X(VAR_ADD, "var_add", 0, 0, CTRL)                                                          \
-    X(LOOP_BEGIN, "loop_begin", 0, 0, CTRL)                                                    \
-    X(LOOP_END, "loop_end", 0, 0, CTRL)
+/* The op table: one row per op holding every property of the op. The enum below, the text
+ * form's names, the operand counts and roles, the attributes, the verifier's rules, the unit
+ * that runs the op, its vector-unit cost and the function that computes its values all come
+ * from this one table, so that they cannot disagree (the ISA table of an instruction-set
+ * simulator, as in Spike).
+ *
+ * X(ENUM, "name", syntax, n_out, n_in, (roles), alias, rmw, rule, attrs, required, unit,
+ *   vpu_ops, sem)
+ *   ENUM      TPU_OP_<ENUM>
+ *   "name"    the op's name in the text form and in messages
+ *   syntax    how the text form writes it (sim/program/program_parse.c has the grammar):
+ *             OPERANDS  "outputs = name inputs attributes"; VAR_IMM "var_add VAR INT";
+ *             LOOP "loop VAR {"; LOOP_END "}"
+ *   n_out, n_in, (roles)
+ *             the numbers of outputs and inputs (buffers), and their role names, outputs
+ *             first, in operand order ("y", "a", "b"; (NULL) for an op without buffers)
+ *   alias     which inputs output 0 may be (in place, safe while streaming): NONE, IN0
+ *             (input 0), IN01 (input 0 or 1). Outputs are always distinct buffers.
+ *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
+ *             their param and state buffers in place), else 0
+ *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify.c,
+ *             rules T1-T8): ANY (no rule), INFEED, MATMUL, BINARY (f32, b broadcasts), F32
+ *             (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE, SOFTMAX_XENT,
+ *             CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE, PERMUTE
+ *   attrs     the attributes it reads (TPU_ATTR_* bits; the others must stay zero)
+ *   required  the attributes the text form must state (a forgotten one would silently be 0)
+ *   unit      the unit that runs it (device.h's enum tpu_unit): MXU, VPU, INFEED, OUTFEED,
+ *             ICI, CTRL. The ops of MXU, VPU and CTRL are local to a core and stream their
+ *             HBM operands through the core's DMA engines; the chip runs the others itself.
+ *   vpu_ops   VPU ops: ALU operations per element (the vector unit's cost, sim/chip/timing.c
+ *             gives the formula and the reasons for each count); 0 for the other units
+ *   sem       the function that computes its values on one core: tpu__ops_<sem> in sim/ops/
+ *             (ops_int.h); `chip` for the ops the chip runs itself (sim/chip/chip_exec.c)
+ *
+ * Adding an op touches: its row here; its semantics in sim/ops/ (a case in the function its
+ * `sem` names, or a new tpu__ops_<sem>); its timing in sim/chip/timing.c only if the default
+ * for its unit does not fit (VPU: vpu_ops per element of its largest operand); a verifier
+ * rule in program_verify.c only if none of the rules above fits; and its tests
+ * (tests/test_ops.c, tests/test_program.c). */
+#define TPU_OP_TABLE(X)                                                                            \
+    X(INFEED, "infeed", OPERANDS, 1, 0, ("y"), NONE, 0, INFEED, 0, 0, INFEED, 0, chip)             \
+    X(OUTFEED, "outfeed", OPERANDS, 0, 1, ("x"), NONE, 0, ANY, 0, 0, OUTFEED, 0, chip)             \
+    X(MATMUL, "matmul", OPERANDS, 1, 2, ("y", "a", "b"), NONE, 0, MATMUL,                          \
+      TPU_ATTR_TRANS_A | TPU_ATTR_TRANS_B | TPU_ATTR_ACCUMULATE | TPU_ATTR_PASSES, 0, MXU, 0,      \
+      matmul)                                                                                      \
+    X(ADD, "add", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(SUB, "sub", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(MUL, "mul", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(MAX, "max", OPERANDS, 1, 2, ("y", "a", "b"), IN01, 0, BINARY, 0, 0, VPU, 1, binary)          \
+    X(SCALE, "scale", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, TPU_ATTR_ALPHA | TPU_ATTR_BETA,     \
+      TPU_ATTR_ALPHA, VPU, 2, unary)                                                               \
+    X(RELU, "relu", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, 0, 0, VPU, 1, unary)                  \
+    X(RELU_GRAD, "relu_grad", OPERANDS, 1, 2, ("y", "dy", "x"), IN01, 0, F32, 0, 0, VPU, 2,        \
+      relu_grad)                                                                                   \
+    X(EXP, "exp", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, 0, 0, VPU, 4, unary)                    \
+    X(CONVERT, "convert", OPERANDS, 1, 1, ("y", "x"), NONE, 0, CONVERT, 0, 0, VPU, 1, convert)     \
+    X(QUANTIZE, "quantize", OPERANDS, 1, 1, ("y", "x"), NONE, 0, QUANTIZE, TPU_ATTR_ALPHA, 0,      \
+      VPU, 2, quantize)                                                                            \
+    X(REDUCE_SUM, "reduce_sum", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,        \
+      TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
+    X(REDUCE_MAX, "reduce_max", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,        \
+      TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
+    X(SOFTMAX_XENT, "softmax_xent", OPERANDS, 2, 2, ("loss", "dlogits", "logits", "labels"),       \
+      NONE, 0, SOFTMAX_XENT, TPU_ATTR_ALPHA, TPU_ATTR_ALPHA, VPU, 10, softmax_xent)                \
+    X(CLASSIFY_COUNT, "classify_count", OPERANDS, 1, 2, ("y", "logits", "labels"), NONE, 0,        \
+      CLASSIFY_COUNT, 0, 0, VPU, 2, classify_count)                                                \
+    X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,        \
+      OPTIMIZER, TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA, TPU_ATTR_ALPHA, VPU, 6,          \
+      sgd_momentum)                                                                                \
+    X(ADAM, "adam", OPERANDS, 3, 1, ("param", "m", "v", "grad"), NONE, 1, ADAM,                    \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_DELTA |            \
+          TPU_ATTR_EPS,                                                                            \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS, VPU, 22,      \
+      adam)                                                                                        \
+    X(ALL_REDUCE, "all_reduce", OPERANDS, 1, 1, ("y", "x"), IN0, 0, ALL_REDUCE, TPU_ATTR_REDUCE,   \
+      TPU_ATTR_REDUCE, ICI, 0, chip)                                                               \
+    X(COLLECTIVE_PERMUTE, "collective_permute", OPERANDS, 1, 1, ("y", "x"), NONE, 0, PERMUTE,      \
+      TPU_ATTR_SHIFT | TPU_ATTR_GROUP, TPU_ATTR_SHIFT | TPU_ATTR_GROUP, ICI, 0, chip)              \
+    X(VAR_ADD, "var_add", VAR_IMM, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR | TPU_ATTR_IMM, 0,     \
+      CTRL, 0, var_add)                                                                            \
+    X(LOOP_BEGIN, "loop_begin", LOOP, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR, 0, CTRL, 0,        \
+      chip)                                                                                        \
+    X(LOOP_END, "loop_end", LOOP_END, 0, 0, (NULL), NONE, 0, ANY, 0, 0, CTRL, 0, chip)
 
 enum tpu_opcode {
-#define TPU__OP_ENUM(e, name, nout, nin, unit) TPU_OP_##e,
+#define TPU__OP_ENUM(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required,       \
+                     unit, vpu_ops, sem)                                                           \
+    TPU_OP_##e,
     TPU_OP_TABLE(TPU__OP_ENUM)
 #undef TPU__OP_ENUM
         TPU_OP_COUNT

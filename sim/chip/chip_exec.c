@@ -32,6 +32,7 @@
 
 #include "chip_int.h"
 #include "mxu_provider.h"
+#include "program/op_table.h"
 #include "timing.h"
 #include "util.h"
 
@@ -82,63 +83,25 @@ static void trace(struct tpu_device *dev, struct core *c, enum tpu_unit u, uint8
     }
 }
 
-/* The compute unit, compute cycles and MACs of a local op. */
-static enum tpu_unit local_cost(const struct tpu_device *dev, const struct tpu_op *op,
-                                uint64_t *cycles, uint64_t *mac_slots, uint64_t *macs)
+/* The bytes a local op moves from and to HBM, and when its operands are ready: those in
+ * HBM gate its input DMA (*hbm_ready), those on chip and the WAR/WAW hazards on its results
+ * gate its compute (*vmem_ready). */
+static void hbm_traffic(const struct tpu_device *dev, const struct core *c,
+                        const struct tpu_op *op, uint64_t *in_bytes, uint64_t *out_bytes,
+                        uint64_t *hbm_ready, uint64_t *vmem_ready)
 {
-    *mac_slots = *macs = 0;
-    if (op->code == TPU_OP_MATMUL) {
-        const struct tpu_buffer_desc *a = tpu_program_buffer(dev->prog, op->in[0]);
-        const struct tpu_buffer_desc *b = tpu_program_buffer(dev->prog, op->in[1]);
-        uint64_t m = op->attrs.trans_a ? a->cols : a->rows;
-        uint64_t k = op->attrs.trans_a ? a->rows : a->cols;
-        uint64_t n = op->attrs.trans_b ? b->rows : b->cols;
-        unsigned passes = a->dtype == TPU_F32 && op->attrs.passes > 1 ? op->attrs.passes : 1;
-        *cycles = tpu__matmul_cycles(&dev->cfg, m, k, n, passes, mac_slots);
-        *macs = m * k * n * passes;
-        return TPU_UNIT_MXU;
-    }
-    if (op->code == TPU_OP_VAR_ADD) {
-        *cycles = 1;
-        return TPU_UNIT_CTRL;
-    }
-    /* vector ops: the largest operand is the element count they sweep */
-    uint64_t elements = 0;
-    for (int i = 0; i < TPU_OP_MAX_IN; i++)
-        if (op->in[i] != TPU_NO_BUF) {
-            const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->in[i]);
-            elements = tpu__max_u64(elements, (uint64_t)bd->rows * bd->cols);
-        }
-    for (int i = 0; i < TPU_OP_MAX_OUT; i++)
-        if (op->out[i] != TPU_NO_BUF) {
-            const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->out[i]);
-            elements = tpu__max_u64(elements, (uint64_t)bd->rows * bd->cols);
-        }
-    *cycles = tpu__vpu_cycles(&dev->cfg, op->code, elements);
-    return TPU_UNIT_VPU;
-}
-
-static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
-                          const struct tpu_op *op)
-{
-    uint64_t cycles, mac_slots, macs;
-    enum tpu_unit u = local_cost(dev, op, &cycles, &mac_slots, &macs);
-    if (u == TPU_UNIT_MXU && dev->s.mxu) { /* the provider's own count (mxu_provider.h) */
-        cycles = c->provider_mxu_cycles;
-        mac_slots = cycles * dev->cfg.mxu_rows * dev->cfg.mxu_cols * dev->cfg.mxu_per_core;
-    }
-
-    /* bytes from and to HBM; on-chip inputs gate compute, HBM inputs gate their DMA */
-    uint64_t in_bytes = 0, out_bytes = 0, hbm_ready = 0, vmem_ready = 0;
+    /* an accumulating matmul or an in-place update (the op table's rmw) reads its results */
+    const bool reads_outputs = op->attrs.accumulate || tpu__op_info(op->code)->rmw;
+    *in_bytes = *out_bytes = *hbm_ready = *vmem_ready = 0;
     for (int i = 0; i < TPU_OP_MAX_IN; i++) {
         uint32_t b = op->in[i];
         if (b == TPU_NO_BUF)
             continue;
         if (dev->place[b] == IN_HBM) {
-            in_bytes += buf_bytes(dev, b);
-            hbm_ready = tpu__max_u64(hbm_ready, c->buf_ready[b]);
+            *in_bytes += buf_bytes(dev, b);
+            *hbm_ready = tpu__max_u64(*hbm_ready, c->buf_ready[b]);
         } else {
-            vmem_ready = tpu__max_u64(vmem_ready, c->buf_ready[b]);
+            *vmem_ready = tpu__max_u64(*vmem_ready, c->buf_ready[b]);
         }
     }
     for (int i = 0; i < TPU_OP_MAX_OUT; i++) {
@@ -146,16 +109,26 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
         if (b == TPU_NO_BUF)
             continue;
         uint64_t war = tpu__max_u64(c->buf_ready[b], c->buf_read_done[b]);
-        vmem_ready = tpu__max_u64(vmem_ready, war);
+        *vmem_ready = tpu__max_u64(*vmem_ready, war);
         if (dev->place[b] == IN_HBM) {
-            out_bytes += buf_bytes(dev, b);
-            /* an accumulating matmul or an in-place update reads its result buffer too */
-            if (op->attrs.accumulate || op->code == TPU_OP_SGD_MOMENTUM ||
-                op->code == TPU_OP_ADAM) {
-                in_bytes += buf_bytes(dev, b);
-            }
+            *out_bytes += buf_bytes(dev, b);
+            if (reads_outputs)
+                *in_bytes += buf_bytes(dev, b);
         }
     }
+}
+
+static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
+                          const struct tpu_op *op)
+{
+    uint64_t cycles, mac_slots, macs;
+    enum tpu_unit u = tpu__op_cost(&dev->cfg, dev->prog, op, &cycles, &mac_slots, &macs);
+    if (u == TPU_UNIT_MXU && dev->s.mxu) { /* the provider's own count (mxu_provider.h) */
+        cycles = c->provider_mxu_cycles;
+        mac_slots = cycles * dev->cfg.mxu_rows * dev->cfg.mxu_cols * dev->cfg.mxu_per_core;
+    }
+    uint64_t in_bytes, out_bytes, hbm_ready, vmem_ready;
+    hbm_traffic(dev, c, op, &in_bytes, &out_bytes, &hbm_ready, &vmem_ready);
     const uint64_t n = tpu__stream_chunks(&dev->cfg, tpu__max_u64(in_bytes, out_bytes));
     const uint64_t issue = c->last_issue;
     const uint64_t prefetch_from = c->prefetch_from; /* one op of lookahead for DMA */
@@ -366,15 +339,11 @@ static int collective(struct tpu_device *dev, struct core *c, size_t pc, const s
         cross_chip = cross_chip || m->chip != dev->cores[g->members[0]].chip;
     }
     const uint64_t bytes = buf_bytes(dev, op->in[0]);
-    uint64_t dur;
-    if (op->code == TPU_OP_ALL_REDUCE) {
-        uint32_t per_chip = 1;
-        for (uint32_t r = 1; r < g->n; r++)
-            per_chip += dev->cores[g->members[r]].chip == dev->cores[g->members[0]].chip;
-        dur = tpu__all_reduce_cycles(&dev->cfg, g->n, per_chip, bytes);
-    } else {
-        dur = g->n > 1 ? tpu__permute_cycles(&dev->cfg, bytes, cross_chip) : 0;
-    }
+    uint32_t per_chip = 1;
+    for (uint32_t r = 1; r < g->n; r++)
+        per_chip += dev->cores[g->members[r]].chip == dev->cores[g->members[0]].chip;
+    const uint64_t dur =
+        tpu__collective_cycles(&dev->cfg, op->code, g->n, per_chip, cross_chip, bytes);
     for (uint32_t r = 0; r < g->n; r++) {
         struct core *m = &dev->cores[g->members[r]];
         m->ctr.stall[TPU_STALL_SYNC] += start - m->coll_arrival;
@@ -454,6 +423,50 @@ static bool canceled(struct tpu_device *dev)
     return x;
 }
 
+/* Runs an op other than a loop on the unit the op table gives it: infeed, outfeed and
+ * collectives are the chip's; the local ops (MXU, VPU, CTRL) compute their values (sim/ops/,
+ * or the matrix unit's provider) and take their place on the core's timelines. Returns 1
+ * when done, 0 when blocked, negative on error. */
+static int run_op(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+                  struct tpu__scratch *scratch, struct tpu_diag *d)
+{
+    const enum tpu_unit unit = tpu__op_unit(op->code);
+    switch (unit) {
+    case TPU_UNIT_INFEED:
+        return do_infeed(dev, c, pc, op, d);
+    case TPU_UNIT_OUTFEED:
+        return do_outfeed(dev, c, pc, op, d);
+    case TPU_UNIT_ICI:
+        return collective(dev, c, pc, op, d);
+    default:
+        break;
+    }
+    if (!dev->s.timing_only) {
+        int e = unit == TPU_UNIT_MXU && dev->s.mxu
+                    ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, op, c->bufs,
+                                           &c->provider_mxu_cycles, d)
+                    : tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
+                                      dev->s.kernel_threads ? dev->s.kernel_threads : 1,
+                                      scratch, d);
+        if (e) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);
+            if (d) {
+                size_t pl = strlen(prefix), ml = strlen(d->msg);
+                if (pl + ml < sizeof d->msg) {
+                    memmove(d->msg + pl, d->msg, ml + 1);
+                    memcpy(d->msg, prefix, pl);
+                }
+            }
+            return e;
+        }
+    } else if (op->code == TPU_OP_VAR_ADD) {
+        c->vars[op->attrs.var] += op->attrs.imm;
+    }
+    time_local_op(dev, c, pc, op);
+    return 1;
+}
+
 int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *scratch,
                   struct tpu_diag *d)
 {
@@ -488,40 +501,8 @@ int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *s
             }
             c->in_loop = false;
             break;
-        case TPU_OP_INFEED:
-            rc = do_infeed(dev, c, pc, op, d);
-            break;
-        case TPU_OP_OUTFEED:
-            rc = do_outfeed(dev, c, pc, op, d);
-            break;
-        case TPU_OP_ALL_REDUCE:
-        case TPU_OP_COLLECTIVE_PERMUTE:
-            rc = collective(dev, c, pc, op, d);
-            break;
         default:
-            if (!dev->s.timing_only) {
-                int e = op->code == TPU_OP_MATMUL && dev->s.mxu
-                            ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, op, c->bufs,
-                                                   &c->provider_mxu_cycles, d)
-                            : tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
-                                              dev->s.kernel_threads ? dev->s.kernel_threads : 1,
-                                              scratch, d);
-                if (e) {
-                    char prefix[64];
-                    snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);
-                    if (d) {
-                        size_t pl = strlen(prefix), ml = strlen(d->msg);
-                        if (pl + ml < sizeof d->msg) {
-                            memmove(d->msg + pl, d->msg, ml + 1);
-                            memcpy(d->msg, prefix, pl);
-                        }
-                    }
-                    return e;
-                }
-            } else if (op->code == TPU_OP_VAR_ADD) {
-                c->vars[op->attrs.var] += op->attrs.imm;
-            }
-            time_local_op(dev, c, pc, op);
+            rc = run_op(dev, c, pc, op, scratch, d);
             break;
         }
         if (rc <= 0)

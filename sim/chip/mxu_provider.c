@@ -286,6 +286,97 @@ static void accumulate_into(const struct plan *pl, const struct work *wk, void *
         }
 }
 
+/* The checks before a matmul on the provider: ops.c's operand checks with its messages,
+ * then what the provider needs (one pass, a non-empty array, enough units for the core). */
+static int check_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
+                        uint32_t core, const struct tpu_op *op, const struct tpu__bufmem *bufs,
+                        const struct plan *pl, struct tpu_diag *d)
+{
+    const char *name = p->name ? p->name : "external";
+    const struct tpu__bufmem *y = &bufs[op->out[0]];
+    const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
+    const bool int8 = pl->int8;
+    const size_t kb = op->attrs.trans_b ? b->cols : b->rows;
+    /* the operand checks of ops.c, with its messages */
+    if (!int8 && !(is_float_dtype(a->dtype) && is_float_dtype(b->dtype)))
+        return tpu__fail(d, TPU_ESHAPE,
+                         "matmul: operands a (%s) and b (%s) do not go together; use int8 "
+                         "with int8 (int32 result) or f32/bf16 with f32/bf16 (f32 result)",
+                         tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype));
+    if (pl->k != kb)
+        return tpu__fail(d, TPU_ESHAPE,
+                         "matmul: op(a) is [%zu][%zu] and op(b) is [%zu][%zu]; the inner "
+                         "dimensions must agree",
+                         pl->m, pl->k, kb, pl->n);
+    int rc = tpu__ops_check_buf(d, op, "y", y, int8 ? TPU_INT32 : TPU_F32,
+                                (uint32_t)pl->m, (uint32_t)pl->n);
+    if (rc)
+        return rc;
+    if ((a->data == NULL && pl->m * pl->k != 0) || (b->data == NULL && pl->k * pl->n != 0))
+        return tpu__fail(d, TPU_EINVAL, "matmul: an input operand has no memory");
+    if (!int8 && (a->dtype == TPU_F32 || b->dtype == TPU_F32)) {
+        const unsigned passes = op->attrs.passes;
+        if (passes != 1 && passes != 3 && passes != 6)
+            return tpu__fail(d, TPU_EINVAL,
+                             "matmul: passes is %u; an f32 matmul runs in 1 (bf16 inputs), "
+                             "3 or 6 bf16 passes",
+                             passes);
+        if (passes != 1)
+            return tpu__fail(d, TPU_EUNSUPPORTED,
+                             "matmul: the %s matrix unit runs one-pass matmuls only (bf16 "
+                             "inputs), but this f32 matmul asks for %u bf16 passes; use passes "
+                             "1 (e.g. --passes 1) or the native backend",
+                             name, passes);
+    }
+    if (pl->R == 0 || pl->C == 0 || pl->n_mxu == 0 || cfg->accumulator_rows == 0)
+        return tpu__fail(d, TPU_EINVAL,
+                         "matmul: the %s matrix unit is %zux%zu with %zu per core and %u "
+                         "accumulator rows; every one must be at least 1",
+                         name, pl->R, pl->C, pl->n_mxu, cfg->accumulator_rows);
+    const uint64_t first_unit = (uint64_t)core * pl->n_mxu;
+    if (first_unit + pl->n_mxu > p->n_units)
+        return tpu__fail(d, TPU_EINVAL,
+                         "matmul: core %u uses matrix units %llu to %llu but the %s provider "
+                         "simulates %u; make it with one unit per MXU of the device",
+                         core, (unsigned long long)first_unit,
+                         (unsigned long long)(first_unit + pl->n_mxu - 1), name, p->n_units);
+    return 0;
+}
+
+/* Runs each matrix unit's share of the tiles (deal) on the provider; *longest gets the
+ * cycles of the busiest unit. */
+static int run_units(const struct tpu_mxu_provider *p, const struct plan *pl,
+                     const struct work *wk, uint64_t first_unit, uint64_t *longest,
+                     struct tpu_diag *d)
+{
+    const bool int8 = pl->int8;
+    int rc = 0;
+    *longest = 0;
+    for (size_t x = 0; x < pl->n_mxu && rc == 0; x++) {
+        if (wk->count[x] == 0)
+            continue;
+        const size_t f = wk->first[x];
+        struct tpu_mxu_seq seq = {
+            .dtype = int8 ? TPU_INT8 : TPU_BF16,
+            .n_tiles = wk->count[x],
+            .m_rows = wk->m_rows + f,
+        };
+        if (int8) {
+            seq.w_int8 = wk->w_int8 + f;
+            seq.in_int8 = wk->in_int8 + f;
+            seq.out_i32 = wk->out_i32 + f;
+        } else {
+            seq.w_bf16 = wk->w_bf16 + f;
+            seq.in_bf16 = wk->in_bf16 + f;
+            seq.out_f32 = wk->out_f32 + f;
+        }
+        uint64_t cyc = 0;
+        rc = p->run(p->ctx, (uint32_t)(first_unit + x), &seq, &cyc, d);
+        *longest = tpu__max_u64(*longest, cyc);
+    }
+    return rc;
+}
+
 /* ---- the op ----------------------------------------------------------------------------- */
 
 int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
@@ -308,51 +399,11 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
         .in_size = int8 ? 1 : 2,
         .int8 = int8,
     };
-    const size_t kb = vb.trans ? b->cols : b->rows;
 
-    /* the operand checks of ops.c, with its messages */
-    if (!int8 && !(is_float_dtype(a->dtype) && is_float_dtype(b->dtype)))
-        return tpu__fail(d, TPU_ESHAPE,
-                         "matmul: operands a (%s) and b (%s) do not go together; use int8 "
-                         "with int8 (int32 result) or f32/bf16 with f32/bf16 (f32 result)",
-                         tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype));
-    if (pl.k != kb)
-        return tpu__fail(d, TPU_ESHAPE,
-                         "matmul: op(a) is [%zu][%zu] and op(b) is [%zu][%zu]; the inner "
-                         "dimensions must agree",
-                         pl.m, pl.k, kb, pl.n);
-    int rc = tpu__ops_check_buf(d, op, "y", y, int8 ? TPU_INT32 : TPU_F32,
-                                (uint32_t)pl.m, (uint32_t)pl.n);
+    int rc = check_matmul(p, cfg, core, op, bufs, &pl, d);
     if (rc)
         return rc;
-    if ((a->data == NULL && pl.m * pl.k != 0) || (b->data == NULL && pl.k * pl.n != 0))
-        return tpu__fail(d, TPU_EINVAL, "matmul: an input operand has no memory");
-    if (!int8 && (a->dtype == TPU_F32 || b->dtype == TPU_F32)) {
-        const unsigned passes = op->attrs.passes;
-        if (passes != 1 && passes != 3 && passes != 6)
-            return tpu__fail(d, TPU_EINVAL,
-                             "matmul: passes is %u; an f32 matmul runs in 1 (bf16 inputs), "
-                             "3 or 6 bf16 passes",
-                             passes);
-        if (passes != 1)
-            return tpu__fail(d, TPU_EUNSUPPORTED,
-                             "matmul: the %s matrix unit runs one-pass matmuls only (bf16 "
-                             "inputs), but this f32 matmul asks for %u bf16 passes; use passes "
-                             "1 (e.g. --passes 1) or the native backend",
-                             name, passes);
-    }
-    if (pl.R == 0 || pl.C == 0 || pl.n_mxu == 0 || cfg->accumulator_rows == 0)
-        return tpu__fail(d, TPU_EINVAL,
-                         "matmul: the %s matrix unit is %zux%zu with %zu per core and %u "
-                         "accumulator rows; every one must be at least 1",
-                         name, pl.R, pl.C, pl.n_mxu, cfg->accumulator_rows);
     const uint64_t first_unit = (uint64_t)core * pl.n_mxu;
-    if (first_unit + pl.n_mxu > p->n_units)
-        return tpu__fail(d, TPU_EINVAL,
-                         "matmul: core %u uses matrix units %llu to %llu but the %s provider "
-                         "simulates %u; make it with one unit per MXU of the device",
-                         core, (unsigned long long)first_unit,
-                         (unsigned long long)(first_unit + pl.n_mxu - 1), name, p->n_units);
     if (pl.m == 0 || pl.n == 0)
         return 0;
 
@@ -372,28 +423,7 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
     deal(&pl, &wk);
 
     uint64_t longest = 0;
-    for (size_t x = 0; x < pl.n_mxu && rc == 0; x++) {
-        if (wk.count[x] == 0)
-            continue;
-        const size_t f = wk.first[x];
-        struct tpu_mxu_seq seq = {
-            .dtype = int8 ? TPU_INT8 : TPU_BF16,
-            .n_tiles = wk.count[x],
-            .m_rows = wk.m_rows + f,
-        };
-        if (int8) {
-            seq.w_int8 = wk.w_int8 + f;
-            seq.in_int8 = wk.in_int8 + f;
-            seq.out_i32 = wk.out_i32 + f;
-        } else {
-            seq.w_bf16 = wk.w_bf16 + f;
-            seq.in_bf16 = wk.in_bf16 + f;
-            seq.out_f32 = wk.out_f32 + f;
-        }
-        uint64_t cyc = 0;
-        rc = p->run(p->ctx, (uint32_t)(first_unit + x), &seq, &cyc, d);
-        longest = tpu__max_u64(longest, cyc);
-    }
+    rc = run_units(p, &pl, &wk, first_unit, &longest, d);
     if (rc == 0) {
         accumulate_into(&pl, &wk, y->data, op->attrs.accumulate);
         *cycles = longest;

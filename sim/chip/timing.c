@@ -8,9 +8,10 @@
  *
  * Figures that the published sources do not give are assumptions, named here:
  *   - vector-unit pipeline latency: TPU__VPU_LATENCY_CYCLES (8) per op;
- *   - ALU operations per element of each vector op (table below), counted as a compiler
- *     would lower them: one per add/mul/compare/select, four for exp and log (range
- *     reduction and a short polynomial), a divide or reciprocal square root counts four;
+ *   - ALU operations per element of each vector op (the op table's vpu_ops column, reasons
+ *     below), counted as a compiler would lower them: one per add/mul/compare/select, four
+ *     for exp and log (range reduction and a short polynomial), a divide or reciprocal
+ *     square root counts four;
  *   - on-chip exchange between the cores of one chip runs at the chip's HBM bandwidth.
  */
 #include <math.h>
@@ -45,37 +46,35 @@ uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t
                            cfg->host_link_gbytes_per_s * 1e9 / cfg->cores_per_chip);
 }
 
-/* ALU operations per element, per op. */
+/* The op table's `unit` and `vpu_ops` columns (include/tpusim/program.h). The vector unit's
+ * counts are ALU operations per element as a compiler would lower the op: add, sub, mul,
+ * max, relu, convert, reduce_sum, reduce_max 1; scale 2 (multiply, add); quantize 2
+ * (multiply, round and saturate); relu_grad 2 (compare, select); classify_count 2
+ * (compare-max, select index); exp 4; sgd_momentum 6 (g + gamma p (2), beta v + g (2),
+ * p - alpha v (2)); softmax_xent 10 (max, sub, exp (4), sum, scale by 1/sum (mul), onehot
+ * sub, alpha mul, plus the row's log, amortised); adam 22 (g (2), m (3), v (4), bias
+ * corrections (2), sqrt (4), add eps, divide (4), mul alpha and subtract (2)). */
+static const struct {
+    uint8_t unit; /* enum tpu_unit */
+    uint8_t vpu_ops;
+} op_timing[TPU_OP_COUNT] = {
+#define TPU__OP_TIMING(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required, \
+                       unit_, vpu_ops_, sem)                                                   \
+    [TPU_OP_##e] = {TPU_UNIT_##unit_, vpu_ops_},
+    TPU_OP_TABLE(TPU__OP_TIMING)
+#undef TPU__OP_TIMING
+};
+
+enum tpu_unit tpu__op_unit(enum tpu_opcode code)
+{
+    if ((unsigned)code >= TPU_OP_COUNT)
+        return TPU_UNIT_CTRL;
+    return (enum tpu_unit)op_timing[code].unit;
+}
+
 unsigned tpu__vpu_ops_per_element(enum tpu_opcode code)
 {
-    switch (code) {
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_MAX:
-    case TPU_OP_RELU:
-    case TPU_OP_CONVERT:
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return 1;
-    case TPU_OP_SCALE:     /* multiply, add */
-    case TPU_OP_QUANTIZE:  /* multiply, round and saturate */
-    case TPU_OP_RELU_GRAD: /* compare, select */
-    case TPU_OP_CLASSIFY_COUNT: /* compare-max, select index */
-        return 2;
-    case TPU_OP_EXP:
-        return 4;
-    case TPU_OP_SGD_MOMENTUM: /* g + gamma p (2), beta v + g (2), p - alpha v (2) */
-        return 6;
-    case TPU_OP_SOFTMAX_XENT: /* max, sub, exp (4), sum, scale by 1/sum (mul), onehot sub,
-                                 alpha mul, plus the row's log (amortised) */
-        return 10;
-    case TPU_OP_ADAM: /* g (2), m (3), v (4), bias corrections (2), sqrt (4), add eps,
-                         divide (4), mul alpha and subtract (2) */
-        return 22;
-    default:
-        return 0;
-    }
+    return (unsigned)code < TPU_OP_COUNT ? op_timing[code].vpu_ops : 0;
 }
 
 uint64_t tpu__vpu_cycles(const struct tpu_chip_config *cfg, enum tpu_opcode code,
@@ -105,6 +104,46 @@ uint64_t tpu__matmul_cycles(const struct tpu_chip_config *cfg, uint64_t m, uint6
     }
     *mac_slots = t.cycles * (uint64_t)cfg->mxu_rows * cfg->mxu_cols * cfg->mxu_per_core;
     return t.cycles;
+}
+
+enum tpu_unit tpu__op_cost(const struct tpu_chip_config *cfg, const struct tpu_program *prog,
+                           const struct tpu_op *op, uint64_t *cycles, uint64_t *mac_slots,
+                           uint64_t *macs)
+{
+    *mac_slots = *macs = 0;
+    const enum tpu_unit unit = tpu__op_unit(op->code);
+    switch (unit) {
+    case TPU_UNIT_MXU: { /* matmul: y[m][n] = op(a)[m][k] * op(b)[k][n] */
+        const struct tpu_buffer_desc *a = tpu_program_buffer(prog, op->in[0]);
+        const struct tpu_buffer_desc *b = tpu_program_buffer(prog, op->in[1]);
+        uint64_t m = op->attrs.trans_a ? a->cols : a->rows;
+        uint64_t k = op->attrs.trans_a ? a->rows : a->cols;
+        uint64_t n = op->attrs.trans_b ? b->rows : b->cols;
+        unsigned passes = a->dtype == TPU_F32 && op->attrs.passes > 1 ? op->attrs.passes : 1;
+        *cycles = tpu__matmul_cycles(cfg, m, k, n, passes, mac_slots);
+        *macs = m * k * n * passes;
+        return unit;
+    }
+    case TPU_UNIT_CTRL: /* var_add */
+        *cycles = 1;
+        return unit;
+    default:
+        break;
+    }
+    /* vector ops: the largest operand is the element count they sweep */
+    uint64_t elements = 0;
+    for (int i = 0; i < TPU_OP_MAX_IN; i++)
+        if (op->in[i] != TPU_NO_BUF) {
+            const struct tpu_buffer_desc *bd = tpu_program_buffer(prog, op->in[i]);
+            elements = tpu__max_u64(elements, (uint64_t)bd->rows * bd->cols);
+        }
+    for (int i = 0; i < TPU_OP_MAX_OUT; i++)
+        if (op->out[i] != TPU_NO_BUF) {
+            const struct tpu_buffer_desc *bd = tpu_program_buffer(prog, op->out[i]);
+            elements = tpu__max_u64(elements, (uint64_t)bd->rows * bd->cols);
+        }
+    *cycles = tpu__vpu_cycles(cfg, op->code, elements);
+    return TPU_UNIT_VPU;
 }
 
 /* Factors n into `k` near-equal factors, smallest first (n = 8, k = 2: 2 x 4). */
@@ -194,6 +233,15 @@ uint64_t tpu__permute_cycles(const struct tpu_chip_config *cfg, uint64_t bytes, 
         return bytes_to_cycles(cfg, (double)bytes, cfg->hbm_gbytes_per_s * 1e9);
     return ns_to_cycles(cfg, cfg->ici_latency_ns) +
            bytes_to_cycles(cfg, (double)bytes, cfg->ici_gbytes_per_s_per_link * 1e9);
+}
+
+uint64_t tpu__collective_cycles(const struct tpu_chip_config *cfg, enum tpu_opcode code,
+                                uint32_t n_part, uint32_t per_chip, bool cross_chip,
+                                uint64_t bytes)
+{
+    if (code == TPU_OP_ALL_REDUCE)
+        return tpu__all_reduce_cycles(cfg, n_part, per_chip, bytes);
+    return n_part > 1 ? tpu__permute_cycles(cfg, bytes, cross_chip) : 0; /* permute */
 }
 
 uint64_t tpu__stream_chunks(const struct tpu_chip_config *cfg, uint64_t bytes)

@@ -1,4 +1,5 @@
-/* The values of the device program's local ops on one core: the dispatcher, the operand
+/* The values of the device program's local ops on one core: the dispatcher (the op table's
+ * `sem` column: tpu__ops_<sem> for each op), the operand
  * checks shared by the op files, `var_add`, and `matmul` on the matrix unit's numerics.
  * Vector ops are in ops_vector.c, loss, accuracy and optimizers in ops_train.c. This file
  * computes values only; when an op runs and how many cycles it takes is the chip's business.
@@ -33,19 +34,6 @@
 
 /* ---- shared helpers --------------------------------------------------------------------- */
 
-static const char *const op_names[] = {
-#define TPU__OP_NAME(e, name, nout, nin, unit) name,
-    TPU_OP_TABLE(TPU__OP_NAME)
-#undef TPU__OP_NAME
-};
-
-const char *tpu__ops_op_name(enum tpu_opcode code)
-{
-    if ((unsigned)code >= sizeof op_names / sizeof op_names[0])
-        return "unknown";
-    return op_names[code];
-}
-
 size_t tpu__ops_count(const struct tpu__bufmem *b)
 {
     return (size_t)b->rows * (size_t)b->cols;
@@ -62,7 +50,7 @@ static void dim_text(char *s, size_t n, uint32_t v)
 int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *role,
                        const struct tpu__bufmem *b, int dtype, uint32_t rows, uint32_t cols)
 {
-    const char *name = tpu__ops_op_name(op->code);
+    const char *name = tpu_opcode_name(op->code);
     if (dtype >= 0 && b->dtype != (enum tpu_dtype)dtype)
         return tpu__fail(d, TPU_ESHAPE, "%s: operand %s is %s but must be %s", name, role,
                          tpu_dtype_name(b->dtype),
@@ -136,9 +124,12 @@ static bool is_float_dtype(enum tpu_dtype t)
     return t == TPU_F32 || t == TPU_BF16;
 }
 
-int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t tile_rows,
-                    unsigned n_threads, struct tpu__scratch *scratch, struct tpu_diag *d)
+int tpu__ops_matmul(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
+    const uint32_t tile_rows = cx->tile_rows;
+    const unsigned n_threads = cx->n_threads;
+    struct tpu__scratch *scratch = cx->scratch;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
     const bool ta = op->attrs.trans_a, tb = op->attrs.trans_b, acc = op->attrs.accumulate;
@@ -212,11 +203,11 @@ int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t 
     return 0;
 }
 
-/* ---- var_add and the dispatcher ------------------------------------------------------- */
+/* ---- var_add, the chip's ops and the dispatcher --------------------------------------- */
 
-static int var_add(const struct tpu_op *op, int64_t *vars, struct tpu_diag *d)
+int tpu__ops_var_add(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct tpu_diag *d)
 {
-    int64_t *v = &vars[op->attrs.var], imm = op->attrs.imm;
+    int64_t *v = &cx->vars[op->attrs.var], imm = op->attrs.imm;
     if ((imm > 0 && *v > INT64_MAX - imm) || (imm < 0 && *v < INT64_MIN - imm))
         return tpu__fail(d, TPU_ERANGE,
                          "var_add: variable %u holds %lld and adding %lld would overflow "
@@ -226,48 +217,34 @@ static int var_add(const struct tpu_op *op, int64_t *vars, struct tpu_diag *d)
     return 0;
 }
 
+int tpu__ops_chip(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct tpu_diag *d)
+{
+    (void)cx;
+    return tpu__fail(d, TPU_EINVAL,
+                     "%s is not a local op: the chip runs infeed, outfeed, collectives "
+                     "and loops itself, not one core's op computation",
+                     tpu_opcode_name(op->code));
+}
+
+/* The op table's `sem` column: the function that computes each op. */
+static tpu__op_fn *const op_fns[TPU_OP_COUNT] = {
+#define TPU__OP_SEM(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required,   \
+                    unit, vpu_ops, sem)                                                        \
+    [TPU_OP_##e] = tpu__ops_##sem,
+    TPU_OP_TABLE(TPU__OP_SEM)
+#undef TPU__OP_SEM
+};
+
 int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
                     uint32_t tile_rows, unsigned n_threads, struct tpu__scratch *scratch,
                     struct tpu_diag *d)
 {
     if (!op)
         return tpu__fail(d, TPU_EINVAL, "no op to compute");
-    switch (op->code) {
-    case TPU_OP_MATMUL:
-        return tpu__ops_matmul(op, bufs, tile_rows, n_threads, scratch, d);
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_MAX:
-    case TPU_OP_SCALE:
-    case TPU_OP_RELU:
-    case TPU_OP_RELU_GRAD:
-    case TPU_OP_EXP:
-    case TPU_OP_CONVERT:
-    case TPU_OP_QUANTIZE:
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return tpu__ops_vector(op, bufs, d);
-    case TPU_OP_SOFTMAX_XENT:
-    case TPU_OP_CLASSIFY_COUNT:
-    case TPU_OP_SGD_MOMENTUM:
-    case TPU_OP_ADAM:
-        return tpu__ops_train(op, bufs, vars, d);
-    case TPU_OP_VAR_ADD:
-        return var_add(op, vars, d);
-    case TPU_OP_INFEED:
-    case TPU_OP_OUTFEED:
-    case TPU_OP_ALL_REDUCE:
-    case TPU_OP_COLLECTIVE_PERMUTE:
-    case TPU_OP_LOOP_BEGIN:
-    case TPU_OP_LOOP_END:
-        return tpu__fail(d, TPU_EINVAL,
-                         "%s is not a local op: the chip runs infeed, outfeed, collectives "
-                         "and loops itself, not one core's op computation",
-                         tpu__ops_op_name(op->code));
-    case TPU_OP_COUNT:
-        break;
-    }
-    return tpu__fail(d, TPU_EINVAL, "unknown opcode %d; valid opcodes are 0 to %d",
-                     (int)op->code, (int)TPU_OP_COUNT - 1);
+    if ((unsigned)op->code >= TPU_OP_COUNT)
+        return tpu__fail(d, TPU_EINVAL, "unknown opcode %d; valid opcodes are 0 to %d",
+                         (int)op->code, (int)TPU_OP_COUNT - 1);
+    const struct tpu__op_ctx cx = {.bufs = bufs, .vars = vars, .tile_rows = tile_rows,
+                                   .n_threads = n_threads, .scratch = scratch};
+    return op_fns[op->code](op, &cx, d);
 }

@@ -1,7 +1,8 @@
 /* The values of the device program's local ops (everything a core computes on its own:
  * matmul, vector ops, reductions, loss, optimizers, variables). Collectives, infeed and
  * outfeed, and loops are the chip's business (chip_exec.c) since they involve other cores or
- * the host. Internal to sim/. */
+ * the host. Which function computes an op is the op table's `sem` column (program.h).
+ * Internal to sim/. */
 #ifndef TPUSIM_SIM_OPS_H
 #define TPUSIM_SIM_OPS_H
 

@@ -14,8 +14,6 @@
 /* "any size" for tpu__ops_check_buf */
 #define TPU__OPS_ANY UINT32_MAX
 
-/* The op's text name ("matmul"), or "unknown" for a code outside the table. */
-const char *tpu__ops_op_name(enum tpu_opcode code);
 /* Number of elements of a buffer (rows * cols; both are 32-bit, the product fits size_t on
  * the 64-bit hosts the simulator supports and is checked anyway). */
 size_t tpu__ops_count(const struct tpu__bufmem *b);
@@ -29,11 +27,35 @@ size_t tpu__ops_count(const struct tpu__bufmem *b);
 int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *role,
                        const struct tpu__bufmem *b, int dtype, uint32_t rows, uint32_t cols);
 
-/* The op families; each assumes tpu__op_compute has checked the opcode belongs to it. */
-int tpu__ops_matmul(const struct tpu_op *op, struct tpu__bufmem *bufs, uint32_t tile_rows,
-                    unsigned n_threads, struct tpu__scratch *scratch, struct tpu_diag *d);
-int tpu__ops_vector(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d);
-int tpu__ops_train(const struct tpu_op *op, struct tpu__bufmem *bufs, const int64_t *vars,
-                   struct tpu_diag *d);
+/* What an op's function may use besides the op: the core's buffers (indexed by buffer id)
+ * and variables, and for matmul the array's rows, the host threads and the scratch arena
+ * (the arguments of tpu__op_compute, ops.h). */
+struct tpu__op_ctx {
+    struct tpu__bufmem *bufs;
+    int64_t *vars;
+    uint32_t tile_rows;
+    unsigned n_threads;
+    struct tpu__scratch *scratch;
+};
+
+/* The functions that compute the ops, one per value of the op table's `sem` column
+ * (include/tpusim/program.h): tpu__op_compute calls tpu__ops_<sem> for the op. Each may
+ * assume the op's code names it in the table; a function shared by several ops (binary:
+ * add, sub, mul, max) tells them apart by op->code. tpu__ops_chip rejects the ops the chip
+ * runs itself. */
+typedef int tpu__op_fn(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct tpu_diag *d);
+tpu__op_fn tpu__ops_matmul;         /* ops.c */
+tpu__op_fn tpu__ops_var_add;        /* ops.c */
+tpu__op_fn tpu__ops_chip;           /* ops.c */
+tpu__op_fn tpu__ops_binary;         /* ops_vector.c: add, sub, mul, max */
+tpu__op_fn tpu__ops_unary;          /* ops_vector.c: scale, relu, exp */
+tpu__op_fn tpu__ops_relu_grad;      /* ops_vector.c */
+tpu__op_fn tpu__ops_convert;        /* ops_vector.c */
+tpu__op_fn tpu__ops_quantize;       /* ops_vector.c */
+tpu__op_fn tpu__ops_reduce;         /* ops_vector.c: reduce_sum, reduce_max */
+tpu__op_fn tpu__ops_softmax_xent;   /* ops_train.c */
+tpu__op_fn tpu__ops_classify_count; /* ops_train.c */
+tpu__op_fn tpu__ops_sgd_momentum;   /* ops_train.c */
+tpu__op_fn tpu__ops_adam;           /* ops_train.c */
 
 #endif

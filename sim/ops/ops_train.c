@@ -66,7 +66,7 @@ static int check_labels(const struct tpu_op *op, const int32_t *labels, size_t r
             return tpu__fail(d, TPU_ERANGE,
                              "%s: row %zu has label %d but there are %u classes; a label "
                              "must be in [0, %u), or negative to mark a padding row",
-                             tpu__ops_op_name(op->code), i, (int)labels[i],
+                             tpu_opcode_name(op->code), i, (int)labels[i],
                              (unsigned)n_classes, (unsigned)n_classes);
     return 0;
 }
@@ -82,8 +82,10 @@ static int check_logits_labels(const struct tpu_op *op, const struct tpu__bufmem
     return rc;
 }
 
-static int softmax_xent(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_softmax_xent(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                          struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *loss = &bufs[op->out[0]], *dl = &bufs[op->out[1]];
     const struct tpu__bufmem *x = &bufs[op->in[0]], *lab = &bufs[op->in[1]];
     int rc = tpu__ops_check_buf(d, op, "loss", loss, TPU_F32, 1, 1);
@@ -129,9 +131,10 @@ static int softmax_xent(const struct tpu_op *op, struct tpu__bufmem *bufs, struc
     return 0;
 }
 
-static int classify_count(const struct tpu_op *op, struct tpu__bufmem *bufs,
-                          struct tpu_diag *d)
+int tpu__ops_classify_count(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                            struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]], *lab = &bufs[op->in[1]];
     int rc = tpu__ops_check_buf(d, op, "y", y, TPU_F32, 1, 2);
@@ -175,8 +178,10 @@ static int check_state(const struct tpu_op *op, struct tpu__bufmem *bufs, unsign
     return rc;
 }
 
-static int sgd_momentum(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_sgd_momentum(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                          struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     static const char *const names[] = {"param", "velocity"};
     int rc = check_state(op, bufs, 2, names, d);
     if (rc)
@@ -207,9 +212,11 @@ static double pow_steps(double b, uint64_t t)
     return r;
 }
 
-static int adam(const struct tpu_op *op, struct tpu__bufmem *bufs, const int64_t *vars,
-                struct tpu_diag *d)
+int tpu__ops_adam(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                  struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
+    const int64_t *vars = cx->vars;
     static const char *const names[] = {"param", "m", "v"};
     int rc = check_state(op, bufs, 3, names, d);
     if (rc)
@@ -241,21 +248,4 @@ static int adam(const struct tpu_op *op, struct tpu__bufmem *bufs, const int64_t
         p[i] = p[i] - (alpha * mhat) / (sqrtf(vhat) + eps);
     }
     return 0;
-}
-
-int tpu__ops_train(const struct tpu_op *op, struct tpu__bufmem *bufs, const int64_t *vars,
-                   struct tpu_diag *d)
-{
-    switch (op->code) {
-    case TPU_OP_SOFTMAX_XENT:
-        return softmax_xent(op, bufs, d);
-    case TPU_OP_CLASSIFY_COUNT:
-        return classify_count(op, bufs, d);
-    case TPU_OP_SGD_MOMENTUM:
-        return sgd_momentum(op, bufs, d);
-    case TPU_OP_ADAM:
-        return adam(op, bufs, vars, d);
-    default:
-        return tpu__fail(d, TPU_EINVAL, "%s is not a training op", tpu__ops_op_name(op->code));
-    }
 }

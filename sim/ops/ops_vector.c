@@ -101,8 +101,10 @@ static void binary_scalar(enum tpu_opcode code, float *y, const float *a, float 
     }
 }
 
-static int binary(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_binary(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                    struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
     int rc = tpu__ops_check_buf(d, op, "a", a, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
@@ -126,14 +128,16 @@ static int binary(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_
         return tpu__fail(d, TPU_ESHAPE,
                          "%s: operand b is [%u][%u] but must be [%zu][%zu] like a, [1][%zu] "
                          "(broadcast over rows) or [1][1]",
-                         tpu__ops_op_name(op->code), (unsigned)b->rows, (unsigned)b->cols,
+                         tpu_opcode_name(op->code), (unsigned)b->rows, (unsigned)b->cols,
                          rows, cols, cols);
     }
     return 0;
 }
 
-static int unary(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_unary(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                   struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]];
     int rc = tpu__ops_check_buf(d, op, "x", x, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
@@ -165,8 +169,10 @@ static int unary(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_d
     return 0;
 }
 
-static int relu_grad(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_relu_grad(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                       struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *dy = &bufs[op->in[0]], *x = &bufs[op->in[1]];
     int rc = tpu__ops_check_buf(d, op, "dy", dy, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
@@ -256,8 +262,10 @@ static int8_t quantize_one(float alpha, float v)
     return (int8_t)(int32_t)r;
 }
 
-static int quantize(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_quantize(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                      struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]];
     int rc = tpu__ops_check_buf(d, op, "x", x, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
@@ -274,8 +282,10 @@ static int quantize(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tp
     return 0;
 }
 
-static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_convert(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                     struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]];
     int rc = tpu__ops_check_buf(d, op, "x", x, -1, TPU__OPS_ANY, TPU__OPS_ANY);
@@ -356,8 +366,10 @@ static int convert(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu
 
 /* ---- reductions ----------------------------------------------------------------------- */
 
-static int reduce(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
+int tpu__ops_reduce(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                    struct tpu_diag *d)
 {
+    struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *x = &bufs[op->in[0]];
     const int32_t axis = op->attrs.axis;
@@ -365,7 +377,7 @@ static int reduce(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_
     if (axis != 0 && axis != 1)
         return tpu__fail(d, TPU_EINVAL, "%s: axis is %d but must be 0 (over rows) or 1 (over "
                                         "columns)",
-                         tpu__ops_op_name(op->code), (int)axis);
+                         tpu_opcode_name(op->code), (int)axis);
     int rc = tpu__ops_check_buf(d, op, "x", x, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
         rc = tpu__ops_check_buf(d, op, "y", y, TPU_F32, axis == 0 ? 1 : x->rows,
@@ -409,30 +421,4 @@ static int reduce(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_
         yv[i] = s;
     }
     return 0;
-}
-
-int tpu__ops_vector(const struct tpu_op *op, struct tpu__bufmem *bufs, struct tpu_diag *d)
-{
-    switch (op->code) {
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_MAX:
-        return binary(op, bufs, d);
-    case TPU_OP_SCALE:
-    case TPU_OP_RELU:
-    case TPU_OP_EXP:
-        return unary(op, bufs, d);
-    case TPU_OP_RELU_GRAD:
-        return relu_grad(op, bufs, d);
-    case TPU_OP_CONVERT:
-        return convert(op, bufs, d);
-    case TPU_OP_QUANTIZE:
-        return quantize(op, bufs, d);
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return reduce(op, bufs, d);
-    default:
-        return tpu__fail(d, TPU_EINVAL, "%s is not a vector op", tpu__ops_op_name(op->code));
-    }
 }

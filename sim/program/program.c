@@ -1,4 +1,5 @@
-/* Device programs: the op table's queries, the program's storage and its builder.
+/* Device programs: the op table (TPU_OP_TABLE expanded into op_table.h's structs) and its
+ * queries, the program's storage and its builder.
  *
  * A program owns three growable arrays (buffers, variables, ops) and a hash index from name
  * to buffer or variable, so that the parser can resolve thousands of operand names quickly
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_table.h"
 #include "tpusim/program.h"
 #include "util.h"
 
@@ -35,25 +37,40 @@ struct tpu_program {
 
 /* ---- the op table --------------------------------------------------------------------- */
 
-struct op_info {
-    const char *name;
-    unsigned n_out, n_in;
-};
+#define TPU__ROLES(...) {__VA_ARGS__}
 
-static const struct op_info op_infos[TPU_OP_COUNT] = {
-#define TPU__OP_INFO(e, name, nout, nin, unit) [TPU_OP_##e] = {name, nout, nin},
+static const struct tpu__op_info op_infos[TPU_OP_COUNT] = {
+#define TPU__OP_INFO(e, name_, syntax_, n_out_, n_in_, roles_, alias_, rmw_, rule_, attrs_,    \
+                     required_, unit, vpu_ops, sem)                                            \
+    [TPU_OP_##e] = {.name = name_,                                                             \
+                    .syntax = TPU__SYNTAX_##syntax_,                                           \
+                    .n_out = n_out_,                                                           \
+                    .n_in = n_in_,                                                             \
+                    .roles = TPU__ROLES roles_,                                                \
+                    .alias = TPU__ALIAS_##alias_,                                              \
+                    .rmw = rmw_,                                                               \
+                    .rule = TPU__RULE_##rule_,                                                 \
+                    .attrs = attrs_,                                                           \
+                    .required = required_},
     TPU_OP_TABLE(TPU__OP_INFO)
 #undef TPU__OP_INFO
 };
+
+static const struct tpu__op_info unknown_op = {.name = "unknown"};
 
 static bool opcode_valid(enum tpu_opcode code)
 {
     return (unsigned)code < TPU_OP_COUNT;
 }
 
+const struct tpu__op_info *tpu__op_info(enum tpu_opcode code)
+{
+    return opcode_valid(code) ? &op_infos[code] : &unknown_op;
+}
+
 const char *tpu_opcode_name(enum tpu_opcode code)
 {
-    return opcode_valid(code) ? op_infos[code].name : "unknown";
+    return tpu__op_info(code)->name;
 }
 
 int tpu_opcode_parse(const char *name, enum tpu_opcode *out)
@@ -69,78 +86,25 @@ int tpu_opcode_parse(const char *name, enum tpu_opcode *out)
 
 unsigned tpu_opcode_n_out(enum tpu_opcode code)
 {
-    return opcode_valid(code) ? op_infos[code].n_out : 0;
+    return tpu__op_info(code)->n_out;
 }
 
 unsigned tpu_opcode_n_in(enum tpu_opcode code)
 {
-    return opcode_valid(code) ? op_infos[code].n_in : 0;
+    return tpu__op_info(code)->n_in;
 }
 
 const char *tpu_opcode_operand_name(enum tpu_opcode code, bool is_output, unsigned i)
 {
-    /* outputs, then inputs, as program.h lists them */
-    static const char *const roles[TPU_OP_COUNT][TPU_OP_MAX_OUT + TPU_OP_MAX_IN] = {
-        [TPU_OP_INFEED] = {"y"},
-        [TPU_OP_OUTFEED] = {"x"},
-        [TPU_OP_MATMUL] = {"y", "a", "b"},
-        [TPU_OP_ADD] = {"y", "a", "b"},
-        [TPU_OP_SUB] = {"y", "a", "b"},
-        [TPU_OP_MUL] = {"y", "a", "b"},
-        [TPU_OP_MAX] = {"y", "a", "b"},
-        [TPU_OP_SCALE] = {"y", "x"},
-        [TPU_OP_RELU] = {"y", "x"},
-        [TPU_OP_RELU_GRAD] = {"y", "dy", "x"},
-        [TPU_OP_EXP] = {"y", "x"},
-        [TPU_OP_CONVERT] = {"y", "x"},
-        [TPU_OP_QUANTIZE] = {"y", "x"},
-        [TPU_OP_REDUCE_SUM] = {"y", "x"},
-        [TPU_OP_REDUCE_MAX] = {"y", "x"},
-        [TPU_OP_SOFTMAX_XENT] = {"loss", "dlogits", "logits", "labels"},
-        [TPU_OP_CLASSIFY_COUNT] = {"y", "logits", "labels"},
-        [TPU_OP_SGD_MOMENTUM] = {"param", "velocity", "grad"},
-        [TPU_OP_ADAM] = {"param", "m", "v", "grad"},
-        [TPU_OP_ALL_REDUCE] = {"y", "x"},
-        [TPU_OP_COLLECTIVE_PERMUTE] = {"y", "x"},
-    };
-    if (!opcode_valid(code))
-        return NULL;
-    unsigned n_out = op_infos[code].n_out, n_in = op_infos[code].n_in;
+    const struct tpu__op_info *info = tpu__op_info(code);
     if (is_output)
-        return i < n_out ? roles[code][i] : NULL;
-    return i < n_in ? roles[code][n_out + i] : NULL;
+        return i < info->n_out ? info->roles[i] : NULL;
+    return i < info->n_in ? info->roles[info->n_out + i] : NULL;
 }
 
 unsigned tpu_opcode_attrs(enum tpu_opcode code)
 {
-    switch (code) {
-    case TPU_OP_MATMUL:
-        return TPU_ATTR_TRANS_A | TPU_ATTR_TRANS_B | TPU_ATTR_ACCUMULATE | TPU_ATTR_PASSES;
-    case TPU_OP_SCALE:
-        return TPU_ATTR_ALPHA | TPU_ATTR_BETA;
-    case TPU_OP_QUANTIZE:
-        return TPU_ATTR_ALPHA;
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return TPU_ATTR_AXIS;
-    case TPU_OP_SOFTMAX_XENT:
-        return TPU_ATTR_ALPHA;
-    case TPU_OP_SGD_MOMENTUM:
-        return TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA;
-    case TPU_OP_ADAM:
-        return TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA |
-               TPU_ATTR_DELTA | TPU_ATTR_EPS;
-    case TPU_OP_ALL_REDUCE:
-        return TPU_ATTR_REDUCE;
-    case TPU_OP_COLLECTIVE_PERMUTE:
-        return TPU_ATTR_SHIFT | TPU_ATTR_GROUP;
-    case TPU_OP_VAR_ADD:
-        return TPU_ATTR_VAR | TPU_ATTR_IMM;
-    case TPU_OP_LOOP_BEGIN:
-        return TPU_ATTR_VAR;
-    default:
-        return 0;
-    }
+    return tpu__op_info(code)->attrs;
 }
 
 void tpu_op_init(struct tpu_op *op, enum tpu_opcode code)
@@ -151,8 +115,8 @@ void tpu_op_init(struct tpu_op *op, enum tpu_opcode code)
         op->out[i] = TPU_NO_BUF;
     for (unsigned i = 0; i < TPU_OP_MAX_IN; i++)
         op->in[i] = TPU_NO_BUF;
-    if (code == TPU_OP_MATMUL)
-        op->attrs.passes = 1;
+    if (tpu_opcode_attrs(code) & TPU_ATTR_PASSES)
+        op->attrs.passes = 1; /* one pass unless told otherwise */
 }
 
 const char *tpu_buf_kind_name(enum tpu_buf_kind k)

@@ -1,8 +1,9 @@
-/* Internal interface between the two files of the device program's text form:
- * sim/program/program_print.c (printing) and sim/program/program_parse.c (parsing; its opening comment holds
- * the grammar). What both need is here: the table of attributes as the text writes them,
- * which attributes the text must state for an op, and where each attribute lives in struct
- * tpu_op_attrs. The definitions are in program_print.c. Not part of the public API. */
+/* Internal interface of the device program's files: printing (program_print.c), parsing
+ * (program_parse.c; its opening comment holds the grammar) and the verifier
+ * (program_verify.c). What they share is here: the table of attributes as the text writes
+ * them and where each attribute lives in struct tpu_op_attrs; what the text writes for each
+ * op (its syntax, operands and the attributes it must state) is the op table's
+ * (op_table.h). The definitions are in program_print.c. Not part of the public API. */
 #ifndef TPUSIM_SIM_PROGRAM_INT_H
 #define TPUSIM_SIM_PROGRAM_INT_H
 
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "op_table.h"
 #include "tpusim/program.h"
 
 /* How an attribute's value is written. */
@@ -34,9 +36,6 @@ struct tpu__text_attr {
 /* Every attribute, in printing order: tpu__text_attrs[0 .. tpu__text_n_attrs). */
 extern const struct tpu__text_attr tpu__text_attrs[];
 extern const size_t tpu__text_n_attrs;
-
-/* The attributes the text must state for the op (see program_parse.c's opening comment). */
-unsigned tpu__text_required_attrs(enum tpu_opcode code);
 
 /* The field of `a` that holds attribute `bit` of the type the name says: int32 (axis, reduce,
  * shift, group), flag (trans_a, trans_b, accumulate) or float (alpha, beta, gamma, delta,

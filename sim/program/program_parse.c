@@ -45,7 +45,8 @@
  * unless it is one of the op's flags and no buffer has that name; the inputs end at the first
  * name not preceded by a ','.
  *
- * Attributes an op must state (a forgotten one would silently be zero): scale alpha;
+ * The op table (program.h) gives each op's syntax, operands and attributes. Attributes an op
+ * must state (its `required` column; a forgotten one would silently be zero): scale alpha;
  * reduce_sum/reduce_max axis; softmax_xent alpha; sgd_momentum alpha; adam var, alpha, beta,
  * delta, eps; all_reduce reduce; collective_permute shift, group. The others default to zero
  * (passes to 1) and are printed only when they differ. An attribute the op does not read is
@@ -532,49 +533,11 @@ static int parse_float(struct parser *ps, const char *at, const char *tok, const
     return 0;
 }
 
-/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
-static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
+/* The value of attribute `ad` (its name, at `at`, already read) into op's attributes. */
+static int parse_attr_value(struct parser *ps, struct tpu_op *op, const char *at,
+                            const char *name, const struct tpu__text_attr *ad)
 {
-    const char *opname = tpu_opcode_name(op->code);
-    const char *at = ps->cur;
-    char name[NAME_MAX_CHARS + 1];
-    int rc = read_name(ps, name, "an attribute");
-    if (rc)
-        return rc;
-    const struct tpu__text_attr *ad = find_attr(name);
-    unsigned used = tpu_opcode_attrs(op->code);
-    char list[256];
-    attr_list(op->code, list);
-    if (!ad || !(used & ad->bit)) {
-        if (!ad && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
-            if (tpu_opcode_n_in(op->code) == 0)
-                return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
-            return perr(ps, at, "'%s' is a buffer, not an attribute of %s; separate inputs "
-                        "with ','", name, opname);
-        }
-        unsigned n_in = tpu_opcode_n_in(op->code);
-        if (!ad && n_ins < n_in) {
-            char roles[96];
-            role_list(op->code, false, roles);
-            return perr(ps, at, "'%s' is not an attribute of %s, and %s takes %u inputs%s but "
-                        "got %u: separate inputs with ','", name, opname, opname, n_in, roles,
-                        n_ins);
-        }
-        if (!used)
-            return perr(ps, at, "%s takes no attributes, got '%s'", opname, name);
-        const char *best = NULL;
-        size_t best_d = SIZE_MAX;
-        for (size_t i = 0; i < tpu__text_n_attrs; i++)
-            if (used & tpu__text_attrs[i].bit)
-                consider(name, tpu__text_attrs[i].name, &best, &best_d);
-        char dym[80];
-        tpu__did_you_mean(best, dym, sizeof dym);
-        return perr(ps, at, "unknown attribute '%s' for %s%s; %s takes %s", name, opname, dym,
-                    opname, list);
-    }
-    if (*seen & ad->bit)
-        return perr(ps, at, "attribute '%s' given twice", name);
-    *seen |= ad->bit;
+    int rc;
     skip_ws(ps);
     bool has_value = ps->cur < ps->line_end && *ps->cur == '=';
     if (ad->type == TPU__TA_FLAG) {
@@ -641,6 +604,60 @@ static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsi
     return 0;
 }
 
+
+/* The error for `name` (at `at`), a word after op's inputs that is not one of the attributes
+ * it reads (ad is NULL if no op has such an attribute). `n_ins` inputs were read. */
+static int unknown_attr(struct parser *ps, const struct tpu_op *op, const char *at,
+                        const char *name, const struct tpu__text_attr *ad, unsigned n_ins)
+{
+    const char *opname = tpu_opcode_name(op->code);
+    unsigned used = tpu_opcode_attrs(op->code);
+    char list[256];
+    attr_list(op->code, list);
+    if (!ad && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
+        if (tpu_opcode_n_in(op->code) == 0)
+            return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
+        return perr(ps, at, "'%s' is a buffer, not an attribute of %s; separate inputs "
+                    "with ','", name, opname);
+    }
+    unsigned n_in = tpu_opcode_n_in(op->code);
+    if (!ad && n_ins < n_in) {
+        char roles[96];
+        role_list(op->code, false, roles);
+        return perr(ps, at, "'%s' is not an attribute of %s, and %s takes %u inputs%s but "
+                    "got %u: separate inputs with ','", name, opname, opname, n_in, roles,
+                    n_ins);
+    }
+    if (!used)
+        return perr(ps, at, "%s takes no attributes, got '%s'", opname, name);
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < tpu__text_n_attrs; i++)
+        if (used & tpu__text_attrs[i].bit)
+            consider(name, tpu__text_attrs[i].name, &best, &best_d);
+    char dym[80];
+    tpu__did_you_mean(best, dym, sizeof dym);
+    return perr(ps, at, "unknown attribute '%s' for %s%s; %s takes %s", name, opname, dym,
+                opname, list);
+}
+
+/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
+static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
+{
+    const char *at = ps->cur;
+    char name[NAME_MAX_CHARS + 1];
+    int rc = read_name(ps, name, "an attribute");
+    if (rc)
+        return rc;
+    const struct tpu__text_attr *ad = find_attr(name);
+    if (!ad || !(tpu_opcode_attrs(op->code) & ad->bit))
+        return unknown_attr(ps, op, at, name, ad, n_ins);
+    if (*seen & ad->bit)
+        return perr(ps, at, "attribute '%s' given twice", name);
+    *seen |= ad->bit;
+    return parse_attr_value(ps, op, at, name, ad);
+}
+
 /* "var_add VAR INT" after the op name. */
 static int parse_var_add(struct parser *ps, struct tpu_op *op)
 {
@@ -670,158 +687,210 @@ static int parse_var_add(struct parser *ps, struct tpu_op *op)
     return rc;
 }
 
+/* What parse_op has read of an op line so far. */
+struct op_line {
+    uint32_t outs[TPU_OP_MAX_OUT + 1];
+    unsigned n_outs;
+    char first_out[NAME_MAX_CHARS + 1];
+    char opname[NAME_MAX_CHARS + 1];
+    const char *op_at; /* where the op name starts */
+    unsigned n_ins;
+    const char *ins_at; /* where the inputs start */
+    struct tpu_op op;
+};
+
+/* The outputs "word, NAME, ... =" and the op name after them; or, when the line has no '=',
+ * the op name `word` itself. */
+static int parse_outputs(struct parser *ps, const char *word, const char *word_at,
+                         struct op_line *ol)
+{
+    ol->op_at = word_at;
+    skip_ws(ps);
+    if (!(ps->cur < ps->line_end && (*ps->cur == '=' || *ps->cur == ','))) {
+        snprintf(ol->opname, sizeof ol->opname, "%s", word);
+        return 0;
+    }
+    const char *name_at = word_at;
+    char name[NAME_MAX_CHARS + 1];
+    snprintf(name, sizeof name, "%s", word);
+    snprintf(ol->first_out, sizeof ol->first_out, "%s", word);
+    for (;;) {
+        uint32_t id;
+        int rc = lookup_buf(ps, name_at, name, &id);
+        if (rc)
+            return rc;
+        if (ol->n_outs < TPU_OP_MAX_OUT + 1)
+            ol->outs[ol->n_outs] = id;
+        ol->n_outs++;
+        skip_ws(ps);
+        if (ps->cur < ps->line_end && *ps->cur == ',') {
+            ps->cur++;
+            name_at = (skip_ws(ps), ps->cur);
+            rc = read_name(ps, name, "an output buffer after ','");
+            if (rc)
+                return rc;
+            continue;
+        }
+        rc = expect_char(ps, '=', "after the outputs");
+        if (rc)
+            return rc;
+        break;
+    }
+    ol->op_at = (skip_ws(ps), ps->cur);
+    return read_name(ps, ol->opname, "an op name after '='");
+}
+
+/* The opcode of ol->opname: an op the text writes as "outputs = op inputs" or var_add. */
+static int resolve_opcode(struct parser *ps, const struct op_line *ol, enum tpu_opcode *code)
+{
+    if (tpu_opcode_parse(ol->opname, code)) {
+        const char *best = NULL;
+        size_t best_d = SIZE_MAX;
+        for (unsigned i = 0; i < TPU_OP_COUNT; i++) {
+            enum tpu__op_syntax syn = tpu__op_info((enum tpu_opcode)i)->syntax;
+            if (syn != TPU__SYNTAX_LOOP && syn != TPU__SYNTAX_LOOP_END)
+                consider(ol->opname, tpu_opcode_name((enum tpu_opcode)i), &best, &best_d);
+        }
+        char dym[80];
+        tpu__did_you_mean(best, dym, sizeof dym);
+        if (ol->n_outs == 0 && !best && next_is_name(ps))
+            return perr(ps, ol->op_at, "unknown op '%s'; an op line reads '<outputs> = <op> "
+                        "<inputs>' (did you forget the '='?)", ol->opname);
+        return perr(ps, ol->op_at, "unknown op '%s'%s", ol->opname, dym);
+    }
+    enum tpu__op_syntax syn = tpu__op_info(*code)->syntax;
+    if (syn == TPU__SYNTAX_LOOP || syn == TPU__SYNTAX_LOOP_END)
+        return perr(ps, ol->op_at, "'%s' is written as %s in the text form", ol->opname,
+                    syn == TPU__SYNTAX_LOOP ? "'loop <variable> {'" : "'}'");
+    return 0;
+}
+
+/* Checks the number of outputs against the op's and stores them in ol->op. */
+static int take_outputs(struct parser *ps, struct op_line *ol)
+{
+    enum tpu_opcode code = ol->op.code;
+    unsigned n_out = tpu_opcode_n_out(code);
+    if (ol->n_outs != n_out) {
+        char roles[96];
+        role_list(code, true, roles);
+        if (n_out == 0)
+            return perr(ps, ol->op_at, "%s has no outputs, got %u ('%s'); write '%s <inputs>'",
+                        ol->opname, ol->n_outs, ol->first_out, ol->opname);
+        return perr(ps, ol->op_at, "%s has %u output%s%s, got %u", ol->opname, n_out,
+                    n_out == 1 ? "" : "s", roles, ol->n_outs);
+    }
+    for (unsigned i = 0; i < n_out; i++)
+        ol->op.out[i] = ol->outs[i];
+    return 0;
+}
+
+/* The inputs after the op name: "NAME (',' NAME)*", unless the first word is one of the op's
+ * flags (and no buffer has that name) or, for an op without inputs, no buffer or variable
+ * has that name (it is then reported as an attribute). */
+static int parse_inputs(struct parser *ps, struct op_line *ol)
+{
+    ol->ins_at = (skip_ws(ps), ps->cur);
+    if (!next_is_name(ps) || char_after_name(ps) == '=')
+        return 0;
+    enum tpu_opcode code = ol->op.code;
+    char name[NAME_MAX_CHARS + 1];
+    const char *name_at = ps->cur;
+    int rc = read_name(ps, name, "an input buffer");
+    if (rc)
+        return rc;
+    const struct tpu__text_attr *ad = find_attr(name);
+    bool is_flag = ad && ad->type == TPU__TA_FLAG && (tpu_opcode_attrs(code) & ad->bit);
+    if (is_flag && tpu_program_find_buffer(ps->p, name, NULL) != 0) {
+        ps->cur = name_at; /* a flag: no inputs */
+        return 0;
+    }
+    if (tpu_opcode_n_in(code) == 0 && tpu_program_find_buffer(ps->p, name, NULL) != 0 &&
+        tpu_program_find_var(ps->p, name, NULL) != 0) {
+        ps->cur = name_at; /* reported as an attribute of an op without inputs */
+        return 0;
+    }
+    for (;;) {
+        uint32_t id;
+        rc = lookup_buf(ps, name_at, name, &id);
+        if (rc)
+            return rc;
+        if (ol->n_ins < TPU_OP_MAX_IN)
+            ol->op.in[ol->n_ins] = id;
+        ol->n_ins++;
+        skip_ws(ps);
+        if (ps->cur >= ps->line_end || *ps->cur != ',')
+            return 0;
+        ps->cur++;
+        name_at = (skip_ws(ps), ps->cur);
+        rc = read_name(ps, name, "an input buffer after ','");
+        if (rc)
+            return rc;
+    }
+}
+
+/* The attributes up to the end of the line, then the checks that need the whole line: the
+ * number of inputs and the attributes the op must state. */
+static int parse_attrs(struct parser *ps, struct op_line *ol)
+{
+    enum tpu_opcode code = ol->op.code;
+    unsigned seen = 0;
+    while (!at_eol(ps)) {
+        if (!next_is_name(ps)) {
+            char found[64];
+            describe(ps, found);
+            return perr(ps, ps->cur, "expected an attribute or the end of the line after "
+                        "%s's operands, found %s", ol->opname, found);
+        }
+        int rc = parse_attr(ps, &ol->op, &seen, ol->n_ins);
+        if (rc)
+            return rc;
+    }
+    unsigned n_in = tpu_opcode_n_in(code);
+    if (ol->n_ins != n_in) {
+        char roles[96];
+        role_list(code, false, roles);
+        if (n_in == 0)
+            return perr(ps, ol->ins_at, "%s takes no inputs, got %u", ol->opname, ol->n_ins);
+        return perr(ps, ol->op_at, "%s takes %u input%s%s, got %u", ol->opname, n_in,
+                    n_in == 1 ? "" : "s", roles, ol->n_ins);
+    }
+    unsigned missing = tpu__op_info(code)->required & ~seen;
+    for (size_t i = 0; missing && i < tpu__text_n_attrs; i++)
+        if (missing & tpu__text_attrs[i].bit)
+            return perr(ps, ol->op_at, "%s needs attribute %s", ol->opname,
+                        tpu__text_attrs[i].hint);
+    return 0;
+}
+
 /* An op line; `word` (at `word_at`) is its first name, already read. */
 static int parse_op(struct parser *ps, const char *word, const char *word_at)
 {
-    uint32_t outs[TPU_OP_MAX_OUT + 1];
-    unsigned n_outs = 0;
-    char first_out[NAME_MAX_CHARS + 1] = "";
-    char opname[NAME_MAX_CHARS + 1];
-    const char *op_at = word_at;
-    int rc;
-    skip_ws(ps);
-    if (ps->cur < ps->line_end && (*ps->cur == '=' || *ps->cur == ',')) {
-        /* outputs: word, then ", NAME"*, then '=' */
-        const char *name_at = word_at;
-        char name[NAME_MAX_CHARS + 1];
-        snprintf(name, sizeof name, "%s", word);
-        snprintf(first_out, sizeof first_out, "%s", word);
-        for (;;) {
-            uint32_t id;
-            rc = lookup_buf(ps, name_at, name, &id);
-            if (rc)
-                return rc;
-            if (n_outs < TPU_OP_MAX_OUT + 1)
-                outs[n_outs] = id;
-            n_outs++;
-            skip_ws(ps);
-            if (ps->cur < ps->line_end && *ps->cur == ',') {
-                ps->cur++;
-                name_at = (skip_ws(ps), ps->cur);
-                rc = read_name(ps, name, "an output buffer after ','");
-                if (rc)
-                    return rc;
-                continue;
-            }
-            rc = expect_char(ps, '=', "after the outputs");
-            if (rc)
-                return rc;
-            break;
-        }
-        op_at = (skip_ws(ps), ps->cur);
-        rc = read_name(ps, opname, "an op name after '='");
-        if (rc)
-            return rc;
-    } else {
-        snprintf(opname, sizeof opname, "%s", word);
-    }
-
+    struct op_line ol = {.n_outs = 0};
     enum tpu_opcode code;
-    if (tpu_opcode_parse(opname, &code)) {
-        const char *best = NULL;
-        size_t best_d = SIZE_MAX;
-        for (unsigned i = 0; i < TPU_OP_COUNT; i++)
-            if (i != TPU_OP_LOOP_BEGIN && i != TPU_OP_LOOP_END)
-                consider(opname, tpu_opcode_name((enum tpu_opcode)i), &best, &best_d);
-        char dym[80];
-        tpu__did_you_mean(best, dym, sizeof dym);
-        if (n_outs == 0 && !best && next_is_name(ps))
-            return perr(ps, op_at, "unknown op '%s'; an op line reads '<outputs> = <op> "
-                        "<inputs>' (did you forget the '='?)", opname);
-        return perr(ps, op_at, "unknown op '%s'%s", opname, dym);
-    }
-    if (code == TPU_OP_LOOP_BEGIN || code == TPU_OP_LOOP_END)
-        return perr(ps, op_at, "'%s' is written as %s in the text form", opname,
-                    code == TPU_OP_LOOP_BEGIN ? "'loop <variable> {'" : "'}'");
+    int rc = parse_outputs(ps, word, word_at, &ol);
+    if (!rc)
+        rc = resolve_opcode(ps, &ol, &code);
+    if (rc)
+        return rc;
     if (!ps->first_op_line)
         ps->first_op_line = ps->line;
-
-    struct tpu_op op;
-    tpu_op_init(&op, code);
-    unsigned n_out = tpu_opcode_n_out(code), n_in = tpu_opcode_n_in(code);
-    char roles[96];
-    if (n_outs != n_out) {
-        role_list(code, true, roles);
-        if (n_out == 0)
-            return perr(ps, op_at, "%s has no outputs, got %u ('%s'); write '%s <inputs>'",
-                        opname, n_outs, first_out, opname);
-        return perr(ps, op_at, "%s has %u output%s%s, got %u", opname, n_out,
-                    n_out == 1 ? "" : "s", roles, n_outs);
-    }
-    for (unsigned i = 0; i < n_out; i++)
-        op.out[i] = outs[i];
-
-    if (code == TPU_OP_VAR_ADD) {
-        rc = parse_var_add(ps, &op);
+    tpu_op_init(&ol.op, code);
+    rc = take_outputs(ps, &ol);
+    if (rc)
+        return rc;
+    if (tpu__op_info(code)->syntax == TPU__SYNTAX_VAR_IMM) {
+        rc = parse_var_add(ps, &ol.op);
     } else {
-        /* inputs */
-        unsigned n_ins = 0;
-        const char *ins_at = (skip_ws(ps), ps->cur);
-        if (next_is_name(ps) && char_after_name(ps) != '=') {
-            char name[NAME_MAX_CHARS + 1];
-            const char *name_at = ps->cur;
-            rc = read_name(ps, name, "an input buffer");
-            if (rc)
-                return rc;
-            const struct tpu__text_attr *ad = find_attr(name);
-            bool is_flag = ad && ad->type == TPU__TA_FLAG && (tpu_opcode_attrs(code) & ad->bit);
-            if (is_flag && tpu_program_find_buffer(ps->p, name, NULL) != 0) {
-                ps->cur = name_at; /* a flag: no inputs */
-            } else if (n_in == 0 && tpu_program_find_buffer(ps->p, name, NULL) != 0 &&
-                       tpu_program_find_var(ps->p, name, NULL) != 0) {
-                ps->cur = name_at; /* reported as an attribute of an op without inputs */
-            } else {
-                for (;;) {
-                    uint32_t id;
-                    rc = lookup_buf(ps, name_at, name, &id);
-                    if (rc)
-                        return rc;
-                    if (n_ins < TPU_OP_MAX_IN)
-                        op.in[n_ins] = id;
-                    n_ins++;
-                    skip_ws(ps);
-                    if (ps->cur >= ps->line_end || *ps->cur != ',')
-                        break;
-                    ps->cur++;
-                    name_at = (skip_ws(ps), ps->cur);
-                    rc = read_name(ps, name, "an input buffer after ','");
-                    if (rc)
-                        return rc;
-                }
-            }
-        }
-        /* attributes */
-        unsigned seen = 0;
-        while (!at_eol(ps)) {
-            if (!next_is_name(ps)) {
-                char found[64];
-                describe(ps, found);
-                return perr(ps, ps->cur, "expected an attribute or the end of the line after "
-                            "%s's operands, found %s", opname, found);
-            }
-            rc = parse_attr(ps, &op, &seen, n_ins);
-            if (rc)
-                return rc;
-        }
-        if (n_ins != n_in) {
-            role_list(code, false, roles);
-            if (n_in == 0)
-                return perr(ps, ins_at, "%s takes no inputs, got %u", opname, n_ins);
-            return perr(ps, op_at, "%s takes %u input%s%s, got %u", opname, n_in,
-                        n_in == 1 ? "" : "s", roles, n_ins);
-        }
-        unsigned missing = tpu__text_required_attrs(code) & ~seen;
-        for (size_t i = 0; missing && i < tpu__text_n_attrs; i++)
-            if (missing & tpu__text_attrs[i].bit)
-                return perr(ps, op_at, "%s needs attribute %s", opname, tpu__text_attrs[i].hint);
-        rc = 0;
+        rc = parse_inputs(ps, &ol);
+        if (!rc)
+            rc = parse_attrs(ps, &ol);
     }
     if (rc)
         return rc;
     struct tpu_diag d;
-    rc = tpu_program_add_op(ps->p, &op, &d);
+    rc = tpu_program_add_op(ps->p, &ol.op, &d);
     if (rc)
-        return builder_fail(ps, op_at, rc, &d);
+        return builder_fail(ps, ol.op_at, rc, &d);
     return 0;
 }
 

@@ -47,27 +47,6 @@ const struct tpu__text_attr tpu__text_attrs[] = {
 };
 const size_t tpu__text_n_attrs = sizeof tpu__text_attrs / sizeof tpu__text_attrs[0];
 
-unsigned tpu__text_required_attrs(enum tpu_opcode code)
-{
-    switch (code) {
-    case TPU_OP_SCALE:
-    case TPU_OP_SOFTMAX_XENT:
-    case TPU_OP_SGD_MOMENTUM:
-        return TPU_ATTR_ALPHA;
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return TPU_ATTR_AXIS;
-    case TPU_OP_ADAM:
-        return TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS;
-    case TPU_OP_ALL_REDUCE:
-        return TPU_ATTR_REDUCE;
-    case TPU_OP_COLLECTIVE_PERMUTE:
-        return TPU_ATTR_SHIFT | TPU_ATTR_GROUP;
-    default:
-        return 0; /* var_add and loop are written positionally */
-    }
-}
-
 int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit)
 {
     switch (bit) {
@@ -125,7 +104,7 @@ static bool attr_is_default(const struct tpu_op *op, const struct tpu__text_attr
     case TPU__TA_FLAG:
         return !*tpu__text_attr_flag(&a, ad->bit);
     case TPU__TA_PASSES:
-        return a.passes == (op->code == TPU_OP_MATMUL ? 1 : 0);
+        return a.passes == ((tpu_opcode_attrs(op->code) & TPU_ATTR_PASSES) ? 1 : 0);
     case TPU__TA_INT32:
     case TPU__TA_REDUCE:
     case TPU__TA_GROUP:
@@ -258,18 +237,19 @@ static void put_attr(struct sbuf *b, const struct tpu_program *p, const struct t
 /* Appends the op's line (no indentation, no newline). */
 static void put_op(struct sbuf *b, const struct tpu_program *p, const struct tpu_op *op)
 {
+    const struct tpu__op_info *info = tpu__op_info(op->code);
     const char *var = tpu_program_var_name(p, op->attrs.var);
-    switch (op->code) {
-    case TPU_OP_LOOP_BEGIN:
+    switch (info->syntax) {
+    case TPU__SYNTAX_LOOP:
         sb_putf(b, "loop %s {", var ? var : "?");
         return;
-    case TPU_OP_LOOP_END:
+    case TPU__SYNTAX_LOOP_END:
         sb_putf(b, "}");
         return;
-    case TPU_OP_VAR_ADD:
-        sb_putf(b, "var_add %s %" PRId64, var ? var : "?", op->attrs.imm);
+    case TPU__SYNTAX_VAR_IMM:
+        sb_putf(b, "%s %s %" PRId64, info->name, var ? var : "?", op->attrs.imm);
         return;
-    default:
+    case TPU__SYNTAX_OPERANDS:
         break;
     }
     unsigned n_out = tpu_opcode_n_out(op->code), n_in = tpu_opcode_n_in(op->code);
@@ -278,7 +258,7 @@ static void put_op(struct sbuf *b, const struct tpu_program *p, const struct tpu
     sb_putf(b, "%s%s", n_out ? " = " : "", tpu_opcode_name(op->code));
     for (unsigned i = 0; i < n_in; i++)
         sb_putf(b, "%s%s", i ? ", " : " ", buf_name(p, op->in[i]));
-    unsigned required = tpu__text_required_attrs(op->code);
+    unsigned required = info->required;
     for (size_t i = 0; i < tpu__text_n_attrs; i++) {
         const struct tpu__text_attr *ad = &tpu__text_attrs[i];
         if ((required & ad->bit) || !attr_is_default(op, ad))

@@ -5,7 +5,8 @@
  * index and text, the rule, the offending shapes or dtypes, and the fix. It does not
  * compute anything and does not know the runtime; the ops' values are defined in sim/ops/.
  *
- * Rules (program.h describes the ops themselves):
+ * Rules (program.h describes the ops themselves; the op table's `rule` column says which of
+ * T1-T8 an op follows, its `attrs` column which attributes it reads):
  *
  * Structure
  *   S1  At most one loop, not nested; every loop_begin has its loop_end and every loop_end
@@ -43,7 +44,8 @@
  *   T8  infeed writes a temp.
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
- *       for add, sub, mul, max, scale, relu, relu_grad, exp and all_reduce; never for
+ *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
+ *       relu_grad, exp and all_reduce; never for
  *       matmul (the array reads a and b while y drains), reductions, convert, softmax_xent,
  *       classify_count, collective_permute, or an optimizer's grad.
  *   D2  A temp is read only after it is written: earlier in the same loop iteration, or
@@ -68,7 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpusim/program.h"
+#include "program_int.h"
 #include "util.h"
 
 #define NONE SIZE_MAX
@@ -181,48 +183,49 @@ static int need_f32_same_shape(struct verifier *v)
 
 /* ---- attributes ------------------------------------------------------------------------ */
 
+/* Whether attribute `ad` of `a` differs from zero (a float's -0 and NaN count as set). */
+static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_attr *ad)
+{
+    struct tpu_op_attrs c = *a;
+    switch (ad->type) {
+    case TPU__TA_FLAG:
+        return *tpu__text_attr_flag(&c, ad->bit);
+    case TPU__TA_PASSES:
+        return c.passes != 0;
+    case TPU__TA_INT32:
+    case TPU__TA_REDUCE:
+    case TPU__TA_GROUP:
+        return *tpu__text_attr_int32(&c, ad->bit) != 0;
+    case TPU__TA_VAR:
+        return c.var != 0;
+    case TPU__TA_IMM:
+        return c.imm != 0;
+    case TPU__TA_FLOAT: {
+        float f = *tpu__text_attr_float(&c, ad->bit);
+        return f != 0.0f || signbit(f) || isnan(f);
+    }
+    }
+    return false;
+}
+
+/* A1 and A2: the attributes the op does not read (the op table's `attrs`) are zero, and
+ * the float attributes it reads are finite. */
 static int check_attrs(struct verifier *v)
 {
-    const struct tpu_op_attrs *a = &v->op->attrs;
+    struct tpu_op_attrs a = v->op->attrs; /* a copy: the accessors take a mutable struct */
     unsigned used = tpu_opcode_attrs(v->op->code);
-    static const struct {
-        unsigned bit;
-        const char *name;
-    } names[] = {
-        {TPU_ATTR_TRANS_A, "trans_a"}, {TPU_ATTR_TRANS_B, "trans_b"},
-        {TPU_ATTR_ACCUMULATE, "accumulate"}, {TPU_ATTR_PASSES, "passes"},
-        {TPU_ATTR_AXIS, "axis"}, {TPU_ATTR_REDUCE, "reduce"}, {TPU_ATTR_SHIFT, "shift"},
-        {TPU_ATTR_GROUP, "group"}, {TPU_ATTR_VAR, "var"}, {TPU_ATTR_IMM, "imm"},
-        {TPU_ATTR_ALPHA, "alpha"}, {TPU_ATTR_BETA, "beta"}, {TPU_ATTR_GAMMA, "gamma"},
-        {TPU_ATTR_DELTA, "delta"}, {TPU_ATTR_EPS, "eps"},
-    };
-    const float floats[] = {a->alpha, a->beta, a->gamma, a->delta, a->eps};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        unsigned bit = names[k].bit;
-        bool set;
-        switch (bit) {
-        case TPU_ATTR_TRANS_A: set = a->trans_a; break;
-        case TPU_ATTR_TRANS_B: set = a->trans_b; break;
-        case TPU_ATTR_ACCUMULATE: set = a->accumulate; break;
-        case TPU_ATTR_PASSES: set = a->passes != 0; break;
-        case TPU_ATTR_AXIS: set = a->axis != 0; break;
-        case TPU_ATTR_REDUCE: set = a->reduce != 0; break;
-        case TPU_ATTR_SHIFT: set = a->shift != 0; break;
-        case TPU_ATTR_GROUP: set = a->group != 0; break;
-        case TPU_ATTR_VAR: set = a->var != 0; break;
-        case TPU_ATTR_IMM: set = a->imm != 0; break;
-        default: {
-            float f = floats[k - 10];
-            set = f != 0.0f || signbit(f) || isnan(f);
-            if ((used & bit) && !isfinite(f))
+    for (size_t k = 0; k < tpu__text_n_attrs; k++) {
+        const struct tpu__text_attr *ad = &tpu__text_attrs[k];
+        if (ad->type == TPU__TA_FLOAT && (used & ad->bit)) {
+            float f = *tpu__text_attr_float(&a, ad->bit);
+            if (!isfinite(f))
                 return fail_op(v, TPU_EINVAL, "%s=%g is not finite; %s's attributes must be "
-                               "finite numbers", names[k].name, (double)f, v->opname);
+                               "finite numbers", ad->name, (double)f, v->opname);
         }
-        }
-        if (set && !(used & bit))
+        if (attr_is_set(&a, ad) && !(used & ad->bit))
             return fail_op(v, TPU_EINVAL, "%s does not read attribute %s, which is set; "
                            "attributes an op does not read must stay zero: remove it",
-                           v->opname, names[k].name);
+                           v->opname, ad->name);
     }
     return 0;
 }
@@ -418,8 +421,15 @@ static int check_optimizer(struct verifier *v)
                            v->opname);
         }
     }
-    if (v->op->code != TPU_OP_ADAM)
-        return 0;
+    return 0;
+}
+
+/* adam: check_optimizer's rules and its attributes'. */
+static int check_adam(struct verifier *v)
+{
+    int rc = check_optimizer(v);
+    if (rc)
+        return rc;
     const struct tpu_op_attrs *a = &v->op->attrs;
     if (!(a->beta >= 0.0f && a->beta < 1.0f) || !(a->delta >= 0.0f && a->delta < 1.0f))
         return fail_op(v, TPU_EINVAL, "beta=%g, delta=%g; adam's decay rates b1 (beta) and b2 "
@@ -435,16 +445,19 @@ static int check_optimizer(struct verifier *v)
     return 0;
 }
 
-static int check_collective(struct verifier *v)
+static int check_all_reduce(struct verifier *v)
+{
+    const struct tpu_op_attrs *a = &v->op->attrs;
+    if (a->reduce != TPU_REDUCE_SUM && a->reduce != TPU_REDUCE_MEAN)
+        return fail_op(v, TPU_EINVAL, "reduce=%" PRId32 "; all_reduce takes reduce=sum (0) "
+                       "or reduce=mean (1)", a->reduce);
+    return need_f32_same_shape(v);
+}
+
+static int check_permute(struct verifier *v)
 {
     uint32_t ix = v->op->in[0], iy = v->op->out[0];
     const struct tpu_op_attrs *a = &v->op->attrs;
-    if (v->op->code == TPU_OP_ALL_REDUCE) {
-        if (a->reduce != TPU_REDUCE_SUM && a->reduce != TPU_REDUCE_MEAN)
-            return fail_op(v, TPU_EINVAL, "reduce=%" PRId32 "; all_reduce takes reduce=sum (0) "
-                           "or reduce=mean (1)", a->reduce);
-        return need_f32_same_shape(v);
-    }
     if (a->group != TPU_GROUP_REPLICAS && a->group != TPU_GROUP_REPLICA_CORES)
         return fail_op(v, TPU_EINVAL, "group=%" PRId32 "; collective_permute takes "
                        "group=replicas (0) or group=replica_cores (1)", a->group);
@@ -458,73 +471,59 @@ static int check_collective(struct verifier *v)
     return 0;
 }
 
+static int check_infeed(struct verifier *v)
+{
+    if (buf(v, v->op->out[0])->kind != TPU_BUF_TEMP) {
+        char s[96];
+        return fail_op(v, TPU_EINVAL, "infeed writes y %s, a param; infeed fills a temp "
+                       "(copy it into a param with convert if it must persist)",
+                       bdesc(v, v->op->out[0], s));
+    }
+    return 0;
+}
+
+/* The op's shape and dtype rule: the op table's `rule` column. */
 static int check_op_types(struct verifier *v)
 {
-    switch (v->op->code) {
-    case TPU_OP_INFEED:
-        if (buf(v, v->op->out[0])->kind != TPU_BUF_TEMP) {
-            char s[96];
-            return fail_op(v, TPU_EINVAL, "infeed writes y %s, a param; infeed fills a temp "
-                           "(copy it into a param with convert if it must persist)",
-                           bdesc(v, v->op->out[0], s));
-        }
-        return 0;
-    case TPU_OP_MATMUL:
-        return check_matmul(v);
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_MAX:
-        return check_binary(v);
-    case TPU_OP_SCALE:
-    case TPU_OP_RELU:
-    case TPU_OP_RELU_GRAD:
-    case TPU_OP_EXP:
-        return need_f32_same_shape(v);
-    case TPU_OP_CONVERT:
-        return check_convert(v);
-    case TPU_OP_QUANTIZE:
-        return check_quantize(v);
-    case TPU_OP_REDUCE_SUM:
-    case TPU_OP_REDUCE_MAX:
-        return check_reduce(v);
-    case TPU_OP_SOFTMAX_XENT:
-        return check_softmax_xent(v);
-    case TPU_OP_CLASSIFY_COUNT:
-        return check_classify_count(v);
-    case TPU_OP_SGD_MOMENTUM:
-    case TPU_OP_ADAM:
-        return check_optimizer(v);
-    case TPU_OP_ALL_REDUCE:
-    case TPU_OP_COLLECTIVE_PERMUTE:
-        return check_collective(v);
-    default:
+    switch (tpu__op_info(v->op->code)->rule) {
+    case TPU__RULE_ANY:
         return 0; /* outfeed takes anything; var_add and loops have no buffers */
+    case TPU__RULE_INFEED:
+        return check_infeed(v);
+    case TPU__RULE_MATMUL:
+        return check_matmul(v);
+    case TPU__RULE_BINARY:
+        return check_binary(v);
+    case TPU__RULE_F32:
+        return need_f32_same_shape(v);
+    case TPU__RULE_CONVERT:
+        return check_convert(v);
+    case TPU__RULE_QUANTIZE:
+        return check_quantize(v);
+    case TPU__RULE_REDUCE:
+        return check_reduce(v);
+    case TPU__RULE_SOFTMAX_XENT:
+        return check_softmax_xent(v);
+    case TPU__RULE_CLASSIFY_COUNT:
+        return check_classify_count(v);
+    case TPU__RULE_OPTIMIZER:
+        return check_optimizer(v);
+    case TPU__RULE_ADAM:
+        return check_adam(v);
+    case TPU__RULE_ALL_REDUCE:
+        return check_all_reduce(v);
+    case TPU__RULE_PERMUTE:
+        return check_permute(v);
     }
+    return 0;
 }
 
 /* ---- buffers and dataflow --------------------------------------------------------------- */
 
-static bool may_write_in_place(enum tpu_opcode code)
-{
-    switch (code) {
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_MAX:
-    case TPU_OP_SCALE:
-    case TPU_OP_RELU:
-    case TPU_OP_RELU_GRAD:
-    case TPU_OP_EXP:
-    case TPU_OP_ALL_REDUCE:
-        return true;
-    default:
-        return false;
-    }
-}
-
+/* D1, with the op table's `alias` column: which inputs output 0 may be. */
 static int check_aliasing(struct verifier *v)
 {
+    const struct tpu__op_info *info = tpu__op_info(v->op->code);
     unsigned n_out = tpu_opcode_n_out(v->op->code), n_in = tpu_opcode_n_in(v->op->code);
     for (unsigned k = 0; k < n_out; k++) {
         uint32_t id = v->op->out[k];
@@ -534,10 +533,11 @@ static int check_aliasing(struct verifier *v)
                                "outputs must be distinct buffers", out_role(v, j),
                                out_role(v, k), buf(v, id)->name);
         for (unsigned j = 0; j < n_in; j++) {
-            if (v->op->in[j] != id || may_write_in_place(v->op->code))
+            if (v->op->in[j] != id || (k == 0 && (info->alias & (1u << j))))
                 continue;
-            const char *why =
-                v->op->code == TPU_OP_MATMUL ? " (the array reads a and b while y drains)" : "";
+            const char *why = info->rule == TPU__RULE_MATMUL
+                                  ? " (the array reads a and b while y drains)"
+                                  : "";
             return fail_op(v, TPU_EINVAL, "output %s and input %s are both '%s'; %s cannot "
                            "write a buffer it reads%s: use another buffer", out_role(v, k),
                            in_role(v, j), buf(v, id)->name, v->opname, why);
@@ -552,7 +552,7 @@ static bool op_reads(const struct tpu_op *op, uint32_t id)
     for (unsigned j = 0; j < tpu_opcode_n_in(op->code); j++)
         if (op->in[j] == id)
             return true;
-    return op->code == TPU_OP_MATMUL && op->attrs.accumulate && op->out[0] == id;
+    return op->attrs.accumulate && op->out[0] == id; /* attributes checked: matmul only */
 }
 
 static int check_read(struct verifier *v, uint32_t id, bool in_body, bool after_loop)
@@ -560,7 +560,7 @@ static int check_read(struct verifier *v, uint32_t id, bool in_body, bool after_
     const struct tpu_buffer_desc *b = buf(v, id);
     if (b->kind != TPU_BUF_TEMP)
         return 0;
-    bool acc = v->op->code == TPU_OP_MATMUL && v->op->attrs.accumulate && v->op->out[0] == id;
+    bool acc = v->op->attrs.accumulate && v->op->out[0] == id;
     if (in_body && v->body_w[id] == NONE && v->body_first[id] != NONE)
         return fail_op(v, TPU_EINVAL, "reads temp '%s' in the loop body before the body writes "
                        "it (op %zu): from the second iteration on it would see the previous "
@@ -589,12 +589,12 @@ static int check_dataflow(struct verifier *v, bool in_body, bool after_loop)
     for (unsigned j = 0; j < n_in; j++)
         if ((rc = check_read(v, op->in[j], in_body, after_loop)) != 0)
             return rc;
-    if (op->code == TPU_OP_MATMUL && op->attrs.accumulate &&
+    if (op->attrs.accumulate &&
         (rc = check_read(v, op->out[0], in_body, after_loop)) != 0)
         return rc;
     size_t *last_w = in_body ? v->body_w : v->outer_w;
     size_t *last_opt = in_body ? v->opt_body : v->opt_outer;
-    bool optimizer = op->code == TPU_OP_SGD_MOMENTUM || op->code == TPU_OP_ADAM;
+    bool optimizer = tpu__op_info(op->code)->rmw; /* updates its params in place */
     for (unsigned k = 0; k < n_out; k++) {
         uint32_t id = op->out[k];
         const struct tpu_buffer_desc *b = buf(v, id);
