@@ -118,9 +118,10 @@ struct tpu_mxu_seq {
     int32_t *const *out_i32;
 };
 
-/* A matrix-unit implementation other than the built-in one: the RTL backend
- * (rtl/mxu_rtl.h, tpu_mxu_rtl_provider). With settings.mxu set, every matmul of the chip
- * runs its tiles on the provider, and the cycles the provider reports are the op's MXU time
+/* A matrix-unit implementation other than the built-in one, inside the native chip (a layer
+ * below the device backends): the Verilated RTL array (rtl/mxu_rtl_provider.h; the command
+ * line's `--backend rtl`). With settings.mxu set, every matmul of the native chip runs its
+ * tiles on the provider, and the cycles the provider reports are the op's MXU time
  * (in place of gemm.h's closed form). The device then needs values: timing_only is rejected.
  * Only one-pass matmuls run on a provider (bf16, f32 rounded to bf16, int8); an f32 matmul in
  * 3 or 6 bf16 passes fails with TPU_EUNSUPPORTED. */
@@ -151,8 +152,8 @@ struct tpu_device_settings {
     unsigned kernel_threads;      /* host threads inside one matmul kernel; default 1 */
     bool timing_only;             /* count cycles, compute no values */
     bool trace;                   /* record the timeline (tpu_device_write_trace) */
-    const struct tpu_mxu_provider *mxu; /* NULL: the built-in matrix unit. Borrowed: it must
-                                           outlive the device */
+    const struct tpu_mxu_provider *mxu; /* the native chip's matrix unit; NULL: built in.
+                                           Borrowed: it must outlive the device */
     const struct tpu_device_backend *backend; /* what simulates the chip; NULL: the native
                                                  chip (tpu_device_backend_native). Borrowed:
                                                  it must outlive the device */
