@@ -426,6 +426,7 @@ static void train_on(const struct tpu_device_backend *backend, struct outcome *o
     assert_true(o->n_cores <= MAX_CORES);
     for (uint32_t c = 0; c < o->n_cores; c++)
         assert_int_equal(tpu_device_counters(dev, c, &o->ctr[c]), 0);
+    assert_int_equal(tpu_device_trace_host(dev, "checked by the test", 100, 200), 0);
     char path[] = "/tmp/tpusim-backend-trace-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -520,7 +521,9 @@ static void test_training_through_a_wrapper_is_bit_identical(void **state)
     assert_true(calls(&counts, E_OUTFEED) >= 2 * STEPS + 2 * 2 * 13);
     assert_true(calls(&counts, E_RESET_CANCEL) > 0);
     assert_true(calls(&counts, E_COUNTERS) >= 2);
+    assert_true(calls(&counts, E_TRACE_HOST) >= 1); /* the test's own host event at least */
     assert_int_equal(calls(&counts, E_WRITE_TRACE), 1);
+    assert_non_null(strstr(wrapped->trace, "\"name\": \"checked by the test\""));
 
     free(native->trace);
     free(wrapped->trace);
