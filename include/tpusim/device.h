@@ -6,6 +6,19 @@
  * drains the outfeed queues. A launch runs the program's loop as many times as its loop
  * variable says, without the host.
  *
+ * Layers. The device API is a seam between the host and whatever simulates the chip:
+ *
+ *   host runtime (host/), CLI, tests
+ *     -> device API (this header; sim/device/device.c): checks every argument, owns the
+ *        loaded program, then makes one call into the backend
+ *          -> backend (struct tpu_device_backend, settings.backend):
+ *               native C chip (sim/chip/, the default) | a SystemC/TLM-2.0 model (later) | ...
+ *                 -> the native chip's matrix unit (struct tpu_mxu_provider, settings.mxu):
+ *                      built-in (gemm.h, mxu.h) | the Verilated RTL array (rtl/)
+ *
+ * A backend sees only arguments the device API has checked, so every backend gives the same
+ * errors for the same misuse, and a new backend plugs in without touching the host runtime.
+ *
  * Threads. tpu_device_run blocks the caller while the cores run on the device's worker
  * threads. Other host threads may meanwhile push infeed and pop outfeed; those calls block
  * (in real time) while a queue is full or empty, exactly as a core does. tpu_device_cancel,
@@ -19,12 +32,12 @@
  * deterministic function of the program, the data sizes and the host_cycle arguments, for
  * any number of worker threads.
  *
- * Timing model (sim/chip/timing.c documents every formula): per core an in-order scoreboard over
- * units; an op starts when its inputs are ready and its units are free. Units: the matrix
- * units (MXU; the core's MXUs work on one matmul together), the vector unit (VPU), DMA between
- * HBM and on-chip memory, the infeed and outfeed ports on the host link, and the
- * interconnect (ICI). Params live in HBM and stream through on-chip memory; temps live in
- * on-chip memory while they fit. */
+ * Timing model of the native chip (sim/chip/timing.c documents every formula): per core an
+ * in-order scoreboard over units; an op starts when its inputs are ready and its units are
+ * free. Units: the matrix units (MXU; the core's MXUs work on one matmul together), the
+ * vector unit (VPU), DMA between HBM and on-chip memory, the infeed and outfeed ports on the
+ * host link, and the interconnect (ICI). Params live in HBM and stream through on-chip
+ * memory; temps live in on-chip memory while they fit. */
 #ifndef TPUSIM_DEVICE_H
 #define TPUSIM_DEVICE_H
 
@@ -105,9 +118,10 @@ struct tpu_mxu_seq {
     int32_t *const *out_i32;
 };
 
-/* A matrix-unit implementation other than the built-in one: the RTL backend
- * (rtl/mxu_rtl.h, tpu_mxu_rtl_provider). With settings.mxu set, every matmul of the chip
- * runs its tiles on the provider, and the cycles the provider reports are the op's MXU time
+/* A matrix-unit implementation other than the built-in one, inside the native chip (a layer
+ * below the device backends): the Verilated RTL array (rtl/mxu_rtl_provider.h; the command
+ * line's `--backend rtl`). With settings.mxu set, every matmul of the native chip runs its
+ * tiles on the provider, and the cycles the provider reports are the op's MXU time
  * (in place of gemm.h's closed form). The device then needs values: timing_only is rejected.
  * Only one-pass matmuls run on a provider (bf16, f32 rounded to bf16, int8); an f32 matmul in
  * 3 or 6 bf16 passes fails with TPU_EUNSUPPORTED. */
@@ -128,6 +142,8 @@ struct tpu_mxu_provider {
 
 enum tpu_log_level { TPU_LOG_ERROR, TPU_LOG_WARN, TPU_LOG_INFO, TPU_LOG_DEBUG };
 
+struct tpu_device_backend; /* below */
+
 struct tpu_device_settings {
     struct tpu_chip_config chip;  /* copied at open */
     uint32_t n_chips;             /* default: chip.chips_per_host */
@@ -136,8 +152,11 @@ struct tpu_device_settings {
     unsigned kernel_threads;      /* host threads inside one matmul kernel; default 1 */
     bool timing_only;             /* count cycles, compute no values */
     bool trace;                   /* record the timeline (tpu_device_write_trace) */
-    const struct tpu_mxu_provider *mxu; /* NULL: the built-in matrix unit. Borrowed: it must
-                                           outlive the device */
+    const struct tpu_mxu_provider *mxu; /* the native chip's matrix unit; NULL: built in.
+                                           Borrowed: it must outlive the device */
+    const struct tpu_device_backend *backend; /* what simulates the chip; NULL: the native
+                                                 chip (tpu_device_backend_native). Borrowed:
+                                                 it must outlive the device */
     void (*log)(void *ctx, enum tpu_log_level level, const char *msg);
     void *log_ctx;
 };
@@ -148,7 +167,9 @@ void tpu_device_default_settings(struct tpu_device_settings *s,
 
 struct tpu_device;
 
-/* Opens a device. The caller owns it; close with tpu_device_close (NULLs the pointer). */
+/* Opens a device on settings.backend (NULL: the native chip). Refuses a backend whose table
+ * lacks an entry. The caller owns the device; close with tpu_device_close (NULLs the
+ * pointer; accepts NULL). */
 int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out,
                     struct tpu_diag *d);
 void tpu_device_close(struct tpu_device **dev);
@@ -158,7 +179,9 @@ uint32_t tpu_device_n_replicas(const struct tpu_device *dev);
 const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev);
 
 /* Verifies the program against the chip and gives every core its buffers (params zeroed,
- * variables 0). The device keeps its own copy. Replaces any earlier program. */
+ * variables 0). The device keeps its own copy. Replaces any earlier program. A program the
+ * chip cannot run is refused with the earlier one still loaded; if the backend fails to
+ * take it (out of memory), no program is loaded afterwards. */
 int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, struct tpu_diag *d);
 
 /* Host access to a param buffer of one core (bytes must be the buffer's size). Not during a
@@ -232,6 +255,92 @@ int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t sta
  * one process per chip, one track per unit per core, queue depths as counters, host
  * phases on a host track. Atomically (temporary file, rename). */
 int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struct tpu_diag *d);
+
+/* ---- the backend seam ------------------------------------------------------------------ */
+
+/* What simulates the chip behind the device API: a table of functions with a name. The
+ * native chip (sim/chip/) is one; a SystemC/TLM-2.0 model is meant to be another. A backend
+ * is chosen with settings.backend at open.
+ *
+ * Division of work. The device API (sim/device/device.c) does everything every backend would
+ * otherwise repeat, and the backend gets only calls that passed it:
+ *  - open: the table has a name and every entry below (none is optional); the chip
+ *    configuration is valid; n_chips and cores_per_replica are in range. The device's shape
+ *    follows from the settings: n_cores = n_chips x chip.cores_per_chip, replicas of
+ *    cores_per_replica consecutive cores.
+ *  - load: the program is verified against the chip (tpu_program_verify), its collectives
+ *    can reach their cores, its matmuls' dtypes are the chip's. The device API keeps its own
+ *    copy of the program and lends it to the backend.
+ *  - every call naming a core, a buffer or a variable: each exists; byte counts equal the
+ *    buffer's size; data is not NULL where values are needed; a program is loaded; write and
+ *    read happen on a device with values and not during a run; run is not already running.
+ *  - the queries that follow from the settings (n_cores, n_replicas, chip, timing_only) and
+ *    the trace switch (settings.trace off: trace_host does nothing, write_trace fails) never
+ *    reach the backend.
+ * The API calls the backend exactly once per call that passed its checks: the per-batch
+ * calls (infeed, outfeed) cost one indirect call over the backend's own work.
+ *
+ * Every entry is required. `impl` is what open made; the device API never looks inside it.
+ * An entry that fails returns a negative TPU_E* code and writes its sentence into d (which
+ * may be NULL), naming the value, the rule and the fix, as the rest of the API does.
+ *
+ * Threads. The backend keeps the device API's threading promises (top of this header):
+ * infeed, outfeed, cancel, infeed_close and watch may be called from other threads during
+ * run, and must not hang: cancel (and an error inside the chip) wakes every blocked call
+ * with TPU_ECANCELED. Everything else is called from one host thread at a time and never
+ * during run. The device API itself takes no lock and keeps no state that changes during a
+ * run except its "running" flag (atomic).
+ *
+ * Ownership. The table and ctx are borrowed: they must outlive every device opened on them.
+ * impl belongs to the backend from open until close. The program lent by load stays valid
+ * until the next load returns or close; the backend may keep the pointer, never frees it. */
+struct tpu_device_backend {
+    const char *name; /* says which in messages ("native") */
+    void *ctx;        /* the backend's own context, given to open (NULL for the native one) */
+
+    /* Makes the backend's state for a device of settings s (checked as above; s and what it
+     * points to may be gone after open returns, except s->mxu, which outlives the device).
+     * On failure *impl is untouched and nothing is left allocated. */
+    int (*open)(void *ctx, const struct tpu_device_settings *s, void **impl,
+                struct tpu_diag *d);
+    /* Frees everything of impl. Never called during a run. */
+    void (*close)(void *impl);
+    /* Takes prog (verified, lent: see Ownership) as the program of every core: buffers of the
+     * program's sizes with params zeroed, variables 0. The earlier program, if any, is still
+     * valid during the call and let go by it. On failure the backend holds no program. */
+    int (*load)(void *impl, const struct tpu_program *prog, struct tpu_diag *d);
+    /* Copies bytes (the buffer's size) into / out of buffer buf of core. */
+    int (*write)(void *impl, uint32_t core, uint32_t buf, const void *data, size_t bytes,
+                 struct tpu_diag *d);
+    int (*read)(void *impl, uint32_t core, uint32_t buf, void *data, size_t bytes,
+                struct tpu_diag *d);
+    /* Sets variable var on every core / reads core's. */
+    void (*set_var)(void *impl, uint32_t var, int64_t value);
+    int64_t (*get_var)(void *impl, uint32_t core, uint32_t var);
+    /* tpu_device_infeed and tpu_device_outfeed, as documented there (data may be NULL on a
+     * timing-only device / when the caller wants no values). */
+    int (*infeed)(void *impl, uint32_t core, const void *data, size_t bytes,
+                  uint64_t host_cycle, struct tpu_diag *d);
+    int (*outfeed)(void *impl, uint32_t core, void *data, size_t bytes, uint64_t host_cycle,
+                   uint64_t *ready_cycle, struct tpu_diag *d);
+    /* tpu_device_run with a program loaded and no run under way; end_cycle may be NULL. */
+    int (*run)(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struct tpu_diag *d);
+    /* tpu_device_infeed_close, tpu_device_cancel, tpu_device_reset_cancel. */
+    void (*infeed_close)(void *impl);
+    void (*cancel)(void *impl);
+    void (*reset_cancel)(void *impl);
+    /* Fills *w (zeroed by the caller), from any thread. */
+    void (*watch)(void *impl, struct tpu_device_watch *w);
+    /* Copies core's counters into *out. */
+    void (*counters)(void *impl, uint32_t core, struct tpu_core_counters *out);
+    /* tpu_device_trace_host and tpu_device_write_trace on a device opened with trace. */
+    int (*trace_host)(void *impl, const char *name, uint64_t start_cycle, uint64_t end_cycle);
+    int (*write_trace)(void *impl, const char *path, struct tpu_diag *d);
+};
+
+/* The native chip (sim/chip/): cores on worker threads, the matrix unit built in or
+ * settings.mxu's provider. A constant table; never NULL. */
+const struct tpu_device_backend *tpu_device_backend_native(void);
 
 #ifdef __cplusplus
 }

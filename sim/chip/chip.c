@@ -1,5 +1,8 @@
-/* The native device: opening a chip set, loading a program, host access to buffers and
- * variables, and the run scheduler that spreads the cores over worker threads.
+/* The native chip, the device API's first backend (tpu_device_backend_native): opening a
+ * chip set, loading a program, host access to buffers and variables, and the run scheduler
+ * that spreads the cores over worker threads. The device API (sim/device/device.c) checks
+ * every argument before it calls in here; the functions of the backend table are the static
+ * chip_* ones below, and feed.c's and trace.c's tpu__chip_* ones.
  *
  * Scheduling. A run marks every core READY. Each worker repeatedly takes a READY core,
  * runs it (tpu__core_run) until it finishes or blocks (empty infeed, full outfeed, a
@@ -22,50 +25,13 @@
 #include "mxu_provider.h"
 #include "util.h"
 
-const char *tpu_unit_name(enum tpu_unit u)
-{
-    switch (u) {
-#define X(e, name)                                                                             \
-    case TPU_UNIT_##e:                                                                         \
-        return name;
-        TPU_UNIT_TABLE(X)
-#undef X
-    default:
-        return "?";
-    }
-}
-
-const char *tpu_stall_name(enum tpu_stall s)
-{
-    switch (s) {
-#define X(e, name)                                                                             \
-    case TPU_STALL_##e:                                                                        \
-        return name;
-        TPU_STALL_TABLE(X)
-#undef X
-    default:
-        return "?";
-    }
-}
-
-void tpu_device_default_settings(struct tpu_device_settings *s,
-                                 const struct tpu_chip_config *chip)
-{
-    memset(s, 0, sizeof *s);
-    s->chip = *chip;
-    s->n_chips = chip->chips_per_host;
-    s->cores_per_replica = 1;
-    s->n_threads = 0;
-    s->kernel_threads = 1;
-}
-
-static void log_msg(const struct tpu_device *dev, enum tpu_log_level level, const char *msg)
+static void log_msg(const struct chip_device *dev, enum tpu_log_level level, const char *msg)
 {
     if (dev->s.log)
         dev->s.log(dev->s.log_ctx, level, msg);
 }
 
-static void free_core_buffers(struct tpu_device *dev)
+static void free_core_buffers(struct chip_device *dev)
 {
     if (!dev->cores)
         return;
@@ -85,27 +51,21 @@ static void free_core_buffers(struct tpu_device *dev)
     }
 }
 
-int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out,
-                    struct tpu_diag *d)
+static void chip_close(void *impl);
+
+/* The device API checked the configuration, n_chips and cores_per_replica. */
+static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
+                     struct tpu_diag *d)
 {
-    int rc = tpu_config_validate(&s->chip, s->chip.name, d);
+    (void)ctx;
+    int rc = tpu__provider_check(s, d);
     if (rc)
         return rc;
     const struct tpu_chip_config *cfg = &s->chip;
-    if (s->n_chips < 1 || s->n_chips > 4096)
-        return tpu__fail(d, TPU_EINVAL, "n_chips %u is out of range; use 1 to 4096",
-                         s->n_chips);
     uint64_t n_cores = (uint64_t)s->n_chips * cfg->cores_per_chip;
     uint32_t cpr = s->cores_per_replica;
-    if (cpr < 1 || (cpr & (cpr - 1)) != 0 || cpr > 128 || n_cores % cpr != 0)
-        return tpu__fail(d, TPU_EINVAL,
-                         "cores_per_replica %u must be a power of two from 1 to 128 that "
-                         "divides the %llu cores (%u chips x %u cores)",
-                         cpr, (unsigned long long)n_cores, s->n_chips, cfg->cores_per_chip);
-    if ((rc = tpu__provider_check(s, d)) != 0)
-        return rc;
 
-    struct tpu_device *dev = calloc(1, sizeof *dev);
+    struct chip_device *dev = calloc(1, sizeof *dev);
     if (!dev)
         return tpu__fail(d, TPU_ENOMEM, "out of memory opening the device");
     dev->s = *s;
@@ -149,16 +109,14 @@ int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out
     *out = dev;
     return 0;
 nomem:
-    tpu_device_close(&dev);
+    chip_close(dev);
     return tpu__fail(d, TPU_ENOMEM, "out of memory opening a device of %llu cores",
                      (unsigned long long)n_cores);
 }
 
-void tpu_device_close(struct tpu_device **pdev)
+static void chip_close(void *impl)
 {
-    if (!pdev || !*pdev)
-        return;
-    struct tpu_device *dev = *pdev;
+    struct chip_device *dev = impl;
     free_core_buffers(dev);
     if (dev->cores) {
         for (uint32_t i = 0; i < dev->n_cores; i++) {
@@ -184,55 +142,11 @@ void tpu_device_close(struct tpu_device **pdev)
     free(dev->groups);
     free(dev->cores);
     free(dev->place);
-    tpu_program_destroy(&dev->prog);
-    free(dev);
-    *pdev = NULL;
-}
-
-uint32_t tpu_device_n_cores(const struct tpu_device *dev)
-{
-    return dev->n_cores;
-}
-
-uint32_t tpu_device_n_replicas(const struct tpu_device *dev)
-{
-    return dev->n_replicas;
-}
-
-const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev)
-{
-    return &dev->cfg;
-}
-
-/* The device's own copy of a program, rebuilt through the builder. */
-static int clone_program(const struct tpu_program *p, struct tpu_program **out,
-                         struct tpu_diag *d)
-{
-    struct tpu_program *q = NULL;
-    int rc = tpu_program_create(tpu_program_name(p), &q);
-    if (rc)
-        return tpu__fail(d, rc, "out of memory copying the program");
-    for (size_t i = 0; i < tpu_program_n_buffers(p) && !rc; i++) {
-        const struct tpu_buffer_desc *b = tpu_program_buffer(p, (uint32_t)i);
-        uint32_t id;
-        rc = tpu_program_add_buffer(q, b->name, b->dtype, b->kind, b->rows, b->cols, &id, d);
-    }
-    for (size_t i = 0; i < tpu_program_n_vars(p) && !rc; i++) {
-        uint32_t id;
-        rc = tpu_program_add_var(q, tpu_program_var_name(p, (uint32_t)i), &id, d);
-    }
-    for (size_t i = 0; i < tpu_program_n_ops(p) && !rc; i++)
-        rc = tpu_program_add_op(q, tpu_program_op(p, i), d);
-    if (rc) {
-        tpu_program_destroy(&q);
-        return rc;
-    }
-    *out = q;
-    return 0;
+    free(dev); /* the program is the device API's */
 }
 
 /* Decides dev->place for the loaded program (see the top of this file). */
-static int place_buffers(struct tpu_device *dev, const struct tpu_program *p)
+static int place_buffers(struct chip_device *dev, const struct tpu_program *p)
 {
     const size_t nb = tpu_program_n_buffers(p), n_ops = tpu_program_n_ops(p);
     dev->place = calloc(nb ? nb : 1, sizeof *dev->place);
@@ -294,64 +208,27 @@ out:
     return rc;
 }
 
-/* Whether some collective of the program has participants on different chips. */
-static bool has_cross_chip_collective(const struct tpu_device *dev, const struct tpu_program *p)
+/* Lets the program go: the core buffers, their placement, the pointer. */
+static void drop_program(struct chip_device *dev)
 {
-    const bool replicas_span = dev->s.n_chips > 1 && dev->n_replicas > 1;
-    const bool replica_spans = dev->cores_per_replica > dev->cfg.cores_per_chip;
-    for (size_t i = 0; i < tpu_program_n_ops(p); i++) {
-        const struct tpu_op *op = tpu_program_op(p, i);
-        bool within_replica = op->code == TPU_OP_COLLECTIVE_PERMUTE && op->attrs.group == 1;
-        if (op->code == TPU_OP_ALL_REDUCE || op->code == TPU_OP_COLLECTIVE_PERMUTE) {
-            if (within_replica ? replica_spans : replicas_span)
-                return true;
-        }
-    }
-    return false;
-}
-
-int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, struct tpu_diag *d)
-{
-    int rc = tpu_program_verify(prog, &dev->cfg, d);
-    if (rc)
-        return rc;
-    if (dev->cfg.ici_topology == TPU_TOPO_NONE && has_cross_chip_collective(dev, prog))
-        return tpu__fail(d, TPU_EUNSUPPORTED,
-                         "program '%s' has collectives across chips, but chip '%s' has no "
-                         "interconnect (topology none); open the device with n_chips 1 or "
-                         "use a chip with ICI",
-                         tpu_program_name(prog), dev->cfg.name);
-    /* matmul dtypes against the chip's MXU */
-    for (size_t i = 0; i < tpu_program_n_ops(prog); i++) {
-        const struct tpu_op *op = tpu_program_op(prog, i);
-        if (op->code != TPU_OP_MATMUL)
-            continue;
-        enum tpu_dtype t = tpu_program_buffer(prog, op->in[0])->dtype;
-        bool int8 = t == TPU_INT8;
-        if (int8 && !(dev->cfg.mxu_dtypes & TPU_DTYPE_BIT(TPU_INT8)))
-            return tpu__fail(d, TPU_EUNSUPPORTED, "op %zu is an int8 matmul but chip '%s' has "
-                             "no int8 matrix unit; use bf16/f32 operands or a chip with int8",
-                             i, dev->cfg.name);
-        if (!int8 && !(dev->cfg.mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)))
-            return tpu__fail(d, TPU_EUNSUPPORTED, "op %zu is a bf16 matmul but chip '%s' has "
-                             "no bf16 matrix unit; use int8 operands or a chip with bf16",
-                             i, dev->cfg.name);
-    }
-    struct tpu_program *copy = NULL;
-    rc = clone_program(prog, &copy, d);
-    if (rc)
-        return rc;
-    if ((rc = tpu__trace_program(dev, copy, d))) {
-        tpu_program_destroy(&copy);
-        return rc;
-    }
     free_core_buffers(dev);
-    tpu_program_destroy(&dev->prog);
     free(dev->place);
     dev->place = NULL;
-    dev->prog = copy;
-    const size_t nb = tpu_program_n_buffers(copy), nv = tpu_program_n_vars(copy);
-    rc = place_buffers(dev, copy);
+    dev->prog = NULL;
+}
+
+/* prog is verified against the chip and lent by the device API; dev->prog, the earlier one,
+ * is still valid here. On failure no program is left (as the backend table asks). */
+static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag *d)
+{
+    struct chip_device *dev = impl;
+    int rc = tpu__trace_program(dev, prog, d);
+    drop_program(dev);
+    if (rc)
+        return rc;
+    dev->prog = prog;
+    const size_t nb = tpu_program_n_buffers(prog), nv = tpu_program_n_vars(prog);
+    rc = place_buffers(dev, prog);
     if (rc)
         goto nomem;
     for (uint32_t i = 0; i < dev->n_cores; i++) {
@@ -363,7 +240,7 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
         if (!c->bufs || !c->vars || !c->buf_ready || !c->buf_read_done)
             goto nomem;
         for (size_t b = 0; b < nb; b++) {
-            const struct tpu_buffer_desc *bd = tpu_program_buffer(copy, (uint32_t)b);
+            const struct tpu_buffer_desc *bd = tpu_program_buffer(prog, (uint32_t)b);
             c->bufs[b] = (struct tpu__bufmem){.dtype = bd->dtype, .rows = bd->rows,
                                               .cols = bd->cols};
             if (!dev->s.timing_only) {
@@ -381,90 +258,59 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
     }
     return 0;
 nomem:
-    free_core_buffers(dev);
-    tpu_program_destroy(&dev->prog);
+    drop_program(dev);
     return tpu__fail(d, TPU_ENOMEM, "out of memory giving %u cores their buffers",
                      dev->n_cores);
 }
 
-static int check_buffer_access(const struct tpu_device *dev, uint32_t core, uint32_t buf,
-                               size_t bytes, const char *what, struct tpu_diag *d)
+/* The device API checked core, buf and bytes, that values are kept and no run is on. */
+static int chip_write(void *impl, uint32_t core, uint32_t buf, const void *data, size_t bytes,
+                      struct tpu_diag *d)
 {
-    if (!dev->prog)
-        return tpu__fail(d, TPU_EINVAL, "%s: no program is loaded; call tpu_device_load first",
-                         what);
-    if (core >= dev->n_cores)
-        return tpu__fail(d, TPU_EINVAL, "%s: core %u does not exist (the device has %u)", what,
-                         core, dev->n_cores);
-    if (buf >= tpu_program_n_buffers(dev->prog))
-        return tpu__fail(d, TPU_EINVAL, "%s: buffer id %u does not exist (the program has %zu)",
-                         what, buf, tpu_program_n_buffers(dev->prog));
-    const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, buf);
-    if (bytes != tpu_buffer_bytes(bd))
-        return tpu__fail(d, TPU_ESHAPE, "%s: buffer '%s' is %s[%u, %u], %llu bytes, not %zu",
-                         what, bd->name, tpu_dtype_name(bd->dtype), bd->rows, bd->cols,
-                         (unsigned long long)tpu_buffer_bytes(bd), bytes);
-    if (dev->s.timing_only)
-        return tpu__fail(d, TPU_EUNSUPPORTED, "%s: a timing-only device holds no values", what);
-    if (dev->running)
-        return tpu__fail(d, TPU_EINVAL, "%s: not allowed while the device runs", what);
-    return 0;
-}
-
-int tpu_device_write(struct tpu_device *dev, uint32_t core, uint32_t buf, const void *data,
-                     size_t bytes, struct tpu_diag *d)
-{
-    int rc = check_buffer_access(dev, core, buf, bytes, "tpu_device_write", d);
-    if (rc)
-        return rc;
+    struct chip_device *dev = impl;
+    (void)d;
     memcpy(dev->cores[core].bufs[buf].data, data, bytes);
     return 0;
 }
 
-int tpu_device_read(const struct tpu_device *dev, uint32_t core, uint32_t buf, void *data,
-                    size_t bytes, struct tpu_diag *d)
+static int chip_read(void *impl, uint32_t core, uint32_t buf, void *data, size_t bytes,
+                     struct tpu_diag *d)
 {
-    int rc = check_buffer_access(dev, core, buf, bytes, "tpu_device_read", d);
-    if (rc)
-        return rc;
+    const struct chip_device *dev = impl;
+    (void)d;
     memcpy(data, dev->cores[core].bufs[buf].data, bytes);
     return 0;
 }
 
-int tpu_device_set_var(struct tpu_device *dev, uint32_t var, int64_t value)
+static void chip_set_var(void *impl, uint32_t var, int64_t value)
 {
-    if (!dev->prog || var >= tpu_program_n_vars(dev->prog))
-        return TPU_EINVAL;
+    struct chip_device *dev = impl;
     for (uint32_t i = 0; i < dev->n_cores; i++)
         dev->cores[i].vars[var] = value;
-    return 0;
 }
 
-int64_t tpu_device_get_var(const struct tpu_device *dev, uint32_t core, uint32_t var)
+static int64_t chip_get_var(void *impl, uint32_t core, uint32_t var)
 {
-    if (!dev->prog || core >= dev->n_cores || var >= tpu_program_n_vars(dev->prog))
-        return 0;
+    const struct chip_device *dev = impl;
     return dev->cores[core].vars[var];
 }
 
-int tpu_device_counters(const struct tpu_device *dev, uint32_t core,
-                        struct tpu_core_counters *out)
+static void chip_counters(void *impl, uint32_t core, struct tpu_core_counters *out)
 {
-    if (core >= dev->n_cores)
-        return TPU_EINVAL;
+    const struct chip_device *dev = impl;
     *out = dev->cores[core].ctr;
-    return 0;
 }
 
 /* Under the lock: every host call blocked on a queue rechecks. */
-static void wake_hosts(struct tpu_device *dev)
+static void wake_hosts(struct chip_device *dev)
 {
     for (uint32_t i = 0; i < dev->n_cores; i++)
         pthread_cond_broadcast(&dev->cores[i].host_cv);
 }
 
-void tpu_device_cancel(struct tpu_device *dev)
+static void chip_cancel(void *impl)
 {
+    struct chip_device *dev = impl;
     pthread_mutex_lock(&dev->lock);
     if (!dev->canceled) {
         dev->canceled = true;
@@ -476,26 +322,23 @@ void tpu_device_cancel(struct tpu_device *dev)
     pthread_mutex_unlock(&dev->lock);
 }
 
-void tpu_device_infeed_close(struct tpu_device *dev)
+static void chip_infeed_close(void *impl)
 {
+    struct chip_device *dev = impl;
     pthread_mutex_lock(&dev->lock);
     dev->infeed_closed = true;
     pthread_cond_broadcast(&dev->work_cv);
     pthread_mutex_unlock(&dev->lock);
 }
 
-void tpu_device_reset_cancel(struct tpu_device *dev)
+static void chip_reset_cancel(void *impl)
 {
+    struct chip_device *dev = impl;
     pthread_mutex_lock(&dev->lock);
     dev->canceled = false;
     dev->infeed_closed = false;
     dev->error = 0;
     pthread_mutex_unlock(&dev->lock);
-}
-
-bool tpu_device_timing_only(const struct tpu_device *dev)
-{
-    return dev->s.timing_only;
 }
 
 static const char *state_text(enum core_state st)
@@ -510,10 +353,10 @@ static const char *state_text(enum core_state st)
     }
 }
 
-void tpu_device_watch(const struct tpu_device *cdev, struct tpu_device_watch *w)
+/* *w comes zeroed (the device API). */
+static void chip_watch(void *impl, struct tpu_device_watch *w)
 {
-    struct tpu_device *dev = (struct tpu_device *)cdev; /* the lock only */
-    memset(w, 0, sizeof *w);
+    struct chip_device *dev = impl;
     pthread_mutex_lock(&dev->lock);
     w->running = dev->running;
     w->host_calls_waiting = dev->host_waiting;
@@ -541,7 +384,7 @@ void tpu_device_watch(const struct tpu_device *cdev, struct tpu_device_watch *w)
 /* ---- the run --------------------------------------------------------------------------- */
 
 /* Under the lock: no core can make progress without more infeed. */
-static bool starved(const struct tpu_device *dev)
+static bool starved(const struct chip_device *dev)
 {
     bool waits_infeed = false;
     for (uint32_t i = 0; i < dev->n_cores; i++) {
@@ -556,7 +399,7 @@ static bool starved(const struct tpu_device *dev)
 static void *worker(void *arg)
 {
     struct worker *w = arg;
-    struct tpu_device *dev = w->dev;
+    struct chip_device *dev = w->dev;
     uint32_t next = 0;
     pthread_mutex_lock(&dev->lock);
     for (;;) {
@@ -621,16 +464,11 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_cycle,
-                   struct tpu_diag *d)
+/* The device API checked that a program is loaded and that no other run is under way. */
+static int chip_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struct tpu_diag *d)
 {
-    if (!dev->prog)
-        return tpu__fail(d, TPU_EINVAL, "tpu_device_run: no program is loaded");
+    struct chip_device *dev = impl;
     pthread_mutex_lock(&dev->lock);
-    if (dev->running) {
-        pthread_mutex_unlock(&dev->lock);
-        return tpu__fail(d, TPU_EINVAL, "tpu_device_run: the device is already running");
-    }
     if (dev->canceled) {
         pthread_mutex_unlock(&dev->lock);
         return tpu__fail(d, TPU_ECANCELED, "tpu_device_run: the device was canceled; call "
@@ -699,4 +537,33 @@ int tpu_device_run(struct tpu_device *dev, uint64_t start_cycle, uint64_t *end_c
     if (end_cycle)
         *end_cycle = end;
     return 0;
+}
+
+/* ---- the backend table ------------------------------------------------------------------- */
+
+static const struct tpu_device_backend native_backend = {
+    .name = "native",
+    .ctx = NULL,
+    .open = chip_open,
+    .close = chip_close,
+    .load = chip_load,
+    .write = chip_write,
+    .read = chip_read,
+    .set_var = chip_set_var,
+    .get_var = chip_get_var,
+    .infeed = tpu__chip_infeed,
+    .outfeed = tpu__chip_outfeed,
+    .run = chip_run,
+    .infeed_close = chip_infeed_close,
+    .cancel = chip_cancel,
+    .reset_cancel = chip_reset_cancel,
+    .watch = chip_watch,
+    .counters = chip_counters,
+    .trace_host = tpu__chip_trace_host,
+    .write_trace = tpu__chip_write_trace,
+};
+
+const struct tpu_device_backend *tpu_device_backend_native(void)
+{
+    return &native_backend;
 }

@@ -41,7 +41,7 @@ static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
     return tpu__max_u64(a, tpu__max_u64(b, c));
 }
 
-static uint64_t buf_bytes(const struct tpu_device *dev, uint32_t b)
+static uint64_t buf_bytes(const struct chip_device *dev, uint32_t b)
 {
     return tpu_buffer_bytes(tpu_program_buffer(dev->prog, b));
 }
@@ -71,7 +71,7 @@ static void finish_op(struct core *c, const struct tpu_op *op, uint64_t start, u
     c->ctr.ops++;
 }
 
-static void trace(struct tpu_device *dev, struct core *c, enum tpu_unit u, uint8_t kind,
+static void trace(struct chip_device *dev, struct core *c, enum tpu_unit u, uint8_t kind,
                   size_t op, uint64_t start, uint64_t end)
 {
     if (dev->s.trace && end > start) {
@@ -86,7 +86,7 @@ static void trace(struct tpu_device *dev, struct core *c, enum tpu_unit u, uint8
 /* The bytes a local op moves from and to HBM, and when its operands are ready: those in
  * HBM gate its input DMA (*hbm_ready), those on chip and the WAR/WAW hazards on its results
  * gate its compute (*vmem_ready). */
-static void hbm_traffic(const struct tpu_device *dev, const struct core *c,
+static void hbm_traffic(const struct chip_device *dev, const struct core *c,
                         const struct tpu_op *op, uint64_t *in_bytes, uint64_t *out_bytes,
                         uint64_t *hbm_ready, uint64_t *vmem_ready)
 {
@@ -118,7 +118,7 @@ static void hbm_traffic(const struct tpu_device *dev, const struct core *c,
     }
 }
 
-static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
+static void time_local_op(struct chip_device *dev, struct core *c, size_t pc,
                           const struct tpu_op *op)
 {
     uint64_t cycles, mac_slots, macs;
@@ -199,7 +199,7 @@ static void time_local_op(struct tpu_device *dev, struct core *c, size_t pc,
 
 /* ---- collectives ------------------------------------------------------------------------ */
 
-static struct coll_group *group_of(struct tpu_device *dev, const struct core *c,
+static struct coll_group *group_of(struct chip_device *dev, const struct core *c,
                                    const struct tpu_op *op)
 {
     if (op->code == TPU_OP_COLLECTIVE_PERMUTE && op->attrs.group == 1)
@@ -211,7 +211,7 @@ static struct coll_group *group_of(struct tpu_device *dev, const struct core *c,
  * replica order, ((x0 + x1) + x2) + ..., (then divided by n for a mean) and written to
  * every member's y. A block is read completely before it is written, so y may be x. */
 struct reduce_job {
-    const struct tpu_device *dev;
+    const struct chip_device *dev;
     const struct coll_group *g;
     const struct tpu_op *op;
     size_t lo, hi;
@@ -262,7 +262,7 @@ static void *reduce_range(void *arg)
 /* Values of a collective, done by the last arriver while the others wait. A large
  * all-reduce is split over the device's worker count (the others are idle meanwhile); the
  * split does not change a value, since every element is summed in the same order. */
-static int collective_values(struct tpu_device *dev, const struct coll_group *g,
+static int collective_values(struct chip_device *dev, const struct coll_group *g,
                              const struct tpu_op *op, struct tpu_diag *d)
 {
     if (dev->s.timing_only)
@@ -313,7 +313,7 @@ static int collective_values(struct tpu_device *dev, const struct coll_group *g,
 
 /* Arrives at a collective. Returns 1 if this core is the last and has completed it for
  * everyone, 0 if it waits, negative on error. */
-static int collective(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+static int collective(struct chip_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
                       struct tpu_diag *d)
 {
     struct coll_group *g = group_of(dev, c, op);
@@ -367,7 +367,7 @@ static int collective(struct tpu_device *dev, struct core *c, size_t pc, const s
 
 /* ---- feeds ------------------------------------------------------------------------------- */
 
-static int do_infeed(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+static int do_infeed(struct chip_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
                      struct tpu_diag *d)
 {
     uint64_t issue = tpu__max_u64(c->last_issue, operands_ready(c, op));
@@ -392,7 +392,7 @@ static int do_infeed(struct tpu_device *dev, struct core *c, size_t pc, const st
     return 1;
 }
 
-static int do_outfeed(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+static int do_outfeed(struct chip_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
                       struct tpu_diag *d)
 {
     uint64_t earliest = max3(c->last_issue, operands_ready(c, op), c->unit_free[TPU_UNIT_OUTFEED]);
@@ -415,7 +415,7 @@ static int do_outfeed(struct tpu_device *dev, struct core *c, size_t pc, const s
 
 /* ---- the core's run loop ----------------------------------------------------------------- */
 
-static bool canceled(struct tpu_device *dev)
+static bool canceled(struct chip_device *dev)
 {
     pthread_mutex_lock(&dev->lock);
     bool x = dev->canceled;
@@ -427,7 +427,7 @@ static bool canceled(struct tpu_device *dev)
  * collectives are the chip's; the local ops (MXU, VPU, CTRL) compute their values (sim/ops/,
  * or the matrix unit's provider) and take their place on the core's timelines. Returns 1
  * when done, 0 when blocked, negative on error. */
-static int run_op(struct tpu_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
+static int run_op(struct chip_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
                   struct tpu__scratch *scratch, struct tpu_diag *d)
 {
     const enum tpu_unit unit = tpu__op_unit(op->code);
@@ -467,7 +467,7 @@ static int run_op(struct tpu_device *dev, struct core *c, size_t pc, const struc
     return 1;
 }
 
-int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *scratch,
+int tpu__core_run(struct chip_device *dev, struct core *c, struct tpu__scratch *scratch,
                   struct tpu_diag *d)
 {
     const size_t n_ops = tpu_program_n_ops(dev->prog);

@@ -1,6 +1,9 @@
-/* The chip's internal state, shared by the files of sim/ that implement device.h:
- * chip.c (open, load, host access, the run scheduler), chip_exec.c (ops on a core: values,
- * timing, collectives), feed.c (infeed and outfeed queues) and trace.c (the timeline).
+/* The native chip's internal state: the first backend of the device API (device.h, struct
+ * tpu_device_backend; tpu_device_backend_native). Shared by the files of sim/chip/ that
+ * implement it: chip.c (open, load, host access, the run scheduler, the backend table),
+ * chip_exec.c (ops on a core: values, timing, collectives), feed.c (infeed and outfeed
+ * queues) and trace.c (the timeline). The device API (sim/device/device.c) has checked every
+ * argument before it reaches a function here, and owns the loaded program, lent to us.
  *
  * Locking. One mutex per device, `lock`, guards every field marked [L]: the scheduler's core
  * states, the queues, the collectives' arrival counts, the cancel flag. A core's own fields
@@ -116,16 +119,18 @@ struct coll_group {
  * blocks) belongs to the thread, not to the cores it runs, so it stays warm in the thread's
  * caches as the thread moves from core to core; it is kept across runs. */
 struct worker {
-    struct tpu_device *dev;
+    struct chip_device *dev;
     struct tpu__scratch scratch;
 };
 
-struct tpu_device {
+/* The native backend's impl (what struct tpu_device_backend calls `impl`). */
+struct chip_device {
     struct tpu_device_settings s;
     struct tpu_chip_config cfg;
     uint32_t n_cores, n_replicas, cores_per_replica;
 
-    struct tpu_program *prog;   /* the device's own copy */
+    const struct tpu_program *prog; /* the loaded program, lent by the device API (device.h:
+                                       valid until the next load or close), or NULL */
     enum placement *place;      /* [n_buffers] */
     struct core *cores;         /* [n_cores] */
 
@@ -160,26 +165,34 @@ struct tpu_device {
 
 /* chip_exec.c: runs core c from its pc until it finishes (returns 1), blocks (returns 0,
  * having set its state under the lock), or fails (negative, message in d). */
-int tpu__core_run(struct tpu_device *dev, struct core *c, struct tpu__scratch *scratch,
+int tpu__core_run(struct chip_device *dev, struct core *c, struct tpu__scratch *scratch,
                   struct tpu_diag *d);
 
-/* feed.c */
+/* feed.c: the backend's infeed and outfeed entries (impl is a struct chip_device) */
+int tpu__chip_infeed(void *impl, uint32_t core, const void *data, size_t bytes,
+                     uint64_t host_cycle, struct tpu_diag *d);
+int tpu__chip_outfeed(void *impl, uint32_t core, void *data, size_t bytes, uint64_t host_cycle,
+                      uint64_t *ready_cycle, struct tpu_diag *d);
 int tpu__feed_init(struct feed *f, uint32_t depth);
 void tpu__feed_free(struct feed *f);
 /* Core side of the queues (under the lock inside). take: 1 with the head tensor copied to
  * dst (if its size is dst_bytes; *got_bytes is its size) and the cycle the infeed op
  * completes, or 0 with the core set waiting. put: 1 with the transfer's start and end, or 0
  * with the core set waiting (or *err set on failure). */
-int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue, void *dst,
+int tpu__core_infeed_take(struct chip_device *dev, struct core *c, uint64_t issue, void *dst,
                           size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle);
-int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *data,
+int tpu__core_outfeed_put(struct chip_device *dev, struct core *c, const void *data,
                           size_t bytes, uint64_t earliest, uint64_t *start_cycle,
                           uint64_t *end_cycle, int *err);
 
-/* trace.c */
+/* trace.c: the backend's trace_host and write_trace entries (impl is a struct chip_device;
+ * the device API calls them only when settings.trace is on) */
+int tpu__chip_trace_host(void *impl, const char *name, uint64_t start_cycle,
+                         uint64_t end_cycle);
+int tpu__chip_write_trace(void *impl, const char *path, struct tpu_diag *d);
 /* Records the op labels of prog, about to be loaded, and points every core's log at them.
  * Does nothing when the device does not trace. Returns 0 or TPU_ENOMEM (message in d). */
-int tpu__trace_program(struct tpu_device *dev, const struct tpu_program *prog,
+int tpu__trace_program(struct chip_device *dev, const struct tpu_program *prog,
                        struct tpu_diag *d);
 void tpu__trace_event(struct trace_log *t, uint8_t unit, uint8_t kind, uint32_t op,
                       uint64_t start, uint64_t end);
@@ -188,6 +201,6 @@ void tpu__trace_counter(struct trace_log *t, uint64_t cycle, uint32_t infeed_dep
 void tpu__trace_free(struct trace_log *t);
 
 /* Wakes a core waiting in `state` (under the lock). */
-void tpu__wake_core(struct tpu_device *dev, struct core *c, enum core_state state);
+void tpu__wake_core(struct chip_device *dev, struct core *c, enum core_state state);
 
 #endif

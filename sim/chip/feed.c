@@ -93,7 +93,7 @@ static uint32_t tail_index(const struct feed *f)
     return (f->head + f->count) % f->depth;
 }
 
-void tpu__wake_core(struct tpu_device *dev, struct core *c, enum core_state state)
+void tpu__wake_core(struct chip_device *dev, struct core *c, enum core_state state)
 {
     if (c->state == state) {
         c->state = CORE_READY;
@@ -101,21 +101,17 @@ void tpu__wake_core(struct tpu_device *dev, struct core *c, enum core_state stat
     }
 }
 
-static void record_depths(struct tpu_device *dev, struct core *c, uint64_t cycle)
+static void record_depths(struct chip_device *dev, struct core *c, uint64_t cycle)
 {
     if (dev->s.trace)
         tpu__trace_counter(&c->trace, cycle, c->infeed.count, c->outfeed.count);
 }
 
-int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, size_t bytes,
-                      uint64_t host_cycle, struct tpu_diag *d)
+/* The device API checked core and data (device.h: the backend seam). */
+int tpu__chip_infeed(void *impl, uint32_t core, const void *data, size_t bytes,
+                     uint64_t host_cycle, struct tpu_diag *d)
 {
-    if (core >= dev->n_cores)
-        return tpu__fail(d, TPU_EINVAL, "infeed to core %u, but the device has %u cores (0 to %u)",
-                         core, dev->n_cores, dev->n_cores - 1);
-    if (!data && !dev->s.timing_only)
-        return tpu__fail(d, TPU_EINVAL, "infeed data is NULL; only a timing-only device takes "
-                         "infeed without data");
+    struct chip_device *dev = impl;
     struct core *c = &dev->cores[core];
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->infeed;
@@ -151,7 +147,7 @@ int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, s
 }
 
 /* Core side: takes the head infeed tensor into dst (1), or marks the core waiting (0). */
-int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue, void *dst,
+int tpu__core_infeed_take(struct chip_device *dev, struct core *c, uint64_t issue, void *dst,
                           size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle)
 {
     pthread_mutex_lock(&dev->lock);
@@ -180,7 +176,7 @@ int tpu__core_infeed_take(struct tpu_device *dev, struct core *c, uint64_t issue
 
 /* Core side: queues `bytes` of `data` (copied) for the host, no earlier than `earliest`.
  * Returns 1 and the cycle the transfer starts and ends, or 0 (core waiting: queue full). */
-int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *data,
+int tpu__core_outfeed_put(struct chip_device *dev, struct core *c, const void *data,
                           size_t bytes, uint64_t earliest, uint64_t *start_cycle,
                           uint64_t *end_cycle, int *err)
 {
@@ -216,12 +212,11 @@ int tpu__core_outfeed_put(struct tpu_device *dev, struct core *c, const void *da
     return 1;
 }
 
-int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t bytes,
-                       uint64_t host_cycle, uint64_t *ready_cycle, struct tpu_diag *d)
+/* The device API checked core. */
+int tpu__chip_outfeed(void *impl, uint32_t core, void *data, size_t bytes, uint64_t host_cycle,
+                      uint64_t *ready_cycle, struct tpu_diag *d)
 {
-    if (core >= dev->n_cores)
-        return tpu__fail(d, TPU_EINVAL, "outfeed from core %u, but the device has %u cores "
-                         "(0 to %u)", core, dev->n_cores, dev->n_cores - 1);
+    struct chip_device *dev = impl;
     struct core *c = &dev->cores[core];
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->outfeed;

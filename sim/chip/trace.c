@@ -45,7 +45,7 @@ static void program_op_label(const struct tpu_program *p, size_t i, char *buf, s
     snprintf(buf, n, "%s%s%s", tpu_opcode_name(o->code), *first ? " " : "", first);
 }
 
-int tpu__trace_program(struct tpu_device *dev, const struct tpu_program *prog,
+int tpu__trace_program(struct chip_device *dev, const struct tpu_program *prog,
                        struct tpu_diag *d)
 {
     if (!dev->s.trace)
@@ -104,11 +104,11 @@ void tpu__trace_free(struct trace_log *t)
     memset(t, 0, sizeof *t);
 }
 
-int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t start_cycle,
-                          uint64_t end_cycle)
+/* Called only on a device that traces (the device API checks settings.trace). */
+int tpu__chip_trace_host(void *impl, const char *name, uint64_t start_cycle,
+                         uint64_t end_cycle)
 {
-    if (!dev->s.trace)
-        return 0;
+    struct chip_device *dev = impl;
     size_t i;
     for (i = 0; i < dev->n_host_names; i++)
         if (!strncmp(dev->host_names[i], name, sizeof dev->host_names[i] - 1))
@@ -137,7 +137,7 @@ int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t sta
 
 static const char *const kind_name[] = {"", "dma in", "dma out", "stall"};
 
-static void op_label(const struct tpu_device *dev, const struct trace_event *e, char *buf,
+static void op_label(const struct chip_device *dev, const struct trace_event *e, char *buf,
                      size_t n)
 {
     if (e->op == UINT32_MAX)
@@ -147,11 +147,10 @@ static void op_label(const struct tpu_device *dev, const struct trace_event *e, 
                  e->kind ? " " : "", kind_name[e->kind & 3]);
 }
 
-int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struct tpu_diag *d)
+/* Called only on a device that traces (the device API checks settings.trace). */
+int tpu__chip_write_trace(void *impl, const char *path, struct tpu_diag *d)
 {
-    if (!dev->s.trace)
-        return tpu__fail(d, TPU_EINVAL, "the device was opened without tracing; set "
-                         "settings.trace to record a timeline");
+    const struct chip_device *dev = impl;
     FILE *f;
     char *tmp;
     int rc = tpu__atomic_open(path, "w", &f, &tmp, d);
