@@ -1,4 +1,4 @@
-/* The RTL device backend: the chip with every matrix-unit operation on the Verilated array
+/* The RTL matrix-unit provider: the native chip with every matrix-unit operation on the Verilated array
  * (rtl/mxu_rtl_provider.h through sim/chip/mxu_provider.c), against the native backend.
  *
  *   - A small MLP (70-13-5, 67 rows per replica, so M > 64 accumulator rows in the forward
