@@ -1,5 +1,6 @@
-/* The RTL matrix-unit provider: the native chip with every matrix-unit operation on the Verilated array
- * (rtl/mxu_rtl_provider.h through sim/chip/mxu_provider.c), against the native backend.
+/* The RTL matrix-unit provider: the native chip with every matrix-unit operation on the
+ * Verilated array (rtl/mxu_rtl_provider.h through sim/chip/mxu_provider.c), against the
+ * built-in matrix unit.
  *
  *   - A small MLP (70-13-5, 67 rows per replica, so M > 64 accumulator rows in the forward
  *     pass and in the weight gradient, and K, N that are not multiples of 8) trains for 3
