@@ -170,7 +170,7 @@ static void factor(uint32_t n, uint32_t k, uint32_t *out)
 }
 
 void tpu__ici_dims(const struct tpu_chip_config *cfg, uint32_t n_chips,
-                   struct tpu_topology_file_dims *out)
+                   struct tpu__torus_dims *out)
 {
     out->n_chips = n_chips;
     out->dims[0] = out->dims[1] = out->dims[2] = 1;
@@ -211,7 +211,7 @@ uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_pa
     uint32_t chips_used = n_part / per_chip;
     uint64_t lat_cycles = 0;
     if (chips_used > 1 && cfg->ici_topology != TPU_TOPO_NONE) {
-        struct tpu_topology_file_dims td;
+        struct tpu__torus_dims td;
         tpu__ici_dims(cfg, chips_used, &td);
         double links = (double)cfg->ici_links_per_chip / td.n_dims;
         double shard = b;

@@ -45,13 +45,13 @@ uint64_t tpu__matmul_cycles(const struct tpu_chip_config *cfg, uint64_t m, uint6
                             uint64_t n, unsigned passes, uint64_t *mac_slots);
 
 /* The placement of cores on chips and chips on the interconnect, for collectives. */
-struct tpu_topology_file_dims {
+struct tpu__torus_dims {
     uint32_t n_chips;
     uint32_t dims[3]; /* chips along each torus dimension (1 where unused) */
     uint32_t n_dims;
 };
 void tpu__ici_dims(const struct tpu_chip_config *cfg, uint32_t n_chips,
-                   struct tpu_topology_file_dims *out);
+                   struct tpu__torus_dims *out);
 
 /* Cycles for an all-reduce of `bytes` per participant over `n_part` cores that are spread
  * `per_chip` to a chip (per_chip * chips used == n_part). */
