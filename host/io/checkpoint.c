@@ -32,10 +32,10 @@
 #define MAX_INDEX_BYTES (64 << 20)
 
 const struct tpu__ckpt_dtype tpu__ckpt_dtypes[] = {
-    [TPU_F32] = {"F32", 4},
-    [TPU_BF16] = {"BF16", 2},
-    [TPU_INT8] = {"I8", 1},
-    [TPU_INT32] = {"I32", 4},
+    [TPU_F32] = {"F32"},
+    [TPU_BF16] = {"BF16"},
+    [TPU_INT8] = {"I8"},
+    [TPU_INT32] = {"I32"},
 };
 const size_t tpu__ckpt_n_dtypes = sizeof tpu__ckpt_dtypes / sizeof tpu__ckpt_dtypes[0];
 
@@ -166,7 +166,7 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-int tpu__checkpoint_mkdir_p(const char *dir, struct tpu_diag *d)
+int tpu_checkpoint_make_dir(const char *dir, struct tpu_diag *d)
 {
     char *p = strdup(dir);
     if (!p)
@@ -746,7 +746,7 @@ static void data_order(const struct tpu_tensor *tensors, size_t n,
     size_t k = 0;
     for (size_t size = 4; size >= 1; size /= 2)
         for (size_t i = 0; i < n; i++)
-            if (tpu__ckpt_dtypes[tensors[i].dtype].bytes == size)
+            if (tpu_dtype_bytes(tensors[i].dtype) == size)
                 order[k++] = &tensors[i];
 }
 
@@ -844,7 +844,7 @@ int tpu_checkpoint_save(const char *model_dir, uint64_t global_step,
             *d = idiag;
         goto out;
     }
-    rc = tpu__checkpoint_mkdir_p(model_dir, d);
+    rc = tpu_checkpoint_make_dir(model_dir, d);
     if (rc)
         goto out;
 

@@ -34,11 +34,10 @@
 /* The reference implementation refuses larger headers. */
 #define MAX_HEADER_BYTES 100000000u
 
-/* The safetensors dtypes, indexed by enum tpu_dtype: tpu__ckpt_dtypes[0 ..
- * tpu__ckpt_n_dtypes). */
+/* The safetensors names of the dtypes, indexed by enum tpu_dtype: tpu__ckpt_dtypes[0 ..
+ * tpu__ckpt_n_dtypes). Their sizes are tpu_dtype_bytes (dtype.h). */
 struct tpu__ckpt_dtype {
     const char *name; /* "F32", "BF16", "I8", "I32" */
-    size_t bytes;
 };
 extern const struct tpu__ckpt_dtype tpu__ckpt_dtypes[];
 extern const size_t tpu__ckpt_n_dtypes;
@@ -51,9 +50,6 @@ static inline bool tpu__ckpt_dtype_valid(enum tpu_dtype t)
 /* Checks the caller's tensors: names unique, non-empty, UTF-8 and not "__metadata__"; known
  * dtypes; shapes of at least [1, 1] whose size fits this host; data not NULL. `what` starts
  * each message ("checkpoint save"). */
-/* mkdir -p for a model_dir, each new directory made durable in its parent. (checkpoint.c) */
-int tpu__checkpoint_mkdir_p(const char *dir, struct tpu_diag *d);
-
 int tpu__ckpt_validate_tensors(const struct tpu_tensor *t, size_t n, const char *what,
                                struct tpu_diag *d);
 
@@ -84,7 +80,7 @@ static inline bool tpu__ckpt_starts_with(const char *s, const char *prefix)
 /* The size of a tensor that passed tpu__ckpt_validate_tensors. */
 static inline size_t tpu__ckpt_tensor_bytes(const struct tpu_tensor *t)
 {
-    return (size_t)t->rows * t->cols * tpu__ckpt_dtypes[t->dtype].bytes;
+    return (size_t)t->rows * t->cols * tpu_dtype_bytes(t->dtype);
 }
 
 /* zlib's CRC-32 of p[0..n) (the checksum of the format). */

@@ -62,7 +62,7 @@ int tpu__ckpt_validate_tensors(const struct tpu_tensor *t, size_t n, const char 
                              t[i].cols);
         size_t count, bytes;
         if (!tpu__mul_size(t[i].rows, t[i].cols, &count) ||
-            !tpu__mul_size(count, tpu__ckpt_dtypes[t[i].dtype].bytes, &bytes))
+            !tpu__mul_size(count, tpu_dtype_bytes(t[i].dtype), &bytes))
             return tpu__fail(d, TPU_EINVAL, "%s: tensor '%s' of shape [%" PRIu32 ", %" PRIu32
                              "] is too large for this host's address space", what, name,
                              t[i].rows, t[i].cols);
@@ -199,8 +199,8 @@ static int parse_tensor(struct ckpt *c, const char *name, json_t *j, struct entr
         return bad(d, p, "tensor '%s' has data_offsets [%" JSON_INTEGER_FORMAT ", %"
                    JSON_INTEGER_FORMAT "] that end before they begin", name, begin, end);
     /* rows * cols < 2^64; times the element size, checked */
-    uint64_t count = (uint64_t)rows * (uint64_t)cols, bytes = count * tpu__ckpt_dtypes[t].bytes;
-    if (count > UINT64_MAX / tpu__ckpt_dtypes[t].bytes || bytes != (uint64_t)(end - begin))
+    uint64_t count = (uint64_t)rows * (uint64_t)cols, bytes = count * tpu_dtype_bytes(t);
+    if (count > UINT64_MAX / tpu_dtype_bytes(t) || bytes != (uint64_t)(end - begin))
         return bad(d, p, "tensor '%s' is %s [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT
                    "], which takes %" PRIu64 " bytes, but its data_offsets [%"
                    JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT "] span %" PRIu64 " bytes",

@@ -12,12 +12,11 @@
 static const struct {
     enum tpu_dtype dtype;
     const char *descr;
-    size_t size;
 } dtypes[] = {
-    {TPU_F32, "<f4", 4},
-    {TPU_INT8, "|i1", 1},
-    {TPU_INT8, "<i1", 1},
-    {TPU_INT32, "<i4", 4},
+    {TPU_F32, "<f4"},
+    {TPU_INT8, "|i1"},
+    {TPU_INT8, "<i1"},
+    {TPU_INT32, "<i4"},
 };
 
 const char *tpu_npy_dtype_name(enum tpu_dtype t)

@@ -39,7 +39,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "io/checkpoint_int.h"
 #include "runtime_int.h"
 #include "tune/tune_int.h"
 #include "tpusim/checkpoint.h"
@@ -128,7 +127,7 @@ static int write_metrics(struct tpu_estimator *e, const struct tpu_loop_info *li
     if (!e->metrics) {
         char path[600];
         struct tpu_diag md = {0}; /* a failure shows at fopen */
-        tpu__checkpoint_mkdir_p(e->cfg.model_dir, &md);
+        tpu_checkpoint_make_dir(e->cfg.model_dir, &md);
         snprintf(path, sizeof path, "%s/metrics.jsonl", e->cfg.model_dir);
         e->metrics = fopen(path, "a");
         if (!e->metrics)

@@ -163,6 +163,11 @@ struct tpu_checkpoint_options {
 /* keep_max 5 (TensorFlow's max_to_keep), no metadata, no fault hook. */
 void tpu_checkpoint_default_options(struct tpu_checkpoint_options *o);
 
+/* Creates model_dir and its missing parents, each new directory made durable (its parent
+ * fsynced), as tpu_checkpoint_save does before it writes. Returns 0 (also when it exists),
+ * TPU_EIO (a part cannot be made, or model_dir is not a directory) or TPU_ENOMEM. */
+int tpu_checkpoint_make_dir(const char *model_dir, struct tpu_diag *d);
+
 /* Saves tensors[0..n_tensors) as model_dir/ckpt-<global_step>.safetensors (replacing a file
  * of that step), makes it the latest in the index and deletes what keep_max lets go (see
  * above). Creates model_dir and its parents if needed. opts NULL means the defaults. The
