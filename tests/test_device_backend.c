@@ -521,7 +521,14 @@ static void test_training_through_a_wrapper_is_bit_identical(void **state)
     assert_true(calls(&counts, E_OUTFEED) >= 2 * STEPS + 2 * 2 * 13);
     assert_true(calls(&counts, E_RESET_CANCEL) > 0);
     assert_true(calls(&counts, E_COUNTERS) >= 2);
-    assert_true(calls(&counts, E_TRACE_HOST) >= 1); /* the test's own host event at least */
+    /* one pass each for train and evaluate: its infeed closed and its run canceled at the
+     * end */
+    assert_int_equal(calls(&counts, E_INFEED_CLOSE), 2);
+    assert_int_equal(calls(&counts, E_CANCEL), 2);
+    /* the host phases: a launch and the hooks per loop (7 loops), an input batch per
+     * input_fn call (training, PER_HOST_V2: one per replica and step, 2 x 10; evaluation,
+     * PER_HOST_V1: one per step, 13), and the test's own event */
+    assert_int_equal(calls(&counts, E_TRACE_HOST), 2 * 7 + 2 * STEPS + 13 + 1);
     assert_int_equal(calls(&counts, E_WRITE_TRACE), 1);
     assert_non_null(strstr(wrapped->trace, "\"name\": \"checked by the test\""));
 
@@ -620,6 +627,10 @@ static void test_checks_come_before_the_backend(void **state)
         fail_msg("load: %s", d.msg);
     assert_int_equal(tpu_device_write(dev, 0, 0, x, 4, &d), TPU_ESHAPE);
     assert_non_null(strstr(d.msg, "buffer 'w' is f32[2, 2], 16 bytes, not 4"));
+    assert_int_equal(tpu_device_write(dev, 0, 0, NULL, sizeof x, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "tpu_device_write: no data given (NULL)"));
+    assert_int_equal(tpu_device_read(dev, 0, 0, NULL, sizeof x, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "tpu_device_read: no data given (NULL)"));
     assert_int_equal(tpu_device_read(dev, 0, 1, x, sizeof x, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "tpu_device_read: buffer id 1 does not exist"));
     assert_int_equal(tpu_device_read(dev, 3, 0, x, sizeof x, &d), TPU_EINVAL);

@@ -181,16 +181,18 @@ const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev);
 /* Verifies the program against the chip and gives every core its buffers (params zeroed,
  * variables 0). The device keeps its own copy. Replaces any earlier program. A program the
  * chip cannot run is refused with the earlier one still loaded; if the backend fails to
- * take it (out of memory), no program is loaded afterwards. */
+ * take it (out of memory), no program is loaded afterwards. Not during a run (TPU_EINVAL). */
 int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, struct tpu_diag *d);
 
-/* Host access to a param buffer of one core (bytes must be the buffer's size). Not during a
- * run. Writing charges no device time (weights are set up before training). */
+/* Host access to a param buffer of one core (bytes must be the buffer's size, data not
+ * NULL). Not during a run. Writing charges no device time (weights are set up before
+ * training). */
 int tpu_device_write(struct tpu_device *dev, uint32_t core, uint32_t buf, const void *data,
                      size_t bytes, struct tpu_diag *d);
 int tpu_device_read(const struct tpu_device *dev, uint32_t core, uint32_t buf, void *data,
                     size_t bytes, struct tpu_diag *d);
-/* Sets a device variable on every core / reads one core's. */
+/* Sets a device variable on every core (TPU_EINVAL for an unknown variable or during a
+ * run) / reads one core's (0 for an unknown core or variable). */
 int tpu_device_set_var(struct tpu_device *dev, uint32_t var, int64_t value);
 int64_t tpu_device_get_var(const struct tpu_device *dev, uint32_t core, uint32_t var);
 

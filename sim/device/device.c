@@ -211,7 +211,8 @@ static bool has_cross_chip_collective(const struct tpu_device *dev, const struct
     const bool replica_spans = dev->s.cores_per_replica > dev->s.chip.cores_per_chip;
     for (size_t i = 0; i < tpu_program_n_ops(p); i++) {
         const struct tpu_op *op = tpu_program_op(p, i);
-        bool within_replica = op->code == TPU_OP_COLLECTIVE_PERMUTE && op->attrs.group == 1;
+        bool within_replica = op->code == TPU_OP_COLLECTIVE_PERMUTE &&
+                              op->attrs.group == TPU_GROUP_REPLICA_CORES;
         if (op->code == TPU_OP_ALL_REDUCE || op->code == TPU_OP_COLLECTIVE_PERMUTE) {
             if (within_replica ? replica_spans : replicas_span)
                 return true;
@@ -220,8 +221,9 @@ static bool has_cross_chip_collective(const struct tpu_device *dev, const struct
     return false;
 }
 
-/* What the chip must offer a program beyond tpu_program_verify: an interconnect for
- * collectives across chips, a matrix unit of each matmul's dtype. */
+/* What the device must offer a program beyond tpu_program_verify (which checks the ops
+ * against the chip, the matrix unit's dtypes among them): an interconnect for collectives
+ * across chips. */
 static int check_program_fits(const struct tpu_device *dev, const struct tpu_program *prog,
                               struct tpu_diag *d)
 {
@@ -232,26 +234,14 @@ static int check_program_fits(const struct tpu_device *dev, const struct tpu_pro
                          "interconnect (topology none); open the device with n_chips 1 or "
                          "use a chip with ICI",
                          tpu_program_name(prog), cfg->name);
-    for (size_t i = 0; i < tpu_program_n_ops(prog); i++) {
-        const struct tpu_op *op = tpu_program_op(prog, i);
-        if (op->code != TPU_OP_MATMUL)
-            continue;
-        enum tpu_dtype t = tpu_program_buffer(prog, op->in[0])->dtype;
-        bool int8 = t == TPU_INT8;
-        if (int8 && !(cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_INT8)))
-            return tpu__fail(d, TPU_EUNSUPPORTED, "op %zu is an int8 matmul but chip '%s' has "
-                             "no int8 matrix unit; use bf16/f32 operands or a chip with int8",
-                             i, cfg->name);
-        if (!int8 && !(cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)))
-            return tpu__fail(d, TPU_EUNSUPPORTED, "op %zu is a bf16 matmul but chip '%s' has "
-                             "no bf16 matrix unit; use int8 operands or a chip with bf16",
-                             i, cfg->name);
-    }
     return 0;
 }
 
 int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, struct tpu_diag *d)
 {
+    if (atomic_load(&dev->running)) /* the cores read the loaded program */
+        return tpu__fail(d, TPU_EINVAL, "tpu_device_load: not allowed while the device runs; "
+                         "load after tpu_device_run returns");
     int rc = tpu_program_verify(prog, &dev->s.chip, d);
     if (rc || (rc = check_program_fits(dev, prog, d)) != 0)
         return rc;
@@ -272,8 +262,11 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
 /* ---- host access ------------------------------------------------------------------------ */
 
 static int check_buffer_access(const struct tpu_device *dev, uint32_t core, uint32_t buf,
-                               size_t bytes, const char *what, struct tpu_diag *d)
+                               const void *data, size_t bytes, const char *what,
+                               struct tpu_diag *d)
 {
+    if (!data)
+        return tpu__fail(d, TPU_EINVAL, "%s: no data given (NULL)", what);
     if (!dev->prog)
         return tpu__fail(d, TPU_EINVAL, "%s: no program is loaded; call tpu_device_load first",
                          what);
@@ -298,7 +291,7 @@ static int check_buffer_access(const struct tpu_device *dev, uint32_t core, uint
 int tpu_device_write(struct tpu_device *dev, uint32_t core, uint32_t buf, const void *data,
                      size_t bytes, struct tpu_diag *d)
 {
-    int rc = check_buffer_access(dev, core, buf, bytes, "tpu_device_write", d);
+    int rc = check_buffer_access(dev, core, buf, data, bytes, "tpu_device_write", d);
     if (rc)
         return rc;
     return dev->be->write(dev->impl, core, buf, data, bytes, d);
@@ -307,7 +300,7 @@ int tpu_device_write(struct tpu_device *dev, uint32_t core, uint32_t buf, const 
 int tpu_device_read(const struct tpu_device *dev, uint32_t core, uint32_t buf, void *data,
                     size_t bytes, struct tpu_diag *d)
 {
-    int rc = check_buffer_access(dev, core, buf, bytes, "tpu_device_read", d);
+    int rc = check_buffer_access(dev, core, buf, data, bytes, "tpu_device_read", d);
     if (rc)
         return rc;
     return dev->be->read(dev->impl, core, buf, data, bytes, d);
@@ -315,7 +308,7 @@ int tpu_device_read(const struct tpu_device *dev, uint32_t core, uint32_t buf, v
 
 int tpu_device_set_var(struct tpu_device *dev, uint32_t var, int64_t value)
 {
-    if (!dev->prog || var >= tpu_program_n_vars(dev->prog))
+    if (!dev->prog || var >= tpu_program_n_vars(dev->prog) || atomic_load(&dev->running))
         return TPU_EINVAL;
     dev->be->set_var(dev->impl, var, value);
     return 0;
