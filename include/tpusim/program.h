@@ -144,7 +144,12 @@ enum tpu_buf_kind {
  * `sem` names, or a new tpu__ops_<sem>); its timing in sim/chip/timing.c only if the default
  * for its unit does not fit (VPU: vpu_ops per element of its largest operand); a verifier
  * rule in program_verify.c only if none of the rules above fits; and its tests
- * (tests/test_ops.c, tests/test_program.c). */
+ * (tests/test_ops.c, tests/test_program.c). An op on the MXU other than matmul also needs
+ * its cycle count in tpu__op_cost (sim/chip/timing.c, which times matmul's m x k x n) and,
+ * to run on a matrix-unit provider such as the RTL array, its cut into weight tiles in
+ * sim/chip/mxu_provider.c (which refuses other ops); a new attribute needs its field in
+ * struct tpu_op_attrs, its TPU_ATTR_ bit, and its line in the text's attribute table
+ * (sim/program/program_print.c). */
 #define TPU_OP_TABLE(X)                                                                            \
     X(INFEED, "infeed", OPERANDS, 1, 0, ("y"), NONE, 0, INFEED, 0, 0, INFEED, 0, chip)             \
     X(OUTFEED, "outfeed", OPERANDS, 0, 1, ("x"), NONE, 0, ANY, 0, 0, OUTFEED, 0, chip)             \

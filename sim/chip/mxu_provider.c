@@ -385,6 +385,10 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
 {
     *cycles = 0;
     const char *name = p->name ? p->name : "external";
+    if (op->code != TPU_OP_MATMUL) /* a provider runs weight tiles of matmuls only */
+        return tpu__fail(d, TPU_EUNSUPPORTED, "%s matrix unit: %s runs on the built-in matrix "
+                         "unit only; open the device without settings.mxu",
+                         name, tpu_opcode_name(op->code));
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
     const struct view va = {a, op->attrs.trans_a}, vb = {b, op->attrs.trans_b};
