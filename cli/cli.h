@@ -30,11 +30,6 @@ int tpu__cli_program(int argc, char **argv);
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Parses a whole decimal integer in [min, max] for option `opt`; on failure prints an error
- * naming the option, the text and the range, and returns TPU_CLI_USAGE. */
-int tpu__cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min,
-                       uint64_t max, uint64_t *out);
-
 /* Seconds on the monotonic clock (the simulator's own wall time, for reports). */
 double tpu__cli_now_s(void);
 

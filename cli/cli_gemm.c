@@ -97,9 +97,11 @@ static const struct tpu__cli_opt gemm_opts[] = {
      .help = "operand type (default bf16); fp32 runs as bf16 passes"},
     {.name = "--passes", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct gemm_opts, passes),
      TPU__CLI_GIVEN(struct gemm_opts, have_passes), .min = 1, .max = 6, .only = passes_only,
-     .n_only = 3, .help = "bf16 passes for fp32 (default 6 = XLA HIGHEST; 3 = HIGH)"},
+     .n_only = 3, .values_help = "(bf16, XLA HIGH, XLA HIGHEST)",
+     .help = "bf16 passes for fp32 (default 6 = XLA HIGHEST; 3 = HIGH)"},
     {.name = "--schedule", .kind = TPU__CLI_ENUM, TPU__CLI_FIELD(struct gemm_opts, serial),
      .words = schedule_words, .values = schedule_values,
+     .values_help = "(tpu: double-buffered weight-stationary; serial: SCALE-Sim v2)",
      .help = "tpu: double-buffered weight-stationary (default);\n"
              "serial: SCALE-Sim v2's fold-by-fold compute model"},
     {.name = "--dataflow", .kind = TPU__CLI_CUSTOM, .set = set_dataflow,

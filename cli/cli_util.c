@@ -28,25 +28,6 @@ int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
     return code;
 }
 
-int tpu__cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min,
-                       uint64_t max, uint64_t *out)
-{
-    char *end = NULL;
-    if (!text || !(*text >= '0' && *text <= '9')) /* strtoull would take " 5", "-1", "+5" */
-        goto bad;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        goto bad;
-    *out = (uint64_t)v;
-    return 0;
-bad:
-    return tpu__cli_error(cmd, TPU_CLI_USAGE,
-                          "%s '%s' is not a whole number from %" PRIu64 " to %" PRIu64
-                          "; give e.g. %s %" PRIu64,
-                          opt, text ? text : "", min, max, opt, min);
-}
-
 void tpu__cli_json_string(FILE *f, const char *s)
 {
     fputc('"', f);

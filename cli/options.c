@@ -29,8 +29,8 @@ static int bad_double(const struct tpu__cli_parse *p, const struct tpu__cli_opt 
 {
     char qb[TPU__QUOTE_BYTES];
     return tpu__cli_error(p->cmd, TPU_CLI_USAGE,
-                          "%s '%s' is not a number from %g to %g; give e.g. %s %g", opt->name,
-                          tpu__quote(value, qb, sizeof qb), opt->lo, opt->hi, opt->name, opt->lo);
+                          "%s '%s' is not a number from %g to %g", opt->name,
+                          tpu__quote(value, qb, sizeof qb), opt->lo, opt->hi);
 }
 
 /* The allowed words of opt, "a, b, c", into buf. */
@@ -51,14 +51,11 @@ static void list_words(const struct tpu__cli_opt *opt, char *buf, size_t n)
 int tpu__cli_opts_bad_word(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
                            const char *value)
 {
-    char qb[TPU__QUOTE_BYTES], words[256], first[32];
+    char qb[TPU__QUOTE_BYTES], words[256];
     list_words(opt, words, sizeof words);
-    if (opt->words)
-        snprintf(first, sizeof first, "%s", opt->words[0]);
-    else
-        snprintf(first, sizeof first, "%" PRIu64, opt->only[0]);
-    return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s '%s' is not one of %s; give e.g. %s %s",
-                          opt->name, tpu__quote(value, qb, sizeof qb), words, opt->name, first);
+    return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s '%s' is not one of %s%s%s", opt->name,
+                          tpu__quote(value, qb, sizeof qb), words,
+                          opt->values_help ? " " : "", opt->values_help ? opt->values_help : "");
 }
 
 static int unknown_option(const struct tpu__cli_parse *p, const char *arg)
@@ -166,6 +163,8 @@ static int set_u64(const struct tpu__cli_parse *p, const struct tpu__cli_opt *op
         x = strtoull(v, &end, 10);
         ok = errno == 0 && *end == '\0' && x >= opt->min && x <= opt->max;
     }
+    if (!ok && opt->n_only > 0) /* a few values allowed: name them, not the range */
+        return tpu__cli_opts_bad_word(p, opt, v);
     if (!ok)
         return tpu__cli_opts_bad_u64(p, opt->name, v, opt->min, opt->max);
     bool allowed = opt->n_only == 0;

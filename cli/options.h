@@ -61,6 +61,9 @@ struct tpu__cli_opt {
     double lo, hi;          /* TPU__CLI_DOUBLE */
     const char *const *words; /* TPU__CLI_ENUM (and CUSTOM options taking words): NULL-ended */
     const int *values;        /* TPU__CLI_ENUM: the value of each word */
+    /* ENUM, or U64 with `only`: what the allowed values mean, added to the error naming
+     * them, e.g. "(bf16, XLA HIGH, XLA HIGHEST)"; NULL: nothing */
+    const char *values_help;
     /* called just before the value is stored (train's "how long to train" bookkeeping) */
     void (*before)(void *target);
     /* TPU__CLI_CUSTOM: parses value and stores it; returns 0 or an exit code (error printed) */
