@@ -1,7 +1,8 @@
 /* The device program's text form, parsing: tpu_program_parse (include/tpusim/program.h).
- * Printing is program_print.c; the attribute table both use is in program_int.h. This
- * comment is the text form's reference: the grammar below is what the printer writes and the
- * parser reads.
+ * Printing is program_print.c; the attribute table both use is in program_int.h. This file
+ * holds the cursor and its messages, declarations, op lines up to their inputs and loops;
+ * the attributes of an op line are read by program_parse_attr.c. This comment is the text
+ * form's reference: the grammar below is what the printer writes and the parser reads.
  *
  * The text is what a reader sees of a program (tpusim prints it, tests and users write it),
  * so it reads like the math: outputs, '=', the op, its inputs, then attributes. Printing is
@@ -62,64 +63,46 @@
 #include "program_int.h"
 #include "util.h"
 
-#define NAME_MAX_CHARS 47
-
-static float bits_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* ---- parsing ------------------------------------------------------------------------------ */
-
-struct parser {
-    const char *origin;
-    const char *line_start, *line_end, *cur; /* the current line and the cursor in it */
-    size_t line;                             /* 1-based */
-    struct tpu_program *p;
-    struct tpu_diag *d;
-    size_t *buf_line, *var_line; /* the line each buffer and variable was declared on */
-    size_t cap_buf_line, cap_var_line;
-    size_t header_line;
-    size_t first_op_line; /* 0 until an op is seen */
-    size_t loop_line;     /* the open loop's line, 0 when none is open */
-};
-
-static int perr(struct parser *ps, const char *at, const char *fmt, ...) TPU__PRINTF(3, 4);
-
-/* A parse error at `at` (a position in the current line). */
-static int perr(struct parser *ps, const char *at, const char *fmt, ...)
+int tpu__parse_verror(struct tpu__parser *ps, const char *at, const char *fmt, va_list ap)
 {
     char msg[TPU_DIAG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     size_t col = (size_t)(at - ps->line_start) + 1;
     return tpu__fail(ps->d, TPU_EPARSE, "%s:%zu:%zu: %s", ps->origin, ps->line, col, msg);
 }
 
+static int perr(struct tpu__parser *ps, const char *at, const char *fmt, ...) TPU__PRINTF(3, 4);
+
+/* A parse error at `at` (a position in the current line). */
+static int perr(struct tpu__parser *ps, const char *at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tpu__parse_verror(ps, at, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
 /* A failure of the builder while parsing: out of memory stays TPU_ENOMEM, the rest (a name or
  * size the builder refuses) is a parse error at `at`. */
-static int builder_fail(struct parser *ps, const char *at, int rc, const struct tpu_diag *d)
+static int builder_fail(struct tpu__parser *ps, const char *at, int rc, const struct tpu_diag *d)
 {
     if (rc == TPU_ENOMEM)
         return tpu__fail(ps->d, TPU_ENOMEM, "%s:%zu: out of memory", ps->origin, ps->line);
     return perr(ps, at, "%s", d->msg);
 }
 
-static bool is_ident_start(char c)
+bool tpu__parse_is_ident_start(char c)
 {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
 }
 
 static bool is_ident_char(char c)
 {
-    return is_ident_start(c) || (c >= '0' && c <= '9') || c == '.';
+    return tpu__parse_is_ident_start(c) || (c >= '0' && c <= '9') || c == '.';
 }
 
-static void skip_ws(struct parser *ps)
+void tpu__parse_skip_ws(struct tpu__parser *ps)
 {
     while (ps->cur < ps->line_end && (*ps->cur == ' ' || *ps->cur == '\t' || *ps->cur == '\r'))
         ps->cur++;
@@ -127,16 +110,16 @@ static void skip_ws(struct parser *ps)
         ps->cur = ps->line_end;
 }
 
-static bool at_eol(struct parser *ps)
+bool tpu__parse_at_eol(struct tpu__parser *ps)
 {
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     return ps->cur == ps->line_end;
 }
 
 /* Describes what is at the cursor, for "found ..." in messages. */
-static void describe(struct parser *ps, char out[64])
+void tpu__parse_describe(struct tpu__parser *ps, char out[64])
 {
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     const char *s = ps->cur;
     if (s == ps->line_end) {
         snprintf(out, 64, "the end of the line");
@@ -158,43 +141,44 @@ static void describe(struct parser *ps, char out[64])
     snprintf(out, 64, "'%s'", tpu__quote_n(s, n, q, sizeof q));
 }
 
-static int expect_char(struct parser *ps, char c, const char *context)
+static int expect_char(struct tpu__parser *ps, char c, const char *context)
 {
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     if (ps->cur < ps->line_end && *ps->cur == c) {
         ps->cur++;
         return 0;
     }
     char found[64];
-    describe(ps, found);
+    tpu__parse_describe(ps, found);
     return perr(ps, ps->cur, "expected '%c' %s, found %s", c, context, found);
 }
 
-static int expect_eol(struct parser *ps, const char *after)
+int tpu__parse_expect_eol(struct tpu__parser *ps, const char *after)
 {
-    if (at_eol(ps))
+    if (tpu__parse_at_eol(ps))
         return 0;
     char found[64];
-    describe(ps, found);
+    tpu__parse_describe(ps, found);
     return perr(ps, ps->cur, "expected the end of the line after %s, found %s", after, found);
 }
 
 /* Reads a NAME into out (at most 47 characters); `what` says what was expected. */
-static int read_name(struct parser *ps, char out[NAME_MAX_CHARS + 1], const char *what)
+int tpu__parse_read_name(struct tpu__parser *ps, char out[TPU__TEXT_NAME_MAX_CHARS + 1],
+                         const char *what)
 {
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     const char *s = ps->cur;
-    if (s == ps->line_end || !is_ident_start(*s)) {
+    if (s == ps->line_end || !tpu__parse_is_ident_start(*s)) {
         char found[64];
-        describe(ps, found);
+        tpu__parse_describe(ps, found);
         return perr(ps, s, "expected %s, found %s", what, found);
     }
     size_t n = 0;
     while (s + n < ps->line_end && is_ident_char(s[n]))
         n++;
-    if (n > NAME_MAX_CHARS)
+    if (n > TPU__TEXT_NAME_MAX_CHARS)
         return perr(ps, s, "name '%.40s...' has %zu characters; at most %d are allowed", s, n,
-                    NAME_MAX_CHARS);
+                    TPU__TEXT_NAME_MAX_CHARS);
     memcpy(out, s, n);
     out[n] = '\0';
     ps->cur = s + n;
@@ -202,14 +186,14 @@ static int read_name(struct parser *ps, char out[NAME_MAX_CHARS + 1], const char
 }
 
 /* True if the next token is a NAME (without consuming it). */
-static bool next_is_name(struct parser *ps)
+bool tpu__parse_next_is_name(struct tpu__parser *ps)
 {
-    skip_ws(ps);
-    return ps->cur < ps->line_end && is_ident_start(*ps->cur);
+    tpu__parse_skip_ws(ps);
+    return ps->cur < ps->line_end && tpu__parse_is_ident_start(*ps->cur);
 }
 
 /* The character after the NAME at the cursor (skipping spaces), or '\0' at the end. */
-static char char_after_name(struct parser *ps)
+static char char_after_name(struct tpu__parser *ps)
 {
     const char *s = ps->cur;
     while (s < ps->line_end && is_ident_char(*s))
@@ -220,9 +204,9 @@ static char char_after_name(struct parser *ps)
 }
 
 /* Reads a value token (up to a space, ',', ']', '#' or the end of the line) into out. */
-static const char *read_token(struct parser *ps, char out[64])
+const char *tpu__parse_read_token(struct tpu__parser *ps, char out[64])
 {
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     const char *s = ps->cur;
     size_t n = 0;
     while (s + n < ps->line_end && s[n] != ' ' && s[n] != '\t' && s[n] != '\r' &&
@@ -237,7 +221,7 @@ static const char *read_token(struct parser *ps, char out[64])
 }
 
 /* Keeps the candidate closest to `word` in *best (a suggestion only if close enough). */
-static void consider(const char *word, const char *cand, const char **best, size_t *best_d)
+void tpu__parse_consider(const char *word, const char *cand, const char **best, size_t *best_d)
 {
     size_t lw = strlen(word), lc = strlen(cand);
     size_t dist = tpu__edit_distance(word, cand);
@@ -265,7 +249,7 @@ static int grow_lines(size_t **arr, size_t *cap, size_t n)
 }
 
 /* Fails if `name` is already declared. */
-static int check_new_name(struct parser *ps, const char *at, const char *name)
+static int check_new_name(struct tpu__parser *ps, const char *at, const char *name)
 {
     uint32_t id;
     if (tpu_program_find_buffer(ps->p, name, &id) == 0)
@@ -277,22 +261,22 @@ static int check_new_name(struct parser *ps, const char *at, const char *name)
     return 0;
 }
 
-static int parse_header(struct parser *ps)
+static int parse_header(struct tpu__parser *ps)
 {
-    const char *at = (skip_ws(ps), ps->cur);
+    const char *at = (tpu__parse_skip_ws(ps), ps->cur);
     size_t n = 0;
     while (at + n < ps->line_end && is_ident_char(at[n]))
         n++;
     if (n != 7 || strncmp(at, "program", 7) != 0) {
         char found[64];
-        describe(ps, found);
+        tpu__parse_describe(ps, found);
         return perr(ps, at, "expected 'program <name>' as the first line, found %s", found);
     }
     ps->cur = at + n;
-    char name[NAME_MAX_CHARS + 1];
-    int rc = read_name(ps, name, "the program's name after 'program'");
+    char name[TPU__TEXT_NAME_MAX_CHARS + 1];
+    int rc = tpu__parse_read_name(ps, name, "the program's name after 'program'");
     if (!rc)
-        rc = expect_eol(ps, "the program's name");
+        rc = tpu__parse_expect_eol(ps, "the program's name");
     if (rc)
         return rc;
     rc = tpu_program_create(name, &ps->p);
@@ -304,22 +288,22 @@ static int parse_header(struct parser *ps)
 }
 
 /* "var NAME" or "param|temp NAME: DTYPE[DIM, DIM]" after the keyword (`kw`). */
-static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
+static int parse_decl(struct tpu__parser *ps, const char *kw, const char *kw_at)
 {
     if (ps->first_op_line)
         return perr(ps, kw_at, "'%s' declaration after the first op (line %zu); declare every "
                     "variable and buffer before the ops", kw, ps->first_op_line);
     bool is_var = strcmp(kw, "var") == 0;
-    char name[NAME_MAX_CHARS + 1];
-    const char *name_at = (skip_ws(ps), ps->cur);
-    int rc = read_name(ps, name, is_var ? "a variable name after 'var'"
+    char name[TPU__TEXT_NAME_MAX_CHARS + 1];
+    const char *name_at = (tpu__parse_skip_ws(ps), ps->cur);
+    int rc = tpu__parse_read_name(ps, name, is_var ? "a variable name after 'var'"
                                         : "a buffer name after the buffer kind");
     if (!rc)
         rc = check_new_name(ps, name_at, name);
     if (rc)
         return rc;
     if (is_var) {
-        rc = expect_eol(ps, "the variable's name");
+        rc = tpu__parse_expect_eol(ps, "the variable's name");
         if (rc)
             return rc;
         if (grow_lines(&ps->var_line, &ps->cap_var_line, tpu_program_n_vars(ps->p)))
@@ -336,7 +320,7 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
     if (rc)
         return rc;
     char tok[64];
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     const char *dt_at = ps->cur;
     size_t n = 0;
     while (dt_at + n < ps->line_end && is_ident_char(dt_at[n]))
@@ -347,7 +331,7 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
     if (n == 0 || tpu_dtype_parse(tok, &dtype)) {
         ps->cur = dt_at;
         char found[64];
-        describe(ps, found);
+        tpu__parse_describe(ps, found);
         return perr(ps, dt_at, "expected a dtype (f32, bf16, int8 or int32) for buffer '%s', "
                     "found %s", name, found);
     }
@@ -356,8 +340,8 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
         return rc;
     uint32_t dims[2];
     for (int k = 0; k < 2; k++) {
-        skip_ws(ps);
-        const char *at = read_token(ps, tok);
+        tpu__parse_skip_ws(ps);
+        const char *at = tpu__parse_read_token(ps, tok);
         char *end;
         errno = 0;
         unsigned long long v = strtoull(tok, &end, 10);
@@ -365,7 +349,7 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
         if (!digits || *end != '\0') {
             ps->cur = at;
             char found[64];
-            describe(ps, found);
+            tpu__parse_describe(ps, found);
             return perr(ps, at, "expected the %s of buffer '%s' (a positive integer), found %s",
                         k == 0 ? "row count" : "column count", name, found);
         }
@@ -374,13 +358,13 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
                         "4294967295", k == 0 ? "row count" : "column count", tok, name);
         dims[k] = (uint32_t)v;
         if (k == 0) {
-            skip_ws(ps);
+            tpu__parse_skip_ws(ps);
             if (ps->cur < ps->line_end && *ps->cur == ']')
                 return perr(ps, ps->cur, "buffer '%s' has one dimension; buffers are 2-D "
                             "[rows, cols]: write [1, %s] for a row vector", name, tok);
             rc = expect_char(ps, ',', "between the two dimensions");
         } else {
-            skip_ws(ps);
+            tpu__parse_skip_ws(ps);
             if (ps->cur < ps->line_end && *ps->cur == ',')
                 return perr(ps, ps->cur, "buffer '%s' has more than two dimensions; buffers "
                             "are 2-D [rows, cols]", name);
@@ -389,7 +373,7 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
         if (rc)
             return rc;
     }
-    rc = expect_eol(ps, "the buffer's shape");
+    rc = tpu__parse_expect_eol(ps, "the buffer's shape");
     if (rc)
         return rc;
     if (grow_lines(&ps->buf_line, &ps->cap_buf_line, tpu_program_n_buffers(ps->p)))
@@ -406,7 +390,7 @@ static int parse_decl(struct parser *ps, const char *kw, const char *kw_at)
 }
 
 /* Resolves a variable name at `at`. */
-static int lookup_var(struct parser *ps, const char *at, const char *name, uint32_t *id)
+int tpu__parse_lookup_var(struct tpu__parser *ps, const char *at, const char *name, uint32_t *id)
 {
     if (tpu_program_find_var(ps->p, name, id) == 0)
         return 0;
@@ -416,7 +400,7 @@ static int lookup_var(struct parser *ps, const char *at, const char *name, uint3
     const char *best = NULL;
     size_t best_d = SIZE_MAX;
     for (uint32_t v = 0; v < tpu_program_n_vars(ps->p); v++)
-        consider(name, tpu_program_var_name(ps->p, v), &best, &best_d);
+        tpu__parse_consider(name, tpu_program_var_name(ps->p, v), &best, &best_d);
     char dym[80];
     tpu__did_you_mean(best, dym, sizeof dym);
     return perr(ps, at, "unknown variable '%s'%s; declare it with 'var %s' before the ops",
@@ -424,7 +408,7 @@ static int lookup_var(struct parser *ps, const char *at, const char *name, uint3
 }
 
 /* Resolves a buffer name at `at`. */
-static int lookup_buf(struct parser *ps, const char *at, const char *name, uint32_t *id)
+static int lookup_buf(struct tpu__parser *ps, const char *at, const char *name, uint32_t *id)
 {
     if (tpu_program_find_buffer(ps->p, name, id) == 0)
         return 0;
@@ -434,284 +418,26 @@ static int lookup_buf(struct parser *ps, const char *at, const char *name, uint3
     const char *best = NULL;
     size_t best_d = SIZE_MAX;
     for (uint32_t b = 0; b < tpu_program_n_buffers(ps->p); b++)
-        consider(name, tpu_program_buffer(ps->p, b)->name, &best, &best_d);
+        tpu__parse_consider(name, tpu_program_buffer(ps->p, b)->name, &best, &best_d);
     char dym[80];
     tpu__did_you_mean(best, dym, sizeof dym);
     return perr(ps, at, "unknown buffer '%s'%s; declare it with 'param' or 'temp' before the "
                 "ops", name, dym);
 }
 
-/* "(a, b)" or "" for the op's outputs or inputs. */
-static void role_list(enum tpu_opcode code, bool out, char buf[96])
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    const char *r;
-    for (unsigned i = 0; (r = tpu_opcode_operand_name(code, out, i)) != NULL; i++)
-        len += (size_t)snprintf(buf + len, 96 - len, "%s%s", i ? ", " : " (", r);
-    if (len)
-        snprintf(buf + len, 96 - len, ")");
-}
-
-/* "trans_a, trans_b, accumulate, passes=<1|3|6>" for the op. */
-static void attr_list(enum tpu_opcode code, char buf[256])
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    unsigned used = tpu_opcode_attrs(code);
-    for (size_t i = 0; i < tpu__text_n_attrs; i++)
-        if (used & tpu__text_attrs[i].bit)
-            len += (size_t)snprintf(buf + len, 256 - len, "%s%s", len ? ", " : "",
-                                    tpu__text_attrs[i].hint);
-}
-
-static const struct tpu__text_attr *find_attr(const char *name)
-{
-    for (size_t i = 0; i < tpu__text_n_attrs; i++)
-        if (strcmp(tpu__text_attrs[i].name, name) == 0)
-            return &tpu__text_attrs[i];
-    return NULL;
-}
-
-/* Parses an integer token into [lo, hi]. */
-static int parse_int(struct parser *ps, const char *at, const char *tok, const char *what,
-                     long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(tok, &end, 10);
-    bool digits = tok[0] != '\0' && (tok[0] == '-' || tok[0] == '+' ||
-                                     (tok[0] >= '0' && tok[0] <= '9'));
-    if (!digits || end == tok || *end != '\0')
-        return perr(ps, at, "expected an integer for %s, found '%s'", what, tok);
-    if (errno == ERANGE || v < lo || v > hi)
-        return perr(ps, at, "%s=%s is out of range (%lld to %lld)", what, tok, lo, hi);
-    *out = v;
-    return 0;
-}
-
-/* Parses a FLOAT token (see the grammar). */
-static int parse_float(struct parser *ps, const char *at, const char *tok, const char *what,
-                       float *out)
-{
-    if (strncmp(tok, "nan:0x", 6) == 0) {
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(tok + 6, &end, 16);
-        if (strlen(tok + 6) != 8 || *end != '\0' || errno)
-            return perr(ps, at, "expected 8 hex digits after 'nan:0x' for %s, found '%s'", what,
-                        tok);
-        float f = bits_float((uint32_t)v);
-        if (!isnan(f))
-            return perr(ps, at, "%s=%s is not a NaN bit pattern (exponent all ones, mantissa "
-                        "not zero); write the number itself", what, tok);
-        *out = f;
-        return 0;
-    }
-    if (strcmp(tok, "nan") == 0) {
-        *out = bits_float(0x7fc00000u);
-        return 0;
-    }
-    if (strcmp(tok, "inf") == 0 || strcmp(tok, "+inf") == 0 || strcmp(tok, "-inf") == 0) {
-        *out = tok[0] == '-' ? -INFINITY : INFINITY;
-        return 0;
-    }
-    char c0 = tok[0] == '-' || tok[0] == '+' ? tok[1] : tok[0];
-    if (!((c0 >= '0' && c0 <= '9') || c0 == '.'))
-        return perr(ps, at, "expected a number for %s, found '%s'", what, tok);
-    char *end;
-    errno = 0;
-    float f = strtof(tok, &end);
-    if (end == tok || *end != '\0')
-        return perr(ps, at, "expected a number for %s, found '%s'", what, tok);
-    if (errno == ERANGE && isinf(f))
-        return perr(ps, at, "%s=%s overflows f32 (the largest is 3.40282347e+38)", what, tok);
-    if (errno == ERANGE && f == 0.0f)
-        return perr(ps, at, "%s=%s underflows to zero in f32 (the smallest is 1.4e-45); write "
-                    "0 if you mean zero", what, tok);
-    *out = f;
-    return 0;
-}
-
-/* The value of attribute `ad` (its name, at `at`, already read) into op's attributes. */
-static int parse_attr_value(struct parser *ps, struct tpu_op *op, const char *at,
-                            const char *name, const struct tpu__text_attr *ad)
-{
-    int rc;
-    skip_ws(ps);
-    bool has_value = ps->cur < ps->line_end && *ps->cur == '=';
-    if (ad->type == TPU__TA_FLAG) {
-        if (has_value)
-            return perr(ps, at, "'%s' is a flag: write '%s' alone, without '='", name, name);
-        *tpu__text_attr_flag(&op->attrs, ad->bit) = true;
-        return 0;
-    }
-    if (!has_value)
-        return perr(ps, at, "attribute '%s' needs a value: %s", name, ad->hint);
-    ps->cur++;
-    skip_ws(ps);
-    char tok[64];
-    const char *val_at = read_token(ps, tok);
-    if (tok[0] == '\0') {
-        ps->cur = val_at;
-        char found[64];
-        describe(ps, found);
-        return perr(ps, val_at, "expected a value for '%s' (%s), found %s", name, ad->hint,
-                    found);
-    }
-    long long v;
-    switch (ad->type) {
-    case TPU__TA_PASSES:
-        rc = parse_int(ps, val_at, tok, name, 0, UINT8_MAX, &v);
-        if (!rc)
-            op->attrs.passes = (uint8_t)v;
-        return rc;
-    case TPU__TA_REDUCE:
-    case TPU__TA_GROUP: {
-        const char *n0 = ad->type == TPU__TA_REDUCE ? "sum" : "replicas";
-        const char *n1 = ad->type == TPU__TA_REDUCE ? "mean" : "replica_cores";
-        if (strcmp(tok, n0) == 0 || strcmp(tok, n1) == 0) {
-            *tpu__text_attr_int32(&op->attrs, ad->bit) = strcmp(tok, n1) == 0;
-            return 0;
-        }
-        if (is_ident_start(tok[0]))
-            return perr(ps, val_at, "%s=%s is not known; write %s=%s or %s=%s", name, tok, name,
-                        n0, name, n1);
-        rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
-        if (!rc)
-            *tpu__text_attr_int32(&op->attrs, ad->bit) = (int32_t)v;
-        return rc;
-    }
-    case TPU__TA_INT32:
-        rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
-        if (!rc)
-            *tpu__text_attr_int32(&op->attrs, ad->bit) = (int32_t)v;
-        return rc;
-    case TPU__TA_VAR: {
-        ps->cur = val_at;
-        char var[NAME_MAX_CHARS + 1];
-        rc = read_name(ps, var, "a variable name after 'var='");
-        if (!rc)
-            rc = lookup_var(ps, val_at, var, &op->attrs.var);
-        return rc;
-    }
-    case TPU__TA_FLOAT:
-        return parse_float(ps, val_at, tok, name, tpu__text_attr_float(&op->attrs, ad->bit));
-    case TPU__TA_FLAG:
-    case TPU__TA_IMM:
-        break;
-    }
-    return 0;
-}
-
-
-/* The error for `name` (at `at`), a word after op's inputs that is not one of the attributes
- * it reads (ad is NULL if no op has such an attribute). `n_ins` inputs were read. */
-static int unknown_attr(struct parser *ps, const struct tpu_op *op, const char *at,
-                        const char *name, const struct tpu__text_attr *ad, unsigned n_ins)
-{
-    const char *opname = tpu_opcode_name(op->code);
-    unsigned used = tpu_opcode_attrs(op->code);
-    char list[256];
-    attr_list(op->code, list);
-    if (!ad && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
-        if (tpu_opcode_n_in(op->code) == 0)
-            return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
-        return perr(ps, at, "'%s' is a buffer, not an attribute of %s; separate inputs "
-                    "with ','", name, opname);
-    }
-    unsigned n_in = tpu_opcode_n_in(op->code);
-    if (!ad && n_ins < n_in) {
-        char roles[96];
-        role_list(op->code, false, roles);
-        return perr(ps, at, "'%s' is not an attribute of %s, and %s takes %u inputs%s but "
-                    "got %u: separate inputs with ','", name, opname, opname, n_in, roles,
-                    n_ins);
-    }
-    if (!used)
-        return perr(ps, at, "%s takes no attributes, got '%s'", opname, name);
-    const char *best = NULL;
-    size_t best_d = SIZE_MAX;
-    for (size_t i = 0; i < tpu__text_n_attrs; i++)
-        if (used & tpu__text_attrs[i].bit)
-            consider(name, tpu__text_attrs[i].name, &best, &best_d);
-    char dym[80];
-    tpu__did_you_mean(best, dym, sizeof dym);
-    return perr(ps, at, "unknown attribute '%s' for %s%s; %s takes %s", name, opname, dym,
-                opname, list);
-}
-
-/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
-static int parse_attr(struct parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
-{
-    const char *at = ps->cur;
-    char name[NAME_MAX_CHARS + 1];
-    int rc = read_name(ps, name, "an attribute");
-    if (rc)
-        return rc;
-    const struct tpu__text_attr *ad = find_attr(name);
-    if (!ad || !(tpu_opcode_attrs(op->code) & ad->bit))
-        return unknown_attr(ps, op, at, name, ad, n_ins);
-    if (*seen & ad->bit)
-        return perr(ps, at, "attribute '%s' given twice", name);
-    *seen |= ad->bit;
-    return parse_attr_value(ps, op, at, name, ad);
-}
-
-/* "var_add VAR INT" after the op name. */
-static int parse_var_add(struct parser *ps, struct tpu_op *op)
-{
-    char var[NAME_MAX_CHARS + 1];
-    const char *at = (skip_ws(ps), ps->cur);
-    int rc = read_name(ps, var, "a variable after var_add (var_add <variable> <int>)");
-    if (!rc)
-        rc = lookup_var(ps, at, var, &op->attrs.var);
-    if (rc)
-        return rc;
-    char tok[64];
-    skip_ws(ps);
-    const char *num_at = read_token(ps, tok);
-    if (tok[0] == '\0') {
-        ps->cur = num_at;
-        char found[64];
-        describe(ps, found);
-        return perr(ps, num_at, "expected the integer to add after 'var_add %s', found %s", var,
-                    found);
-    }
-    long long v;
-    rc = parse_int(ps, num_at, tok, "var_add's increment", INT64_MIN, INT64_MAX, &v);
-    if (!rc) {
-        op->attrs.imm = (int64_t)v;
-        rc = expect_eol(ps, "var_add's increment");
-    }
-    return rc;
-}
-
-/* What parse_op has read of an op line so far. */
-struct op_line {
-    uint32_t outs[TPU_OP_MAX_OUT + 1];
-    unsigned n_outs;
-    char first_out[NAME_MAX_CHARS + 1];
-    char opname[NAME_MAX_CHARS + 1];
-    const char *op_at; /* where the op name starts */
-    unsigned n_ins;
-    const char *ins_at; /* where the inputs start */
-    struct tpu_op op;
-};
-
 /* The outputs "word, NAME, ... =" and the op name after them; or, when the line has no '=',
  * the op name `word` itself. */
-static int parse_outputs(struct parser *ps, const char *word, const char *word_at,
-                         struct op_line *ol)
+static int parse_outputs(struct tpu__parser *ps, const char *word, const char *word_at,
+                         struct tpu__op_line *ol)
 {
     ol->op_at = word_at;
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     if (!(ps->cur < ps->line_end && (*ps->cur == '=' || *ps->cur == ','))) {
         snprintf(ol->opname, sizeof ol->opname, "%s", word);
         return 0;
     }
     const char *name_at = word_at;
-    char name[NAME_MAX_CHARS + 1];
+    char name[TPU__TEXT_NAME_MAX_CHARS + 1];
     snprintf(name, sizeof name, "%s", word);
     snprintf(ol->first_out, sizeof ol->first_out, "%s", word);
     for (;;) {
@@ -722,11 +448,11 @@ static int parse_outputs(struct parser *ps, const char *word, const char *word_a
         if (ol->n_outs < TPU_OP_MAX_OUT + 1)
             ol->outs[ol->n_outs] = id;
         ol->n_outs++;
-        skip_ws(ps);
+        tpu__parse_skip_ws(ps);
         if (ps->cur < ps->line_end && *ps->cur == ',') {
             ps->cur++;
-            name_at = (skip_ws(ps), ps->cur);
-            rc = read_name(ps, name, "an output buffer after ','");
+            name_at = (tpu__parse_skip_ws(ps), ps->cur);
+            rc = tpu__parse_read_name(ps, name, "an output buffer after ','");
             if (rc)
                 return rc;
             continue;
@@ -736,12 +462,13 @@ static int parse_outputs(struct parser *ps, const char *word, const char *word_a
             return rc;
         break;
     }
-    ol->op_at = (skip_ws(ps), ps->cur);
-    return read_name(ps, ol->opname, "an op name after '='");
+    ol->op_at = (tpu__parse_skip_ws(ps), ps->cur);
+    return tpu__parse_read_name(ps, ol->opname, "an op name after '='");
 }
 
 /* The opcode of ol->opname: an op the text writes as "outputs = op inputs" or var_add. */
-static int resolve_opcode(struct parser *ps, const struct op_line *ol, enum tpu_opcode *code)
+static int resolve_opcode(struct tpu__parser *ps, const struct tpu__op_line *ol,
+                          enum tpu_opcode *code)
 {
     if (tpu_opcode_parse(ol->opname, code)) {
         const char *best = NULL;
@@ -749,11 +476,12 @@ static int resolve_opcode(struct parser *ps, const struct op_line *ol, enum tpu_
         for (unsigned i = 0; i < TPU_OP_COUNT; i++) {
             enum tpu__op_syntax syn = tpu__op_info((enum tpu_opcode)i)->syntax;
             if (syn != TPU__SYNTAX_LOOP && syn != TPU__SYNTAX_LOOP_END)
-                consider(ol->opname, tpu_opcode_name((enum tpu_opcode)i), &best, &best_d);
+                tpu__parse_consider(ol->opname, tpu_opcode_name((enum tpu_opcode)i), &best,
+                                    &best_d);
         }
         char dym[80];
         tpu__did_you_mean(best, dym, sizeof dym);
-        if (ol->n_outs == 0 && !best && next_is_name(ps))
+        if (ol->n_outs == 0 && !best && tpu__parse_next_is_name(ps))
             return perr(ps, ol->op_at, "unknown op '%s'; an op line reads '<outputs> = <op> "
                         "<inputs>' (did you forget the '='?)", ol->opname);
         return perr(ps, ol->op_at, "unknown op '%s'%s", ol->opname, dym);
@@ -766,13 +494,13 @@ static int resolve_opcode(struct parser *ps, const struct op_line *ol, enum tpu_
 }
 
 /* Checks the number of outputs against the op's and stores them in ol->op. */
-static int take_outputs(struct parser *ps, struct op_line *ol)
+static int take_outputs(struct tpu__parser *ps, struct tpu__op_line *ol)
 {
     enum tpu_opcode code = ol->op.code;
     unsigned n_out = tpu_opcode_n_out(code);
     if (ol->n_outs != n_out) {
         char roles[96];
-        role_list(code, true, roles);
+        tpu__parse_role_list(code, true, roles);
         if (n_out == 0)
             return perr(ps, ol->op_at, "%s has no outputs, got %u ('%s'); write '%s <inputs>'",
                         ol->opname, ol->n_outs, ol->first_out, ol->opname);
@@ -787,18 +515,18 @@ static int take_outputs(struct parser *ps, struct op_line *ol)
 /* The inputs after the op name: "NAME (',' NAME)*", unless the first word is one of the op's
  * flags (and no buffer has that name) or, for an op without inputs, no buffer or variable
  * has that name (it is then reported as an attribute). */
-static int parse_inputs(struct parser *ps, struct op_line *ol)
+static int parse_inputs(struct tpu__parser *ps, struct tpu__op_line *ol)
 {
-    ol->ins_at = (skip_ws(ps), ps->cur);
-    if (!next_is_name(ps) || char_after_name(ps) == '=')
+    ol->ins_at = (tpu__parse_skip_ws(ps), ps->cur);
+    if (!tpu__parse_next_is_name(ps) || char_after_name(ps) == '=')
         return 0;
     enum tpu_opcode code = ol->op.code;
-    char name[NAME_MAX_CHARS + 1];
+    char name[TPU__TEXT_NAME_MAX_CHARS + 1];
     const char *name_at = ps->cur;
-    int rc = read_name(ps, name, "an input buffer");
+    int rc = tpu__parse_read_name(ps, name, "an input buffer");
     if (rc)
         return rc;
-    const struct tpu__text_attr *ad = find_attr(name);
+    const struct tpu__text_attr *ad = tpu__parse_find_attr(name);
     bool is_flag = ad && ad->type == TPU__TA_FLAG && (tpu_opcode_attrs(code) & ad->bit);
     if (is_flag && tpu_program_find_buffer(ps->p, name, NULL) != 0) {
         ps->cur = name_at; /* a flag: no inputs */
@@ -817,55 +545,21 @@ static int parse_inputs(struct parser *ps, struct op_line *ol)
         if (ol->n_ins < TPU_OP_MAX_IN)
             ol->op.in[ol->n_ins] = id;
         ol->n_ins++;
-        skip_ws(ps);
+        tpu__parse_skip_ws(ps);
         if (ps->cur >= ps->line_end || *ps->cur != ',')
             return 0;
         ps->cur++;
-        name_at = (skip_ws(ps), ps->cur);
-        rc = read_name(ps, name, "an input buffer after ','");
+        name_at = (tpu__parse_skip_ws(ps), ps->cur);
+        rc = tpu__parse_read_name(ps, name, "an input buffer after ','");
         if (rc)
             return rc;
     }
-}
-
-/* The attributes up to the end of the line, then the checks that need the whole line: the
- * number of inputs and the attributes the op must state. */
-static int parse_attrs(struct parser *ps, struct op_line *ol)
-{
-    enum tpu_opcode code = ol->op.code;
-    unsigned seen = 0;
-    while (!at_eol(ps)) {
-        if (!next_is_name(ps)) {
-            char found[64];
-            describe(ps, found);
-            return perr(ps, ps->cur, "expected an attribute or the end of the line after "
-                        "%s's operands, found %s", ol->opname, found);
-        }
-        int rc = parse_attr(ps, &ol->op, &seen, ol->n_ins);
-        if (rc)
-            return rc;
-    }
-    unsigned n_in = tpu_opcode_n_in(code);
-    if (ol->n_ins != n_in) {
-        char roles[96];
-        role_list(code, false, roles);
-        if (n_in == 0)
-            return perr(ps, ol->ins_at, "%s takes no inputs, got %u", ol->opname, ol->n_ins);
-        return perr(ps, ol->op_at, "%s takes %u input%s%s, got %u", ol->opname, n_in,
-                    n_in == 1 ? "" : "s", roles, ol->n_ins);
-    }
-    unsigned missing = tpu__op_info(code)->required & ~seen;
-    for (size_t i = 0; missing && i < tpu__text_n_attrs; i++)
-        if (missing & tpu__text_attrs[i].bit)
-            return perr(ps, ol->op_at, "%s needs attribute %s", ol->opname,
-                        tpu__text_attrs[i].hint);
-    return 0;
 }
 
 /* An op line; `word` (at `word_at`) is its first name, already read. */
-static int parse_op(struct parser *ps, const char *word, const char *word_at)
+static int parse_op(struct tpu__parser *ps, const char *word, const char *word_at)
 {
-    struct op_line ol = {.n_outs = 0};
+    struct tpu__op_line ol = {.n_outs = 0};
     enum tpu_opcode code;
     int rc = parse_outputs(ps, word, word_at, &ol);
     if (!rc)
@@ -879,11 +573,11 @@ static int parse_op(struct parser *ps, const char *word, const char *word_at)
     if (rc)
         return rc;
     if (tpu__op_info(code)->syntax == TPU__SYNTAX_VAR_IMM) {
-        rc = parse_var_add(ps, &ol.op);
+        rc = tpu__parse_var_add(ps, &ol.op);
     } else {
         rc = parse_inputs(ps, &ol);
         if (!rc)
-            rc = parse_attrs(ps, &ol);
+            rc = tpu__parse_attrs(ps, &ol);
     }
     if (rc)
         return rc;
@@ -895,22 +589,22 @@ static int parse_op(struct parser *ps, const char *word, const char *word_at)
 }
 
 /* "loop VAR {" after the keyword. */
-static int parse_loop(struct parser *ps, const char *kw_at)
+static int parse_loop(struct tpu__parser *ps, const char *kw_at)
 {
     if (ps->loop_line)
         return perr(ps, kw_at, "nested loop: the loop opened at line %zu is still open; a "
                     "program has one level of loop (close it with '}' first)", ps->loop_line);
-    char var[NAME_MAX_CHARS + 1];
-    const char *at = (skip_ws(ps), ps->cur);
-    int rc = read_name(ps, var, "the loop's variable after 'loop' (loop <variable> {)");
+    char var[TPU__TEXT_NAME_MAX_CHARS + 1];
+    const char *at = (tpu__parse_skip_ws(ps), ps->cur);
+    int rc = tpu__parse_read_name(ps, var, "the loop's variable after 'loop' (loop <variable> {)");
     struct tpu_op op;
     tpu_op_init(&op, TPU_OP_LOOP_BEGIN);
     if (!rc)
-        rc = lookup_var(ps, at, var, &op.attrs.var);
+        rc = tpu__parse_lookup_var(ps, at, var, &op.attrs.var);
     if (!rc)
         rc = expect_char(ps, '{', "after 'loop <variable>'");
     if (!rc)
-        rc = expect_eol(ps, "'{' (the loop's ops go on the following lines)");
+        rc = tpu__parse_expect_eol(ps, "'{' (the loop's ops go on the following lines)");
     if (rc)
         return rc;
     if (!ps->first_op_line)
@@ -923,13 +617,13 @@ static int parse_loop(struct parser *ps, const char *kw_at)
     return 0;
 }
 
-static int parse_close(struct parser *ps)
+static int parse_close(struct tpu__parser *ps)
 {
     const char *at = ps->cur;
     if (!ps->loop_line)
         return perr(ps, at, "stray '}': no loop is open");
     ps->cur++;
-    int rc = expect_eol(ps, "'}'");
+    int rc = tpu__parse_expect_eol(ps, "'}'");
     if (rc)
         return rc;
     struct tpu_op op;
@@ -943,23 +637,23 @@ static int parse_close(struct parser *ps)
 }
 
 /* One non-empty line. */
-static int parse_line(struct parser *ps)
+static int parse_line(struct tpu__parser *ps)
 {
     if (!ps->p)
         return parse_header(ps);
     const char *at = ps->cur;
     if (*at == '}')
         return parse_close(ps);
-    if (!is_ident_start(*at)) {
+    if (!tpu__parse_is_ident_start(*at)) {
         char found[64];
-        describe(ps, found);
+        tpu__parse_describe(ps, found);
         return perr(ps, at, "expected a declaration, an op, 'loop' or '}', found %s", found);
     }
-    char word[NAME_MAX_CHARS + 1];
-    int rc = read_name(ps, word, "a name");
+    char word[TPU__TEXT_NAME_MAX_CHARS + 1];
+    int rc = tpu__parse_read_name(ps, word, "a name");
     if (rc)
         return rc;
-    skip_ws(ps);
+    tpu__parse_skip_ws(ps);
     char next = ps->cur < ps->line_end ? *ps->cur : '\0';
     if (next == '=' || next == ',')
         return parse_op(ps, word, at);
@@ -984,8 +678,8 @@ int tpu_program_parse(const char *text, const char *origin, struct tpu_program *
         return tpu__fail(d, TPU_EINVAL, "no place to store the parsed program");
     *out = NULL;
     char qorigin[TPU__QUOTE_PATH_BYTES];
-    struct parser ps = {.origin = tpu__quote(origin ? origin : "<text>", qorigin,
-                                             sizeof qorigin),
+    struct tpu__parser ps = {.origin = tpu__quote(origin ? origin : "<text>", qorigin,
+                                                  sizeof qorigin),
                         .d = d, .line = 0};
     if (!text)
         return tpu__fail(d, TPU_EINVAL, "%s: no text to parse", ps.origin);
@@ -996,7 +690,7 @@ int tpu_program_parse(const char *text, const char *origin, struct tpu_program *
         ps.line_start = ps.cur = s;
         const char *nl = strchr(s, '\n');
         ps.line_end = nl ? nl : s + strlen(s);
-        if (!at_eol(&ps)) {
+        if (!tpu__parse_at_eol(&ps)) {
             rc = parse_line(&ps);
             if (rc)
                 break;

@@ -1,0 +1,413 @@
+/* The options of `tpusim train`, `tpusim evaluate` and `tpusim predict`: the one table
+ * (train_opts_table, see options.h) that parses the flags and makes --help, the JSON config
+ * file (--config FILE: its keys are the long option names with '_' for '-', its values
+ * numbers, strings or booleans; flags given after --config override it), the defaults and the
+ * rules that join several options. Every value is checked here, before any work; running the
+ * commands is cli_train.c's. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "cli_train.h"
+#include "options.h"
+
+/* ---- option parsing ------------------------------------------------------------------------ */
+
+static int parse_layers(const char *cmd, struct train_opts *o, const char *v)
+{
+    struct tpu_mlp_spec *s = &o->spec;
+    uint32_t n = 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long w = strtoul(p, &end, 10);
+        if (end == p || errno || w < 1 || w > 65536 || n + 1 >= TPU_MLP_MAX_LAYERS ||
+            (*end && *end != ','))
+            return tpu__cli_error(cmd, TPU_CLI_USAGE,
+                                  "--layers '%s' is not a comma-separated list of 1 to %d widths "
+                                  "from 1 to 65536; e.g. --layers 512,256",
+                                  v, TPU_MLP_MAX_LAYERS - 1);
+        s->sizes[1 + n++] = (uint32_t)w;
+        p = *end ? end + 1 : end;
+    }
+    s->n_layers = n + 1; /* the hidden layers plus the classifier */
+    /* shown as the model's shape: "512-256" */
+    snprintf(o->layers_text, sizeof o->layers_text, "%s", v);
+    for (char *c = o->layers_text; *c; c++)
+        if (*c == ',')
+            *c = '-';
+    return 0;
+}
+
+static int set_layers(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                      const char *v)
+{
+    (void)opt;
+    return parse_layers(p->cmd, p->target, v);
+}
+
+static int set_ipl(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt, const char *v)
+{
+    struct train_opts *o = p->target;
+    struct tpu_diag d = {0};
+    (void)opt;
+    if (tpu_run_config_set_ipl(&o->rc, v, &d))
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s", d.msg);
+    return 0;
+}
+
+static int load_config(const struct tpu__cli_parse *p, const char *path);
+
+static int set_config(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                      const char *v)
+{
+    (void)opt;
+    return load_config(p, v);
+}
+
+/* How long to train: a flag after --config replaces the file's choice (say "epochs" in the
+ * file, --steps on the command line), as any other flag after it does. */
+static void training_length_given(void *target)
+{
+    struct train_opts *o = target;
+    if (o->config_depth)
+        o->length_from_config = true;
+    else if (o->length_from_config) {
+        o->steps = o->max_steps = 0;
+        o->epochs = 0;
+        o->length_from_config = false;
+    }
+}
+
+/* The subcommands an option belongs to (no scope: all three). An option given to a
+ * subcommand it does not belong to is an error, never silently ignored. The estimator's
+ * constructor arguments (TPUConfig, RunConfig, batch sizes, the model's hyperparameters)
+ * belong to every subcommand, as TPUEstimator takes them all whatever it is asked to do
+ * next: one command line or config file serves train, evaluate and predict. Those that a
+ * subcommand does not use are accepted and have no effect. */
+enum { CMD_TRAIN = 1, CMD_EVALUATE = 2, CMD_PREDICT = 4 };
+static const char *const train_scopes[] = {"train", "evaluate", "predict", NULL};
+
+#define T(f) TPU__CLI_FIELD(struct train_opts, f)
+#define PATH .max_chars = OPT_PATH_MAX
+#define STEPS_MAX (UINT64_C(1) << 40)
+#define BATCH_MAX (1u << 24)
+static const char *const backend_words[] = {"native", "rtl", NULL};
+static const int backend_values[] = {0, 1};
+static const char *const optimizer_words[] = {"adam", "sgd", NULL};
+static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM};
+static const char *const input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
+                                               "BROADCAST", NULL};
+static const int input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
+                                        TPU_BROADCAST};
+static const char *const eval_input_words[] = {"PER_HOST_V1", "SLICED", NULL};
+static const int eval_input_values[] = {TPU_EVAL_PER_HOST_V1, TPU_EVAL_SLICED};
+static const char *const host_time_words[] = {"modeled", "measured", NULL};
+static const int host_time_values[] = {TPU_HOST_TIME_MODELED, TPU_HOST_TIME_MEASURED};
+static const uint64_t passes_only[] = {1, 3, 6};
+
+static const struct tpu__cli_opt train_opts_table[] = {
+    {.name = "--chip", .kind = TPU__CLI_TEXT, T(chip), PATH, .arg = "NAME|FILE",
+     .group = "chip and device",
+     .help = "chip preset or JSON file (default tpu-v3); training needs\n"
+             "a bf16 matrix unit (tpu-v1's is int8 only)"},
+    {.name = "--chips", .kind = TPU__CLI_U64, T(chips), .min = 1, .max = 4096, .arg = "N",
+     .help = "chips on the host (default: the chip's chips_per_host)"},
+    {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
+     .max = 128, .arg = "N", .help = "model parallelism (default 1)"},
+    {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
+     .help = "host threads simulating the cores (default: all CPUs)"},
+    {.name = "--timing-only", .kind = TPU__CLI_FLAG, T(timing_only), .scope = CMD_TRAIN,
+     .scope_why = "evaluating and predicting compute values",
+     .help = "count cycles, compute no values (no evaluation)"},
+    {.name = "--trace", .kind = TPU__CLI_TEXT, T(trace), PATH, .arg = "FILE",
+     .help = "write the timeline (Chrome trace JSON, opens in Perfetto)"},
+    {.name = "--backend", .kind = TPU__CLI_ENUM, T(rtl), .words = backend_words,
+     .values = backend_values,
+     .help = "matrix units in C (default), or every matmul on the\n"
+             "Verilated RTL array (small MXUs only, e.g. --chip tiny)"},
+    {.name = "--vcd", .kind = TPU__CLI_TEXT, T(vcd), PATH, .arg = "FILE",
+     .help = "--backend rtl: waveform (VCD) of core 0's array; about\n"
+             "12 KB per cycle of an 8x8 array: use a few --steps"},
+
+    {.name = "--layers", .kind = TPU__CLI_CUSTOM, .set = set_layers, .max_chars = OPT_TEXT_MAX,
+     .arg = "512,256", .group = "model and data",
+     .help = "hidden layer widths (default 512,256); input 784, 10 classes"},
+    {.name = "--optimizer", .kind = TPU__CLI_ENUM, T(spec.optimizer), .words = optimizer_words,
+     .values = optimizer_values, .help = "default adam (learning rate 0.001); sgd: momentum"},
+    {.name = "--learning-rate", .kind = TPU__CLI_DOUBLE, T(spec.learning_rate), .lo = 1e-9,
+     .hi = 1000, .arg = "X", .help = "step size (default 0.001)"},
+    {.name = "--momentum", .kind = TPU__CLI_DOUBLE, T(spec.momentum), .lo = 0, .hi = 0.999999,
+     .arg = "X", .help = "sgd's momentum (default 0.9)"},
+    {.name = "--beta1", .kind = TPU__CLI_DOUBLE, T(spec.beta1), .lo = 0, .hi = 0.999999,
+     .arg = "X", .help = "adam's first moment decay (default 0.9)"},
+    {.name = "--beta2", .kind = TPU__CLI_DOUBLE, T(spec.beta2), .lo = 0, .hi = 0.999999,
+     .arg = "X", .help = "adam's second moment decay (default 0.999)"},
+    {.name = "--epsilon", .kind = TPU__CLI_DOUBLE, T(spec.epsilon), .lo = 1e-12, .hi = 1,
+     .arg = "X", .help = "adam's epsilon (default 1e-7)"},
+    {.name = "--l2", .kind = TPU__CLI_DOUBLE, T(spec.l2), .lo = 0, .hi = 10, .arg = "X",
+     .help = "weight decay added to the gradients (default 0)"},
+    {.name = "--passes", .kind = TPU__CLI_U64, T(spec.passes), .min = 1, .max = 6,
+     .only = passes_only, .n_only = 3,
+     .help = "matmul precision: bf16 inputs (default), or fp32 in passes"},
+    {.name = "--data", .kind = TPU__CLI_TEXT, T(data), PATH, .arg = "DIR",
+     .help = "Fashion-MNIST files (default: the Debian package's path)"},
+    {.name = "--seed", .kind = TPU__CLI_U64, T(rc.seed), .min = 0, .max = UINT64_MAX, .arg = "N",
+     .help = "initialization and shuffling (default 1)"},
+    {.name = "--reference", .kind = TPU__CLI_FLAG, T(reference), .scope = CMD_TRAIN,
+     .scope_why = "the host reference is trained beside the chip",
+     .help = "also train the same model in fp32 on the host\nand compare"},
+    {.name = "--no-eval", .kind = TPU__CLI_FLAG, T(no_eval), .scope = CMD_TRAIN,
+     .scope_why = "it skips the evaluation after training",
+     .help = "do not evaluate after training"},
+
+    {.name = "--steps", .kind = TPU__CLI_U64, T(steps), .min = 1, .max = STEPS_MAX,
+     .before = training_length_given, .scope = CMD_TRAIN | CMD_EVALUATE,
+     .scope_why = "predict reads the whole test set (or --limit examples)", .arg = "N",
+     .group = "TPUConfig / RunConfig",
+     .help = "train N steps; evaluate N batches of\n"
+             "--eval-batch-size (default: the whole test set)"},
+    {.name = "--max-steps", .kind = TPU__CLI_U64, T(max_steps), .min = 1, .max = STEPS_MAX,
+     .before = training_length_given, .scope = CMD_TRAIN,
+     .scope_why = "evaluate takes --steps batches", .arg = "N",
+     .help = "train up to global step N (or --epochs)"},
+    {.name = "--epochs", .kind = TPU__CLI_DOUBLE, T(epochs), .lo = 1e-6, .hi = 1e6,
+     .before = training_length_given, .scope = CMD_TRAIN,
+     .scope_why = "evaluate takes --steps batches", .arg = "X",
+     .help = "train X epochs (default 1)"},
+    {.name = "--iterations-per-loop", .kind = TPU__CLI_CUSTOM, .set = set_ipl,
+     .max_chars = OPT_TEXT_MAX, .arg = "N|Ns|Nm|Nh",
+     .help = "steps per launch, or simulated time per launch"},
+    {.name = "--train-batch-size", .kind = TPU__CLI_U64, T(rc.train_batch_size), .min = 1,
+     .max = BATCH_MAX, .arg = "N", .help = "global batch (default 512, as the next two)"},
+    {.name = "--eval-batch-size", .kind = TPU__CLI_U64, T(rc.eval_batch_size), .min = 1,
+     .max = BATCH_MAX, .arg = "N", .help = "global batch of evaluation"},
+    {.name = "--predict-batch-size", .kind = TPU__CLI_U64, T(rc.predict_batch_size), .min = 1,
+     .max = BATCH_MAX, .arg = "N", .help = "global batch of prediction"},
+    {.name = "--per-host-input-for-training", .kind = TPU__CLI_ENUM,
+     T(rc.per_host_input_for_training), .words = input_mode_words, .values = input_mode_values,
+     .help = "how the global batch is split (default PER_HOST_V2)"},
+    {.name = "--eval-training-input-configuration", .kind = TPU__CLI_ENUM,
+     T(rc.eval_training_input_configuration), .words = eval_input_words,
+     .values = eval_input_values, .help = "the same for evaluation (default PER_HOST_V1)"},
+    {.name = "--model-dir", .kind = TPU__CLI_TEXT, T(rc.model_dir),
+     .max_chars = OPT_MODEL_DIR_MAX, .arg = "DIR",
+     .help = "checkpoints (safetensors) and metrics.jsonl; at most\n511 characters"},
+    {.name = "--save-checkpoints-steps", .kind = TPU__CLI_U64, T(rc.save_checkpoints_steps),
+     .min = 1, .max = STEPS_MAX, .arg = "N",
+     .help = "a checkpoint every N steps (default: at the start and\nthe end only)"},
+    {.name = "--keep-checkpoint-max", .kind = TPU__CLI_U64, T(rc.keep_checkpoint_max), .min = 0,
+     .max = 1000000, .arg = "N", .help = "checkpoints kept (default 5; 0: all)"},
+    {.name = "--log-step-count-steps", .kind = TPU__CLI_U64, T(rc.log_step_count_steps),
+     .min = 0, .max = STEPS_MAX, .arg = "N", .help = "a log line every N steps (default 100)"},
+    {.name = "--host-call-every-n-steps", .kind = TPU__CLI_U64, T(rc.host_call_every_n_steps),
+     .min = 0, .max = STEPS_MAX, .arg = "N", .help = "host calls every N steps (default 0: never)"},
+    {.name = "--initial-infeed-sleep-secs", .kind = TPU__CLI_DOUBLE,
+     T(rc.initial_infeed_sleep_secs), .lo = 0, .hi = 3600, .arg = "X",
+     .help = "wait before the first infeed (default 0)"},
+    {.name = "--strict-input", .kind = TPU__CLI_FLAG, T(rc.strict_input),
+     .help = "a finite training input that ends early is an error"},
+    {.name = "--host-time", .kind = TPU__CLI_ENUM, T(rc.host_time), .words = host_time_words,
+     .values = host_time_values, .help = "how host phases are charged (default modeled)"},
+
+    {.name = "--verbose", .kind = TPU__CLI_U64, T(verbose), .min = 0, .max = 2, .arg = "0|1|2",
+     .group = "output", .help = "0 silent, 1 progress bar (default), 2 a line per epoch"},
+    {.name = "--json", .kind = TPU__CLI_FLAG, T(json), .help = "machine-readable summary"},
+    {.name = "--config", .kind = TPU__CLI_CUSTOM, .set = set_config, PATH, .arg = "FILE.json",
+     .help = "options from a file: {\"steps\": 100, \"json\": true};\n"
+             "the keys are these options' names with '_' for '-'"},
+    {.name = "--limit", .kind = TPU__CLI_U64, T(limit), .min = 1, .max = STEPS_MAX,
+     .scope = CMD_PREDICT, .scope_why = "evaluate takes --steps batches instead", .arg = "N",
+     .help = "only the first N test examples"},
+    {.name = "--output", .kind = TPU__CLI_TEXT, T(output), PATH, .scope = CMD_PREDICT,
+     .scope_why = "only predict writes logits", .arg = "FILE.npy", .help = "write the logits"},
+    {.name = "--int8", .kind = TPU__CLI_FLAG, T(int8), .scope = CMD_EVALUATE | CMD_PREDICT,
+     .scope_why = "it quantizes a trained checkpoint: train in bf16, then evaluate or predict "
+                  "with --int8",
+     .help = "int8 weights and activations\n"
+             "quantized from the checkpoint (per-channel weights,\n"
+             "activations calibrated on 1000 training examples), int8\n"
+             "matmuls; chips with int8 MXUs (tpu-v1, tpu-v4, tiny)"},
+};
+#undef T
+#undef PATH
+
+const struct tpu__cli_opts tpu__cli_train_options = {
+    .opts = train_opts_table,
+    .n_opts = sizeof train_opts_table / sizeof train_opts_table[0],
+    .usage =
+        "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
+        "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
+        "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
+        "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
+        "the others to all three (as TPUEstimator's constructor arguments do: those a subcommand\n"
+        "does not use have no effect). evaluate and predict need --model-dir with a checkpoint.\n"
+        "\n",
+    .footer =
+        "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
+        "any work: their directory must exist and be writable.\n",
+    .help_column = 32,
+    .text_max = OPT_TEXT_MAX,
+    .scope_names = train_scopes,
+};
+
+static unsigned cmd_bit(const char *cmd)
+{
+    return !strcmp(cmd, "train") ? CMD_TRAIN : !strcmp(cmd, "evaluate") ? CMD_EVALUATE
+                                                                         : CMD_PREDICT;
+}
+
+/* One member of a config file: "learning_rate": 0.1 means --learning-rate 0.1, "json": true
+ * means --json (false: off). String values are copied into o before the JSON is freed. */
+static int config_member(const struct tpu__cli_parse *p, const char *path, const char *key,
+                         json_t *val)
+{
+    const char *cmd = p->cmd;
+    char name[96], text[64];
+    if (strlen(key) > 60 || !strcmp(key, "help"))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: unknown option '%.60s'; the keys are the "
+                              "long options of 'tpusim %s --help' with '_' for '-'", path, key,
+                              cmd);
+    snprintf(name, sizeof name, "--%s", key);
+    for (char *c = name + 2; *c; c++)
+        if (*c == '_')
+            *c = '-';
+    if (!strcmp(name, "--config"))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: 'config': a config file cannot name "
+                              "another; put the options of both in one file", path);
+    const struct tpu__cli_opt *opt = tpu__cli_opts_find(p->table, name);
+    if (json_is_boolean(val)) {
+        if (!opt || opt->kind != TPU__CLI_FLAG)
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' is not a true/false option; "
+                                  "give it the value it takes on the command line (see "
+                                  "'tpusim %s --help')", path, key, cmd);
+        return tpu__cli_opts_set(p, opt, NULL, json_is_true(val));
+    }
+    const char *v = text;
+    if (json_is_integer(val))
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
+    else if (json_is_real(val))
+        snprintf(text, sizeof text, "%.17g", json_real_value(val));
+    else if (json_is_string(val))
+        v = json_string_value(val); /* whole: jansson rejects \u0000 by default */
+    else
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string, true "
+                              "or false", path, key);
+    if (opt && opt->kind == TPU__CLI_FLAG)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' is a true/false option: give it "
+                              "true or false", path, key);
+    if (!opt)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys are the "
+                              "long options of 'tpusim %s --help' with '_' for '-'", path, key,
+                              cmd);
+    return tpu__cli_opts_set(p, opt, v, true);
+}
+
+/* --config FILE: the options of a JSON object, through the same table as the command line. */
+static int load_config(const struct tpu__cli_parse *p, const char *path)
+{
+    struct train_opts *o = p->target;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "--config '%s' is a directory; give a JSON "
+                              "file of options, e.g. {\"steps\": 100, \"chip\": \"tiny\"}", path);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s:%d:%d: %s", path, je.line, je.column,
+                              je.text);
+    int rc = 0;
+    o->config_depth++;
+    if (!json_is_object(root)) {
+        rc = tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s: the config must be a JSON object of "
+                            "options, e.g. {\"learning_rate\": 0.1}", path);
+    } else {
+        const char *key;
+        json_t *val;
+        json_object_foreach(root, key, val)
+        {
+            if ((rc = config_member(p, path, key, val)))
+                break;
+        }
+    }
+    o->config_depth--;
+    json_decref(root);
+    return rc;
+}
+
+/* The defaults, as --help states them. */
+static void default_options(struct train_opts *o)
+{
+    snprintf(o->chip, sizeof o->chip, "tpu-v3");
+    o->verbose = 1;
+    tpu_mlp_default_spec(&o->spec);
+    o->spec.optimizer = TPU_OPT_ADAM; /* Keras's defaults: Adam, learning rate 0.001 */
+    o->spec.learning_rate = 0.001f;
+    tpu_run_config_default(&o->rc);
+    o->rc.seed = 1;
+    o->rc.train_batch_size = o->rc.eval_batch_size = o->rc.predict_batch_size = 512;
+    parse_layers(o->cmd, o, "512,256");
+}
+
+/* The rules that join several options, after each was parsed on its own. */
+static int check_combinations(const struct train_opts *o)
+{
+    int given = (o->steps > 0) + (o->max_steps > 0) + (o->epochs > 0);
+    if (given > 1)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give one of --steps, --max-steps and "
+                              "--epochs");
+    if (strcmp(o->cmd, "train") && !o->rc.model_dir[0])
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "give --model-dir: '%s' reads the "
+                              "checkpoint a 'tpusim train --model-dir DIR' wrote", o->cmd);
+    if (o->timing_only && o->reference)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--timing-only computes no values: it "
+                              "goes with 'tpusim train' without --reference");
+    if (o->vcd[0] && !o->rtl)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
+                              "it goes with --backend rtl");
+    if (o->rtl) {
+#ifndef TPUSIM_HAVE_RTL
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
+                              "without the RTL matrix unit; rebuild with 'meson configure "
+                              "-Drtl=enabled' (needs verilator and a C++17 compiler)");
+#endif
+        if (o->timing_only)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl computes every matmul's "
+                                  "values on the RTL array; it does not go with --timing-only "
+                                  "(the native backend counts the same cycles)");
+        if (o->spec.passes != 1)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl runs one-pass (bf16 "
+                                  "input) matmuls only; --passes %u needs --backend native",
+                                  o->spec.passes);
+    }
+    return 0;
+}
+
+int tpu__cli_train_parse_args(int argc, char **argv, struct train_opts *o)
+{
+    default_options(o);
+    const struct tpu__cli_parse p = {.table = &tpu__cli_train_options, .cmd = o->cmd,
+                                     .scope = cmd_bit(o->cmd), .target = o};
+    int rc = tpu__cli_opts_parse(&p, argc, argv, 1, NULL);
+    return rc ? rc : check_combinations(o);
+}
+
+int tpu__cli_train_check_config(const char *cmd, const char *path)
+{
+    if (!cmd || (strcmp(cmd, "train") && strcmp(cmd, "evaluate") && strcmp(cmd, "predict")))
+        return tpu__cli_error(cmd ? cmd : "train", TPU_CLI_USAGE, "'%s' is not train, evaluate "
+                              "or predict", cmd ? cmd : "(null)");
+    if (!path)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--config needs a file");
+    struct train_opts o;
+    memset(&o, 0, sizeof o);
+    o.cmd = cmd;
+    char *argv[] = {(char *)cmd, (char *)"--config", (char *)path};
+    int rc = tpu__cli_train_parse_args(3, argv, &o);
+    return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
+}
