@@ -153,7 +153,7 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--l2", .kind = TPU__CLI_DOUBLE, T(spec.l2), .lo = 0, .hi = 10, .arg = "X",
      .help = "weight decay added to the gradients (default 0)"},
     {.name = "--passes", .kind = TPU__CLI_U64, T(spec.passes), .min = 1, .max = 6,
-     .only = passes_only, .n_only = 3,
+     .only = passes_only, .n_only = 3, .values_help = "(bf16, XLA HIGH, XLA HIGHEST)",
      .help = "matmul precision: bf16 inputs (default), or fp32 in passes"},
     {.name = "--data", .kind = TPU__CLI_TEXT, T(data), PATH, .arg = "DIR",
      .help = "Fashion-MNIST files (default: the Debian package's path)"},

@@ -14,7 +14,8 @@ static const struct {
     {"predict", tpu__cli_train, "predict with a trained model's checkpoint"},
     {"program", tpu__cli_program, "check or run a device program written in its text form"},
     {"config", tpu__cli_config, "print or check a chip configuration"},
-    {"gemm", tpu__cli_gemm, "simulate a matrix multiply (or a SCALE-Sim layer table) on the matrix unit"},
+    {"gemm", tpu__cli_gemm,
+     "simulate a matrix multiply (or a SCALE-Sim layer table) on the matrix unit"},
 };
 
 static void usage(FILE *f)

@@ -1,10 +1,10 @@
 /* The out-of-line helpers of common/util.h: the edit distance behind every "did you mean" hint
- * (chip configuration keys and presets, the program text's names) and the hint's wording,
- * the quoting of user strings in messages, and the temporary-file-then-rename protocol of
- * the files the simulator and the host write whole (timelines, .npy arrays). Which candidate counts as close enough for a hint is each
- * caller's own rule; this file only measures and words. The diagnostics (tpu__fail) are in
- * error.c. Checkpoints have their own protocol, with a fault hook at each stage
- * (host/io/checkpoint.c). */
+ * (chip configuration keys and presets, the program text's names) and the hint's wording, the
+ * quoting of user strings in messages, and the temporary-file-then-rename protocol of the files
+ * the simulator and the host write whole (timelines, .npy arrays). Which candidate counts as
+ * close enough for a hint is each caller's own rule; this file only measures and words. The
+ * diagnostics (tpu__fail) are in error.c. Checkpoints have their own protocol, with a fault
+ * hook at each stage (host/io/checkpoint.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

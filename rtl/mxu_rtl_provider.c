@@ -1,4 +1,4 @@
-/* The RTL backend's matrix-unit provider (mxu_rtl_provider.h): one Verilated array per
+/* The RTL matrix-unit provider (mxu_rtl_provider.h): one Verilated array per
  * simulated MXU behind device.h's struct tpu_mxu_provider. It only translates a tile
  * sequence into a harness job (mxu_rtl.h) and keeps per-unit counters; the harness drives
  * the RTL, and the chip (sim/chip/mxu_provider.c) cuts matmuls and accumulates. No locks: a unit

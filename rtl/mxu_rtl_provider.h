@@ -1,5 +1,5 @@
-/* The RTL backend of the device: a matrix-unit provider (device.h, struct tpu_mxu_provider)
- * whose every matrix unit is a Verilated array (mxu_rtl.h).
+/* The RTL matrix unit of the native chip: a matrix-unit provider (device.h, struct
+ * tpu_mxu_provider) whose every matrix unit is a Verilated array (mxu_rtl.h).
  *
  * A provider holds one RTL instance per simulated MXU, so the cores, which the device runs
  * on several threads, never share an array: unit u is used only by the core that owns it,

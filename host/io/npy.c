@@ -244,7 +244,8 @@ int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
     rc = parse_header(path, hdr, &dtype, &rows, &cols, d);
     if (rc)
         goto out;
-    if (!tpu__mul_size(rows, cols, &count) || !tpu__mul_size(count, tpu_dtype_bytes(dtype), &bytes)) {
+    if (!tpu__mul_size(rows, cols, &count) ||
+        !tpu__mul_size(count, tpu_dtype_bytes(dtype), &bytes)) {
         rc = tpu__fail(d, TPU_ESHAPE, "%s: shape (%zu, %zu) of %s is more than 2^64 bytes; "
                        "the header is corrupt", path, rows, cols, tpu_npy_dtype_name(dtype));
         goto out;
@@ -294,8 +295,9 @@ int tpu_npy_write(const char *path, enum tpu_dtype dtype, size_t rows, size_t co
                          "or int32 (convert the array first)", tpu_dtype_name(dtype), path);
     const char *descr = dtype == TPU_F32 ? "<f4" : dtype == TPU_INT8 ? "|i1" : "<i4";
     char dict[160];
-    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%zu, %zu), }",
-                     descr, rows, cols);
+    int n = snprintf(dict, sizeof dict,
+                     "{'descr': '%s', 'fortran_order': False, 'shape': (%zu, %zu), }", descr,
+                     rows, cols);
     /* total header (10-byte preamble + dict + padding + '\n') is a multiple of 64 */
     size_t hlen = (size_t)n + 1;
     hlen += (64 - (10 + hlen) % 64) % 64;

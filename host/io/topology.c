@@ -1,5 +1,5 @@
 /* Reader of SCALE-Sim topology files (GEMM "M, N, K" and convolution formats); see
- * topology.h for the formats and the rules.
+ * tpusim/topology_file.h for the formats and the rules.
  *
  * The whole file is read into memory and parsed line by line; fields are slices of that
  * buffer, and only layer names are copied out. The reader builds its table in a local

@@ -1,6 +1,6 @@
 /* The fp32 reference: the same MLP trained on the host in plain fp32 (OpenBLAS sgemm for the
  * matmuls), with the same initial weights, the same stream of batches, the same loss scaling
- * and the same optimizer formulas as the device programs of models.c. The only differences
+ * and the same optimizer formulas as the device programs of mlp.c. The only differences
  * from the chip are the precision (fp32 matmul inputs instead of bf16) and the summation
  * order, so comparing the two measures what mixed precision costs. */
 #include <math.h>

@@ -185,9 +185,11 @@ static void infeed_stop(struct tpu__pass *p, uint64_t s)
 {
     if (p->mode != TPU_MODE_TRAIN) {
         struct tpu_diag d = {0};
-        tpu__pass_fail(p, tpu__fail(&d, TPU_ECANCELED, "%s stopped on request after %llu batches; no "
-                               "result", p->mode == TPU_MODE_EVAL ? "evaluation" : "prediction",
-                               (unsigned long long)s), &d);
+        tpu__pass_fail(p, tpu__fail(&d, TPU_ECANCELED,
+                                    "%s stopped on request after %llu batches; no result",
+                                    p->mode == TPU_MODE_EVAL ? "evaluation" : "prediction",
+                                    (unsigned long long)s),
+                       &d);
         return;
     }
     pthread_mutex_lock(&p->lock);

@@ -1,7 +1,7 @@
 /* One pass of the estimator (a train, evaluate or predict call, runtime.c) on the simulated
  * chip: the caller's loop of device launches, with the loop boundary's hooks, checkpoint and
- * metrics log; the infeed and outfeed threads it starts are in runtime_feed.c. It does not load programs or restore
- * params: runtime.c has done that before the pass starts.
+ * metrics log; the infeed and outfeed threads it starts are in runtime_feed.c. It does not load
+ * programs or restore params: runtime.c has done that before the pass starts.
  *
  * One pass is:
  *

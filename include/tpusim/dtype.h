@@ -5,7 +5,7 @@
  * f32, int8 and int32 (and bf16 for checkpoints). Every part of the project uses this enum and
  * tpu_dtype_bytes. Text forms differ by format and stay each format's own: the program text
  * says "f32" (tpu_dtype_name), `tpusim gemm` and chip configurations "fp32"
- * (tpu_gemm_dtype_name, gemm.h), NumPy "float32" (npy.h), safetensors "F32" (checkpoint.h). */
+ * (tpu_gemm_dtype_name, mxu.h), NumPy "float32" (npy.h), safetensors "F32" (checkpoint.h). */
 #ifndef TPUSIM_DTYPE_H
 #define TPUSIM_DTYPE_H
 

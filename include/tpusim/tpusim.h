@@ -1,6 +1,7 @@
 /* tpusim's public API in one include, bottom layer first.
  *
- *   the chip (sim/)       error.h dtype.h bf16.h config.h mxu.h gemm.h scalesim.h program.h device.h
+ *   the chip (sim/)       error.h dtype.h bf16.h config.h mxu.h gemm.h scalesim.h program.h
+ *                         device.h
  *   the host (host/)      runtime.h models.h reference.h quantize.h dataset.h dataset_input.h
  *                         checkpoint.h npy.h topology_file.h
  *

@@ -171,7 +171,8 @@ static void time_local_op(struct chip_device *dev, struct core *c, size_t pc,
                 dma = in_end_next;
             }
         }
-        uint64_t dout = tpu__dma_cycles(&dev->cfg, out_bytes / n + (i + 1 == n ? out_bytes % n : 0));
+        uint64_t dout =
+            tpu__dma_cycles(&dev->cfg, out_bytes / n + (i + 1 == n ? out_bytes % n : 0));
         if (dout) {
             uint64_t s = tpu__max_u64(dma, ce);
             trace(dev, c, TPU_UNIT_DMA, 2, pc, s, s + dout);

@@ -97,7 +97,6 @@ struct core {
     uint64_t coll_arrival;              /* set when it arrives at a collective */
     uint64_t provider_mxu_cycles;       /* the current matmul's MXU cycles when settings.mxu
                                            computed it (mxu_provider.h) */
-    bool resuming;                      /* re-running a blocked infeed/outfeed op */
 
     struct tpu_core_counters ctr;
     struct feed infeed, outfeed;        /* [L] */

@@ -1,7 +1,8 @@
-/* Matmuls on a matrix-unit provider (mxu_provider.h): the chip's half of the RTL backend.
- * It does the work the built-in matrix unit does in ops.c, but hands every weight tile to
- * the provider, one tile sequence per MXU, and keeps only what lies outside the array: the
- * operands' layout and the accumulators. It is not a second GEMM kernel: it never multiplies.
+/* Matmuls on a matrix-unit provider (mxu_provider.h): the chip's half of an external
+ * matrix unit such as the RTL array. It does the work the built-in matrix unit does in
+ * ops.c, but hands every weight tile to the provider, one tile sequence per MXU, and keeps
+ * only what lies outside the array: the operands' layout and the accumulators. It is not a
+ * second GEMM kernel: it never multiplies.
  *
  * Cutting (the same as sim/kernels/gemm_plan.c, so the provider's cycles answer for the same work
  * that tpu__matmul_cycles times). y[M][N] = op(a)[M][K] * op(b)[K][N] on an R x C array with

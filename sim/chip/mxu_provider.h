@@ -1,9 +1,9 @@
-/* Matmuls on a matrix-unit provider (device.h, struct tpu_mxu_provider): the chip's side of
- * the RTL backend. Cuts a matmul op into weight tiles and accumulator chunks exactly as
- * gemm.h deals it over one core's MXUs, runs each MXU's tile sequence on the provider and
- * accumulates the column outputs into the result as mxu.h's numerics define, so the values
- * equal the built-in matrix unit's (sim/ops/ops.c) bit for bit, and the cycles are the
- * provider's own count. Internal to sim/; implemented in mxu_provider.c. */
+/* Matmuls on a matrix-unit provider (device.h, struct tpu_mxu_provider): the chip's side of an
+ * external matrix unit such as the RTL array. Cuts a matmul op into weight tiles and
+ * accumulator chunks exactly as gemm.h deals it over one core's MXUs, runs each MXU's tile
+ * sequence on the provider and accumulates the column outputs into the result as mxu.h's
+ * numerics define, so the values equal the built-in matrix unit's (sim/ops/ops.c) bit for bit,
+ * and the cycles are the provider's own count. Internal to sim/; implemented in mxu_provider.c. */
 #ifndef TPUSIM_SIM_MXU_PROVIDER_H
 #define TPUSIM_SIM_MXU_PROVIDER_H
 
@@ -15,9 +15,9 @@
 #include "tpusim/error.h"
 #include "tpusim/program.h"
 
-/* The checks tpu_device_open makes of settings->mxu (0 when it is NULL): a run function,
- * the provider's array size equal to the chip's, enough units for every MXU of the device,
- * and values wanted (a provider computes values, so timing_only is rejected). */
+/* The checks the native chip makes of settings->mxu when it opens (0 when it is NULL): a
+ * run function, the provider's array size equal to the chip's, enough units for every MXU of
+ * the device, and values wanted (a provider computes values, so timing_only is rejected). */
 int tpu__provider_check(const struct tpu_device_settings *s, struct tpu_diag *d);
 
 /* Computes the matmul `op` of core `core` on provider p: reads op's operands from bufs and

@@ -93,7 +93,8 @@ uint64_t tpu__matmul_cycles(const struct tpu_chip_config *cfg, uint64_t m, uint6
     /* The core's MXUs share the GEMM as gemm.h deals it over a chip's, with one core. */
     struct tpu_chip_config one = *cfg;
     one.cores_per_chip = 1;
-    one.mxu_dtypes = TPU_DTYPE_BIT(TPU_BF16) | TPU_DTYPE_BIT(TPU_INT8); /* the verifier checked it */
+    /* the verifier checked the dtype against the chip */
+    one.mxu_dtypes = TPU_DTYPE_BIT(TPU_BF16) | TPU_DTYPE_BIT(TPU_INT8);
     struct tpu_gemm_params p = {.m = m, .k = k, .n = n,
                                 .dtype = passes > 1 ? TPU_F32 : TPU_BF16,
                                 .passes = passes};

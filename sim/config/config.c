@@ -62,7 +62,7 @@ enum field_kind {
     F_TEXT,     /* one string into a char[TPU_CONFIG_TEXT_MAX] */
     F_SOURCES,  /* array of strings into sources[] / n_sources */
     F_NOTES,    /* array of strings, checked and not stored */
-    F_DTYPES,   /* array of dtype names into a TPU_DTYPE_BIT_* set */
+    F_DTYPES,   /* array of dtype names into a TPU_DTYPE_BIT() set */
     F_TOPOLOGY, /* topology name into enum tpu_topology */
     F_OBJECT,   /* nested object described by `members` */
 };

@@ -1,4 +1,5 @@
-/* The chip presets compiled into the library (generated from the JSON files in configs/). Internal. */
+/* The chip presets compiled into the library (generated from the JSON files in configs/).
+ * Internal. */
 #ifndef TPUSIM_SIM_PRESETS_H
 #define TPUSIM_SIM_PRESETS_H
 

@@ -21,9 +21,9 @@
  *
  * FMA. The FMA kernel computes t = fma(a, w, t) = RN(t + a*w exactly), which equals the
  * definition RN(t + RN(a*w)) whenever RN(a*w) = a*w (IEEE gives an exact zero sum of fma the
- * sign that the same addition would have, so even the sign of zero agrees). Write a nonzero finite bf16 as
- * s * 2^(E-7) with an integer significand 1 <= s <= 255 and E = max(field, 1) - 127 (so a
- * subnormal has E = -126 and s < 128). A product is then P * 2^(Ea+Eb-14) with
+ * sign that the same addition would have, so even the sign of zero agrees). Write a nonzero
+ * finite bf16 as s * 2^(E-7) with an integer significand 1 <= s <= 255 and E = max(field, 1) -
+ * 127 (so a subnormal has E = -126 and s < 128). A product is then P * 2^(Ea+Eb-14) with
  * P = sa*sb <= 65025 < 2^16. It is an fp32 value (exact) when
  *   - it is an integer multiple of 2^-149, the smallest subnormal: Ea + Eb - 14 >= -149, i.e.
  *     Ea + Eb >= -135 (P < 2^16 <= 2^24, so the significand always fits); and

@@ -1,5 +1,6 @@
-/* Internal interface of the GEMM kernels (sim/gemm*.c): the blocking driver in gemm.c and the
- * per-instruction-set packing routines and micro-kernels in gemm_avx512.c, gemm_avx2.c.
+/* Internal interface of the GEMM kernels (sim/kernels/): the blocking driver in gemm.c and
+ * the per-instruction-set packing routines and micro-kernels in x86/gemm_avx512.c and
+ * x86/gemm_avx2.c.
  * Not part of the public API; sim/ops/ops.c uses tpu__gemm_ex (operands as they sit in device
  * buffers), and the tests and the benchmark use it to force an instruction set, a kernel
  * variant or an allocation failure. The numerics are defined in include/tpusim/mxu.h.

@@ -15,7 +15,8 @@
  * channel, N filters, stride 1]: ofmap M x 1, window K. scalesim/compute/operand_matrix.py
  * then builds the IFMAP matrix [ofmap pixels][window] = [M][K], the filter matrix
  * [window][filters] = [K][N] and the OFMAP matrix [M][N]. (A convolution row gives
- * M = ofmap pixels, K = Fh * Fw * C, N = filters; include/tpusim/topology_file.h does that conversion.)
+ * M = ofmap pixels, K = Fh * Fw * C, N = filters; include/tpusim/topology_file.h does
+ * that conversion.)
  *
  * Spatial and temporal dimensions.  systolic_compute_{ws,os,is}.py, set_params() (and
  * topology_utils.calc_spatio_temporal_params(), which agrees):
