@@ -344,7 +344,59 @@ struct host_phases {
     uint64_t launch_cycles, hooks_cycles, checkpoint_cycles, train_input_cycles;
     uint64_t train_input_end; /* cycle at which the last training input batch ends */
     bool train_input_back_to_back;
+    /* the caller's thread's phases (launch, hooks, checkpoint save) as the trace has them */
+    struct main_phase {
+        char kind; /* 'L', 'H', 'C' */
+        uint64_t start, end;
+    } seq[32];
+    size_t n_seq;
 };
+
+static void add_main_phase(struct host_phases *h, char kind, uint64_t start, uint64_t cycles)
+{
+    assert_true(h->n_seq < sizeof h->seq / sizeof h->seq[0]);
+    h->seq[h->n_seq++] = (struct main_phase){kind, start, start + cycles};
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const struct main_phase *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* The caller's thread's phases of the first `n` entries (one training pass) in time order:
+ * launch, the loop's device time, hooks, and a checkpoint save right after the hooks when
+ * one is due; the first launch at cycle 0; the gaps between a launch and its hooks add up
+ * to the pass's device time, and the last phase ends with the pass. Returns the kinds in
+ * order ("LHLHC..."). */
+static void check_main_phase_order(const struct host_phases *h, size_t n, uint64_t device_cycles,
+                                   uint64_t end_cycle, char *kinds)
+{
+    struct main_phase s[32];
+    memcpy(s, h->seq, n * sizeof s[0]);
+    qsort(s, n, sizeof s[0], by_start);
+    assert_true(n > 0);
+    assert_int_equal(s[0].start, 0);
+    uint64_t gaps = 0;
+    for (size_t i = 0; i < n; i++) {
+        kinds[i] = s[i].kind;
+        if (i == 0)
+            continue;
+        assert_true(s[i].start >= s[i - 1].end); /* no overlap */
+        if (s[i].kind == 'H') {
+            assert_int_equal(s[i - 1].kind, 'L'); /* hooks follow their loop's launch */
+            gaps += s[i].start - s[i - 1].end;
+        } else {
+            /* a launch or a checkpoint starts where the hooks (or the checkpoint) ended */
+            assert_int_equal(s[i].start, s[i - 1].end);
+        }
+        if (s[i].kind == 'C')
+            assert_int_equal(s[i - 1].kind, 'H');
+    }
+    kinds[n] = '\0';
+    assert_int_equal(gaps, device_cycles);
+    assert_int_equal(s[n - 1].end, end_cycle);
+}
 
 static void read_host_phases(struct env *e, const char *dir, struct host_phases *h)
 {
@@ -384,12 +436,15 @@ static void read_host_phases(struct env *e, const char *dir, struct host_phases 
         if (!strcmp(name, "launch")) {
             h->launch++;
             h->launch_cycles += cycles;
+            add_main_phase(h, 'L', start, cycles);
         } else if (!strcmp(name, "hooks")) {
             h->hooks++;
             h->hooks_cycles += cycles;
+            add_main_phase(h, 'H', start, cycles);
         } else if (!strcmp(name, "checkpoint save")) {
             h->checkpoint++;
             h->checkpoint_cycles += cycles;
+            add_main_phase(h, 'C', start, cycles);
         } else if (!strcmp(name, "train input batch")) {
             if (h->train_input && start != h->train_input_end)
                 h->train_input_back_to_back = false;
@@ -444,6 +499,12 @@ static void test_host_phases_on_the_timeline(void **state)
     assert_int_equal(h.launch_cycles + h.hooks_cycles + h.checkpoint_cycles +
                          llround(li->pass_device_seconds * hz),
                      llround(li->total_seconds * hz));
+    /* where they sit: launch, device, hooks per loop, the checkpoints of steps 6 and 10
+     * right after the hooks of the loops that reach them (steps 3, 6, 9, 10) */
+    char kinds[33];
+    check_main_phase_order(&h, h.n_seq, (uint64_t)llround(li->pass_device_seconds * hz),
+                           (uint64_t)llround(li->total_seconds * hz), kinds);
+    assert_string_equal(kinds, "LHLHCLHLHC");
 
     /* evaluation adds its own launches and hooks and one input batch per step: 200 examples
      * in batches of 16 are 13 steps (the last padded), run in loops of 3, 3, 3, 3, 1 */
