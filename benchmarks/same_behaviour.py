@@ -738,7 +738,8 @@ def main():
 
     same, diff, failed = (sum(c[i] for c in counts.values()) for i in range(3))
     behaviour_diff = counts.get("behaviour", [0, 0, 0])[1]
-    parts = "".join(f"; {s} {c[1]} different" for s, c in counts.items() if s != "behaviour")
+    parts = ", ".join(f"{s} {c[1]} different" for s, c in counts.items() if s != "behaviour")
+    parts = "; " + parts if parts else ""
     print(f"\nbehaviour: {same} same, {diff} different, {failed} FAILED"
           f" ({behaviour_diff} different in behaviour{parts}); performance: {perf}")
     return 1 if behaviour_diff or failed else 0
