@@ -325,9 +325,14 @@ def cases_from_inputs(inputs):
                if f.endswith(".json")]
     configs += ["in/config/" + f for f in sorted(os.listdir(os.path.join(inputs, "config")))
                 if f.endswith(".json")]
+    # configs/ holds the presets, all valid; tests/data/config holds ok.json and files that
+    # are each invalid in one way (their checks must fail with status 1)
+    valid = [p for p in configs if p.startswith("in/configs/") or p == "in/config/ok.json"]
     for path in configs:
-        extra.append(case("behaviour", ["config", "check", path]))
-    extra.append(case("behaviour", ["config", "check"] + configs))
+        extra.append(case("behaviour", ["config", "check", path],
+                          expect=0 if path in valid else 1))
+    extra.append(case("behaviour", ["config", "check"] + configs,
+                      expect=0 if configs == valid else 1))
     for path in configs[:3]:
         extra.append(case("behaviour", ["config", "show", path, "--json"]))
     return extra
