@@ -2,6 +2,7 @@
 r"""Show that two revisions of tpusim behave the same: same output bytes, same speed.
 
     python3 benchmarks/same_behaviour.py --base REV [--head REV] [--keep DIR] [--quick]
+                                         [--no-bench] [--data-dir DIR] [--only REGEX]
 
 BASE and HEAD are git revisions of the repository this script is in; without --head, HEAD is
 that repository's working tree as it is (uncommitted changes included). Each revision is
@@ -15,12 +16,27 @@ What is compared. Every case in CASES below is run once with each build, each ti
 empty working directory that holds a copy of the same inputs (taken from the BASE revision, so
 both builds read identical bytes under identical relative paths): configs/*.json as in/configs,
 tests/data/config as in/config, tests/data/topology as in/topology, tests/data/program as
-in/program, and .npy operands the script writes itself (in/a.npy ...). For each case the exit
-status, stdout, stderr and the files the case names (outputs and whole directories, each by
-its sha256 and, if it differs, by its text) must be the same byte for byte after masking.
+in/program, .npy operands the script writes itself (in/a.npy ...), and in/fashion: the first
+512 training and 128 test examples of Fashion-MNIST (from the Debian package's .gz files, or
+--data-dir), written as the uncompressed IDX files tpusim reads. A case is one command or a
+few run in turn in that directory (train, then evaluate and predict on its model_dir). For
+each case the exit status, stdout, stderr of every command and the files the case names
+(outputs and whole directories, each by its sha256 and, if it differs, by its text) must be
+the same byte for byte after masking.
 The main job is the command of cli/demo.sh (Fashion-MNIST MLP on tpu-v3, 15 epochs,
---reference, data from the Debian package), run once with --json and once with --verbose 2;
---quick runs it for 1 epoch instead.
+--reference, data from the Debian package, or --data-dir given as its --data), run once with
+--json and once with --verbose 2; --quick runs it for 1 epoch instead. The short jobs train a
+784-64-10 MLP for 6 steps on in/fashion, each setup twice (--json, --verbose 2): every
+--per-host-input-for-training mode, --eval-training-input-configuration SLICED,
+--cores-per-replica 2, --iterations-per-loop 1s, --host-call-every-n-steps, checkpoints
+(--save-checkpoints-steps 2 --keep-checkpoint-max 2) read back by evaluate and predict
+--output, int8 evaluate/predict on tpu-v4 and tpu-v1, --reference.
+
+Agreeing is not enough: each command of a case must end with the exit status the case
+expects (0 unless the case says otherwise; "error wording" cases any non-zero status, four
+of them any status, see there) and every file the case names must be there (a directory not
+empty). Otherwise the case is FAILED, whether or not the builds agree: two builds that both
+fail to find the data agree and have compared nothing.
 
 What is masked, and why: only figures of the host's wall clock, which differ from run to run
 of the same binary. Nothing simulated is masked (simulated seconds, cycles, utilisation and
@@ -47,11 +63,12 @@ modeled host time are deterministic and compared).
   "args" of those counter events replaced by "*"; every other event (names, units, simulated
   start times and durations) and every counter's timestamp are compared.
 
-Sections. "behaviour" cases must be identical, and any difference there makes the script exit
-with status 1. "error wording" (unknown option, missing value, bad number for each subcommand:
-stderr and exit status) and "help" (every --help) are reported apart, because issue #10's
-single option table may change their wording on purpose: a difference there is printed but
-does not fail the run.
+Sections. "behaviour" cases must be identical, and any difference there, or a FAILED case in
+any section, makes the script exit with status 1. "error wording" (unknown option, missing
+value, bad number for each subcommand: stderr and exit status; and `program check` given
+options of `program run` it ignored before issue #10 and refuses since) and "help" (every
+--help) are reported apart, because issue #10's single option table may change their
+wording on purpose: a difference there is printed but does not fail the run.
 
 Performance. bench_step and bench_gemm of both builds run alternately, --rounds times each
 (base then head in odd rounds, head then base in even ones, so that neither build always
@@ -62,7 +79,8 @@ noise can be judged. A figure whose ratio is further from 1 than the larger of t
 spreads is marked '<-- outside the spread'. Performance never changes the exit status (the
 machine may be shared; the judgement is the reader's).
 
-The last line is: behaviour: N same, N different; ...; performance: ...
+The last line is: behaviour: N same, N different, N FAILED (...); performance: ...
+--only REGEX runs only the cases whose name matches (to look at a few while iterating).
 """
 
 import argparse
@@ -86,8 +104,16 @@ import tempfile
 
 MAIN_JOB = ["train", "--chip", "tpu-v3", "--layers", "512,256", "--optimizer", "adam",
             "--learning-rate", "0.001", "--train-batch-size", "512", "--epochs", "{epochs}",
-            "--iterations-per-loop", "100", "--model-dir", "model", "--reference"]
+            "--iterations-per-loop", "100", "--model-dir", "model", "--reference", "{data}"]
 MAIN_JOB_EPOCHS, QUICK_EPOCHS = "15", "1"
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_TRAIN, FASHION_TEST = 512, 128      # the subset in/fashion of the short jobs
+
+# The short training jobs: a small MLP, 6 steps of a global batch of 128 (past the end of the
+# 512 training examples' first epoch), the Fashion-MNIST subset the script writes.
+SMALL = ["--layers", "64", "--data", "in/fashion", "--train-batch-size", "128", "--steps", "6"]
+SMALL_DATA = ["--layers", "64", "--data", "in/fashion"]
+NONZERO, ANY = "non-zero", "any"           # expected exit statuses besides a number
 
 TRAIN_JSON_WALL_KEYS = ["wall_seconds", "reference_wall_seconds"]
 METRICS_WALL_KEYS = ["wall_seconds"]
@@ -119,12 +145,32 @@ def normalise_trace(text):
 
 def gemm(name, *args, files=(), json=True):
     argv = ["gemm", *args] + (["--json"] if json else [])
-    return dict(section="behaviour", name="gemm " + name, argv=argv, files=list(files),
+    return dict(section="behaviour", name="gemm " + name, runs=[(argv, 0)], files=list(files),
                 json_mask=GEMM_JSON_WALL_KEYS)
 
 
-def case(section, argv, name=None, **kw):
-    return dict(section=section, name=name or " ".join(argv), argv=argv, **kw)
+def case(section, argv, name=None, expect=None, **kw):
+    """One command in a fresh directory. expect: the exit status it must end with (default:
+    0 in "behaviour" and "help", any non-zero status in "error wording", written NONZERO)."""
+    if expect is None:
+        expect = NONZERO if section == "error wording" else 0
+    return dict(section=section, name=name or " ".join(argv), runs=[(argv, expect)], **kw)
+
+
+def job(name, train, *after, files=(), requires=(), masks=None):
+    """A short training setup on the Fashion-MNIST subset (in/fashion), run as two cases: the
+    whole sequence with --json, and again with --verbose 2. train: options given to `train`
+    after SMALL; after: further commands (evaluate, predict) run in the same directory, each
+    given --data in/fashion and the model's --layers. Every command must exit with 0."""
+    cases = []
+    for tag, out in (("--json", ["--json"]), ("--verbose 2", ["--verbose", "2"])):
+        runs = [(["train"] + SMALL + train + out, 0)]
+        runs += [(a + SMALL_DATA + out, 0) for a in after]
+        cases.append(dict(section="behaviour", name=f"{name} {tag}", runs=runs,
+                          files=list(files), requires=list(requires),
+                          json_mask=TRAIN_JSON_WALL_KEYS,
+                          file_masks=dict(masks or {}, **{"metrics.jsonl": mask_metrics})))
+    return cases
 
 
 CASES = [
@@ -134,6 +180,40 @@ CASES = [
          file_masks={"metrics.jsonl": mask_metrics}),
     case("behaviour", MAIN_JOB + ["--verbose", "2"], name="main job --verbose 2",
          files=["model"], file_masks={"metrics.jsonl": mask_metrics}),
+
+    # short training jobs: each input mode, sliced evaluation input, model parallelism, loop
+    # size in simulated time, host calls, checkpoints and the commands that read them back,
+    # int8 quantization, the fp32 host reference
+    *[c for mode in ["PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2", "BROADCAST"]
+      for c in job("train tpu-v2 " + mode, ["--chip", "tpu-v2",
+                                             "--per-host-input-for-training", mode])],
+    *job("train tpu-v2 SLICED evaluation input", ["--chip", "tpu-v2",
+                                                  "--eval-training-input-configuration",
+                                                  "SLICED"]),
+    *job("train tpu-v2 --cores-per-replica 2", ["--chip", "tpu-v2", "--cores-per-replica", "2"]),
+    *job("train tiny --iterations-per-loop 1s", ["--chip", "tiny", "--iterations-per-loop",
+                                                 "1s"]),
+    *job("train tpu-v2 --host-call-every-n-steps 2", ["--chip", "tpu-v2",
+                                                       "--iterations-per-loop", "2",
+                                                       "--host-call-every-n-steps", "2"]),
+    *job("train tiny checkpoints, evaluate, predict",
+         ["--chip", "tiny", "--iterations-per-loop", "2", "--save-checkpoints-steps", "2",
+          "--keep-checkpoint-max", "2", "--model-dir", "model"],
+         ["evaluate", "--chip", "tiny", "--model-dir", "model"],
+         ["predict", "--chip", "tiny", "--model-dir", "model", "--output", "l.npy"],
+         files=["model", "l.npy"],
+         requires=["model/checkpoint.json", "model/ckpt-4.safetensors",
+                   "model/ckpt-6.safetensors", "model/metrics.jsonl"]),
+    *job("train tpu-v4, int8 evaluate and predict on tpu-v4 and tpu-v1",
+         ["--chip", "tpu-v4", "--model-dir", "model"],
+         ["evaluate", "--chip", "tpu-v4", "--model-dir", "model", "--int8"],
+         ["predict", "--chip", "tpu-v4", "--model-dir", "model", "--int8", "--output",
+          "l8.npy"],
+         ["evaluate", "--chip", "tpu-v1", "--model-dir", "model", "--int8"],
+         ["predict", "--chip", "tpu-v1", "--model-dir", "model", "--int8", "--output",
+          "l8v1.npy"],
+         files=["model", "l8.npy", "l8v1.npy"]),
+    *job("train tiny --reference", ["--chip", "tiny", "--reference"]),
 
     # one matrix multiply: every chip, every dtype, both schedules and all dataflows
     gemm("tiny bf16", "--chip", "tiny", "-m", "64", "-k", "64", "-n", "64"),
@@ -188,7 +268,7 @@ CASES = [
     case("behaviour", ["config", "list", "--json"]),
     *[case("behaviour", ["config", "show", p] + j) for p in PRESETS for j in ([], ["--json"])],
     case("behaviour", ["gemm", "--chip", "tpu-v1", "-m", "8", "-k", "8", "-n", "8"],
-         name="gemm bf16 on tpu-v1 (rejected)"),
+         name="gemm bf16 on tpu-v1 (rejected)", expect=1),
 
     # error wording: may change on purpose (issue #10, item 4); reported apart
     case("error wording", [], name="(no arguments)"),
@@ -211,6 +291,11 @@ CASES = [
         ["config"], ["config", "bogus"], ["config", "show"], ["config", "show", "nosuch"],
         ["config", "list", "--bogus"], ["config", "show", "tiny", "--bogus"],
         ["config", "check"], ["config", "check", "missing.json"],
+    ]],
+    # options of `program run` that `program check` ignored before issue #10 (exit status 0)
+    # and refuses since (status 1), on purpose: any status is accepted, the change is shown
+    *[case("error wording", ["program", "check", PROG] + a, expect=ANY) for a in [
+        ["--json"], ["--chips", "2"], ["--seed", "3"], ["--threads", "1"],
     ]],
 
     # help texts: generated from the option table after item 4; reported apart
@@ -240,9 +325,14 @@ def cases_from_inputs(inputs):
                if f.endswith(".json")]
     configs += ["in/config/" + f for f in sorted(os.listdir(os.path.join(inputs, "config")))
                 if f.endswith(".json")]
+    # configs/ holds the presets, all valid; tests/data/config holds ok.json and files that
+    # are each invalid in one way (their checks must fail with status 1)
+    valid = [p for p in configs if p.startswith("in/configs/") or p == "in/config/ok.json"]
     for path in configs:
-        extra.append(case("behaviour", ["config", "check", path]))
-    extra.append(case("behaviour", ["config", "check"] + configs))
+        extra.append(case("behaviour", ["config", "check", path],
+                          expect=0 if path in valid else 1))
+    extra.append(case("behaviour", ["config", "check"] + configs,
+                      expect=0 if configs == valid else 1))
     for path in configs[:3]:
         extra.append(case("behaviour", ["config", "show", path, "--json"]))
     return extra
@@ -334,6 +424,34 @@ def make_inputs(base_src, inputs):
                                                               for i in range(k * n)])
 
 
+def write_fashion_subset(data_dir, dest):
+    """in/fashion: the first FASHION_TRAIN training and FASHION_TEST test images of the
+    Fashion-MNIST in data_dir with their labels, as the four uncompressed IDX files tpusim
+    reads (as tests/cli_harness.py's write_fashion_subset does, without its made-up fallback:
+    without the data the short jobs must fail, not train on noise). Return what is missing,
+    or None; when something is, dest is not made."""
+    import gzip
+    parts = {}
+    for prefix, n in (("train", FASHION_TRAIN), ("t10k", FASHION_TEST)):
+        for kind, header, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
+            src = os.path.join(data_dir, f"{prefix}-{kind}-ubyte.gz")
+            try:
+                with gzip.open(src, "rb") as f:
+                    data = f.read(header + n * size)[header:]
+            except OSError as e:
+                return f"{src}: {e.strerror or e}"
+            if len(data) != n * size:
+                return f"{src} holds fewer than {n} examples"
+            parts[prefix, kind] = (n, data)
+    os.makedirs(dest)
+    for (prefix, kind), (n, data) in parts.items():
+        head = (struct.pack(">IIII", 0x803, n, 28, 28) if kind == "images-idx3"
+                else struct.pack(">II", 0x801, n))
+        with open(os.path.join(dest, f"{prefix}-{kind}-ubyte"), "wb") as f:
+            f.write(head + data)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Running and comparing
 # ---------------------------------------------------------------------------------------------
@@ -378,28 +496,57 @@ def readable(text):
                      for line in text.splitlines())
 
 
-def run_case(tpusim, c, inputs, scratch, epochs):
-    """Run one case in a fresh directory; return (record lines, raw outputs for the sums)."""
+def expand(argv, params):
+    """The case's argv with "{epochs}" replaced and a "{data}" item replaced by its items."""
+    out = []
+    for a in argv:
+        out += params["data"] if a == "{data}" else [a.replace("{epochs}", params["epochs"])]
+    return out
+
+
+def status_ok(status, expect):
+    return (expect == ANY or (expect == NONZERO and status != 0)
+            or (isinstance(expect, int) and status == expect))
+
+
+def run_case(tpusim, c, inputs, scratch, params):
+    """Run one case's commands in one fresh directory, in turn; return (the lines that stand
+    for what they did, the problems: a status other than expected, an output file missing)."""
     cwd = tempfile.mkdtemp(dir=scratch)
     shutil.copytree(inputs, os.path.join(cwd, "in"))
-    argv = [a.replace("{epochs}", epochs) for a in c["argv"]]
-    r = subprocess.run([tpusim] + argv, cwd=cwd, capture_output=True)
-    out = mask_text(mask_json_keys(r.stdout.decode(errors="replace"), c.get("json_mask", [])))
-    err = mask_text(r.stderr.decode(errors="replace"))
-    rec = [f"exit status {r.returncode}", "--- stdout"] + readable(out).splitlines()
-    rec += ["--- stderr"] + readable(err).splitlines()
+    rec, problems = [], []
+    for argv, expect in c["runs"]:
+        argv = expand(argv, params)
+        r = subprocess.run([tpusim] + argv, cwd=cwd, capture_output=True)
+        out = mask_text(mask_json_keys(r.stdout.decode(errors="replace"),
+                                       c.get("json_mask", [])))
+        err = mask_text(r.stderr.decode(errors="replace"))
+        if len(c["runs"]) > 1:
+            rec.append("$ tpusim " + " ".join(argv))
+        rec += [f"exit status {r.returncode}", "--- stdout"] + readable(out).splitlines()
+        rec += ["--- stderr"] + readable(err).splitlines()
+        if not status_ok(r.returncode, expect):
+            problems.append(f"exit status {r.returncode}, expected {expect}: tpusim "
+                            + " ".join(argv))
+            problems += ["  " + line for line in err.splitlines()[-3:]]
     masks = c.get("file_masks", {})
     for name in c.get("files", []):
         path = os.path.join(cwd, name)
         if os.path.isdir(path):
+            if not os.listdir(path):
+                problems.append(f"directory {name} is empty")
             for f in sorted(os.listdir(path)):
                 rec += describe_file(os.path.join(path, f), name + "/" + f, masks)
         elif os.path.isfile(path):
             rec += describe_file(path, name, masks)
         else:
             rec.append(f"file {name}: missing")
+            problems.append(f"file {name} missing")
+    for name in c.get("requires", []):
+        if not os.path.isfile(os.path.join(cwd, name)):
+            problems.append(f"file {name} missing")
     shutil.rmtree(cwd)
-    return rec
+    return rec, problems
 
 
 def first_diff(base, head, max_lines=24):
@@ -408,19 +555,30 @@ def first_diff(base, head, max_lines=24):
     return diff[:max_lines] + ([f"... ({more} more diff lines)"] if more > 0 else [])
 
 
-def compare_all(cases, builds, inputs, scratch, epochs):
-    """Run every case with both builds; print one line per case; return counts per section."""
+def compare_all(cases, builds, inputs, scratch, params):
+    """Run every case with both builds; print one line per case; return counts per section:
+    [same, different, failed]. A case FAILED when a command of it ended with another exit
+    status than the case expects, or a file it must leave is missing, with either build:
+    then the two builds agreeing shows nothing (e.g. both failed to find the data)."""
     counts = {}
     section = None
     for c in cases:
         if c["section"] != section:
             section = c["section"]
             print(f"\n== {section}")
-        recs = [run_case(b["tpusim"], c, inputs, scratch, epochs) for b in builds]
+        results = [run_case(b["tpusim"], c, inputs, scratch, params) for b in builds]
+        recs = [rec for rec, _ in results]
         same = recs[0] == recs[1]
-        counts.setdefault(section, [0, 0])[0 if same else 1] += 1
-        name = c["name"].replace("{epochs}", epochs)
-        print(f"  {'same     ' if same else 'DIFFERENT'}  {name}", flush=True)
+        failed = any(problems for _, problems in results)
+        verdict = 2 if failed else 0 if same else 1
+        counts.setdefault(section, [0, 0, 0])[verdict] += 1
+        name = c["name"].replace("{epochs}", params["epochs"])
+        word = "FAILED   " if failed else "same     " if same else "DIFFERENT"
+        print(f"  {word}  {name}{' (and DIFFERENT)' if failed and not same else ''}",
+              flush=True)
+        for b, (_, problems) in zip(builds, results):
+            for line in problems:
+                print(f"      {b['label']}: {line}")
         if not same:
             for line in first_diff(recs[0], recs[1]):
                 print("      " + line)
@@ -522,6 +680,10 @@ def main():
     p.add_argument("--quick", action="store_true", help="main job for 1 epoch, not 15")
     p.add_argument("--rounds", type=int, default=3, help="benchmark rounds per build (3)")
     p.add_argument("--no-bench", action="store_true", help="skip the benchmarks")
+    p.add_argument("--only", metavar="REGEX", help="run only the cases whose name matches")
+    p.add_argument("--data-dir", help="Fashion-MNIST's .gz IDX files, for the main job (given"
+                   " as its --data) and the subset of the short jobs (default: the Debian"
+                   " package's " + FASHION_DIR + ", the main job's own default)")
     args = p.parse_args()
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: give at least 1 (3 or more to judge the noise)")
@@ -551,15 +713,24 @@ def main():
 
         inputs = os.path.join(scratch, "inputs")
         make_inputs(builds[0]["src"], inputs)
+        data_dir = os.path.abspath(args.data_dir) if args.data_dir else FASHION_DIR
+        missing = write_fashion_subset(data_dir, os.path.join(inputs, "fashion"))
+        if missing:
+            print(f"no Fashion-MNIST: {missing}; the cases that train will FAIL")
         cases = CASES + cases_from_inputs(inputs)
         cases.sort(key=lambda c: SECTIONS.index(c["section"]))   # stable: keeps the order
-        epochs = QUICK_EPOCHS if args.quick else MAIN_JOB_EPOCHS
-        print(f"\nmain job: tpusim {' '.join(MAIN_JOB).replace('{epochs}', epochs)} ...")
+        if args.only:
+            cases = [c for c in cases if re.search(args.only, c["name"])]
+        params = dict(epochs=QUICK_EPOCHS if args.quick else MAIN_JOB_EPOCHS,
+                      data=["--data", data_dir] if args.data_dir else [])
+        print(f"\nmain job: tpusim {' '.join(expand(MAIN_JOB, params))} ...")
+        print(f"short jobs: tpusim train {' '.join(SMALL)} ..., in/fashion: the first"
+              f" {FASHION_TRAIN} training and {FASHION_TEST} test examples of {data_dir}")
         print("masked JSON keys (wall clock): train --json "
               + ", ".join(TRAIN_JSON_WALL_KEYS) + "; metrics.jsonl "
               + ", ".join(METRICS_WALL_KEYS) + "; gemm --json " + ", ".join(GEMM_JSON_WALL_KEYS))
         print("masked text (wall clock): " + "; ".join(p for p, _ in TEXT_MASKS))
-        counts = compare_all(cases, builds, inputs, scratch, epochs)
+        counts = compare_all(cases, builds, inputs, scratch, params)
 
         perf = "not run (--no-bench)"
         if not args.no_bench:
@@ -570,13 +741,13 @@ def main():
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
-    same = sum(c[0] for c in counts.values())
-    diff = sum(c[1] for c in counts.values())
-    behaviour_diff = counts.get("behaviour", [0, 0])[1]
+    same, diff, failed = (sum(c[i] for c in counts.values()) for i in range(3))
+    behaviour_diff = counts.get("behaviour", [0, 0, 0])[1]
     parts = ", ".join(f"{s} {c[1]} different" for s, c in counts.items() if s != "behaviour")
-    print(f"\nbehaviour: {same} same, {diff} different"
-          f" ({behaviour_diff} in behaviour; {parts}); performance: {perf}")
-    return 1 if behaviour_diff else 0
+    parts = "; " + parts if parts else ""
+    print(f"\nbehaviour: {same} same, {diff} different, {failed} FAILED"
+          f" ({behaviour_diff} different in behaviour{parts}); performance: {perf}")
+    return 1 if behaviour_diff or failed else 0
 
 
 if __name__ == "__main__":
