@@ -15,6 +15,7 @@
 
 #include "op_table.h"
 #include "tpusim/program.h"
+#include "util.h" /* TPU__PRINTF */
 
 /* How an attribute's value is written. */
 enum tpu__text_attr_type {
@@ -79,7 +80,8 @@ struct tpu__op_line {
 
 /* program_parse.c: the error at `at` (a position in the current line) as "origin:line:col:
  * message", TPU_EPARSE; the cursor and the names (each as its definition says). */
-int tpu__parse_verror(struct tpu__parser *ps, const char *at, const char *fmt, va_list ap);
+int tpu__parse_verror(struct tpu__parser *ps, const char *at, const char *fmt, va_list ap)
+    TPU__PRINTF(3, 0);
 bool tpu__parse_is_ident_start(char c);
 void tpu__parse_skip_ws(struct tpu__parser *ps);
 bool tpu__parse_at_eol(struct tpu__parser *ps);
