@@ -27,9 +27,9 @@ static int (*entry(const struct tpu__cli_table_ref *ref))(int, char **)
 }
 
 /* Runs the subcommand of ref with extra arguments; returns its exit code, and what it
- * printed on stderr in err (cap bytes). */
-static int run(const struct tpu__cli_table_ref *ref, const char *a1, const char *a2, char *err,
-               size_t cap)
+ * printed on file descriptor `fd` (1 or 2) in out (cap bytes). */
+static int run_fd(const struct tpu__cli_table_ref *ref, const char *a1, const char *a2, int fd_no,
+                  char *out, size_t cap)
 {
     char *argv[6];
     int argc = 0;
@@ -44,19 +44,28 @@ static int run(const struct tpu__cli_table_ref *ref, const char *a1, const char 
     char path[] = "/tmp/tpusim-cli-options-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
+    fflush(stdout);
     fflush(stderr);
-    int saved = dup(2);
+    int saved = dup(fd_no);
     assert_true(saved >= 0);
-    assert_true(dup2(fd, 2) >= 0);
+    assert_true(dup2(fd, fd_no) >= 0);
     int rc = entry(ref)(argc, argv);
+    fflush(stdout);
     fflush(stderr);
-    assert_true(dup2(saved, 2) >= 0);
+    assert_true(dup2(saved, fd_no) >= 0);
     close(saved);
-    ssize_t n = pread(fd, err, cap - 1, 0);
-    err[n > 0 ? n : 0] = '\0';
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
     close(fd);
     unlink(path);
     return rc;
+}
+
+/* run_fd on stderr: the errors. */
+static int run(const struct tpu__cli_table_ref *ref, const char *a1, const char *a2, char *err,
+               size_t cap)
+{
+    return run_fd(ref, a1, a2, 2, err, cap);
 }
 
 static const char *cmd_words(const struct tpu__cli_table_ref *ref, char *buf, size_t n)
@@ -96,6 +105,12 @@ static void every_option_is_in_help(void **state)
             }
         }
         assert_non_null(strstr(text, "\n  -h, --help "));
+        /* and the subcommand's real --help prints the table's text */
+        static char printed[65536];
+        assert_int_equal(run_fd(&refs[t], "--help", NULL, 1, printed, sizeof printed), 0);
+        if (!strstr(printed, text))
+            fail_msg("tpusim %s --help does not print its table's options",
+                     cmd_words(&refs[t], words, sizeof words));
         free(text);
     }
 }
