@@ -1479,6 +1479,8 @@ static void test_op_table_units(void **state)
                              unit == TPU_UNIT_ICI || code == TPU_OP_LOOP_BEGIN ||
                              code == TPU_OP_LOOP_END;
         assert_true(unit != TPU_UNIT_DMA); /* DMA streams operands; it runs no op */
+        /* the public question reads the same column */
+        assert_int_equal(tpu_opcode_is_collective(code), unit == TPU_UNIT_ICI);
         if (unit == TPU_UNIT_VPU)
             assert_true(tpu__vpu_ops_per_element(code) >= 1);
         else
@@ -1490,6 +1492,10 @@ static void test_op_table_units(void **state)
         }
     }
     assert_int_equal(tpu__op_unit(TPU_OP_MATMUL), TPU_UNIT_MXU);
+    assert_true(tpu_opcode_is_collective(TPU_OP_ALL_REDUCE));
+    assert_true(tpu_opcode_is_collective(TPU_OP_COLLECTIVE_PERMUTE));
+    assert_false(tpu_opcode_is_collective(TPU_OP_MATMUL));
+    assert_false(tpu_opcode_is_collective(TPU_OP_COUNT));
     assert_int_equal(tpu__op_unit(TPU_OP_VAR_ADD), TPU_UNIT_CTRL);
     assert_int_equal(tpu__vpu_ops_per_element(TPU_OP_ADAM), 22);
     bfree(&s);

@@ -355,6 +355,9 @@ unsigned tpu_opcode_n_in(enum tpu_opcode code);
 const char *tpu_opcode_operand_name(enum tpu_opcode code, bool is_output, unsigned i);
 /* The attributes the op reads: TPU_ATTR_* bits. */
 unsigned tpu_opcode_attrs(enum tpu_opcode code);
+/* Whether the op is a collective: it occupies the interconnect (its table row's unit is ICI)
+ * and involves other cores. */
+bool tpu_opcode_is_collective(enum tpu_opcode code);
 
 /* "param", "temp"; "unknown" otherwise. */
 const char *tpu_buf_kind_name(enum tpu_buf_kind k);

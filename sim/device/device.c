@@ -211,9 +211,9 @@ static bool has_cross_chip_collective(const struct tpu_device *dev, const struct
     const bool replica_spans = dev->s.cores_per_replica > dev->s.chip.cores_per_chip;
     for (size_t i = 0; i < tpu_program_n_ops(p); i++) {
         const struct tpu_op *op = tpu_program_op(p, i);
-        bool within_replica = op->code == TPU_OP_COLLECTIVE_PERMUTE &&
+        bool within_replica = (tpu_opcode_attrs(op->code) & TPU_ATTR_GROUP) &&
                               op->attrs.group == TPU_GROUP_REPLICA_CORES;
-        if (op->code == TPU_OP_ALL_REDUCE || op->code == TPU_OP_COLLECTIVE_PERMUTE) {
+        if (tpu_opcode_is_collective(op->code)) {
             if (within_replica ? replica_spans : replicas_span)
                 return true;
         }

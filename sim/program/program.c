@@ -107,6 +107,26 @@ unsigned tpu_opcode_attrs(enum tpu_opcode code)
     return tpu__op_info(code)->attrs;
 }
 
+/* the unit column, read as "is it the interconnect" (the units are device.h's business) */
+#define TPU__ICI_MXU false
+#define TPU__ICI_VPU false
+#define TPU__ICI_INFEED false
+#define TPU__ICI_OUTFEED false
+#define TPU__ICI_ICI true
+#define TPU__ICI_CTRL false
+
+bool tpu_opcode_is_collective(enum tpu_opcode code)
+{
+    static const bool ici[TPU_OP_COUNT] = {
+#define TPU__OP_ICI(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required, unit, \
+                    vpu_ops, sem)                                                                \
+    [TPU_OP_##e] = TPU__ICI_##unit,
+        TPU_OP_TABLE(TPU__OP_ICI)
+#undef TPU__OP_ICI
+    };
+    return (unsigned)code < TPU_OP_COUNT && ici[code];
+}
+
 void tpu_op_init(struct tpu_op *op, enum tpu_opcode code)
 {
     memset(op, 0, sizeof *op);
