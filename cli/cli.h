@@ -30,6 +30,12 @@ int tpu__cli_program(int argc, char **argv);
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Prints the one wording for a word that is none of the commands `names` (NULL-ended) of
+ * `cmd` ("program", "config"; NULL for tpusim itself): "'x' is not a command of tpusim
+ * program; the commands are check and run (run 'tpusim program --help')". Returns
+ * TPU_CLI_USAGE. */
+int tpu__cli_unknown_command(const char *cmd, const char *word, const char *const *names);
+
 /* Seconds on the monotonic clock (the simulator's own wall time, for reports). */
 double tpu__cli_now_s(void);
 

@@ -533,8 +533,6 @@ int tpu__cli_config(int argc, char **argv)
         return cmd_show(argc - 1, argv + 1);
     if (!strcmp(sub, "check"))
         return cmd_check(argc - 1, argv + 1);
-    return tpu__cli_error("config", TPU_CLI_USAGE,
-                          "'%s' is not a config command; the commands are list, show and "
-                          "check (run 'tpusim config --help')",
-                          sub);
+    return tpu__cli_unknown_command("config", sub,
+                                    (const char *const[]){"list", "show", "check", NULL});
 }

@@ -136,10 +136,8 @@ static int parse_args(int argc, char **argv, struct prog_opts *o)
         return argc < 2 ? TPU_CLI_USAGE : TPU__CLI_HELP;
     }
     o->sub = argv[1];
-    char qb[TPU__QUOTE_BYTES];
     if (strcmp(o->sub, "check") && strcmp(o->sub, "run"))
-        return tpu__cli_error(CMD, TPU_CLI_USAGE, "'%s' is not 'check' or 'run'; see 'tpusim "
-                              "program --help'", tpu__quote(o->sub, qb, sizeof qb));
+        return tpu__cli_unknown_command(CMD, o->sub, (const char *const[]){"check", "run", NULL});
     const bool check = !strcmp(o->sub, "check");
     const struct tpu__cli_parse p = {.table = &tpu__cli_program_options,
                                      .cmd = CMD,

@@ -28,6 +28,25 @@ int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
     return code;
 }
 
+int tpu__cli_unknown_command(const char *cmd, const char *word, const char *const *names)
+{
+    char list[256] = "", qb[TPU__QUOTE_BYTES];
+    size_t n = 0, len = 0;
+    while (names[n])
+        n++;
+    for (size_t i = 0; i < n && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                                i == 0 ? "" : i + 1 == n ? " and " : ", ", names[i]);
+    tpu__quote(word, qb, sizeof qb);
+    if (!cmd) {
+        fprintf(stderr, "tpusim: error: '%s' is not a command of tpusim; the commands are %s "
+                "(run 'tpusim --help')\n", qb, list);
+        return TPU_CLI_USAGE;
+    }
+    return tpu__cli_error(cmd, TPU_CLI_USAGE, "'%s' is not a command of tpusim %s; the commands "
+                          "are %s (run 'tpusim %s --help')", qb, cmd, list, cmd);
+}
+
 void tpu__cli_json_string(FILE *f, const char *s)
 {
     fputc('"', f);

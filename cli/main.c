@@ -39,7 +39,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "tpusim: error: '%s' is not a command; run 'tpusim --help' for the list\n",
-            argv[1]);
-    return TPU_CLI_USAGE;
+    const char *names[sizeof commands / sizeof commands[0] + 1] = {NULL};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        names[i] = commands[i].name;
+    return tpu__cli_unknown_command(NULL, argv[1], names);
 }

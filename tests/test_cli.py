@@ -68,7 +68,11 @@ def ref_gemm_bf16(a, b, R):
 def top_level_help_and_unknown_command():
     p = run('--help')
     assert 'gemm' in p.stdout and 'config' in p.stdout
-    expect_error(['frobnicate'], 2, "'frobnicate' is not a command")
+    expect_error(['frobnicate'], 2, "tpusim: error: 'frobnicate' is not a command of tpusim; the "
+                 "commands are train, evaluate, predict, program, config and gemm (run 'tpusim "
+                 "--help')\n")
+    expect_error(['config', 'frob'], 2, "tpusim config: error: 'frob' is not a command of tpusim "
+                 "config; the commands are list, show and check (run 'tpusim config --help')\n")
     run(expect=2)
 
 
@@ -412,7 +416,9 @@ def program_check_and_run():
     expect_error(['program', 'run', src, '--var', 'nosuch=3'], 2, "no variable 'nosuch'")
     expect_error(['program', 'run', src, '--var', 'iterations'], 2, "is not NAME=INTEGER")
     expect_error(['program', 'check', '/nonexistent.tpuprog'], 1, "cannot open '/nonexistent")
-    expect_error(['program', 'frob'], 2, "'frob' is not 'check' or 'run'")
+    expect_error(['program', 'frob'], 2, "tpusim program: error: 'frob' is not a command of "
+                 "tpusim program; the commands are check and run (run 'tpusim program "
+                 "--help')\n")
     # the wordings every subcommand shares, and run's options refused by check
     expect_error(['program', 'run', src, '--bogus'], 2, "unknown option '--bogus'; run "
                  "'tpusim program --help' for the list")
