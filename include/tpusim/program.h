@@ -258,8 +258,11 @@ struct tpu_op {
     struct tpu_op_attrs attrs;
 };
 
+/* The longest name of a program, buffer or variable, in characters (a NUL follows). */
+#define TPU_PROGRAM_NAME_MAX 47
+
 struct tpu_buffer_desc {
-    char name[48];
+    char name[TPU_PROGRAM_NAME_MAX + 1];
     enum tpu_dtype dtype;
     enum tpu_buf_kind kind;
     uint32_t rows, cols;

@@ -14,7 +14,6 @@
 #include "tpusim/program.h"
 #include "util.h"
 
-#define NAME_MAX_CHARS 47 /* struct tpu_buffer_desc's name holds 47 characters and a NUL */
 
 /* One slot of the name index: an id into bufs or vars, or empty. */
 struct name_slot {
@@ -24,10 +23,10 @@ struct name_slot {
 };
 
 struct tpu_program {
-    char name[NAME_MAX_CHARS + 1];
+    char name[TPU_PROGRAM_NAME_MAX + 1];
     struct tpu_buffer_desc *bufs;
     size_t n_bufs, cap_bufs;
-    char (*vars)[NAME_MAX_CHARS + 1];
+    char (*vars)[TPU_PROGRAM_NAME_MAX + 1];
     size_t n_vars, cap_vars;
     struct tpu_op *ops;
     size_t n_ops, cap_ops;
@@ -241,9 +240,9 @@ static int check_name(const char *name, const char *what, struct tpu_diag *d)
         return tpu__fail(d, TPU_EINVAL, "%s name is empty; give it an identifier such as "
                          "'x' or 'w1'", what);
     size_t len = strlen(name);
-    if (len > NAME_MAX_CHARS)
+    if (len > TPU_PROGRAM_NAME_MAX)
         return tpu__fail(d, TPU_EINVAL, "%s name '%.60s%s' has %zu characters; at most %d "
-                         "are allowed", what, name, len > 60 ? "..." : "", len, NAME_MAX_CHARS);
+                         "are allowed", what, name, len > 60 ? "..." : "", len, TPU_PROGRAM_NAME_MAX);
     bool ok = is_ident_start(name[0]);
     for (size_t i = 1; ok && i < len; i++)
         ok = is_ident_char(name[i]);

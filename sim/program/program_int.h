@@ -49,8 +49,8 @@ float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit);
 
 /* ---- parsing: program_parse.c and program_parse_attr.c --------------------------------------- */
 
-/* The longest NAME of the text form, in characters. */
-#define TPU__TEXT_NAME_MAX_CHARS 47
+/* The longest NAME of the text form, in characters: program.h's limit. */
+#define TPU__TEXT_NAME_MAX_CHARS TPU_PROGRAM_NAME_MAX
 
 /* The parser's state while it reads one text (tpu_program_parse). */
 struct tpu__parser {
