@@ -302,7 +302,9 @@ struct tpu_device_backend {
 
     /* Makes the backend's state for a device of settings s (checked as above; s and what it
      * points to may be gone after open returns, except s->mxu, which outlives the device).
-     * On failure *impl is untouched and nothing is left allocated. */
+     * A backend that cannot run its matrix units on a provider refuses a non-NULL s->mxu
+     * with TPU_EUNSUPPORTED, naming itself. On failure *impl is untouched and nothing is
+     * left allocated. */
     int (*open)(void *ctx, const struct tpu_device_settings *s, void **impl,
                 struct tpu_diag *d);
     /* Frees everything of impl. Never called during a run. */
