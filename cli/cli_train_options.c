@@ -182,7 +182,7 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "train X epochs (default 1)"},
     {.name = "--iterations-per-loop", .kind = TPU__CLI_CUSTOM, .set = set_ipl,
      .max_chars = OPT_TEXT_MAX, .arg = "N|Ns|Nm|Nh",
-     .help = "steps per launch, or simulated time per launch"},
+     .help = "steps per launch (default 100), or simulated time per launch"},
     {.name = "--train-batch-size", .kind = TPU__CLI_U64, T(rc.train_batch_size), .min = 1,
      .max = BATCH_MAX, .arg = "N", .help = "global batch (default 512, as the next two)"},
     {.name = "--eval-batch-size", .kind = TPU__CLI_U64, T(rc.eval_batch_size), .min = 1,
