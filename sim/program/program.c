@@ -242,7 +242,8 @@ static int check_name(const char *name, const char *what, struct tpu_diag *d)
     size_t len = strlen(name);
     if (len > TPU_PROGRAM_NAME_MAX)
         return tpu__fail(d, TPU_EINVAL, "%s name '%.60s%s' has %zu characters; at most %d "
-                         "are allowed", what, name, len > 60 ? "..." : "", len, TPU_PROGRAM_NAME_MAX);
+                         "are allowed", what, name, len > 60 ? "..." : "", len,
+                         TPU_PROGRAM_NAME_MAX);
     bool ok = is_ident_start(name[0]);
     for (size_t i = 1; ok && i < len; i++)
         ok = is_ident_char(name[i]);
