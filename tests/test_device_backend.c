@@ -23,6 +23,7 @@
 #include "tpusim/device.h"
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
+#include "toy_dataset.h"
 
 /* ---- the wrapper backend -------------------------------------------------------------------- */
 
@@ -252,31 +253,15 @@ static void clear_entry(struct tpu_device_backend *b, enum entry e)
 
 /* ---- a training run ------------------------------------------------------------------------ */
 
-enum { FEATURES = 16, HIDDEN = 12, CLASSES = 4, STEPS = 10, IPL = 4, MAX_CORES = 8 };
+enum {
+    FEATURES = TOY_FEATURES,
+    HIDDEN = 12,
+    CLASSES = TOY_CLASSES,
+    STEPS = 10,
+    IPL = 4,
+    MAX_CORES = 8
+};
 
-/* 4 classes: feature j is about 1 when j % 4 is the class, about 0 otherwise. */
-static void make_dataset(struct tpu_dataset *ds, uint32_t n)
-{
-    memset(ds, 0, sizeof *ds);
-    ds->n_examples = n;
-    ds->n_features = FEATURES;
-    ds->image_rows = 4;
-    ds->image_cols = 4;
-    ds->n_classes = CLASSES;
-    ds->x = malloc((size_t)n * FEATURES * sizeof *ds->x);
-    ds->y = malloc((size_t)n * sizeof *ds->y);
-    assert_non_null(ds->x);
-    assert_non_null(ds->y);
-    uint32_t r = 2654435762u;
-    for (uint32_t i = 0; i < n; i++) {
-        ds->y[i] = (int32_t)(i * 7 % CLASSES);
-        for (uint32_t j = 0; j < FEATURES; j++) {
-            r = r * 1103515245u + 12345u;
-            float noise = (float)((r >> 16) % 1000) / 1000.0f * 0.6f - 0.3f;
-            ds->x[(size_t)i * FEATURES + j] = (j % CLASSES == (uint32_t)ds->y[i]) + noise;
-        }
-    }
-}
 
 /* Everything a run produced that a backend could change. */
 struct outcome {
@@ -411,7 +396,7 @@ static void train_on(const struct tpu_device_backend *backend, struct outcome *o
         fail_msg("estimator: %s", d.msg);
 
     struct tpu_dataset ds;
-    make_dataset(&ds, 200);
+    toy_dataset(&ds, 200, 1);
     struct tpu_dataset_input in;
     tpu_dataset_input_init(&in, &ds, 3);
     if (tpu_estimator_train(est, &in.input, STEPS, 0, &d) != 0)

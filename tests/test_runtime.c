@@ -25,32 +25,10 @@
 #include "tpusim/device.h"
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
+#include "toy_dataset.h"
 
-enum { FEATURES = 16, CLASSES = 4 };
+enum { FEATURES = TOY_FEATURES, CLASSES = TOY_CLASSES };
 
-/* 4 classes: feature j is about 1 when j % 4 is the class, about 0 otherwise. */
-static void make_dataset(struct tpu_dataset *ds, uint32_t n, uint32_t seed)
-{
-    memset(ds, 0, sizeof *ds);
-    ds->n_examples = n;
-    ds->n_features = FEATURES;
-    ds->image_rows = 4;
-    ds->image_cols = 4;
-    ds->n_classes = CLASSES;
-    ds->x = malloc((size_t)n * FEATURES * sizeof *ds->x);
-    ds->y = malloc((size_t)n * sizeof *ds->y);
-    assert_non_null(ds->x);
-    assert_non_null(ds->y);
-    uint32_t r = seed * 2654435761u + 1;
-    for (uint32_t i = 0; i < n; i++) {
-        ds->y[i] = (int32_t)(i * 7 % CLASSES);
-        for (uint32_t j = 0; j < FEATURES; j++) {
-            r = r * 1103515245u + 12345u;
-            float noise = (float)((r >> 16) % 1000) / 1000.0f * 0.6f - 0.3f;
-            ds->x[(size_t)i * FEATURES + j] = (j % CLASSES == (uint32_t)ds->y[i]) + noise;
-        }
-    }
-}
 
 struct recorder {
     uint64_t boundaries[64];
@@ -146,7 +124,7 @@ static struct env *env_new(void)
     struct env *e = calloc(1, sizeof *e);
     assert_non_null(e);
     env_default_config(e);
-    make_dataset(&e->ds, 200, 1);
+    toy_dataset(&e->ds, 200, 1);
     tpu_dataset_input_init(&e->in, &e->ds, 3);
     return e;
 }
@@ -607,7 +585,7 @@ static void test_eval_and_predict_count_every_example_once(void **state)
     (void)state;
     struct env *e = env_new();
     tpu_dataset_free(&e->ds);
-    make_dataset(&e->ds, 203, 2); /* 12 full batches of 16 and one of 11 */
+    toy_dataset(&e->ds, 203, 2); /* 12 full batches of 16 and one of 11 */
     assert_int_equal(env_open(e, NULL), 0);
     train_ok(e, 40, 0);
     struct tpu_eval_result ev;
@@ -1238,7 +1216,7 @@ static int memory_child(void)
     if (setrlimit(RLIMIT_AS, &rl))
         return 6;
     struct tpu_dataset ds;
-    make_dataset(&ds, 64, 1);
+    toy_dataset(&ds, 64, 1);
     struct tpu_dataset_input in;
     tpu_dataset_input_init(&in, &ds, 3);
     int rc = tpu_estimator_train(est, &in.input, 1, 0, &d);
