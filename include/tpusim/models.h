@@ -29,6 +29,7 @@ extern "C" {
 enum tpu_optimizer {
     TPU_OPT_SGD_MOMENTUM = 0,
     TPU_OPT_ADAM = 1,
+    TPU_OPT_ADAMW = 2, /* Adam with decoupled weight decay (layer graphs, net.h) */
 };
 
 struct tpu_mlp_spec {

@@ -100,12 +100,16 @@ enum tpu_mode { TPU_MODE_TRAIN = 0, TPU_MODE_EVAL, TPU_MODE_PREDICT };
  * the tensors in `infeed` order each step, and outfeed the tensors in `outfeed` order each
  * step (train: a [1][1] loss scaled by 1/global batch; eval: a [1][1] loss sum and [1][2]
  * counts (correct, real examples); predict: [batch][classes] outputs). */
+#define TPU_MODEL_MAX_PARAMS 4096
+
 struct tpu_model_program {
     struct tpu_program *prog;       /* owned by the runtime after build returns */
     uint32_t var_iterations, var_step;
     uint32_t n_infeed, infeed[4];
     uint32_t n_outfeed, outfeed[4];
-    uint32_t n_params, params[256];  /* checkpointed state, in a fixed order */
+    uint32_t n_params, params[TPU_MODEL_MAX_PARAMS]; /* checkpointed state, in a fixed order */
+    bool no_accuracy;                /* eval's counts hold no correct answers (a regression
+                                        loss): the accuracy is NaN */
 };
 
 struct tpu_model {

@@ -22,6 +22,7 @@
 
 #include "tpusim/runtime.h"
 #include "tpusim/models.h"
+#include "tpusim/net.h"
 #include "tpusim/reference.h"
 #include "tpusim/quantize.h"
 #include "tpusim/dataset.h"
