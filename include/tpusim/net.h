@@ -194,10 +194,13 @@ struct tpu_train_spec {
     enum tpu_lr_schedule_kind schedule;
     uint32_t warmup_steps, decay_steps;
     float decay_rate;
+    uint64_t seed;                   /* the dropout masks' seed, mixed with each dropout
+                                        layer's index (set it to the run's seed; the
+                                        program builder does not see the run config) */
 };
 
 /* Defaults: Adam, lr 0.001, betas 0.9/0.999, epsilon 1e-7, momentum 0.9, weight decay 0.004,
- * passes 1, constant schedule. */
+ * passes 1, constant schedule, seed 0. */
 void tpu_train_spec_default(struct tpu_train_spec *s);
 /* Checks a spec (names the field, the rule and the fix). */
 int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
