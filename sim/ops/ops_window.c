@@ -270,7 +270,8 @@ int tpu__ops_window(const struct tpu_op *op, const struct tpu__op_ctx *cx, struc
     case TPU_OP_MAX_POOL_GRAD: { /* the output is the image */
         rc = get_geom(op, out_role, tpu__ops_count(out), &g, d);
         const bool cols = op->code == TPU_OP_COL2IM;
-        const struct tpu__bufmem *x = cols ? NULL : &cx->bufs[op->in[1]];
+        const struct tpu__bufmem *x =
+            op->code == TPU_OP_MAX_POOL_GRAD ? &cx->bufs[op->in[1]] : NULL;
         if (!rc)
             rc = check_f32_elems(d, op, out_role, out, g.n * g.h * g.w * g.c);
         if (!rc && x)
