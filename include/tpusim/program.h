@@ -109,7 +109,8 @@
  *     }
  * Attributes are written name=value after the inputs with the names of the fields of
  * struct tpu_op_attrs (flags trans_a, trans_b, accumulate stand alone; reduce=sum|mean,
- * group=replicas|replica_cores); var_add's variable and imm are positional. */
+ * group=replicas|replica_cores; the window by its own fields: "h=28 w=28 c=1 kh=3 kw=3 sh=1
+ * sw=1 pt=0 pl=0 ho=26 wo=26", all required); var_add's variable and imm are positional. */
 #ifndef TPUSIM_PROGRAM_H
 #define TPUSIM_PROGRAM_H
 
