@@ -88,8 +88,8 @@
  *   loop_begin / loop_end                 the loop over variable `var`
  *
  * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize,
- * reshape and collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
- * also reads (in place) only where that is safe while streaming (the table's `alias`
+ * reshape and collective_permute takes and gives f32 (labels are int32). An op may write a
+ * buffer it also reads (in place) only where that is safe while streaming (the table's `alias`
  * column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad, exp) and
  * all_reduce; the optimizers update their outputs in place by definition (`rmw`). A temp
  * holds one value per pass: it is written once by an op that does not read it, then

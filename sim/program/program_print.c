@@ -57,6 +57,9 @@ const struct tpu__text_attr tpu__text_attrs[] = {
     {TPU_ATTR_WINDOW, "wo", TPU__TA_WINDOW, "wo=<cols>"},
 };
 const size_t tpu__text_n_attrs = sizeof tpu__text_attrs / sizeof tpu__text_attrs[0];
+/* the parser keeps one bit per entry in a uint64_t (program_parse_attr.c) */
+_Static_assert(sizeof tpu__text_attrs / sizeof tpu__text_attrs[0] <= 64,
+               "at most 64 text attributes");
 
 int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit)
 {
