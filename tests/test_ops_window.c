@@ -486,6 +486,23 @@ static void test_pooling_by_hand(void **state)
     op = mkop(TPU_OP_AVG_POOL_GRAD, 0, 2, X, &g);
     run_ok(&op, &s);
     expect_same(dx, (const float[]){3, 3, 0, 3, 3, 0, 0, 0, 0}, 9, "avg grad corner");
+    /* a NaN in a window propagates to its max, and its gradient goes to the first NaN */
+    g = make_geo(1, 2, 2, 1, 2, 2, 1, 1, false);
+    x = bset(&s, 1, TPU_F32, 2, 2);
+    y = bset(&s, 0, TPU_F32, 1, 1);
+    x[0] = 1.0f;
+    x[1] = NAN;
+    x[2] = 3.0f;
+    x[3] = NAN;
+    op = mkop(TPU_OP_MAX_POOL, 0, 1, X, &g);
+    run_ok(&op, &s);
+    assert_true(isnan(y[0]));
+    dy = bset(&s, 2, TPU_F32, 1, 1);
+    dx = bset(&s, 0, TPU_F32, 2, 2);
+    dy[0] = 2.0f;
+    op = mkop(TPU_OP_MAX_POOL_GRAD, 0, 2, 1, &g);
+    run_ok(&op, &s);
+    expect_same(dx, (const float[]){0, 2, 0, 0}, 4, "NaN max grad");
     bfree(&s);
 }
 
