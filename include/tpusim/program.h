@@ -40,6 +40,31 @@
  *                                         x), -127, 127), round to nearest even, NaN -> 0
  *                                         (alpha = 1 / the scale; symmetric: -128 unused)
  *   reduce_sum, reduce_max  out y; in x   over axis 0 (y is [1][cols]) or 1 (y is [rows][1])
+ *   Window ops (conv and pooling; attribute group win, struct tpu_window): the image x is
+ *   NHWC with N = elements(x) / (h*w*c) examples, in any 2-D shape of N*h*w*c elements (the
+ *   net stores [N*h*w][c], the infeed gives [N][h*w*c]: the same bytes). Output position
+ *   (n, oy, ox) reads the window offsets (ky, kx) at iy = oy*sh + ky - pt, ix = ox*sw + kx -
+ *   pl; positions outside the image are padding.
+ *   im2col   out y; in x                  y [N*ho*wo][kh*kw*c]: row (n, oy, ox), column
+ *                                         (ky, kx, ci), both row-major, = x[n, iy, ix, ci],
+ *                                         0 on padding (conv2d = im2col, then matmul by the
+ *                                         HWIO kernel as [kh*kw*c][filters])
+ *   col2im   out y; in cols               the adjoint of im2col: y (N*h*w*c elements, any
+ *                                         2-D shape) starts at 0, then every cols entry, rows
+ *                                         in order and columns in order, is added to the
+ *                                         position it was read from (padding dropped)
+ *   max_pool out y; in x                  y [N*ho*wo][c] = max over the window's in-image
+ *                                         positions (padding never wins)
+ *   max_pool_grad out dx; in dy, x        dx (x's shape) starts at 0; each dy [N*ho*wo][c],
+ *                                         in order, is added at the FIRST (ky, kx order)
+ *                                         in-image position holding its window's max
+ *   avg_pool out y; in x                  y [N*ho*wo][c] = sum over the window's in-image
+ *                                         positions (ky, kx order) / their count
+ *   avg_pool_grad out dx; in dy           dx (N*h*w*c elements, any 2-D shape) starts at 0;
+ *                                         each dy / count, in order, is added to its window's
+ *                                         in-image positions
+ *   reshape  out y; in x                  same element count and dtype, any shapes: a
+ *                                         row-major copy
  *   softmax_xent out loss, dlogits; in logits, labels
  *                                         labels int32 [rows][1]; a label < 0 marks a padding
  *                                         row that adds nothing. loss [1][1] = alpha * sum over
@@ -62,9 +87,9 @@
  *   var_add  (no buffers)                 variable `var` += imm
  *   loop_begin / loop_end                 the loop over variable `var`
  *
- * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize
- * and collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
- * also reads (in place) only where that is safe while streaming (the table's `alias`
+ * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize,
+ * reshape and collective_permute takes and gives f32 (labels are int32). An op may write a
+ * buffer it also reads (in place) only where that is safe while streaming (the table's `alias`
  * column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad, exp) and
  * all_reduce; the optimizers update their outputs in place by definition (`rmw`). A temp
  * holds one value per pass: it is written once by an op that does not read it, then
@@ -84,7 +109,8 @@
  *     }
  * Attributes are written name=value after the inputs with the names of the fields of
  * struct tpu_op_attrs (flags trans_a, trans_b, accumulate stand alone; reduce=sum|mean,
- * group=replicas|replica_cores); var_add's variable and imm are positional. */
+ * group=replicas|replica_cores; the window by its own fields: "h=28 w=28 c=1 kh=3 kw=3 sh=1
+ * sw=1 pt=0 pl=0 ho=26 wo=26", all required); var_add's variable and imm are positional. */
 #ifndef TPUSIM_PROGRAM_H
 #define TPUSIM_PROGRAM_H
 
@@ -127,9 +153,9 @@ enum tpu_buf_kind {
  *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
  *             their param and state buffers in place), else 0
  *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify.c,
- *             rules T1-T8): ANY (no rule), INFEED, MATMUL, BINARY (f32, b broadcasts), F32
- *             (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE, SOFTMAX_XENT,
- *             CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE, PERMUTE
+ *             rules T1-T9): ANY (no rule), INFEED, MATMUL, BINARY (f32, b broadcasts), F32
+ *             (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE, WINDOW, RESHAPE,
+ *             SOFTMAX_XENT, CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE, PERMUTE
  *   attrs     the attributes it reads (TPU_ATTR_* bits; the others must stay zero)
  *   required  the attributes the text form must state (a forgotten one would silently be 0)
  *   unit      the unit that runs it (device.h's enum tpu_unit): MXU, VPU, INFEED, OUTFEED,
@@ -173,6 +199,19 @@ enum tpu_buf_kind {
       TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
     X(REDUCE_MAX, "reduce_max", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,        \
       TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
+    X(IM2COL, "im2col", OPERANDS, 1, 1, ("y", "x"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,              \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(COL2IM, "col2im", OPERANDS, 1, 1, ("y", "cols"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,           \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(MAX_POOL, "max_pool", OPERANDS, 1, 1, ("y", "x"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,          \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(MAX_POOL_GRAD, "max_pool_grad", OPERANDS, 1, 2, ("dx", "dy", "x"), NONE, 0, WINDOW,          \
+      TPU_ATTR_WINDOW, TPU_ATTR_WINDOW, VPU, 2, window)                                            \
+    X(AVG_POOL, "avg_pool", OPERANDS, 1, 1, ("y", "x"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,          \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(AVG_POOL_GRAD, "avg_pool_grad", OPERANDS, 1, 1, ("dx", "dy"), NONE, 0, WINDOW,               \
+      TPU_ATTR_WINDOW, TPU_ATTR_WINDOW, VPU, 1, window)                                            \
+    X(RESHAPE, "reshape", OPERANDS, 1, 1, ("y", "x"), NONE, 0, RESHAPE, 0, 0, VPU, 1, window)      \
     X(SOFTMAX_XENT, "softmax_xent", OPERANDS, 2, 2, ("loss", "dlogits", "logits", "labels"),       \
       NONE, 0, SOFTMAX_XENT, TPU_ATTR_ALPHA, TPU_ATTR_ALPHA, VPU, 10, softmax_xent)                \
     X(CLASSIFY_COUNT, "classify_count", OPERANDS, 1, 2, ("y", "logits", "labels"), NONE, 0,        \
@@ -218,6 +257,18 @@ enum tpu_permute_group {
     TPU_GROUP_REPLICA_CORES = 1, /* the cores of one replica: halo exchange */
 };
 
+/* An NHWC image and a sliding window over it: the window ops' attribute group (one bit,
+ * TPU_ATTR_WINDOW, for all its fields; the text form states every field). Output position
+ * (n, oy, ox) and window offset (ky, kx) read input row iy = oy*sh + ky - pt and column
+ * ix = ox*sw + kx - pl; positions outside [0, h) x [0, w) are padding. */
+struct tpu_window {
+    uint32_t h, w, c;  /* the input image per example */
+    uint32_t kh, kw;   /* window (kernel or pool) size */
+    uint32_t sh, sw;   /* strides */
+    uint32_t pt, pl;   /* padding before the first row / column */
+    uint32_t ho, wo;   /* output positions */
+};
+
 /* Attributes; each op reads the ones its description above names (tpu_opcode_attrs), the
  * rest stay zero. */
 struct tpu_op_attrs {
@@ -229,6 +280,7 @@ struct tpu_op_attrs {
     int32_t shift, group;   /* collective_permute */
     uint32_t var;           /* var_add, adam, loop_begin: a variable id */
     int64_t imm;            /* var_add */
+    struct tpu_window win;  /* the window ops: im2col ... avg_pool_grad */
     float alpha, beta, gamma, delta, eps;
 };
 
@@ -249,6 +301,7 @@ enum tpu_op_attr_bits {
     TPU_ATTR_GAMMA = 1u << 12,
     TPU_ATTR_DELTA = 1u << 13,
     TPU_ATTR_EPS = 1u << 14,
+    TPU_ATTR_WINDOW = 1u << 15, /* the whole of win */
 };
 
 struct tpu_op {

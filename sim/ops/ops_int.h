@@ -1,8 +1,9 @@
 /* Internal interface between the files that compute the device program's local ops:
- * sim/ops/ops.c (the dispatcher, operand checks and matmul), sim/ops/ops_vector.c (elementwise ops,
- * convert, reductions) and sim/ops/ops_train.c (loss, accuracy count, optimizers). The public
- * entry point is tpu__op_compute in sim/ops/ops.h; the values each op computes are defined in the
- * opening comments of those three files. Not part of the public API. */
+ * sim/ops/ops.c (the dispatcher, operand checks and matmul), sim/ops/ops_vector.c
+ * (elementwise ops, convert, reductions), sim/ops/ops_window.c (im2col, col2im, pooling,
+ * reshape) and sim/ops/ops_train.c (loss, accuracy count, optimizers). The public entry
+ * point is tpu__op_compute in sim/ops/ops.h; the values each op computes are defined in the
+ * opening comments of those four files. Not part of the public API. */
 #ifndef TPUSIM_SIM_OPS_INT_H
 #define TPUSIM_SIM_OPS_INT_H
 
@@ -53,6 +54,7 @@ tpu__op_fn tpu__ops_relu_grad;      /* ops_vector.c */
 tpu__op_fn tpu__ops_convert;        /* ops_vector.c */
 tpu__op_fn tpu__ops_quantize;       /* ops_vector.c */
 tpu__op_fn tpu__ops_reduce;         /* ops_vector.c: reduce_sum, reduce_max */
+tpu__op_fn tpu__ops_window;         /* ops_window.c: im2col ... avg_pool_grad, reshape */
 tpu__op_fn tpu__ops_softmax_xent;   /* ops_train.c */
 tpu__op_fn tpu__ops_classify_count; /* ops_train.c */
 tpu__op_fn tpu__ops_sgd_momentum;   /* ops_train.c */

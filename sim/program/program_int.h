@@ -27,6 +27,7 @@ enum tpu__text_attr_type {
     TPU__TA_VAR,    /* var=<variable> */
     TPU__TA_IMM,    /* imm=<int64> */
     TPU__TA_FLOAT,  /* name=<FLOAT> */
+    TPU__TA_WINDOW, /* name=<uint32>: a field of the window group (TPU_ATTR_WINDOW) */
 };
 
 struct tpu__text_attr {
@@ -36,7 +37,8 @@ struct tpu__text_attr {
     const char *hint; /* how to write it, for messages */
 };
 
-/* Every attribute, in printing order: tpu__text_attrs[0 .. tpu__text_n_attrs). */
+/* Every attribute, in printing order (the window group's fields share one bit,
+ * TPU_ATTR_WINDOW, and have one entry each): tpu__text_attrs[0 .. tpu__text_n_attrs). */
 extern const struct tpu__text_attr tpu__text_attrs[];
 extern const size_t tpu__text_n_attrs;
 
@@ -46,6 +48,15 @@ extern const size_t tpu__text_n_attrs;
 int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit);
 bool *tpu__text_attr_flag(struct tpu_op_attrs *a, unsigned bit);
 float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit);
+/* The field of a's window group that the WINDOW attribute `ad` names (h, w, c, kh, kw, sh,
+ * sw, pt, pl, ho, wo); another attribute gives wo. */
+uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_attr *ad);
+
+/* program_verify_window.c: rule T9 (the op table's rules WINDOW and RESHAPE) for op, whose
+ * operand ids are valid. Returns 0, or TPU_EINVAL (window fields) or TPU_ESHAPE (shapes and
+ * dtypes) with the sentence in msg (the verifier prefixes the op). */
+int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, char *msg,
+                       size_t size);
 
 /* ---- parsing: program_parse.c and program_parse_attr.c --------------------------------------- */
 

@@ -44,8 +44,22 @@ const struct tpu__text_attr tpu__text_attrs[] = {
     {TPU_ATTR_GAMMA, "gamma", TPU__TA_FLOAT, "gamma=<float>"},
     {TPU_ATTR_DELTA, "delta", TPU__TA_FLOAT, "delta=<float>"},
     {TPU_ATTR_EPS, "eps", TPU__TA_FLOAT, "eps=<float>"},
+    {TPU_ATTR_WINDOW, "h", TPU__TA_WINDOW, "h=<rows>"},
+    {TPU_ATTR_WINDOW, "w", TPU__TA_WINDOW, "w=<cols>"},
+    {TPU_ATTR_WINDOW, "c", TPU__TA_WINDOW, "c=<channels>"},
+    {TPU_ATTR_WINDOW, "kh", TPU__TA_WINDOW, "kh=<rows>"},
+    {TPU_ATTR_WINDOW, "kw", TPU__TA_WINDOW, "kw=<cols>"},
+    {TPU_ATTR_WINDOW, "sh", TPU__TA_WINDOW, "sh=<stride>"},
+    {TPU_ATTR_WINDOW, "sw", TPU__TA_WINDOW, "sw=<stride>"},
+    {TPU_ATTR_WINDOW, "pt", TPU__TA_WINDOW, "pt=<pad>"},
+    {TPU_ATTR_WINDOW, "pl", TPU__TA_WINDOW, "pl=<pad>"},
+    {TPU_ATTR_WINDOW, "ho", TPU__TA_WINDOW, "ho=<rows>"},
+    {TPU_ATTR_WINDOW, "wo", TPU__TA_WINDOW, "wo=<cols>"},
 };
 const size_t tpu__text_n_attrs = sizeof tpu__text_attrs / sizeof tpu__text_attrs[0];
+/* the parser keeps one bit per entry in a uint64_t (program_parse_attr.c) */
+_Static_assert(sizeof tpu__text_attrs / sizeof tpu__text_attrs[0] <= 64,
+               "at most 64 text attributes");
 
 int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit)
 {
@@ -89,6 +103,19 @@ float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit)
     }
 }
 
+uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_attr *ad)
+{
+    struct tpu_window *w = &a->win;
+    uint32_t *const fields[] = {&w->h,  &w->w,  &w->c,  &w->kh, &w->kw, &w->sh,
+                                &w->sw, &w->pt, &w->pl, &w->ho, &w->wo};
+    static const char *const names[] = {"h", "w", "c", "kh", "kw", "sh", "sw", "pt", "pl",
+                                        "ho", "wo"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(ad->name, names[i]) == 0)
+            return fields[i];
+    return &w->wo;
+}
+
 static uint32_t float_bits(float f)
 {
     uint32_t u;
@@ -115,6 +142,8 @@ static bool attr_is_default(const struct tpu_op *op, const struct tpu__text_attr
         return a.imm == 0;
     case TPU__TA_FLOAT:
         return float_bits(*tpu__text_attr_float(&a, ad->bit)) == 0;
+    case TPU__TA_WINDOW:
+        return *tpu__text_attr_window(&a, ad) == 0;
     }
     return true;
 }
@@ -230,6 +259,9 @@ static void put_attr(struct sbuf *b, const struct tpu_program *p, const struct t
     case TPU__TA_FLOAT:
         format_float(*tpu__text_attr_float(&a, ad->bit), num);
         sb_putf(b, " %s=%s", ad->name, num);
+        return;
+    case TPU__TA_WINDOW:
+        sb_putf(b, " %s=%" PRIu32, ad->name, *tpu__text_attr_window(&a, ad));
         return;
     }
 }

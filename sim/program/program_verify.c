@@ -6,7 +6,7 @@
  * compute anything and does not know the runtime; the ops' values are defined in sim/ops/.
  *
  * Rules (program.h describes the ops themselves; the op table's `rule` column says which of
- * T1-T8 an op follows, its `attrs` column which attributes it reads):
+ * T1-T9 an op follows, its `attrs` column which attributes it reads):
  *
  * Structure
  *   S1  At most one loop, not nested; every loop_begin has its loop_end and every loop_end
@@ -42,12 +42,14 @@
  *       `param` buffers (they persist across launches).
  *   T7  all_reduce: x, y f32 of one shape. collective_permute: x, y of one shape and dtype.
  *   T8  infeed writes a temp.
+ *   T9  im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad (WINDOW) and
+ *       reshape (RESHAPE): program_verify_window.c states them.
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
  *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
  *       relu_grad, exp and all_reduce; never for
  *       matmul (the array reads a and b while y drains), reductions, convert, softmax_xent,
- *       classify_count, collective_permute, or an optimizer's grad.
+ *       classify_count, collective_permute, the window ops, reshape, or an optimizer's grad.
  *   D2  A temp is read only after it is written: earlier in the same loop iteration, or
  *       before the loop. Params are always defined. After the loop, a temp written only in
  *       the loop body is undefined (the loop may run zero times).
@@ -204,6 +206,8 @@ static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_att
         float f = *tpu__text_attr_float(&c, ad->bit);
         return f != 0.0f || signbit(f) || isnan(f);
     }
+    case TPU__TA_WINDOW:
+        return *tpu__text_attr_window(&c, ad) != 0;
     }
     return false;
 }
@@ -502,6 +506,12 @@ static int check_op_types(struct verifier *v)
         return check_quantize(v);
     case TPU__RULE_REDUCE:
         return check_reduce(v);
+    case TPU__RULE_WINDOW:
+    case TPU__RULE_RESHAPE: {
+        char msg[TPU_DIAG_MAX];
+        int rc = tpu__verify_window(v->p, v->op, msg, sizeof msg);
+        return rc ? fail_op(v, rc, "%s", msg) : 0;
+    }
     case TPU__RULE_SOFTMAX_XENT:
         return check_softmax_xent(v);
     case TPU__RULE_CLASSIFY_COUNT:
