@@ -190,8 +190,32 @@ static int parse_attr_value(struct tpu__parser *ps, struct tpu_op *op, const cha
     }
     case TPU__TA_FLOAT:
         return parse_float(ps, val_at, tok, name, tpu__text_attr_float(&op->attrs, ad->bit));
-    case TPU__TA_FLAG:
+    case TPU__TA_SCHEDULE: {
+        static const char *const names[] = {"constant", "step", "cosine"};
+        for (int32_t k = 0; k <= TPU_SCHEDULE_COSINE; k++)
+            if (strcmp(tok, names[k]) == 0) {
+                op->attrs.schedule = k;
+                return 0;
+            }
+        if (tpu__parse_is_ident_start(tok[0]))
+            return perr(ps, val_at, "schedule=%s is not known; write schedule=constant, "
+                        "schedule=step or schedule=cosine", tok);
+        rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
+        if (!rc)
+            op->attrs.schedule = (int32_t)v;
+        return rc;
+    }
+    case TPU__TA_UINT32:
+        rc = parse_int(ps, val_at, tok, name, 0, UINT32_MAX, &v);
+        if (!rc)
+            *tpu__text_attr_uint32(&op->attrs, ad) = (uint32_t)v;
+        return rc;
     case TPU__TA_IMM:
+        rc = parse_int(ps, val_at, tok, name, INT64_MIN, INT64_MAX, &v);
+        if (!rc)
+            op->attrs.imm = (int64_t)v;
+        return rc;
+    case TPU__TA_FLAG:
         break;
     }
     return 0;
@@ -233,8 +257,10 @@ static int unknown_attr(struct tpu__parser *ps, const struct tpu_op *op, const c
                 opname, list);
 }
 
-/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
-static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
+/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits,
+ * `seen_rows` the rows of the attribute table (several rows may share a bit). */
+static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen,
+                      uint64_t *seen_rows, unsigned n_ins)
 {
     const char *at = ps->cur;
     char name[TPU__TEXT_NAME_MAX_CHARS + 1];
@@ -244,8 +270,10 @@ static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen,
     const struct tpu__text_attr *ad = tpu__parse_find_attr(name);
     if (!ad || !(tpu_opcode_attrs(op->code) & ad->bit))
         return unknown_attr(ps, op, at, name, ad, n_ins);
-    if (*seen & ad->bit)
+    uint64_t row = 1ull << (size_t)(ad - tpu__text_attrs);
+    if (*seen_rows & row)
         return perr(ps, at, "attribute '%s' given twice", name);
+    *seen_rows |= row;
     *seen |= ad->bit;
     return parse_attr_value(ps, op, at, name, ad);
 }
@@ -256,6 +284,7 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
 {
     enum tpu_opcode code = ol->op.code;
     unsigned seen = 0;
+    uint64_t seen_rows = 0;
     while (!tpu__parse_at_eol(ps)) {
         if (!tpu__parse_next_is_name(ps)) {
             char found[64];
@@ -263,7 +292,7 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
             return perr(ps, ps->cur, "expected an attribute or the end of the line after "
                         "%s's operands, found %s", ol->opname, found);
         }
-        int rc = parse_attr(ps, &ol->op, &seen, ol->n_ins);
+        int rc = parse_attr(ps, &ol->op, &seen, &seen_rows, ol->n_ins);
         if (rc)
             return rc;
     }
@@ -281,6 +310,9 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
         if (missing & tpu__text_attrs[i].bit)
             return perr(ps, ol->op_at, "%s needs attribute %s", ol->opname,
                         tpu__text_attrs[i].hint);
+    if (ol->op.attrs.schedule != TPU_SCHEDULE_CONSTANT && !(seen & TPU_ATTR_VAR))
+        return perr(ps, ol->op_at, "%s with a schedule other than constant needs attribute "
+                    "var=<variable>: the step counter the learning rate follows", ol->opname);
     return 0;
 }
 

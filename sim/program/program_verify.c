@@ -41,7 +41,7 @@
  *   T6  sgd_momentum, adam: param, state and grad f32 of one shape; param and state are
  *       `param` buffers (they persist across launches).
  *   T7  all_reduce: x, y f32 of one shape. collective_permute: x, y of one shape and dtype.
- *   T8  infeed writes a temp.
+ *   T8  infeed writes a temp. (T9-T11 and A4, the training ops: program_verify_train.c)
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
  *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
@@ -195,7 +195,10 @@ static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_att
     case TPU__TA_INT32:
     case TPU__TA_REDUCE:
     case TPU__TA_GROUP:
+    case TPU__TA_SCHEDULE:
         return *tpu__text_attr_int32(&c, ad->bit) != 0;
+    case TPU__TA_UINT32:
+        return *tpu__text_attr_uint32(&c, ad) != 0;
     case TPU__TA_VAR:
         return c.var != 0;
     case TPU__TA_IMM:
@@ -482,6 +485,13 @@ static int check_infeed(struct verifier *v)
     return 0;
 }
 
+static int check_train(struct verifier *v, int rc) /* T9-T11, A4, once rc (the rest) is 0 */
+{
+    char msg[TPU_DIAG_MAX];
+    int e = rc ? 0 : tpu__verify_train(v->p, v->op, v->lb != NONE, v->loop_var, msg, sizeof msg);
+    return e ? fail_op(v, e, "%s", msg) : rc;
+}
+
 /* The op's shape and dtype rule: the op table's `rule` column. */
 static int check_op_types(struct verifier *v)
 {
@@ -507,15 +517,16 @@ static int check_op_types(struct verifier *v)
     case TPU__RULE_CLASSIFY_COUNT:
         return check_classify_count(v);
     case TPU__RULE_OPTIMIZER:
-        return check_optimizer(v);
+        return check_train(v, check_optimizer(v));
     case TPU__RULE_ADAM:
-        return check_adam(v);
+        return check_train(v, check_adam(v));
     case TPU__RULE_ALL_REDUCE:
         return check_all_reduce(v);
     case TPU__RULE_PERMUTE:
         return check_permute(v);
+    default: /* MSE, COUNT_ROWS, DROPOUT */
+        return check_train(v, 0);
     }
-    return 0;
 }
 
 /* ---- buffers and dataflow --------------------------------------------------------------- */
