@@ -87,9 +87,9 @@
  * and collective_permute takes and gives f32 (labels and mse's mask are int32). An op may
  * write a buffer it also reads (in place) only where that is safe while streaming (the
  * table's `alias` column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad,
- * exp, rsqrt) and all_reduce; the optimizers update their outputs in place by definition (`rmw`). A temp
- * holds one value per pass: it is written once by an op that does not read it, then
- * possibly updated in place (or by matmul accumulate).
+ * exp, rsqrt) and all_reduce; the optimizers update their outputs in place by definition
+ * (`rmw`). A temp holds one value per pass: it is written once by an op that does not read
+ * it, then possibly updated in place (or by matmul accumulate).
  * tpu_program_verify enforces these and the rest; sim/program/program_verify.c lists every rule.
  *
  * Text form (sim/program/program_parse.c has the grammar):
@@ -211,7 +211,7 @@ enum tpu_buf_kind {
       dropout_mask)                                                                                \
     X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,        \
       OPTIMIZER,                                                                                   \
-      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_SCHEDULE,           \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_SCHEDULE,          \
       TPU_ATTR_ALPHA, VPU, 6, sgd_momentum)                                                        \
     X(ADAM, "adam", OPERANDS, 3, 1, ("param", "m", "v", "grad"), NONE, 1, ADAM,                    \
       TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_DELTA |            \

@@ -435,16 +435,17 @@ static int check_adam(struct verifier *v)
         return rc;
     const struct tpu_op_attrs *a = &v->op->attrs;
     if (!(a->beta >= 0.0f && a->beta < 1.0f) || !(a->delta >= 0.0f && a->delta < 1.0f))
-        return fail_op(v, TPU_EINVAL, "beta=%g, delta=%g; adam's decay rates b1 (beta) and b2 "
+        return fail_op(v, TPU_EINVAL, "beta=%g, delta=%g; %s's decay rates b1 (beta) and b2 "
                        "(delta) must lie in [0, 1) (the bias corrections divide by 1 - b^t): "
-                       "the usual values are 0.9 and 0.999", (double)a->beta, (double)a->delta);
+                       "the usual values are 0.9 and 0.999", (double)a->beta,
+                       (double)a->delta, v->opname);
     if (!(a->eps > 0.0f))
-        return fail_op(v, TPU_EINVAL, "eps=%g; adam's eps must be positive (it keeps "
-                       "m / (sqrt(v) + eps) finite): 1e-07 is usual", (double)a->eps);
+        return fail_op(v, TPU_EINVAL, "eps=%g; %s's eps must be positive (it keeps "
+                       "m / (sqrt(v) + eps) finite): 1e-07 is usual", (double)a->eps, v->opname);
     if (v->lb != NONE && a->var == v->loop_var)
-        return fail_op(v, TPU_EINVAL, "adam's step variable '%s' is the loop's trip-count "
-                       "variable; give adam the step counter (a variable the loop increments "
-                       "with var_add)", tpu_program_var_name(v->p, a->var));
+        return fail_op(v, TPU_EINVAL, "%s's step variable '%s' is the loop's trip-count "
+                       "variable; give it the step counter (a variable the loop increments "
+                       "with var_add)", v->opname, tpu_program_var_name(v->p, a->var));
     return 0;
 }
 
@@ -496,8 +497,6 @@ static int check_train(struct verifier *v, int rc) /* T9-T11, A4, once rc (the r
 static int check_op_types(struct verifier *v)
 {
     switch (tpu__op_info(v->op->code)->rule) {
-    case TPU__RULE_ANY:
-        return 0; /* outfeed takes anything; var_add and loops have no buffers */
     case TPU__RULE_INFEED:
         return check_infeed(v);
     case TPU__RULE_MATMUL:
@@ -524,7 +523,8 @@ static int check_op_types(struct verifier *v)
         return check_all_reduce(v);
     case TPU__RULE_PERMUTE:
         return check_permute(v);
-    default: /* MSE, COUNT_ROWS, DROPOUT */
+    default: /* MSE, COUNT_ROWS, DROPOUT; ANY: outfeed takes anything, var_add and loops
+              * have no buffers (tpu__verify_train checks nothing for them) */
         return check_train(v, 0);
     }
 }
