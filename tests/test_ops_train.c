@@ -346,7 +346,8 @@ static void test_adamw(void **state)
     memcpy(vr, v, 8);
     vars[0] = 2;
     run_ok(&op, &s, vars);
-    const float c1 = (float)(1.0 - 0.9f * (double)0.9f), c2 = (float)(1.0 - 0.999f * (double)0.999f);
+    const float c1 = (float)(1.0 - 0.9f * (double)0.9f); /* 1 - b1^2 in double, once */
+    const float c2 = (float)(1.0 - 0.999f * (double)0.999f);
     for (int i = 0; i < 2; i++) {
         mr[i] = 0.9f * mr[i] + (1.0f - 0.9f) * g[i];
         vr[i] = 0.999f * vr[i] + (1.0f - 0.999f) * (g[i] * g[i]);
