@@ -409,6 +409,29 @@ static void test_schedule_values(void **state)
     int64_t vars[2] = {0, 11};
     run_ok(&op, &s, vars);
     assert_true(*vel == 2.0f && *p == 1.0f - 0.05f * 2.0f);
+    /* adam and adamw at step 11 of that schedule equal their constant-rate update with
+     * alpha 0.05, bit for bit (the rate is the only thing the schedule changes) */
+    float *m = bset(&s, 3, TPU_F32, 1, 1), *v = bset(&s, 4, TPU_F32, 1, 1);
+    for (int code = TPU_OP_ADAM; code <= TPU_OP_ADAMW; code++) {
+        float after[2];
+        for (int k = 0; k < 2; k++) {
+            *p = 1.0f;
+            *m = *v = 0.0f;
+            struct tpu_op ad = mkop((enum tpu_opcode)code, 0, 3, 4, 2, X, X);
+            ad.attrs = k ? sched(TPU_SCHEDULE_STEP, 0.1f, 0, 10, 0.5f)
+                         : sched(TPU_SCHEDULE_CONSTANT, 0.05f, 0, 0, 0);
+            ad.attrs.var = 1;
+            ad.attrs.beta = 0.9f;
+            ad.attrs.delta = 0.999f;
+            ad.attrs.eps = 1e-7f;
+            ad.attrs.gamma = 0.01f;
+            vars[1] = 11;
+            run_ok(&ad, &s, vars);
+            after[k] = *p;
+        }
+        assert_int_equal(fbits(after[0]), fbits(after[1]));
+        assert_true(after[0] < 1.0f);
+    }
     vars[1] = 0; /* a scheduled update before the first var_add fails cleanly */
     struct tpu_diag d = {0, ""};
     assert_int_equal(tpu__op_compute(&op, s.b, vars, 8, 1, NULL, &d), TPU_ERANGE);
