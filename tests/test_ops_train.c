@@ -19,8 +19,10 @@
 
 #include "tpusim/config.h"
 #include "tpusim/device.h"
+#include "tpusim/net.h"
 #include "tpusim/program.h"
 #include "ops/ops.h"
+#include "chip/timing.h"
 #include "xorshift.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -370,6 +372,10 @@ static struct tpu_op_attrs sched(int32_t kind, float alpha, uint32_t warmup, uin
 static void test_schedule_values(void **state)
 {
     (void)state;
+    /* net.h's schedule kinds are the same numbers */
+    assert_int_equal(TPU_LR_CONSTANT, TPU_SCHEDULE_CONSTANT);
+    assert_int_equal(TPU_LR_STEP, TPU_SCHEDULE_STEP);
+    assert_int_equal(TPU_LR_COSINE, TPU_SCHEDULE_COSINE);
     struct tpu_op_attrs a = sched(TPU_SCHEDULE_CONSTANT, 0.1f, 0, 0, 0);
     assert_true(tpu_lr_schedule_value(&a, 1) == 0.1f);
     assert_true(tpu_lr_schedule_value(&a, 1000000) == 0.1f);
@@ -515,6 +521,31 @@ static void test_text_and_verify_ok(void **state)
     p = parse_ok("program a\nvar t\nparam w: f32[1, 1]\nparam u: f32[1, 1]\n"
                  "w, u = sgd_momentum w alpha=1 schedule=2 var=t decay_steps=3\n");
     assert_int_equal(tpu_program_op(p, 0)->attrs.schedule, TPU_SCHEDULE_COSINE);
+    tpu_program_destroy(&p);
+}
+
+/* The vector unit's cost: vpu_ops per element of the largest operand (timing.c's reasons). */
+static void test_timing(void **state)
+{
+    (void)state;
+    assert_int_equal(tpu__vpu_ops_per_element(TPU_OP_RSQRT), 5);
+    assert_int_equal(tpu__vpu_ops_per_element(TPU_OP_MSE), 5);
+    assert_int_equal(tpu__vpu_ops_per_element(TPU_OP_COUNT_ROWS), 2);
+    assert_int_equal(tpu__vpu_ops_per_element(TPU_OP_DROPOUT_MASK), 14);
+    assert_int_equal(tpu__vpu_ops_per_element(TPU_OP_ADAMW), 22);
+    struct tpu_chip_config cfg;
+    struct tpu_diag d = {0, ""};
+    if (tpu_config_load_preset("tiny", &cfg, &d) != 0)
+        fail_msg("%s", d.msg);
+    struct tpu_program *p = parse_ok(round_trip_text);
+    uint64_t cycles, slots, macs;
+    /* tiny: 8 x 8 lanes x 1 ALU = 64 operations a cycle, plus the pipeline's latency */
+    const struct tpu_op *op = tpu_program_op(p, 6); /* mse over pred [4][3]: 12 x 5 ops */
+    assert_int_equal(tpu__op_cost(&cfg, p, op, &cycles, &slots, &macs), TPU_UNIT_VPU);
+    assert_int_equal(cycles, (12 * 5 + 63) / 64 + TPU__VPU_LATENCY_CYCLES);
+    op = tpu_program_op(p, 8); /* dropout_mask [4][3]: 12 x 14 ops */
+    assert_int_equal(tpu__op_cost(&cfg, p, op, &cycles, &slots, &macs), TPU_UNIT_VPU);
+    assert_int_equal(cycles, (12 * 14 + 63) / 64 + TPU__VPU_LATENCY_CYCLES);
     tpu_program_destroy(&p);
 }
 
@@ -732,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_schedule_values),
         cmocka_unit_test(test_text_and_verify_ok),
         cmocka_unit_test(test_verify_errors),
+        cmocka_unit_test(test_timing),
         cmocka_unit_test(test_schedule_on_chip),
         cmocka_unit_test(test_dropout_on_chip),
     };
