@@ -21,8 +21,8 @@
  *   A3  matmul passes is 1, 3 or 6; 3 and 6 need an f32 input (they split f32 values into
  *       bf16 parts; bf16 x bf16 and int8 x int8 are exact in one pass). reduce_* axis is 0 or 1.
  *       all_reduce reduce is sum or mean. collective_permute group is replicas or
- *       replica_cores (any shift). adam: 0 <= beta < 1, 0 <= delta < 1 (the bias
- *       corrections divide by 1 - beta^t), eps > 0.
+ *       replica_cores (any shift). adam, adamw: 0 <= beta < 1, 0 <= delta < 1 (the
+ *       bias corrections divide by 1 - beta^t), eps > 0.
  * Shapes and dtypes ([rows, cols])
  *   T1  matmul: a [M, K] ([K, M] if trans_a), b [K, N] ([N, K] if trans_b), y [M, N]. Inputs
  *       are f32 or bf16 in any mix (y f32), or both int8 (y int32); int32 inputs and a mix
@@ -38,8 +38,8 @@
  *   T4  reduce_sum, reduce_max: x, y f32; axis 0 gives [1, cols], axis 1 [rows, 1].
  *   T5  softmax_xent: logits f32 [B, C], labels int32 [B, 1], loss f32 [1, 1], dlogits f32
  *       [B, C]. classify_count: logits and labels likewise, y f32 [1, 2].
- *   T6  sgd_momentum, adam: param, state and grad f32 of one shape; param and state are
- *       `param` buffers (they persist across launches).
+ *   T6  sgd_momentum, adam, adamw: param, state and grad f32 of one shape; param and state
+ *       are `param` buffers (they persist across launches).
  *   T7  all_reduce: x, y f32 of one shape. collective_permute: x, y of one shape and dtype.
  *   T8  infeed writes a temp. (T9-T11 and A4, the training ops: program_verify_train.c)
  * Buffers and dataflow
