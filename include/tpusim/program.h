@@ -148,8 +148,8 @@ enum tpu_buf_kind {
  *             (input 0), IN01 (input 0 or 1). Outputs are always distinct buffers.
  *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
  *             their param and state buffers in place), else 0
- *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify.c,
- *             rules T1-T8): ANY (no rule), INFEED, MATMUL, BINARY (f32, b broadcasts), F32
+ *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify*.c,
+ *             rules T1-T11): ANY (no rule), INFEED, MATMUL, BINARY (f32, b broadcasts), F32
  *             (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE, SOFTMAX_XENT,
  *             CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE, PERMUTE, MSE, COUNT_ROWS,
  *             DROPOUT
