@@ -53,7 +53,15 @@ uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t
  * (compare-max, select index); exp 4; sgd_momentum 6 (g + gamma p (2), beta v + g (2),
  * p - alpha v (2)); softmax_xent 10 (max, sub, exp (4), sum, scale by 1/sum (mul), onehot
  * sub, alpha mul, plus the row's log, amortised); adam 22 (g (2), m (3), v (4), bias
- * corrections (2), sqrt (4), add eps, divide (4), mul alpha and subtract (2)).
+ * corrections (2), sqrt (4), add eps, divide (4), mul alpha and subtract (2)); adamw 22 (m
+ * (3), v (4), bias corrections (2), sqrt (4), add eps, divide (4), gamma * param and its add
+ * (2), mul lr and subtract (2); a schedule's rate is computed once per op, not per element);
+ * rsqrt 5 (add eps, reciprocal square root 4); mse 5 (sub, square, sum, scale the gradient,
+ * select for padding rows; the row's divide by K amortised); count_rows 2 (compare, add);
+ * dropout_mask 14 (xor of the key and the index, splitmix64's mix 9: add, then three
+ * shift-xor pairs and two multiplies, each 64-bit operation counted as one; shift and
+ * convert to float 2, compare with the rate, select). These ops sweep their largest
+ * operand (mse: pred; count_rows: labels; dropout_mask: its mask).
  *
  * The window ops (program.h) count as follows. im2col, col2im and reshape sweep their
  * largest operand like the other vector ops, 1 op per element: im2col and reshape are copies

@@ -44,6 +44,9 @@ enum tpu__op_rule {
     TPU__RULE_ADAM,
     TPU__RULE_ALL_REDUCE,
     TPU__RULE_PERMUTE,
+    TPU__RULE_MSE,        /* program_verify_train.c */
+    TPU__RULE_COUNT_ROWS, /* program_verify_train.c */
+    TPU__RULE_DROPOUT,    /* program_verify_train.c */
 };
 
 struct tpu__op_info {

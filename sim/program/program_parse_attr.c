@@ -198,8 +198,32 @@ static int parse_attr_value(struct tpu__parser *ps, struct tpu_op *op, const cha
         if (!rc)
             *tpu__text_attr_window(&op->attrs, ad) = (uint32_t)v;
         return rc;
-    case TPU__TA_FLAG:
+    case TPU__TA_SCHEDULE: {
+        static const char *const names[] = {"constant", "step", "cosine"};
+        for (int32_t k = 0; k <= TPU_SCHEDULE_COSINE; k++)
+            if (strcmp(tok, names[k]) == 0) {
+                op->attrs.schedule = k;
+                return 0;
+            }
+        if (tpu__parse_is_ident_start(tok[0]))
+            return perr(ps, val_at, "schedule=%s is not known; write schedule=constant, "
+                        "schedule=step or schedule=cosine", tok);
+        rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
+        if (!rc)
+            op->attrs.schedule = (int32_t)v;
+        return rc;
+    }
+    case TPU__TA_UINT32:
+        rc = parse_int(ps, val_at, tok, name, 0, UINT32_MAX, &v);
+        if (!rc)
+            *tpu__text_attr_uint32(&op->attrs, ad) = (uint32_t)v;
+        return rc;
     case TPU__TA_IMM:
+        rc = parse_int(ps, val_at, tok, name, INT64_MIN, INT64_MAX, &v);
+        if (!rc)
+            op->attrs.imm = (int64_t)v;
+        return rc;
+    case TPU__TA_FLAG:
         break;
     }
     return 0;
@@ -244,10 +268,11 @@ static int unknown_attr(struct tpu__parser *ps, const struct tpu_op *op, const c
                 opname, list);
 }
 
-/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the attributes
- * read, bit i for tpu__text_attrs[i] (not the TPU_ATTR_ bits: the window group's fields share
- * one). */
-static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, uint64_t *seen, unsigned n_ins)
+/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the TPU_ATTR_
+ * bits, `seen_rows` the attributes read, bit i for tpu__text_attrs[i] (several rows may
+ * share a bit: the window group's fields, the schedule's). */
+static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen,
+                      uint64_t *seen_rows, unsigned n_ins)
 {
     const char *at = ps->cur;
     char name[TPU__TEXT_NAME_MAX_CHARS + 1];
@@ -257,10 +282,11 @@ static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, uint64_t *seen,
     const struct tpu__text_attr *ad = tpu__parse_find_attr(name);
     if (!ad || !(tpu_opcode_attrs(op->code) & ad->bit))
         return unknown_attr(ps, op, at, name, ad, n_ins);
-    const uint64_t entry = UINT64_C(1) << (size_t)(ad - tpu__text_attrs);
-    if (*seen & entry)
+    uint64_t row = 1ull << (size_t)(ad - tpu__text_attrs);
+    if (*seen_rows & row)
         return perr(ps, at, "attribute '%s' given twice", name);
-    *seen |= entry;
+    *seen_rows |= row;
+    *seen |= ad->bit;
     return parse_attr_value(ps, op, at, name, ad);
 }
 
@@ -269,7 +295,8 @@ static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, uint64_t *seen,
 int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
 {
     enum tpu_opcode code = ol->op.code;
-    uint64_t seen = 0;
+    unsigned seen = 0;
+    uint64_t seen_rows = 0;
     while (!tpu__parse_at_eol(ps)) {
         if (!tpu__parse_next_is_name(ps)) {
             char found[64];
@@ -277,7 +304,7 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
             return perr(ps, ps->cur, "expected an attribute or the end of the line after "
                         "%s's operands, found %s", ol->opname, found);
         }
-        int rc = parse_attr(ps, &ol->op, &seen, ol->n_ins);
+        int rc = parse_attr(ps, &ol->op, &seen, &seen_rows, ol->n_ins);
         if (rc)
             return rc;
     }
@@ -292,9 +319,12 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
     }
     unsigned required = tpu__op_info(code)->required;
     for (size_t i = 0; required && i < tpu__text_n_attrs; i++)
-        if ((required & tpu__text_attrs[i].bit) && !(seen & (UINT64_C(1) << i)))
+        if ((required & tpu__text_attrs[i].bit) && !(seen_rows & (UINT64_C(1) << i)))
             return perr(ps, ol->op_at, "%s needs attribute %s", ol->opname,
                         tpu__text_attrs[i].hint);
+    if (ol->op.attrs.schedule != TPU_SCHEDULE_CONSTANT && !(seen & TPU_ATTR_VAR))
+        return perr(ps, ol->op_at, "%s with a schedule other than constant needs attribute "
+                    "var=<variable>: the step counter the learning rate follows", ol->opname);
     return 0;
 }
 

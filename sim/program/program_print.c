@@ -55,6 +55,10 @@ const struct tpu__text_attr tpu__text_attrs[] = {
     {TPU_ATTR_WINDOW, "pl", TPU__TA_WINDOW, "pl=<pad>"},
     {TPU_ATTR_WINDOW, "ho", TPU__TA_WINDOW, "ho=<rows>"},
     {TPU_ATTR_WINDOW, "wo", TPU__TA_WINDOW, "wo=<cols>"},
+    {TPU_ATTR_SCHEDULE, "schedule", TPU__TA_SCHEDULE, "schedule=<constant|step|cosine>"},
+    {TPU_ATTR_SCHEDULE, "warmup", TPU__TA_UINT32, "warmup=<steps>"},
+    {TPU_ATTR_SCHEDULE, "decay_steps", TPU__TA_UINT32, "decay_steps=<steps>"},
+    {TPU_ATTR_SCHEDULE, "decay_rate", TPU__TA_FLOAT, "decay_rate=<float>"},
 };
 const size_t tpu__text_n_attrs = sizeof tpu__text_attrs / sizeof tpu__text_attrs[0];
 /* the parser keeps one bit per entry in a uint64_t (program_parse_attr.c) */
@@ -70,9 +74,16 @@ int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit)
         return &a->reduce;
     case TPU_ATTR_SHIFT:
         return &a->shift;
+    case TPU_ATTR_SCHEDULE:
+        return &a->schedule;
     default:
         return &a->group;
     }
+}
+
+uint32_t *tpu__text_attr_uint32(struct tpu_op_attrs *a, const struct tpu__text_attr *ad)
+{
+    return strcmp(ad->name, "warmup") == 0 ? &a->warmup : &a->decay_steps;
 }
 
 bool *tpu__text_attr_flag(struct tpu_op_attrs *a, unsigned bit)
@@ -98,6 +109,8 @@ float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit)
         return &a->gamma;
     case TPU_ATTR_DELTA:
         return &a->delta;
+    case TPU_ATTR_SCHEDULE:
+        return &a->decay_rate;
     default:
         return &a->eps;
     }
@@ -135,9 +148,13 @@ static bool attr_is_default(const struct tpu_op *op, const struct tpu__text_attr
     case TPU__TA_INT32:
     case TPU__TA_REDUCE:
     case TPU__TA_GROUP:
+    case TPU__TA_SCHEDULE:
         return *tpu__text_attr_int32(&a, ad->bit) == 0;
+    case TPU__TA_UINT32:
+        return *tpu__text_attr_uint32(&a, ad) == 0;
     case TPU__TA_VAR:
-        return a.var == 0;
+        /* a scheduled sgd_momentum reads its variable even when it is variable 0 */
+        return a.var == 0 && a.schedule == TPU_SCHEDULE_CONSTANT;
     case TPU__TA_IMM:
         return a.imm == 0;
     case TPU__TA_FLOAT:
@@ -255,6 +272,17 @@ static void put_attr(struct sbuf *b, const struct tpu_program *p, const struct t
         return;
     case TPU__TA_IMM:
         sb_putf(b, " imm=%" PRId64, a.imm);
+        return;
+    case TPU__TA_SCHEDULE: {
+        static const char *const names[] = {"constant", "step", "cosine"};
+        if (a.schedule >= 0 && a.schedule <= TPU_SCHEDULE_COSINE)
+            sb_putf(b, " schedule=%s", names[a.schedule]);
+        else
+            sb_putf(b, " schedule=%" PRId32, a.schedule);
+        return;
+    }
+    case TPU__TA_UINT32:
+        sb_putf(b, " %s=%" PRIu32, ad->name, *tpu__text_attr_uint32(&a, ad));
         return;
     case TPU__TA_FLOAT:
         format_float(*tpu__text_attr_float(&a, ad->bit), num);
