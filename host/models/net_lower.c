@@ -35,9 +35,11 @@
  *                  col2im)
  *   pools          max_pool_grad(dy, x), avg_pool_grad(dy); flatten, reshape: reshape back;
  *                  relu: relu_grad(dy, y); dropout: dy * mask; add: dy to both inputs
- *   batch_norm     d_gamma = sum(dy * xhat); d_beta = sum(dy); dxhat = dy * gamma;
- *                  dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), the means
- *                  over rows (cross_replica: all_reduce mean of them, the global means)
+ *   batch_norm     d_gamma = sum(dy * xhat); d_beta = sum(dy); with dxhat = dy * gamma,
+ *                  dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+ *                     = inv * gamma * (dy - d_beta / R - xhat * d_gamma / R), the sums over
+ *                  rows (cross_replica: all_reduce mean of d_beta / R and d_gamma / R, the
+ *                  global means; the param gradients are all-reduced later as sums)
  * Then each param gradient is all_reduce'd (sum: the 1/global batch in the loss makes it the
  * gradient of the mean loss), `step` advances, and the optimizer updates each trainable param
  * (l2 on kernels only; AdamW decays every trainable param, as Keras's default). Batch norm's
@@ -395,6 +397,10 @@ static void forward(struct lower *s, uint32_t i)
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
+/* With dxhat = dy * gamma, the means of dxhat and dxhat * xhat are gamma times those of dy
+ * and dy * xhat, which the param gradients already sum: so
+ *   dx = inv * gamma * (dy - mean(dy) - xhat * mean(dy * xhat)),
+ * two [R][C] temps instead of four. */
 static void bwd_batch_norm(struct lower *s, uint32_t i)
 {
     const struct tpu__net_layer *L = &s->net->layers[i];
@@ -409,24 +415,20 @@ static void bwd_batch_norm(struct lower *s, uint32_t i)
     if (!s->lw[in0].need_grad)
         return;
     const float inv_r = 1.0f / (float)R;
-    uint32_t dxhat = tmp(s, i, "dxhat", R, C), q = tmp(s, i, "dxhat_xhat", R, C);
-    uint32_t m1 = tmp(s, i, "dxhat_mean", 1, C), m2 = tmp(s, i, "dxhat_xhat_mean", 1, C);
-    uint32_t t = tmp(s, i, "xhat_m2", R, C);
-    op(s, TPU_OP_MUL, dxhat, N, dy, w->p[P_GAMMA], NULL);
-    reduce_rows(s, m1, dxhat);
-    scale(s, m1, m1, inv_r);
-    op(s, TPU_OP_MUL, q, N, dxhat, w->xhat, NULL);
-    reduce_rows(s, m2, q);
-    scale(s, m2, m2, inv_r);
+    uint32_t m1 = tmp(s, i, "dy_mean", 1, C), m2 = tmp(s, i, "dy_xhat_mean", 1, C);
+    uint32_t k = tmp(s, i, "inv_gamma", 1, C), t = tmp(s, i, "xhat_m2", R, C);
+    scale(s, m1, w->g[P_BETA], inv_r);
+    scale(s, m2, w->g[P_GAMMA], inv_r);
     if (L->desc.cross_replica) {
         all_reduce(s, m1, TPU_REDUCE_MEAN);
         all_reduce(s, m2, TPU_REDUCE_MEAN);
     }
+    op(s, TPU_OP_MUL, k, N, w->inv, w->p[P_GAMMA], NULL);
     op(s, TPU_OP_MUL, t, N, w->xhat, m2, NULL);
     uint32_t dx = contrib_begin(s, in0);
-    op(s, TPU_OP_SUB, dx, N, dxhat, m1, NULL);
+    op(s, TPU_OP_SUB, dx, N, dy, m1, NULL);
     op(s, TPU_OP_SUB, dx, N, dx, t, NULL);
-    op(s, TPU_OP_MUL, dx, N, dx, w->inv, NULL);
+    op(s, TPU_OP_MUL, dx, N, dx, k, NULL);
     contrib_end(s, in0, dx);
 }
 
