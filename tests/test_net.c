@@ -538,8 +538,8 @@ static void check_op_layer(const struct tpu_net *n, enum tpu_mode mode,
     free(per);
 }
 
-/* Every mode's program of each toy net verifies on tiny and tpu-v3; op_layer has an entry
- * per op that names a layer or the loss or the step. */
+/* Every mode's program of each toy net verifies on tiny and tpu-v3 and reads back from its
+ * text form; op_layer has an entry per op that names a layer or the loss or the step. */
 static void test_programs_verify(void **state)
 {
     (void)state;
@@ -566,6 +566,18 @@ static void test_programs_verify(void **state)
                     tpu_program_to_string(mp.prog, &text);
                     fail_msg("%s %s mode %d: %s\n%s", chips[c], tpu_net_name(nets[k]), m,
                              d.msg, text ? text : "");
+                }
+                if (c == 0) { /* the text form gives the program back */
+                    char *text = NULL, *again = NULL;
+                    struct tpu_program *back = NULL;
+                    assert_int_equal(tpu_program_to_string(mp.prog, &text), 0);
+                    if (tpu_program_parse(text, "net", &back, &d))
+                        fail_msg("%s\n%s", d.msg, text);
+                    assert_int_equal(tpu_program_to_string(back, &again), 0);
+                    assert_string_equal(text, again);
+                    free(text);
+                    free(again);
+                    tpu_program_destroy(&back);
                 }
                 assert_non_null(op_layer);
                 check_op_layer(nets[k], (enum tpu_mode)m, mp.prog, op_layer);
