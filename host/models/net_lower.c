@@ -770,14 +770,16 @@ static int check_build(const struct tpu_net *net, const struct tpu_train_spec *s
             return tpu__fail(d, TPU_ERANGE, "net '%s': layer '%s' with %u examples per replica "
                              "makes a buffer of more than 2^32 rows or elements; use a smaller "
                              "batch", net->name, L->desc.name, B);
+        const unsigned state = mode != TPU_MODE_TRAIN ? 0
+                               : spec->optimizer == TPU_OPT_SGD_MOMENTUM ? 1 : 2;
         for (int p = 0; p < P_COUNT; p++)
-            params += has_param(L, p) ? 3 : 0;
+            params += has_param(L, p) ? 1 + (trainable(p) ? state : 0) : 0;
     }
     if (params > TPU_MODEL_MAX_PARAMS)
-        return tpu__fail(d, TPU_ERANGE, "net '%s' has too many param tensors with their "
-                         "optimizer state (up to %llu) for a runtime model (at most %d); use "
-                         "fewer layers", net->name, (unsigned long long)params,
-                         TPU_MODEL_MAX_PARAMS);
+        return tpu__fail(d, TPU_ERANGE, "net '%s' has %llu param tensors with their "
+                         "optimizer state, more than a runtime model holds (%d); use fewer "
+                         "layers (or SGD, one state tensor per param)", net->name,
+                         (unsigned long long)params, TPU_MODEL_MAX_PARAMS);
     return 0;
 }
 
