@@ -51,4 +51,30 @@ static inline uint64_t tpu__shape_size(struct tpu_shape s)
 void tpu__net_layer_counts(const struct tpu__net_layer *l, uint64_t *params,
                            uint64_t *non_trainable, uint64_t *flops);
 
+/* A layer's params, in the order the programs list them (<layer>.<suffix>). */
+enum {
+    TPU__P_KERNEL,
+    TPU__P_BIAS,
+    TPU__P_GAMMA,
+    TPU__P_BETA,
+    TPU__P_MM, /* moving_mean */
+    TPU__P_MV, /* moving_variance */
+    TPU__P_COUNT
+};
+extern const char *const tpu__net_param_suffix[TPU__P_COUNT];
+
+/* Whether layer L has param k (enum above), and whether param k is trained (the moving
+ * statistics are not). (net_model.c) */
+bool tpu__net_has_param(const struct tpu__net_layer *L, int k);
+bool tpu__net_trainable(int k);
+
+/* SplitMix64's finalizer: seeds from (seed, index) pairs. */
+static inline uint64_t tpu__mix64(uint64_t x)
+{
+    x += UINT64_C(0x9E3779B97F4A7C15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return x ^ (x >> 31);
+}
+
 #endif

@@ -1,5 +1,5 @@
-/* The layer graph lowered to device programs (tpu_net_build) and made a runtime model
- * (tpu_net_model). The builder and shapes are in net.c.
+/* The layer graph lowered to device programs (tpu_net_build). The builder and shapes are in
+ * net.c, the runtime model and the params' initial values in net_model.c.
  *
  * Layout. Every program is per replica with B examples. A tensor h x w x c is a buffer
  * [B*h*w][c] ("<layer>.y"): a row per pixel, so a per-channel bias, scale or mean broadcasts
@@ -47,21 +47,15 @@
  *
  * Params: in layer order <layer>.kernel, .bias, .gamma, .beta, .moving_mean,
  * .moving_variance; training adds the optimizer state after them (<param>.vel, or .m and .v). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/builder.h"
 #include "models/net_int.h"
-#include "rng.h"
 #include "util.h"
 
 #define N TPU_NO_BUF
-
-enum { P_KERNEL, P_BIAS, P_GAMMA, P_BETA, P_MM, P_MV, P_COUNT };
-static const char *const param_suffix[P_COUNT] = {"kernel", "bias", "gamma", "beta",
-                                                  "moving_mean", "moving_variance"};
 
 /* Per layer (= per tensor) state of one lowering. */
 struct lw {
@@ -72,9 +66,9 @@ struct lw {
     uint32_t n_contrib;
     bool live;              /* the loss depends on it */
     bool need_grad;         /* a param lies at or before it */
-    uint32_t p[P_COUNT];    /* params (N where the layer has none) */
-    uint32_t g[P_COUNT];    /* their gradients (trainable ones) */
-    uint32_t st[P_COUNT][2]; /* their optimizer state */
+    uint32_t p[TPU__P_COUNT];    /* params (N where the layer has none) */
+    uint32_t g[TPU__P_COUNT];    /* their gradients (trainable ones) */
+    uint32_t st[TPU__P_COUNT][2]; /* their optimizer state */
     uint32_t cols, mask, xhat, inv; /* forward values the backward reads */
 };
 
@@ -89,24 +83,6 @@ struct lower {
     struct lw *lw;
     uint32_t labels, targets, mask; /* infeed besides x */
 };
-
-static bool has_param(const struct tpu__net_layer *L, int k)
-{
-    switch (L->desc.kind) {
-    case TPU_LAYER_DENSE:
-    case TPU_LAYER_CONV2D:
-        return k == P_KERNEL || (k == P_BIAS && L->desc.use_bias);
-    case TPU_LAYER_BATCH_NORM:
-        return k >= P_GAMMA;
-    default:
-        return false;
-    }
-}
-
-static bool trainable(int k)
-{
-    return k < P_MM;
-}
 
 static uint64_t rows_of(const struct lower *s, uint32_t t)
 {
@@ -282,11 +258,11 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
     w->y = tmp(s, i, "y", R, C);
     if (!s->train) {
         w->inv = tmp(s, i, "inv", 1, C);
-        op(s, TPU_OP_RSQRT, w->inv, N, w->p[P_MV], N, &at);
-        op(s, TPU_OP_SUB, w->y, N, x, w->p[P_MM], NULL);
+        op(s, TPU_OP_RSQRT, w->inv, N, w->p[TPU__P_MV], N, &at);
+        op(s, TPU_OP_SUB, w->y, N, x, w->p[TPU__P_MM], NULL);
         op(s, TPU_OP_MUL, w->y, N, w->y, w->inv, NULL);
-        op(s, TPU_OP_MUL, w->y, N, w->y, w->p[P_GAMMA], NULL);
-        op(s, TPU_OP_ADD, w->y, N, w->y, w->p[P_BETA], NULL);
+        op(s, TPU_OP_MUL, w->y, N, w->y, w->p[TPU__P_GAMMA], NULL);
+        op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BETA], NULL);
         return;
     }
     const float inv_r = 1.0f / (float)R;
@@ -306,10 +282,10 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
         all_reduce(s, var, TPU_REDUCE_MEAN);
     op(s, TPU_OP_RSQRT, w->inv, N, var, N, &at);
     op(s, TPU_OP_MUL, w->xhat, N, w->xhat, w->inv, NULL);
-    op(s, TPU_OP_MUL, w->y, N, w->xhat, w->p[P_GAMMA], NULL);
-    op(s, TPU_OP_ADD, w->y, N, w->y, w->p[P_BETA], NULL);
+    op(s, TPU_OP_MUL, w->y, N, w->xhat, w->p[TPU__P_GAMMA], NULL);
+    op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BETA], NULL);
     /* moving = momentum * moving + (1 - momentum) * batch, as Keras */
-    const uint32_t stat[2] = {mean, var}, mv[2] = {w->p[P_MM], w->p[P_MV]};
+    const uint32_t stat[2] = {mean, var}, mv[2] = {w->p[TPU__P_MM], w->p[TPU__P_MV]};
     const char *what[2] = {"mean_part", "var_part"};
     for (int k = 0; k < 2; k++) {
         uint32_t part = tmp(s, i, what[k], 1, C);
@@ -317,14 +293,6 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
         scale(s, mv[k], mv[k], l->momentum);
         op(s, TPU_OP_ADD, mv[k], N, mv[k], part, NULL);
     }
-}
-
-static uint64_t mix64(uint64_t x)
-{
-    x += UINT64_C(0x9E3779B97F4A7C15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return x ^ (x >> 31);
 }
 
 static void forward(struct lower *s, uint32_t i)
@@ -345,9 +313,9 @@ static void forward(struct lower *s, uint32_t i)
             a = w->cols;
         }
         w->y = tmp(s, i, "y", R, C);
-        matmul(s, w->y, a, w->p[P_KERNEL], false, false, false);
+        matmul(s, w->y, a, w->p[TPU__P_KERNEL], false, false, false);
         if (l->use_bias)
-            op(s, TPU_OP_ADD, w->y, N, w->y, w->p[P_BIAS], NULL);
+            op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BIAS], NULL);
         if (l->activation == TPU_ACT_RELU)
             op(s, TPU_OP_RELU, w->y, N, w->y, N, NULL);
         break;
@@ -378,7 +346,7 @@ static void forward(struct lower *s, uint32_t i)
         struct tpu_op_attrs at = attrs0();
         at.alpha = l->rate;
         at.var = s->r->var_step;
-        at.imm = (int64_t)(mix64(s->spec->seed ^ mix64(i)) >> 1);
+        at.imm = (int64_t)(tpu__mix64(s->spec->seed ^ tpu__mix64(i)) >> 1);
         op(s, TPU_OP_DROPOUT_MASK, w->mask, N, N, N, &at);
         op(s, TPU_OP_MUL, w->y, N, rows(s, in0), w->mask, NULL);
         break;
@@ -410,20 +378,20 @@ static void bwd_batch_norm(struct lower *s, uint32_t i)
     const uint32_t C = cols_of(s, i);
     uint32_t dy_xhat = tmp(s, i, "dy_xhat", R, C);
     op(s, TPU_OP_MUL, dy_xhat, N, dy, w->xhat, NULL);
-    reduce_rows(s, w->g[P_GAMMA], dy_xhat);
-    reduce_rows(s, w->g[P_BETA], dy);
+    reduce_rows(s, w->g[TPU__P_GAMMA], dy_xhat);
+    reduce_rows(s, w->g[TPU__P_BETA], dy);
     if (!s->lw[in0].need_grad)
         return;
     const float inv_r = 1.0f / (float)R;
     uint32_t m1 = tmp(s, i, "dy_mean", 1, C), m2 = tmp(s, i, "dy_xhat_mean", 1, C);
     uint32_t k = tmp(s, i, "inv_gamma", 1, C), t = tmp(s, i, "xhat_m2", R, C);
-    scale(s, m1, w->g[P_BETA], inv_r);
-    scale(s, m2, w->g[P_GAMMA], inv_r);
+    scale(s, m1, w->g[TPU__P_BETA], inv_r);
+    scale(s, m2, w->g[TPU__P_GAMMA], inv_r);
     if (L->desc.cross_replica) {
         all_reduce(s, m1, TPU_REDUCE_MEAN);
         all_reduce(s, m2, TPU_REDUCE_MEAN);
     }
-    op(s, TPU_OP_MUL, k, N, w->inv, w->p[P_GAMMA], NULL);
+    op(s, TPU_OP_MUL, k, N, w->inv, w->p[TPU__P_GAMMA], NULL);
     op(s, TPU_OP_MUL, t, N, w->xhat, m2, NULL);
     uint32_t dx = contrib_begin(s, in0);
     op(s, TPU_OP_SUB, dx, N, dy, m1, NULL);
@@ -446,19 +414,19 @@ static void backward(struct lower *s, uint32_t i)
         const bool cols = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
         if (l->activation == TPU_ACT_RELU)
             op(s, TPU_OP_RELU_GRAD, dy, N, dy, w->y, NULL);
-        matmul(s, w->g[P_KERNEL], cols ? w->cols : rows(s, in0), dy, true, false, false);
+        matmul(s, w->g[TPU__P_KERNEL], cols ? w->cols : rows(s, in0), dy, true, false, false);
         if (l->use_bias)
-            reduce_rows(s, w->g[P_BIAS], dy);
+            reduce_rows(s, w->g[TPU__P_BIAS], dy);
         if (!gx)
             break;
         if (!cols) {
             uint32_t d = dy_buf(s, in0);
-            matmul(s, d, dy, w->p[P_KERNEL], false, true, s->lw[in0].dy_written);
+            matmul(s, d, dy, w->p[TPU__P_KERNEL], false, true, s->lw[in0].dy_written);
             s->lw[in0].dy_written = true;
             break;
         }
         uint32_t dcols = tmp(s, i, "dcols", rows_of(s, i), l->kh * l->kw * L->in_shape.c);
-        matmul(s, dcols, dy, w->p[P_KERNEL], false, true, false);
+        matmul(s, dcols, dy, w->p[TPU__P_KERNEL], false, true, false);
         dx = contrib_begin(s, in0);
         window_op(s, TPU_OP_COL2IM, dx, dcols, N, i);
         contrib_end(s, in0, dx);
@@ -512,7 +480,7 @@ static void mark(struct lower *s)
     const struct tpu_net *net = s->net;
     for (uint32_t i = 1; i < net->n_layers; i++) {
         const struct tpu__net_layer *L = &net->layers[i];
-        bool g = has_param(L, P_KERNEL) || has_param(L, P_GAMMA);
+        bool g = tpu__net_has_param(L, TPU__P_KERNEL) || tpu__net_has_param(L, TPU__P_GAMMA);
         for (uint32_t k = 0; k < L->n_in; k++)
             g = g || s->lw[L->in[k]].need_grad;
         s->lw[i].need_grad = g;
@@ -531,14 +499,14 @@ static void declare_params(struct lower *s)
     char name[96];
     for (uint32_t i = 1; i < s->net->n_layers; i++) {
         const struct tpu__net_layer *L = &s->net->layers[i];
-        for (int k = 0; k < P_COUNT; k++) {
-            if (!has_param(L, k))
+        for (int k = 0; k < TPU__P_COUNT; k++) {
+            if (!tpu__net_has_param(L, k))
                 continue;
             const uint32_t c = L->in_shape.c;
             uint32_t rows = 1, cols = L->out.c;
-            if (k == P_KERNEL)
+            if (k == TPU__P_KERNEL)
                 rows = L->desc.kind == TPU_LAYER_CONV2D ? L->desc.kh * L->desc.kw * c : c;
-            snprintf(name, sizeof name, "%s.%s", L->desc.name, param_suffix[k]);
+            snprintf(name, sizeof name, "%s.%s", L->desc.name, tpu__net_param_suffix[k]);
             s->lw[i].p[k] = tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_PARAM, rows, cols);
             r->params[r->n_params++] = s->lw[i].p[k];
         }
@@ -549,22 +517,23 @@ static void declare_params(struct lower *s)
     const char *sfx[2] = {adam ? "m" : "vel", "v"};
     for (uint32_t i = 1; i < s->net->n_layers; i++) {
         const struct tpu__net_layer *L = &s->net->layers[i];
-        for (int k = 0; k < P_COUNT; k++) {
-            if (!has_param(L, k) || !trainable(k))
+        for (int k = 0; k < TPU__P_COUNT; k++) {
+            if (!tpu__net_has_param(L, k) || !tpu__net_trainable(k))
                 continue;
             const struct tpu_buffer_desc *pd = tpu_program_buffer(s->b.p, s->lw[i].p[k]);
             if (!pd)
                 return;
             const uint32_t prow = pd->rows, pcol = pd->cols; /* pd moves as buffers are added */
             for (int j = 0; j < (adam ? 2 : 1); j++) {
-                snprintf(name, sizeof name, "%s.%s.%s", L->desc.name, param_suffix[k], sfx[j]);
+                snprintf(name, sizeof name, "%s.%s.%s", L->desc.name,
+                         tpu__net_param_suffix[k], sfx[j]);
                 s->lw[i].st[k][j] = tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_PARAM, prow, pcol);
                 r->params[r->n_params++] = s->lw[i].st[k][j];
             }
             if (!s->lw[i].live)
                 continue; /* a layer the loss does not read keeps its initial values */
             char what[24];
-            snprintf(what, sizeof what, "d_%s", param_suffix[k]);
+            snprintf(what, sizeof what, "d_%s", tpu__net_param_suffix[k]);
             s->lw[i].g[k] = tmp(s, i, what, prow, pcol);
         }
     }
@@ -585,7 +554,7 @@ static void optimizer_update(struct lower *s, uint32_t i, int k)
     }
     if (sp->optimizer == TPU_OPT_SGD_MOMENTUM) {
         at.beta = sp->momentum;
-        at.gamma = k == P_KERNEL ? sp->l2 : 0.0f;
+        at.gamma = k == TPU__P_KERNEL ? sp->l2 : 0.0f;
         tpu__b_op(&s->b, TPU_OP_SGD_MOMENTUM, w->p[k], w->st[k][0], N, w->g[k], N, &at);
         return;
     }
@@ -597,7 +566,7 @@ static void optimizer_update(struct lower *s, uint32_t i, int k)
         at.gamma = sp->weight_decay;
         tpu__b_op(&s->b, TPU_OP_ADAMW, w->p[k], w->st[k][0], w->st[k][1], w->g[k], N, &at);
     } else {
-        at.gamma = k == P_KERNEL ? sp->l2 : 0.0f;
+        at.gamma = k == TPU__P_KERNEL ? sp->l2 : 0.0f;
         tpu__b_op(&s->b, TPU_OP_ADAM, w->p[k], w->st[k][0], w->st[k][1], w->g[k], N, &at);
     }
 }
@@ -720,8 +689,8 @@ static void lower_step(struct lower *s)
         }
     /* gradients summed over replicas, the step, the updates */
     for (uint32_t i = 1; i < net->n_layers; i++)
-        for (int k = 0; k < P_COUNT; k++)
-            if (s->lw[i].live && has_param(&net->layers[i], k) && trainable(k)) {
+        for (int k = 0; k < TPU__P_COUNT; k++)
+            if (s->lw[i].live && tpu__net_has_param(&net->layers[i], k) && tpu__net_trainable(k)) {
                 s->b.tag = i;
                 all_reduce(s, s->lw[i].g[k], TPU_REDUCE_SUM);
             }
@@ -731,8 +700,8 @@ static void lower_step(struct lower *s)
     at.imm = 1;
     op(s, TPU_OP_VAR_ADD, N, N, N, N, &at);
     for (uint32_t i = 1; i < net->n_layers; i++)
-        for (int k = 0; k < P_COUNT; k++)
-            if (s->lw[i].live && has_param(&net->layers[i], k) && trainable(k)) {
+        for (int k = 0; k < TPU__P_COUNT; k++)
+            if (s->lw[i].live && tpu__net_has_param(&net->layers[i], k) && tpu__net_trainable(k)) {
                 s->b.tag = i;
                 optimizer_update(s, i, k);
             }
@@ -772,8 +741,8 @@ static int check_build(const struct tpu_net *net, const struct tpu_train_spec *s
                              "batch", net->name, L->desc.name, B);
         const unsigned state = mode != TPU_MODE_TRAIN ? 0
                                : spec->optimizer == TPU_OPT_SGD_MOMENTUM ? 1 : 2;
-        for (int p = 0; p < P_COUNT; p++)
-            params += has_param(L, p) ? 1 + (trainable(p) ? state : 0) : 0;
+        for (int p = 0; p < TPU__P_COUNT; p++)
+            params += tpu__net_has_param(L, p) ? 1 + (tpu__net_trainable(p) ? state : 0) : 0;
     }
     if (params > TPU_MODEL_MAX_PARAMS)
         return tpu__fail(d, TPU_ERANGE, "net '%s' has %llu param tensors with their "
@@ -814,7 +783,7 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     for (uint32_t i = 0; i < net->n_layers; i++) {
         struct lw *w = &s.lw[i];
         w->y = w->rows = w->dy = w->cols = w->mask = w->xhat = w->inv = N;
-        for (int k = 0; k < P_COUNT; k++)
+        for (int k = 0; k < TPU__P_COUNT; k++)
             w->p[k] = w->g[k] = w->st[k][0] = w->st[k][1] = N;
     }
     mark(&s);
@@ -840,105 +809,4 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     free(s.r);
     free(s.lw);
     return rc;
-}
-
-/* ---- the runtime model ------------------------------------------------------------------- */
-
-static int model_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                       uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
-{
-    const struct tpu__net_binding *bd = ctx;
-    return tpu_net_build(bd->net, bd->spec, mode, batch_per_replica, global_batch, out, NULL,
-                         d);
-}
-
-/* FNV-1a of a param's name. */
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * UINT64_C(0x100000001b3);
-    return h;
-}
-
-/* Initial values: Glorot-uniform kernels, U(-a, a) with a = sqrt(6 / (fan_in + fan_out)),
- * fan_in = kh*kw*c and fan_out = kh*kw*filters for conv2d (Keras), c and units for dense;
- * gamma and moving_variance 1; biases, beta, moving_mean and optimizer state 0.
- *
- * The kernel's generator is seeded from the run's seed and the param's name, so adding a
- * layer leaves the others' values as they were. The runtime passes seed + i for the i-th
- * param of the program it loads first, and every mode lists the net's params first in layer
- * order (declare_params), so the run's seed is seed - (the param's index in that list). */
-static void model_init(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,
-                       uint64_t seed)
-{
-    const struct tpu__net_binding *bd = ctx;
-    const struct tpu_net *net = bd->net;
-    const size_t n = (size_t)rows * cols;
-    float value = 0.0f;
-    const char *dot = strchr(name, '.');
-    const char *what = dot ? dot + 1 : "";
-    if (!strchr(what, '.')) { /* optimizer state has a second dot: it starts at 0 */
-        uint64_t index = 0;
-        for (uint32_t i = 1; i < net->n_layers; i++) {
-            const struct tpu__net_layer *L = &net->layers[i];
-            size_t len = strlen(L->desc.name);
-            for (int k = 0; k < P_COUNT; k++) {
-                if (!has_param(L, k))
-                    continue;
-                if (dot && (size_t)(dot - name) == len && !strncmp(name, L->desc.name, len) &&
-                    !strcmp(what, param_suffix[k])) {
-                    if (k == P_KERNEL) {
-                        struct tpu__rng r;
-                        tpu__rng_seed(&r, mix64(seed - index) ^ name_hash(name));
-                        uint64_t kk = L->desc.kind == TPU_LAYER_CONV2D
-                                          ? (uint64_t)L->desc.kh * L->desc.kw : 1;
-                        float a = sqrtf(6.0f / (float)(kk * L->in_shape.c + kk * L->out.c));
-                        for (size_t e = 0; e < n; e++)
-                            data[e] = (tpu__rng_uniform(&r) * 2.0f - 1.0f) * a;
-                        return;
-                    }
-                    value = k == P_GAMMA || k == P_MV ? 1.0f : 0.0f;
-                    goto fill;
-                }
-                index++;
-            }
-        }
-    }
-fill:
-    for (size_t e = 0; e < n; e++)
-        data[e] = value;
-}
-
-int tpu_net_model(struct tpu_model *m, const struct tpu_net *net,
-                  const struct tpu_train_spec *spec, struct tpu_diag *d)
-{
-    if (!m || !net || !spec)
-        return tpu__fail(d, TPU_EINVAL, "tpu_net_model needs a model, a net and a spec");
-    int rc = tpu_train_spec_check(spec, d);
-    if (rc)
-        return rc;
-    if (!net->has_output)
-        return tpu__fail(d, TPU_EINVAL, "net '%s' has no output; call tpu_net_set_output "
-                         "with the tensor the loss reads", net->name);
-    /* the binding lives in the net (the model's ctx points at it); the net is otherwise left
-       as it is */
-    struct tpu_net *mut = (struct tpu_net *)net;
-    const struct tpu__net_binding *bd = NULL;
-    for (uint32_t i = 0; i < mut->n_bind && !bd; i++)
-        if (mut->bind[i].spec == spec)
-            bd = &mut->bind[i];
-    if (!bd) {
-        if (mut->n_bind == TPU__NET_MAX_BINDINGS)
-            return tpu__fail(d, TPU_ERANGE, "net '%s' already serves %d models with different "
-                             "training specs, the most it can; reuse a spec or make a second "
-                             "net", net->name, TPU__NET_MAX_BINDINGS);
-        mut->bind[mut->n_bind] = (struct tpu__net_binding){net, spec};
-        bd = &mut->bind[mut->n_bind++];
-    }
-    memset(m, 0, sizeof *m);
-    m->ctx = (void *)bd;
-    m->build = model_build;
-    m->init_param = model_init;
-    return 0;
 }
