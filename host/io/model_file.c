@@ -33,7 +33,7 @@
 
 /* Ranges a file may give (the builder checks the shapes and anything else beyond these). */
 #define MF_MAX_SIZE 1048576u  /* units, filters, input and target dimensions */
-#define MF_MAX_WINDOW 65536u  /* kernel_size, pool_size, strides */
+#define MF_MAX_WINDOW 4096u   /* kernel_size, pool_size, strides */
 
 /* ---- where a value is in the text ------------------------------------------------------- */
 
@@ -186,16 +186,17 @@ struct where {
     const char *key;
     long elem;
     bool at_key; /* point at the key itself (unknown keys) rather than its value */
+    bool bare;   /* no "layer i 'name': " (the builder's messages name the layer) */
 };
 
 static struct where top_key(const char *key)
 {
-    return (struct where){-1, key, -1, false};
+    return (struct where){-1, key, -1, false, false};
 }
 
 static struct where layer_key(size_t layer, const char *key)
 {
-    return (struct where){(long)layer, key, -1, false};
+    return (struct where){(long)layer, key, -1, false, false};
 }
 
 /* "layer 3 'conv_2'", "layer 3 (conv2d)" for a layer without a name, or "layer 3": layers
@@ -239,7 +240,7 @@ static int fail_at(const struct mf *m, struct where w, int code, const char *fmt
     va_start(ap, fmt);
     vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
-    if (w.layer >= 0) {
+    if (w.layer >= 0 && !w.bare) {
         layer_label(m, (size_t)w.layer, label, sizeof label - 2);
         strcat(label, ": ");
     }
@@ -317,7 +318,7 @@ static int get_number(const struct mf *m, struct where w, const json_t *v, const
     describe(v, got, sizeof got);
     return fail_at(m, w, json_is_number(v) ? TPU_ERANGE : TPU_EPARSE,
                    "%s must be a number %s %g and %s %g; got %s%s", what,
-                   lo_open ? "greater than" : "from", lo, hi_open ? "less than" : "at most", hi,
+                   lo_open ? "greater than" : "at least", lo, hi_open ? "less than" : "at most", hi,
                    got, json_is_string(v) ? " (write numbers without quotes)" : "");
 }
 
@@ -514,17 +515,20 @@ static int unknown_key(const struct mf *m, struct where w, const char *key,
         }
     }
     join_keys(allowed, list, sizeof list);
-    tpu__did_you_mean(best, hint, sizeof hint);
     if (w.layer >= 0)
         for (int k = TPU_LAYER_INPUT + 1; k < TPU_LAYER_KIND_COUNT; k++)
             if (in_list(kind_keys((enum tpu_layer_kind)k), key))
                 snprintf(owners + strlen(owners), sizeof owners - strlen(owners), "%s%s",
-                         owners[0] ? ", " : "; it is a key of ",
-                         tpu_layer_kind_name((enum tpu_layer_kind)k));
+                         owners[0] ? ", " : "", tpu_layer_kind_name((enum tpu_layer_kind)k));
     w.key = key;
     w.at_key = true;
-    return fail_at(m, w, TPU_EPARSE, "unknown key \"%s\"%s%s; the keys of %s are %s",
-                   tpu__quote(key, q, sizeof q), hint, owners, whose, list);
+    tpu__quote(key, q, sizeof q);
+    if (owners[0]) /* a key of other layers: no guess at a near spelling */
+        return fail_at(m, w, TPU_EPARSE, "\"%s\" is not a key of %s (it is one of %s); the "
+                       "keys of %s are %s", q, whose, owners, whose, list);
+    tpu__did_you_mean(best, hint, sizeof hint);
+    return fail_at(m, w, TPU_EPARSE, "unknown key \"%s\"%s; the keys of %s are %s", q, hint,
+                   whose, list);
 }
 
 /* ---- layers ----------------------------------------------------------------------------- */
@@ -651,7 +655,7 @@ static int layer_fields(const struct mf *m, size_t i, struct tpu_layer_desc *des
     const json_t *v;
     unsigned choice;
     int rc = 0;
-#define KEY(k) (v = json_object_get(l, (k))) != NULL
+#define KEY(k) ((v = json_object_get(l, (k))) != NULL)
 #define AT(k) layer_key(i, (k))
     switch (desc->kind) {
     case TPU_LAYER_DENSE:
@@ -693,7 +697,7 @@ static int layer_fields(const struct mf *m, size_t i, struct tpu_layer_desc *des
         if (!KEY("rate"))
             return fail_at(m, AT(NULL), TPU_EINVAL,
                            "a dropout layer needs \"rate\": the fraction of elements dropped "
-                           "in training, a number from 0 and less than 1");
+                           "in training, a number at least 0 and less than 1");
         rc = get_number(m, AT("rate"), v, "\"rate\"", 0, false, 1, true, &desc->rate);
         break;
     case TPU_LAYER_BATCH_NORM:
@@ -748,6 +752,11 @@ static int add_layer(const struct mf *m, struct tpu_net *net, size_t i, uint32_t
     for (int k = TPU_LAYER_INPUT + 1; k < TPU_LAYER_KIND_COUNT; k++)
         kinds[k - 1] = tpu_layer_kind_name((enum tpu_layer_kind)k);
     unsigned choice;
+    if (json_is_string(type) && !strcmp(json_string_value(type), "input"))
+        return fail_at(m, layer_key(i, "type"), TPU_EPARSE,
+                       "\"type\" \"input\" is not a layer: the input is the model's "
+                       "\"input\" shape, and layers read it by the name \"input\"; remove "
+                       "this layer");
     int rc = get_choice(m, layer_key(i, "type"), type, "\"type\"", kinds,
                         TPU_LAYER_KIND_COUNT - 1, &choice);
     if (rc)
@@ -799,8 +808,11 @@ static int add_layer(const struct mf *m, struct tpu_net *net, size_t i, uint32_t
     struct tpu_diag bd;
     tpu_diag_clear(&bd);
     rc = tpu_net_add(net, &desc, in, n_in, &out, &bd);
-    if (rc)
-        return fail_at(m, layer_key(i, NULL), rc, "%s", bd.msg);
+    if (rc) {
+        struct where w = layer_key(i, NULL);
+        w.bare = true;
+        return fail_at(m, w, rc, "%s", bd.msg);
+    }
     *prev = out;
     return 0;
 }
@@ -902,6 +914,12 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
 static int parse(const char *text, size_t len, const char *origin, struct tpu_net **out,
                  struct tpu_diag *d)
 {
+    size_t blank = 0;
+    while (blank < len && strchr(" \t\r\n", text[blank]) && text[blank])
+        blank++;
+    if (blank == len)
+        return tpu__fail(d, TPU_EPARSE, "%s is empty; a model file is a JSON object such as "
+                         "configs/models/cnn.json", origin);
     json_error_t err;
     json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!doc) {
@@ -976,9 +994,6 @@ int tpu_net_load_file(const char *path, struct tpu_net **out, struct tpu_diag *d
                        "JSON of at most %d layers (ResNet-50's is about 40 KB): is this the "
                        "right file?",
                        shown, MODEL_FILE_MAX_BYTES, TPU_NET_MAX_LAYERS - 1);
-    else if (len == 0)
-        rc = tpu__fail(d, TPU_EPARSE, "model file '%s' is empty; a model file is a JSON object "
-                       "such as configs/models/cnn.json", shown);
     fclose(f);
     if (!rc)
         rc = parse(buf, len, shown, out, d);
