@@ -8,11 +8,9 @@
  * This is not a Keras model reader: it takes tpusim's own format (no "class_name"/"config"
  * nesting, no weights). It holds no state between calls.
  *
- * Locations. jansson reports line and column for syntax errors only; a parsed value carries
- * no position. Every other error needs one, so the text (already known to be valid JSON) is
- * walked again along the path of the value at fault (locate()): a few lines of scanning
- * that run only when a message is written. Columns count characters (UTF-8 sequences) from
- * 1, as jansson's do, so both kinds of messages point the same way. */
+ * Locations. Every message starts with the file, line and column of the value at fault (or
+ * of the key, for a key that is not allowed), found by tpu__json_locate (io/json_loc.c)
+ * from the path the reader followed: "layers", the layer's index, the key, the element. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -25,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "io/json_loc.h"
 #include "tpusim/net.h"
 #include "util.h"
 
@@ -35,139 +34,6 @@
 #define MF_MAX_SIZE 1048576u  /* units, filters, input and target dimensions */
 #define MF_MAX_WINDOW 4096u   /* kernel_size, pool_size, strides */
 
-/* ---- where a value is in the text ------------------------------------------------------- */
-
-/* One step of a path into the document: an object's key, or an array's index (key NULL). */
-struct step {
-    const char *key;
-    size_t index;
-};
-
-/* A position in the text while scanning it: `col` counts the characters of the current line
- * before p, so the character at p is at (line, col + 1). */
-struct scan {
-    const char *p, *end;
-    int line, col;
-};
-
-static void scan_advance(struct scan *s)
-{
-    if (*s->p == '\n') {
-        s->line++;
-        s->col = 0;
-    } else if (((unsigned char)*s->p & 0xC0) != 0x80) { /* not a UTF-8 continuation byte */
-        s->col++;
-    }
-    s->p++;
-}
-
-static void scan_space(struct scan *s)
-{
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
-        scan_advance(s);
-}
-
-/* Skips a string token (s->p at its opening quote). */
-static void scan_string(struct scan *s)
-{
-    scan_advance(s);
-    while (s->p < s->end && *s->p != '"') {
-        if (*s->p == '\\' && s->p + 1 < s->end)
-            scan_advance(s);
-        scan_advance(s);
-    }
-    if (s->p < s->end)
-        scan_advance(s);
-}
-
-/* Skips one value of valid JSON (s->p at its first character). Arrays and objects are
- * skipped by counting brackets outside strings, so nesting costs no recursion. */
-static void scan_value(struct scan *s)
-{
-    if (s->p >= s->end)
-        return;
-    if (*s->p == '"') {
-        scan_string(s);
-        return;
-    }
-    if (*s->p != '[' && *s->p != '{') {
-        while (s->p < s->end && !strchr(",]} \t\r\n", *s->p))
-            scan_advance(s);
-        return;
-    }
-    size_t depth = 0;
-    while (s->p < s->end) {
-        char c = *s->p;
-        if (c == '"') {
-            scan_string(s);
-            continue;
-        }
-        scan_advance(s);
-        if (c == '[' || c == '{')
-            depth++;
-        else if ((c == ']' || c == '}') && --depth == 0)
-            return;
-    }
-}
-
-/* Whether the string token at s->p (its quotes included, `len` bytes) spells `key`. */
-static bool token_is(const char *tok, size_t len, const char *key)
-{
-    if (!memchr(tok, '\\', len))
-        return len - 2 == strlen(key) && !memcmp(tok + 1, key, len - 2);
-    json_t *v = json_loadb(tok, len, JSON_DECODE_ANY, NULL); /* escapes: let jansson decode */
-    bool same = v && json_is_string(v) && !strcmp(json_string_value(v), key);
-    json_decref(v);
-    return same;
-}
-
-/* The line and column of the value at `path` in valid JSON text (of its key when at_key and
- * the last step is a key). Stops where the path cannot be followed (it always can, for a
- * path taken from the parsed document). */
-static void locate(const char *text, size_t len, const struct step *path, size_t n,
-                   bool at_key, int *line, int *col)
-{
-    struct scan s = {text, text + len, 1, 0};
-    scan_space(&s);
-    for (size_t k = 0; k < n && s.p < s.end; k++) {
-        char open = path[k].key ? '{' : '[';
-        if (*s.p != open)
-            break;
-        scan_advance(&s);
-        scan_space(&s);
-        bool found = false;
-        for (size_t i = 0; s.p < s.end && *s.p != ']' && *s.p != '}'; i++) {
-            if (path[k].key) {
-                struct scan key = s;
-                scan_string(&s);
-                bool match = token_is(key.p, (size_t)(s.p - key.p), path[k].key);
-                if (match && at_key && k + 1 == n) {
-                    *line = key.line;
-                    *col = key.col + 1;
-                    return;
-                }
-                scan_space(&s);
-                if (s.p < s.end && *s.p == ':')
-                    scan_advance(&s);
-                scan_space(&s);
-                found = match;
-            } else {
-                found = i == path[k].index;
-            }
-            if (found)
-                break;
-            scan_value(&s);
-            scan_space(&s);
-            if (s.p < s.end && *s.p == ',')
-                scan_advance(&s);
-            scan_space(&s);
-        }
-        if (!found)
-            break;
-    }
-    *line = s.line;
-    *col = s.col + 1;
-}
 
 /* ---- messages --------------------------------------------------------------------------- */
 
@@ -222,18 +88,18 @@ static int fail_at(const struct mf *m, struct where w, int code, const char *fmt
 
 static int fail_at(const struct mf *m, struct where w, int code, const char *fmt, ...)
 {
-    struct step path[4];
+    struct tpu__json_step path[4];
     size_t n = 0;
     if (w.layer >= 0) {
-        path[n++] = (struct step){"layers", 0};
-        path[n++] = (struct step){NULL, (size_t)w.layer};
+        path[n++] = (struct tpu__json_step){"layers", 0};
+        path[n++] = (struct tpu__json_step){NULL, (size_t)w.layer};
     }
     if (w.key)
-        path[n++] = (struct step){w.key, 0};
+        path[n++] = (struct tpu__json_step){w.key, 0};
     if (w.elem >= 0)
-        path[n++] = (struct step){NULL, (size_t)w.elem};
+        path[n++] = (struct tpu__json_step){NULL, (size_t)w.elem};
     int line, col;
-    locate(m->text, m->len, path, n, w.at_key && w.elem < 0, &line, &col);
+    tpu__json_locate(m->text, m->len, path, n, w.at_key && w.elem < 0, &line, &col);
 
     char body[TPU_DIAG_MAX], label[TPU__QUOTE_BYTES + 32] = "";
     va_list ap;
@@ -247,40 +113,6 @@ static int fail_at(const struct mf *m, struct where w, int code, const char *fmt
     return tpu__fail(m->d, code, "%s:%d:%d: %s%s", m->origin, line, col, label, body);
 }
 
-/* A JSON value as a message quotes it: 0, 2.5, "relu", true, null, an array, an object. */
-static const char *describe(const json_t *v, char *buf, size_t n)
-{
-    char q[TPU__QUOTE_BYTES];
-    switch (json_typeof(v)) {
-    case JSON_INTEGER:
-        snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        break;
-    case JSON_REAL:
-        snprintf(buf, n, "%.17g", json_real_value(v));
-        if (!strpbrk(buf, ".eEn")) /* 10.0 prints as "10": say it was written as a real */
-            strncat(buf, ".0", n - strlen(buf) - 1);
-        break;
-    case JSON_STRING:
-        snprintf(buf, n, "the string \"%s\"", tpu__quote(json_string_value(v), q, sizeof q));
-        break;
-    case JSON_TRUE:
-        snprintf(buf, n, "true");
-        break;
-    case JSON_FALSE:
-        snprintf(buf, n, "false");
-        break;
-    case JSON_NULL:
-        snprintf(buf, n, "null");
-        break;
-    case JSON_ARRAY:
-        snprintf(buf, n, "an array of %zu", json_array_size(v));
-        break;
-    case JSON_OBJECT:
-        snprintf(buf, n, "an object");
-        break;
-    }
-    return buf;
-}
 
 /* ---- values ----------------------------------------------------------------------------- */
 
@@ -294,7 +126,7 @@ static int get_whole(const struct mf *m, struct where w, const json_t *v, const 
         return 0;
     }
     char got[TPU__QUOTE_BYTES + 32];
-    describe(v, got, sizeof got);
+    tpu__json_describe(v, got, sizeof got);
     return fail_at(m, w, json_is_integer(v) ? TPU_ERANGE : TPU_EPARSE,
                    "%s must be a whole number from %" PRIu32 " to %" PRIu32 "; got %s%s", what,
                    lo, hi, got,
@@ -315,7 +147,7 @@ static int get_number(const struct mf *m, struct where w, const json_t *v, const
         return 0;
     }
     char got[TPU__QUOTE_BYTES + 32];
-    describe(v, got, sizeof got);
+    tpu__json_describe(v, got, sizeof got);
     return fail_at(m, w, json_is_number(v) ? TPU_ERANGE : TPU_EPARSE,
                    "%s must be a number %s %g and %s %g; got %s%s", what,
                    lo_open ? "greater than" : "at least", lo, hi_open ? "less than" : "at most", hi,
@@ -331,7 +163,7 @@ static int get_bool(const struct mf *m, struct where w, const json_t *v, const c
     }
     char got[TPU__QUOTE_BYTES + 32];
     return fail_at(m, w, TPU_EPARSE, "%s must be true or false (without quotes); got %s", what,
-                   describe(v, got, sizeof got));
+                   tpu__json_describe(v, got, sizeof got));
 }
 
 /* One of `choices` (n of them); the index into *out. */
@@ -360,7 +192,7 @@ static int get_choice(const struct mf *m, struct where w, const json_t *v, const
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
                  i == 0 ? "" : i + 1 == n ? " or " : ", ", choices[i]);
     return fail_at(m, w, TPU_EPARSE, "%s must be %s; got %s%s", what, list,
-                   describe(v, got, sizeof got), hint);
+                   tpu__json_describe(v, got, sizeof got), hint);
 }
 
 /* An identifier of at most TPU_NET_NAME_MAX characters: a letter or '_', then letters,
@@ -390,7 +222,7 @@ static int get_name(const struct mf *m, struct where w, const json_t *v, const c
     return fail_at(m, w, json_is_string(v) ? TPU_ERANGE : TPU_EPARSE,
                    "%s must be a name of 1 to %d letters, digits and '_', not starting with a "
                    "digit (such as \"conv_1\"); got %s",
-                   what, TPU_NET_NAME_MAX, describe(v, got, sizeof got));
+                   what, TPU_NET_NAME_MAX, tpu__json_describe(v, got, sizeof got));
 }
 
 /* A window or stride: a whole number n (n x n) or [h, w]. */
@@ -405,7 +237,7 @@ static int get_pair(const struct mf *m, struct where w, const json_t *v, const c
             return fail_at(m, w, TPU_EPARSE,
                            "\"%s\" must be a whole number n (for n x n) or a pair [h, w]; got "
                            "%s",
-                           key, describe(v, got, sizeof got));
+                           key, tpu__json_describe(v, got, sizeof got));
         }
         struct where e0 = w, e1 = w;
         e0.elem = 0;
@@ -419,7 +251,7 @@ static int get_pair(const struct mf *m, struct where w, const json_t *v, const c
         char got[TPU__QUOTE_BYTES + 32];
         return fail_at(m, w, TPU_EPARSE,
                        "\"%s\" must be a whole number n (for n x n) or a pair [h, w]; got %s",
-                       key, describe(v, got, sizeof got));
+                       key, tpu__json_describe(v, got, sizeof got));
     }
     int rc = get_whole(m, w, v, what, 1, MF_MAX_WINDOW, h);
     *wd = *h;
@@ -435,7 +267,7 @@ static int get_shape(const struct mf *m, struct where w, const json_t *v, const 
         char got[TPU__QUOTE_BYTES + 32];
         return fail_at(m, w, TPU_EPARSE,
                        "\"%s\" must be a shape [h, w, c] (or [c] for a vector); got %s", key,
-                       describe(v, got, sizeof got));
+                       tpu__json_describe(v, got, sizeof got));
     }
     uint32_t dims[3] = {1, 1, 1};
     static const char *const axes[3] = {"h", "w", "c"};
@@ -614,7 +446,7 @@ static int layer_inputs(const struct mf *m, const struct tpu_net *net, size_t i,
     size_t n = json_array_size(v);
     if (!json_is_array(v) || n != want) {
         char got[TPU__QUOTE_BYTES + 32];
-        describe(v, got, sizeof got);
+        tpu__json_describe(v, got, sizeof got);
         if (kind == TPU_LAYER_ADD)
             return fail_at(m, layer_key(i, "inputs"), TPU_EINVAL,
                            "\"inputs\" of an add layer must list the two layers it sums, "
@@ -637,7 +469,7 @@ static int layer_inputs(const struct mf *m, const struct tpu_net *net, size_t i,
             return fail_at(m, e, TPU_EPARSE,
                            "%s must be the name of a layer above (a string) or \"input\"; "
                            "got %s",
-                           what, describe(s, got, sizeof got));
+                           what, tpu__json_describe(s, got, sizeof got));
         }
         name = json_string_value(s);
         int rc = resolve(m, net, e, i, what, name, &in[k]);
@@ -741,7 +573,7 @@ static int add_layer(const struct mf *m, struct tpu_net *net, size_t i, uint32_t
         return fail_at(m, layer_key(i, NULL), TPU_EPARSE,
                        "a layer must be an object such as {\"type\": \"dense\", \"units\": "
                        "10}; got %s",
-                       describe(l, got, sizeof got));
+                       tpu__json_describe(l, got, sizeof got));
     const json_t *type = json_object_get(l, "type");
     if (!type)
         return fail_at(m, layer_key(i, NULL), TPU_EINVAL,
@@ -828,7 +660,7 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
         return fail_at(m, top_key(NULL), TPU_EPARSE,
                        "a model file is a JSON object such as {\"input\": [28, 28, 1], "
                        "\"layers\": [...], \"loss\": \"softmax_cross_entropy\"}; got %s",
-                       describe(doc, got, sizeof got));
+                       tpu__json_describe(doc, got, sizeof got));
     const char *key;
     const json_t *value;
     json_object_foreach((json_t *)doc, key, value)
@@ -842,7 +674,7 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
     if (!rc && v && !json_is_string(v))
         rc = fail_at(m, top_key("description"), TPU_EPARSE,
                      "\"description\" must be a string (it is not read); got %s",
-                     describe(v, got, sizeof got));
+                     tpu__json_describe(v, got, sizeof got));
     if (rc)
         return rc;
 
@@ -866,7 +698,7 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
     if (!json_is_array(v) || n == 0 || n > TPU_NET_MAX_LAYERS - 1)
         return fail_at(m, top_key("layers"), json_is_array(v) ? TPU_ERANGE : TPU_EPARSE,
                        "\"layers\" must be a list of 1 to %d layers; got %s",
-                       TPU_NET_MAX_LAYERS - 1, describe(v, got, sizeof got));
+                       TPU_NET_MAX_LAYERS - 1, tpu__json_describe(v, got, sizeof got));
     const json_t *loss_v = json_object_get(doc, "loss");
     if (!loss_v)
         return fail_at(m, top_key(NULL), TPU_EINVAL,
@@ -879,7 +711,7 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
         rc = fail_at(m, top_key("output"), TPU_EPARSE,
                      "\"output\" must be the name of the layer the loss reads (a string); "
                      "got %s",
-                     describe(out_v, got, sizeof got));
+                     tpu__json_describe(out_v, got, sizeof got));
     if (rc)
         return rc;
 
