@@ -307,6 +307,27 @@ static void test_syntax_errors(void **state)
                  "(no comments, no trailing commas)");
 }
 
+/* The place of a value past CRLF line ends, escaped keys, and strings holding brackets,
+ * commas and escaped quotes (the expected columns counted independently). */
+static void test_locations(void **state)
+{
+    (void)state;
+    expect_error("{\"input\": [1],\r\n \"layers\": [{\"type\": \"dense\", \"units\": 0}],\r\n"
+                 " \"loss\": \"mean_squared_error\"}", TPU_ERANGE,
+                 "m.json:2:40: layer 1 (dense): \"units\" must be a whole number from 1 to "
+                 "1048576; got 0");
+    expect_error("{\"input\": [1], \"layers\": [{\"type\": \"dense\", \"unit\\u0073\": 0}],"
+                 " \"loss\": \"mean_squared_error\"}", TPU_ERANGE,
+                 "m.json:1:59: layer 1 (dense): \"units\" must be a whole number from 1 to "
+                 "1048576; got 0");
+    expect_error("{\"description\": \"a [tricky] {string}, \\\"with\\\" quotes: \\\\\", "
+                 "\"input\": [1],\n \"layers\": [{\"type\": \"relu\"}, {\"type\": \"relu\", "
+                 "\"name\": \"x y\"}], \"loss\": \"mean_squared_error\"}", TPU_ERANGE,
+                 "m.json:2:56: layer 2 'x y': \"name\" must be a name of 1 to 31 letters, digits "
+                 "and '_', not starting with a digit (such as \"conv_1\"); got the string "
+                 "\"x y\"");
+}
+
 static void test_unknown_keys(void **state)
 {
     (void)state;
@@ -628,6 +649,7 @@ int main(void)
         cmocka_unit_test(test_keys_and_defaults),
         cmocka_unit_test(test_vector_input_and_escapes),
         cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_locations),
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_out_of_range),
