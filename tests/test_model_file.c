@@ -12,8 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "tpusim/net.h"
 
 /* configs/models/, from TPUSIM_MODELS_DIR (set by tests/meson.build) */
@@ -630,6 +628,16 @@ static void test_files(void **state)
     assert_string_equal(d.msg + strlen(dir), "/empty.json:3:63: layer 1 (conv2d): \"padding\" "
                                              "must be \"valid\" or \"same\"; got 1");
     assert_null(net);
+    /* one byte past the limit (a sparse file: its bytes are zeros) */
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), (16 << 20) + 1), 0);
+    fclose(f);
+    assert_int_equal(tpu_net_load_file(path, &net, &d), TPU_EIO);
+    assert_string_equal(d.msg + 12 + strlen(dir), "/empty.json' is larger than 16777216 bytes; a "
+                        "model file is JSON of at most 511 layers (ResNet-50's is 15 KB): is "
+                        "this the right file?");
+    assert_memory_equal(d.msg, "model file '", 12);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(rmdir(dir), 0);
 

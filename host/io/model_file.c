@@ -27,7 +27,7 @@
 #include "tpusim/net.h"
 #include "util.h"
 
-/* A model file is JSON text of a few hundred layers; ResNet-50's is about 40 KB. */
+/* A model file is JSON text of at most 511 layers; ResNet-50's is 15 KB. */
 #define MODEL_FILE_MAX_BYTES (16u << 20)
 
 /* Ranges a file may give (the builder checks the shapes and anything else beyond these). */
@@ -811,21 +811,37 @@ int tpu_net_load_file(const char *path, struct tpu_net **out, struct tpu_diag *d
         return tpu__fail(d, TPU_EIO, "'%s' is a directory; give a JSON model file such as "
                          "configs/models/cnn.json", shown);
     }
-    char *buf = malloc(MODEL_FILE_MAX_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return tpu__fail(d, TPU_ENOMEM, "out of memory reading model file '%s'", shown);
-    }
-    size_t len = fread(buf, 1, MODEL_FILE_MAX_BYTES + 1, f);
+    /* read in growing steps: a model file is small, the limit is large */
+    size_t cap = 0, len = 0;
+    char *buf = NULL;
     int rc = 0;
-    if (ferror(f)) {
+    while (!rc && len <= MODEL_FILE_MAX_BYTES) {
+        if (len == cap) {
+            size_t grown = cap ? 2 * cap : 64 * 1024;
+            if (grown > MODEL_FILE_MAX_BYTES + 1)
+                grown = MODEL_FILE_MAX_BYTES + 1;
+            char *nb = realloc(buf, grown);
+            if (!nb) {
+                rc = tpu__fail(d, TPU_ENOMEM, "out of memory reading model file '%s'", shown);
+                break;
+            }
+            buf = nb;
+            cap = grown;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (!rc && ferror(f)) {
         errno_text(errno, why, sizeof why);
         rc = tpu__fail(d, TPU_EIO, "cannot read model file '%s': %s", shown, why);
-    } else if (len > MODEL_FILE_MAX_BYTES)
+    } else if (!rc && len > MODEL_FILE_MAX_BYTES) {
         rc = tpu__fail(d, TPU_EIO, "model file '%s' is larger than %u bytes; a model file is "
-                       "JSON of at most %d layers (ResNet-50's is about 40 KB): is this the "
-                       "right file?",
+                       "JSON of at most %d layers (ResNet-50's is 15 KB): is this the right "
+                       "file?",
                        shown, MODEL_FILE_MAX_BYTES, TPU_NET_MAX_LAYERS - 1);
+    }
     fclose(f);
     if (!rc)
         rc = parse(buf, len, shown, out, d);
