@@ -75,7 +75,7 @@ static void scan_value(struct scan *s)
     }
 }
 
-/* Whether the string token at s->p (its quotes included, `len` bytes) spells `key`. */
+/* Whether the string token tok[0..len) (its quotes included) spells `key`. */
 static bool token_is(const char *tok, size_t len, const char *key)
 {
     if (!memchr(tok, '\\', len))
@@ -139,7 +139,7 @@ const char *tpu__json_describe(const json_t *v, char *buf, size_t n)
         snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         break;
     case JSON_REAL:
-        snprintf(buf, n, "%.17g", json_real_value(v));
+        snprintf(buf, n, "%.15g", json_real_value(v));
         if (!strpbrk(buf, ".eEn")) /* 10.0 prints as "10": say it was written as a real */
             strncat(buf, ".0", n - strlen(buf) - 1);
         break;

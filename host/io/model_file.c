@@ -34,7 +34,6 @@
 #define MF_MAX_SIZE 1048576u  /* units, filters, input and target dimensions */
 #define MF_MAX_WINDOW 4096u   /* kernel_size, pool_size, strides */
 
-
 /* ---- messages --------------------------------------------------------------------------- */
 
 struct mf {
@@ -112,7 +111,6 @@ static int fail_at(const struct mf *m, struct where w, int code, const char *fmt
     }
     return tpu__fail(m->d, code, "%s:%d:%d: %s%s", m->origin, line, col, label, body);
 }
-
 
 /* ---- values ----------------------------------------------------------------------------- */
 
