@@ -321,6 +321,41 @@ def ckpt_index_seeds():
     put('ckpt_index', 'big_step.json', index([9223372036854775807]))
 
 
+# ---- model files (train --model FILE; configs/models/README.md) ----------------------------
+def model_file_seeds():
+    copy_dir('model_file', os.path.join(ROOT, 'configs', 'models'), ('.json',))
+
+    def model(layers, inp=(8, 8, 2), loss='softmax_cross_entropy', **top):
+        doc = {'input': list(inp), 'layers': layers, 'loss': loss}
+        doc.update(top)
+        return json.dumps(doc, indent=1)
+    put('model_file', 'every_key.json', model([
+        {'type': 'conv2d', 'filters': 4, 'kernel_size': [3, 1], 'strides': [2, 1],
+         'padding': 'same', 'activation': 'relu', 'use_bias': False, 'name': 'c'},
+        {'type': 'batch_norm', 'momentum': 0.9, 'epsilon': 1e-5, 'cross_replica': True},
+        {'type': 'max_pool2d', 'pool_size': 2, 'strides': 1, 'padding': 'valid'},
+        {'type': 'avg_pool2d', 'pool_size': [1, 2], 'padding': 'same'},
+        {'type': 'dropout', 'rate': 0.25},
+        {'type': 'reshape', 'target_shape': [1, 1, 12], 'name': 'r'},
+        {'type': 'relu'},
+        {'type': 'dense', 'units': 12, 'activation': 'linear'},
+        {'type': 'add', 'inputs': ['dense', 'r']},
+        {'type': 'global_avg_pool2d', 'inputs': ['c']},
+        {'type': 'flatten'},
+        {'type': 'dense', 'units': 3}], name='every_key', description='seed'))
+    put('model_file', 'mse_vector.json',
+        model([{'type': 'dense', 'units': 4}], inp=(16,), loss='mean_squared_error',
+              output='dense'))
+    put('model_file', 'forward_reference.json', model([
+        {'type': 'relu', 'name': 'a', 'inputs': ['b']}, {'type': 'relu', 'name': 'b'}]))
+    put('model_file', 'shape_error.json', model([
+        {'type': 'conv2d', 'filters': 2, 'kernel_size': 9}, {'type': 'flatten'}]))
+    put('model_file', 'unknown_key.json', model([{'type': 'dense', 'unit': 3}]))
+    put('model_file', 'escapes_crlf.json',
+        '{"input": [4],\r\n "layers": [{"type": "d\\u0065nse", "units": 2,'
+        ' "name": "caf\\u00e9"}],\r\n "loss": "softmax_cross_entropy"}\r\n')
+
+
 def main():
     if os.path.isdir(SEEDS):
         shutil.rmtree(SEEDS)
@@ -332,6 +367,7 @@ def main():
     idx_seeds()
     safetensors_seeds()
     ckpt_index_seeds()
+    model_file_seeds()
     for target in sorted(os.listdir(SEEDS)):
         print('%-12s %d seeds' % (target, len(os.listdir(os.path.join(SEEDS, target)))))
 
