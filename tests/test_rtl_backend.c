@@ -458,6 +458,8 @@ static void fill_param(struct tpu_device *dev, const struct tpu_program *prog, u
 struct ops_result {
     void *y[MAX_CORES][OPS_OUTPUTS];
     struct tpu_core_counters ctr[MAX_CORES];
+    struct tpu_op_stats *ops[MAX_CORES]; /* [n_ops] per-op statistics */
+    size_t n_ops;
 };
 
 static void run_ops(const struct tpu_chip_config *cfg, struct tpu_mxu_rtl_provider *p,
@@ -487,7 +489,7 @@ static void run_ops(const struct tpu_chip_config *cfg, struct tpu_mxu_rtl_provid
             assert_int_equal(tpu_device_read(dev, c, b, out->y[c][i], buf_size(prog, b), &d), 0);
         }
         assert_int_equal(tpu_device_counters(dev, c, &out->ctr[c]), 0);
-        out->n_ops = tpu_program_n_ops(m->prog);
+        out->n_ops = tpu_program_n_ops(prog);
         out->ops[c] = calloc(out->n_ops, sizeof *out->ops[c]);
         assert_non_null(out->ops[c]);
         if (tpu_device_op_stats(dev, c, out->ops[c], out->n_ops, &d) != 0)
@@ -513,6 +515,11 @@ static void check_ops(const struct tpu_chip_config *cfg)
             assert_words_equal(what, nat.y[c][i], rtl.y[c][i], y_bytes[i]);
         }
         assert_counters_equal(c, &nat.ctr[c], &rtl.ctr[c]);
+        assert_int_equal(nat.n_ops, rtl.n_ops);
+        for (size_t i = 0; i < nat.n_ops; i++)
+            if (memcmp(&nat.ops[c][i], &rtl.ops[c][i], sizeof nat.ops[c][i]) != 0)
+                fail_msg("core %" PRIu32 ", op %zu: the per-op statistics differ between the "
+                         "native and the RTL backend", c, i);
         /* each MXU ran the matmuls that had work for it, twice: the first MXU all 7; with
          * 2 MXUs the second all but y5 and y6, which are one unit of work each */
         for (uint32_t x = 0; x < cfg->mxu_per_core; x++) {
@@ -527,11 +534,14 @@ static void check_ops(const struct tpu_chip_config *cfg)
     for (size_t i = 0; i < 70 * 11; i++)
         nans += memcmp((const float *)nat.y[0][0] + i, &nan_bits, 4) == 0;
     assert_true(nans > 0);
-    for (uint32_t c = 0; c < MAX_CORES; c++)
+    for (uint32_t c = 0; c < MAX_CORES; c++) {
         for (int i = 0; i < OPS_OUTPUTS; i++) {
             free(nat.y[c][i]);
             free(rtl.y[c][i]);
         }
+        free(nat.ops[c]);
+        free(rtl.ops[c]);
+    }
     tpu_mxu_rtl_provider_destroy(&p);
 }
 
