@@ -263,7 +263,7 @@ static void test_matmul_heavy_program_is_its_matmuls(void **state)
     tpu_program_destroy(&p);
 }
 
-/* ---- values do not matter, threads do not matter, loads reset --------------------------------- */
+/* ---- values do not matter, threads do not matter, loads reset ------------------------------ */
 
 static void stats_of_step(bool timing_only, unsigned threads, struct tpu_op_stats st[2][MAX_OPS])
 {
@@ -320,7 +320,7 @@ static void test_statistics_start_at_each_load(void **state)
     tpu_program_destroy(&p);
 }
 
-/* ---- refusals --------------------------------------------------------------------------------- */
+/* ---- refusals ------------------------------------------------------------------------------ */
 
 static void expect_refusal(const struct tpu_device *dev, uint32_t core, size_t n_ops,
                            const char *want)

@@ -346,10 +346,10 @@ int tpu_program_memory(const struct tpu_program *p, struct tpu_program_memory *o
 /* Checks that the program is well formed for a chip: ids valid, shapes and dtypes agree for
  * every op, temps written before read and written once per pass (matmul with accumulate
  * excepted), at most one loop and properly closed, and the program fits in one core's share
- * of HBM (tpu_program_memory's hbm_bytes). The message names the op by index and its text form. cfg may be NULL (no memory check
- * and no check of the matrix unit's data types). Returns 0, TPU_EINVAL (structure, attribute,
- * dataflow), TPU_ESHAPE (shapes and dtypes), TPU_EUNSUPPORTED (a dtype the chip's matrix unit
- * lacks) or TPU_ERANGE (memory). */
+ * of HBM (tpu_program_memory's hbm_bytes). The message names the op by index and its text
+ * form. cfg may be NULL (no memory check and no check of the matrix unit's data types).
+ * Returns 0, TPU_EINVAL (structure, attribute, dataflow), TPU_ESHAPE (shapes and dtypes),
+ * TPU_EUNSUPPORTED (a dtype the chip's matrix unit lacks) or TPU_ERANGE (memory). */
 int tpu_program_verify(const struct tpu_program *p, const struct tpu_chip_config *cfg,
                        struct tpu_diag *d);
 

@@ -181,8 +181,8 @@ int tpu__feed_init(struct feed *f, uint32_t depth);
 void tpu__feed_free(struct feed *f);
 /* Core side of the queues (under the lock inside). take: 1 with the head tensor copied to
  * dst (if its size is dst_bytes; *got_bytes is its size), the cycle the infeed op completes
- * and the link time that carried it, or 0 with the core set waiting. put: 1 with the transfer's start and end, or 0
- * with the core set waiting (or *err set on failure). */
+ * and the link time that carried it, or 0 with the core set waiting. put: 1 with the
+ * transfer's start and end, or 0 with the core set waiting (or *err set on failure). */
 int tpu__core_infeed_take(struct chip_device *dev, struct core *c, uint64_t issue, void *dst,
                           size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle,
                           uint64_t *link_cycles);

@@ -3,8 +3,9 @@
  * attributes of an op line), the verifier (program_verify.c) and its memory rule
  * (program_memory.c). What they share is here: the table of attributes as the text writes
  * them and where each attribute lives in struct tpu_op_attrs (defined in program_print.c),
- * the parser's state and helpers that the two parsing files share, and the memory rule; what the text writes for each op (its syntax, operands and the
- * attributes it must state) is the op table's (op_table.h). Not part of the public API. */
+ * the parser's state and helpers that the two parsing files share, and the memory rule;
+ * what the text writes for each op (its syntax, operands and the attributes it must state)
+ * is the op table's (op_table.h). Not part of the public API. */
 #ifndef TPUSIM_SIM_PROGRAM_INT_H
 #define TPUSIM_SIM_PROGRAM_INT_H
 
