@@ -473,11 +473,25 @@ static int print_counters(const struct prog_opts *o, const struct tpu_program *p
             printf(" %s %" PRIu64, tpu_stall_name((enum tpu_stall)t), k.stall[t]);
         printf("\n");
     }
-    if (o->json)
+    struct tpu_program_memory m = {0};
+    tpu_device_memory(dev, &m);
+    const uint64_t hbm = chip->hbm_bytes / chip->cores_per_chip;
+    if (o->json && o->ops)
+        printf("], \"hbm\": {\"bytes\": %" PRIu64 ", \"param_bytes\": %" PRIu64
+               ", \"temp_peak_bytes\": %" PRIu64 ", \"peak_op\": %lld, \"temp_bytes\": %"
+               PRIu64 ", \"core_bytes\": %" PRIu64 "}}\n",
+               m.hbm_bytes, m.param_bytes, m.temp_peak_bytes,
+               m.peak_op == SIZE_MAX ? -1 : (long long)m.peak_op, m.temp_bytes, hbm);
+    else if (o->json)
         printf("]}\n");
-    else if (o->ops)
-        return print_op_stats(o, p, dev, 0);
-    return 0;
+    if (o->json || !o->ops)
+        return 0;
+    printf("HBM per core: %" PRIu64 " of %" PRIu64 " bytes: params %" PRIu64 " + the peak of "
+           "live temps %" PRIu64, m.hbm_bytes, hbm, m.param_bytes, m.temp_peak_bytes);
+    if (m.peak_op != SIZE_MAX)
+        printf(" at op %zu", m.peak_op);
+    printf(" (all temps: %" PRIu64 ")\n", m.temp_bytes);
+    return print_op_stats(o, p, dev, 0);
 }
 
 static int run(const struct prog_opts *o, struct tpu_program *p,

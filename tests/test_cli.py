@@ -445,8 +445,15 @@ def program_run_ops():
         assert sum(o['macs'] for o in ops) == c['macs']
         assert [o['op'] for o in ops] == list(range(len(ops)))
         assert any(o['bound'] == 'mxu' for o in ops)
+    # what the program takes of a core's HBM: params plus the peak of live temps
+    hbm = out['hbm']
+    assert hbm['bytes'] == hbm['param_bytes'] + hbm['temp_peak_bytes'] <= hbm['core_bytes']
+    assert 0 < hbm['temp_peak_bytes'] < hbm['temp_bytes'] and hbm['peak_op'] > 0
     text = run('program', 'run', src, '--var', 'iterations=3', '--ops').stdout
     lines = text.splitlines()
+    assert (f"HBM per core: {hbm['bytes']} of {hbm['core_bytes']} bytes: params "
+            f"{hbm['param_bytes']} + the peak of live temps {hbm['temp_peak_bytes']} at op "
+            f"{hbm['peak_op']} (all temps: {hbm['temp_bytes']})") in lines
     head = lines.index(next(l for l in lines if l.startswith('ops of core 0')))
     rows = lines[head + 3:]  # after the legend's two lines and the column names
     assert len(rows) == len(out['cores'][0]['op_stats']) == 28  # mlp_step's ops
