@@ -13,9 +13,11 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tpusim/device.h"
 #include "tpusim/program.h"
@@ -332,6 +334,18 @@ static void expect_refusal(const struct tpu_device *dev, uint32_t core, size_t n
         fail_msg("message '%s' lacks '%s'", d.msg, want);
 }
 
+struct runner {
+    struct tpu_device *dev;
+    int rc;
+};
+
+static void *run_thread(void *arg)
+{
+    struct runner *r = arg;
+    r->rc = tpu_device_run(r->dev, 0, NULL, NULL);
+    return NULL;
+}
+
 static void test_refusals_say_how_to_fix(void **state)
 {
     (void)state;
@@ -352,6 +366,21 @@ static void test_refusals_say_how_to_fix(void **state)
                    "to 1)");
     expect_refusal(on, 0, 8, "tpu_device_op_stats: n_ops is 8, but program 'step' has 9 ops; "
                    "pass an array of tpu_program_n_ops entries");
+    /* during a run (here one waiting for infeed that never comes, then canceled) */
+    assert_int_equal(tpu_device_set_var(on, 0, 1), 0);
+    struct runner r = {.dev = on};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, run_thread, &r), 0);
+    struct tpu_device_watch w;
+    do {
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        tpu_device_watch(on, &w);
+    } while (!w.cores_blocked);
+    expect_refusal(on, 0, 9, "tpu_device_op_stats: not allowed while the device runs; read them "
+                   "after tpu_device_run returns");
+    tpu_device_cancel(on);
+    pthread_join(t, NULL);
+    assert_int_equal(r.rc, TPU_ECANCELED);
     tpu_device_close(&on);
     tpu_program_destroy(&p);
 }
