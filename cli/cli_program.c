@@ -3,6 +3,7 @@
  *   tpusim program check FILE [--chip C]     parse, verify against the chip, print it back
  *   tpusim program run FILE [options]        run it on a simulated device with generated
  *                                            infeed data and report each core's counters
+ *                                            (--ops: and each op's statistics, device.h)
  *
  * `run` feeds every infeed op a tensor of its buffer's shape (uniform random floats in
  * [-1, 1) from --seed, zeros for integers: a valid label), drains every outfeed, and sets
@@ -33,7 +34,7 @@ struct prog_opts {
     uint32_t chips;
     unsigned threads;
     uint64_t seed;
-    bool timing_only, json;
+    bool timing_only, json, ops;
     const char *var_name[MAX_VARS];
     int64_t var_value[MAX_VARS];
     int n_vars;
@@ -105,6 +106,8 @@ static const struct tpu__cli_opt prog_opts[] = {
      .help = "count cycles, compute no values"},
     {.name = "--trace", .kind = TPU__CLI_STR, TPU__CLI_FIELD(struct prog_opts, trace), RUN_ONLY,
      .arg = "FILE.json", .help = "write the timeline (Chrome trace JSON,\nopens in Perfetto)"},
+    {.name = "--ops", .kind = TPU__CLI_FLAG, TPU__CLI_FIELD(struct prog_opts, ops), RUN_ONLY,
+     .help = "also each op's profile: runs, its share of\nthe core's time, busiest unit, MXU use"},
     {.name = "--json", .kind = TPU__CLI_FLAG, TPU__CLI_FIELD(struct prog_opts, json), RUN_ONLY,
      .help = "machine-readable output"},
 };
@@ -116,12 +119,13 @@ const struct tpu__cli_opts tpu__cli_program_options = {
         "usage: tpusim program check FILE [--chip NAME|FILE]\n"
         "       tpusim program run FILE [--chip NAME|FILE] [--chips N] [--threads N]\n"
         "                               [--var NAME=VALUE]... [--seed N] [--timing-only]\n"
-        "                               [--trace FILE.json] [--json]\n"
+        "                               [--trace FILE.json] [--ops] [--json]\n"
         "\n"
         "check parses FILE (the text form of include/tpusim/program.h), verifies it against the\n"
         "chip (default tiny) and prints it back in canonical form. run also runs it once on every\n"
         "core with generated infeed data and prints each core's cycles, unit busy time and\n"
-        "stalls. FILE is text of at most 16 MiB.\n"
+        "stalls; --ops adds a line per op (core 0; --json: every core). FILE is text of at most\n"
+        "16 MiB.\n"
         "\n",
     .help_column = 25,
     .scope_names = prog_scopes,
@@ -367,10 +371,70 @@ static int run_fed(const struct prog_opts *o, struct tpu_program *p, struct tpu_
     return 0;
 }
 
+/* The unit an op kept busiest ("-" for none): what bounds it. */
+static const char *bound_unit(const struct tpu_op_stats *st)
+{
+    int best = -1;
+    for (int u = 0; u < TPU_UNIT_COUNT; u++)
+        if (st->busy[u] && (best < 0 || st->busy[u] > st->busy[best]))
+            best = u;
+    return best < 0 ? "-" : tpu_unit_name((enum tpu_unit)best);
+}
+
+/* Core c's per-op statistics: a JSON array, or (text) a table. */
+static int print_op_stats(const struct prog_opts *o, const struct tpu_program *p,
+                          struct tpu_device *dev, uint32_t c)
+{
+    const size_t n = tpu_program_n_ops(p);
+    struct tpu_op_stats *st = calloc(n ? n : 1, sizeof *st);
+    struct tpu_diag d = {0};
+    if (!st)
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "out of memory");
+    if (tpu_device_op_stats(dev, c, st, n, &d)) {
+        free(st);
+        return tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += st[i].share_cycles;
+    if (!o->json)
+        printf("ops of core %u (share: the cycles the op added to the core's finish;\n"
+               "bound: its busiest unit; mxu: MACs per MAC slot while the MXU was busy)\n"
+               "   op  runs        share      %%  bound    mxu  hbm bytes  op\n", c);
+    for (size_t i = 0; i < n; i++) {
+        const struct tpu_op_stats *t = &st[i];
+        char line[160];
+        tpu_program_format_op(p, i, line, sizeof line);
+        if (o->json) {
+            printf("%s{\"op\": %zu, \"runs\": %" PRIu64 ", \"share_cycles\": %" PRIu64
+                   ", \"bound\": \"%s\", \"macs\": %" PRIu64 ", \"mxu_mac_slots\": %" PRIu64
+                   ", \"hbm_read_bytes\": %" PRIu64 ", \"hbm_write_bytes\": %" PRIu64,
+                   i ? ", " : "", i, t->runs, t->share_cycles, bound_unit(t), t->macs,
+                   t->mxu_mac_slots, t->hbm_read_bytes, t->hbm_write_bytes);
+            for (int u = 0; u < TPU_UNIT_COUNT; u++)
+                printf(", \"busy_%s\": %" PRIu64, tpu_unit_name((enum tpu_unit)u), t->busy[u]);
+            for (int k = 0; k < TPU_STALL_COUNT; k++)
+                printf(", \"stall_%s\": %" PRIu64, tpu_stall_name((enum tpu_stall)k),
+                       t->stall[k]);
+            printf("}");
+            continue;
+        }
+        char mxu[16] = "-";
+        if (t->mxu_mac_slots)
+            snprintf(mxu, sizeof mxu, "%.1f%%", 100.0 * (double)t->macs / (double)t->mxu_mac_slots);
+        printf("  %3zu %5" PRIu64 " %12" PRIu64 " %5.1f%%  %-7s %6s %10" PRIu64 "  %s\n", i,
+               t->runs, t->share_cycles, total ? 100.0 * (double)t->share_cycles / (double)total
+                                               : 0.0,
+               bound_unit(t), mxu, t->hbm_read_bytes + t->hbm_write_bytes, line);
+    }
+    free(st);
+    return 0;
+}
+
 /* Each core's cycles, unit busy time and stalls, as text or JSON. */
-static void print_counters(const struct prog_opts *o, const struct tpu_program *p,
-                           const struct tpu_chip_config *chip, struct tpu_device *dev,
-                           uint64_t end)
+static int print_counters(const struct prog_opts *o, const struct tpu_program *p,
+                          const struct tpu_chip_config *chip, struct tpu_device *dev,
+                          uint64_t end)
 {
     uint32_t n_cores = tpu_device_n_cores(dev);
     if (o->json)
@@ -390,6 +454,13 @@ static void print_counters(const struct prog_opts *o, const struct tpu_program *
                 printf(", \"busy_%s\": %" PRIu64, tpu_unit_name((enum tpu_unit)u), k.busy[u]);
             for (int t = 0; t < TPU_STALL_COUNT; t++)
                 printf(", \"stall_%s\": %" PRIu64, tpu_stall_name((enum tpu_stall)t), k.stall[t]);
+            if (o->ops) {
+                printf(", \"op_stats\": [");
+                int rc = print_op_stats(o, p, dev, c);
+                if (rc)
+                    return rc;
+                printf("]");
+            }
             printf("}");
             continue;
         }
@@ -402,8 +473,25 @@ static void print_counters(const struct prog_opts *o, const struct tpu_program *
             printf(" %s %" PRIu64, tpu_stall_name((enum tpu_stall)t), k.stall[t]);
         printf("\n");
     }
-    if (o->json)
+    struct tpu_program_memory m = {0};
+    tpu_device_memory(dev, &m);
+    const uint64_t hbm = chip->hbm_bytes / chip->cores_per_chip;
+    if (o->json && o->ops)
+        printf("], \"hbm\": {\"bytes\": %" PRIu64 ", \"param_bytes\": %" PRIu64
+               ", \"temp_peak_bytes\": %" PRIu64 ", \"peak_op\": %lld, \"temp_bytes\": %"
+               PRIu64 ", \"core_bytes\": %" PRIu64 "}}\n",
+               m.hbm_bytes, m.param_bytes, m.temp_peak_bytes,
+               m.peak_op == SIZE_MAX ? -1 : (long long)m.peak_op, m.temp_bytes, hbm);
+    else if (o->json)
         printf("]}\n");
+    if (o->json || !o->ops)
+        return 0;
+    printf("HBM per core: %" PRIu64 " of %" PRIu64 " bytes: params %" PRIu64 " + the peak of "
+           "live temps %" PRIu64, m.hbm_bytes, hbm, m.param_bytes, m.temp_peak_bytes);
+    if (m.peak_op != SIZE_MAX)
+        printf(" at op %zu", m.peak_op);
+    printf(" (all temps: %" PRIu64 ")\n", m.temp_bytes);
+    return print_op_stats(o, p, dev, 0);
 }
 
 static int run(const struct prog_opts *o, struct tpu_program *p,
@@ -416,6 +504,7 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
     s.n_threads = o->threads;
     s.timing_only = o->timing_only;
     s.trace = o->trace != NULL;
+    s.op_stats = o->ops;
     struct tpu_device *dev = NULL;
     struct tpu_diag d = {0};
     int rc = 0;
@@ -446,7 +535,7 @@ static int run(const struct prog_opts *o, struct tpu_program *p,
         rc = tpu__cli_error(CMD, TPU_CLI_FAIL, "%s", d.msg);
         goto out;
     }
-    print_counters(o, p, chip, dev, end);
+    rc = print_counters(o, p, chip, dev, end);
 out:
     free(in_order);
     free(out_order);

@@ -432,5 +432,38 @@ def program_check_and_run():
                      "verifies); leave it out")
 
 
+@case
+def program_run_ops():
+    """--ops: each op's statistics; the shares of a core's ops add up to its cycles."""
+    src = os.path.join(PROGRAMS, 'mlp_step.tpuprog')
+    out = json.loads(run('program', 'run', src, '--var', 'iterations=3', '--json',
+                         '--ops').stdout)
+    for c in out['cores']:
+        ops = c['op_stats']
+        assert sum(o['share_cycles'] for o in ops) == c['cycles'] == out['cycles']
+        assert sum(o['busy_mxu'] for o in ops) == c['busy_mxu'] > 0
+        assert sum(o['macs'] for o in ops) == c['macs']
+        assert [o['op'] for o in ops] == list(range(len(ops)))
+        assert any(o['bound'] == 'mxu' for o in ops)
+    # what the program takes of a core's HBM: params plus the peak of live temps
+    hbm = out['hbm']
+    assert hbm['bytes'] == hbm['param_bytes'] + hbm['temp_peak_bytes'] <= hbm['core_bytes']
+    assert 0 < hbm['temp_peak_bytes'] < hbm['temp_bytes'] and hbm['peak_op'] > 0
+    text = run('program', 'run', src, '--var', 'iterations=3', '--ops').stdout
+    lines = text.splitlines()
+    assert (f"HBM per core: {hbm['bytes']} of {hbm['core_bytes']} bytes: params "
+            f"{hbm['param_bytes']} + the peak of live temps {hbm['temp_peak_bytes']} at op "
+            f"{hbm['peak_op']} (all temps: {hbm['temp_bytes']})") in lines
+    head = lines.index(next(l for l in lines if l.startswith('ops of core 0')))
+    rows = lines[head + 3:]  # after the legend's two lines and the column names
+    assert len(rows) == len(out['cores'][0]['op_stats']) == 28  # mlp_step's ops
+    assert sum(int(r.split()[2]) for r in rows) == out['cycles']
+    # without --ops the output is what it was
+    plain = run('program', 'run', src, '--var', 'iterations=3').stdout
+    assert text.startswith(plain) and 'ops of core' not in plain
+    expect_error(['program', 'check', src, '--ops'], 2, "--ops belongs to 'tpusim program "
+                 "run', not to 'tpusim program check'")
+
+
 if __name__ == '__main__':
     sys.exit(main())

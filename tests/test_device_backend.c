@@ -30,14 +30,14 @@
 /* The entries of struct tpu_device_backend, in its order. */
 enum entry {
     E_OPEN, E_CLOSE, E_LOAD, E_WRITE, E_READ, E_SET_VAR, E_GET_VAR, E_INFEED, E_OUTFEED,
-    E_RUN, E_INFEED_CLOSE, E_CANCEL, E_RESET_CANCEL, E_WATCH, E_COUNTERS, E_TRACE_HOST,
-    E_WRITE_TRACE, E_COUNT
+    E_RUN, E_INFEED_CLOSE, E_CANCEL, E_RESET_CANCEL, E_WATCH, E_COUNTERS, E_OP_STATS,
+    E_TRACE_HOST, E_WRITE_TRACE, E_COUNT
 };
 
 static const char *const entry_name[E_COUNT] = {
     "open", "close", "load", "write", "read", "set_var", "get_var", "infeed", "outfeed",
-    "run", "infeed_close", "cancel", "reset_cancel", "watch", "counters", "trace_host",
-    "write_trace",
+    "run", "infeed_close", "cancel", "reset_cancel", "watch", "counters", "op_stats",
+    "trace_host", "write_trace",
 };
 
 /* The wrapper's context (the table's ctx): calls counted per entry, from any thread. */
@@ -179,6 +179,13 @@ static void w_counters(void *impl, uint32_t core, struct tpu_core_counters *out)
     w->inner->counters(w->impl, core, out);
 }
 
+static void w_op_stats(void *impl, uint32_t core, struct tpu_op_stats *out, size_t n_ops)
+{
+    struct wrapper *w = impl;
+    count(w, E_OP_STATS);
+    w->inner->op_stats(w->impl, core, out, n_ops);
+}
+
 static int w_trace_host(void *impl, const char *name, uint64_t start_cycle, uint64_t end_cycle)
 {
     struct wrapper *w = impl;
@@ -216,6 +223,7 @@ static struct tpu_device_backend wrapper_backend(struct counts *counts)
         .reset_cancel = w_reset_cancel,
         .watch = w_watch,
         .counters = w_counters,
+        .op_stats = w_op_stats,
         .trace_host = w_trace_host,
         .write_trace = w_write_trace,
     };
@@ -245,6 +253,7 @@ static void clear_entry(struct tpu_device_backend *b, enum entry e)
     case E_RESET_CANCEL: b->reset_cancel = NULL; break;
     case E_WATCH: b->watch = NULL; break;
     case E_COUNTERS: b->counters = NULL; break;
+    case E_OP_STATS: b->op_stats = NULL; break;
     case E_TRACE_HOST: b->trace_host = NULL; break;
     case E_WRITE_TRACE: b->write_trace = NULL; break;
     default: fail_msg("entry %d", (int)e);

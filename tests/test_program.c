@@ -1354,14 +1354,17 @@ static const struct verify_case verify_cases[] = {
      {"op 3 'w, m, s = adam g var=step alpha=0.001 beta=0.9 delta=0.999 eps=1e-07': updates "
       "param 'w', which op 2 already updated in this iteration; a param takes one optimizer "
       "step per pass"}},
-    /* M1 */
+    /* M1: params plus the temps live at once (both temps here, at op 1) */
     {"M1 memory",
      "program mem\nparam w: f32[1024, 1024]\ntemp big: f32[4096, 2048]\ntemp x: int8[100, 10]\n"
-     "param w2: f32[1024, 1024]\n", "tiny", TPU_ERANGE,
-     {"program 'mem' needs 40.0 MiB (41944040 bytes) of buffers, but one core of chip 'tiny' has "
-      "32.0 MiB (33554432 bytes: hbm_bytes 67108864 / cores_per_chip 2); the largest are 'big' "
-      "f32[4096, 2048] 32.0 MiB, 'w' f32[1024, 1024] 4.0 MiB, 'w2' f32[1024, 1024] 4.0 MiB; "
-      "shrink them"}},
+     "param w2: f32[1024, 1024]\nbig = infeed\nx = infeed\noutfeed x\noutfeed big\n", "tiny",
+     TPU_ERANGE,
+     {"program 'mem' needs 40.0 MiB (41944040 bytes) of HBM: 8.0 MiB (8388608 bytes) of params "
+      "and 32.0 MiB (33555432 bytes) of temps live at once at op 1 'x = infeed' (all temps "
+      "together are 32.0 MiB; temps whose lives do not overlap share memory), but one core of "
+      "chip 'tiny' has 32.0 MiB (33554432 bytes: hbm_bytes 67108864 / cores_per_chip 2); the "
+      "largest of them are 'big' f32[4096, 2048] 32.0 MiB, 'w' f32[1024, 1024] 4.0 MiB, 'w2' "
+      "f32[1024, 1024] 4.0 MiB; shrink them"}},
 };
 
 static void test_verify_rules(void **state)

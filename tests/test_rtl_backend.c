@@ -7,7 +7,8 @@
  *     steps on the tiny chip (8x8 MXU, 2 cores, 1 MXU per core) with the same data and the
  *     same initial weights on both backends: every parameter and optimizer state on every
  *     core is equal bit for bit, the outfed losses are equal bit for bit, and every per-core
- *     counter is equal (total cycles, busy MXU cycles, stalls, bytes, MACs). The MXU busy
+ *     counter is equal (total cycles, busy MXU cycles, stalls, bytes, MACs), and so are the
+ *     per-op statistics (device.h, struct tpu_op_stats) of every op. The MXU busy
  *     cycles also equal the cycles the RTL arrays counted, unit by unit.
  *   - Hand-written matmuls cover what the MLP does not: accumulate (into values with NaN
  *     payloads and int32 wrap-around), int8, bf16 buffers, every transpose, edge values
@@ -91,6 +92,7 @@ static struct tpu_device *open_dev(const struct tpu_chip_config *cfg,
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, cfg);
     s.n_threads = 2;
+    s.op_stats = true;
     s.mxu = tpu_mxu_rtl_provider_get(p);
     struct tpu_device *dev = NULL;
     struct tpu_diag d = {0};
@@ -220,6 +222,8 @@ struct train_result {
     unsigned char *params[MAX_CORES]; /* every param buffer of the core, one after another */
     size_t params_bytes;
     struct tpu_core_counters ctr[MAX_CORES];
+    struct tpu_op_stats *ops[MAX_CORES]; /* [n_ops] per-op statistics */
+    size_t n_ops;
     uint64_t end;
     double wall_s;
 };
@@ -282,6 +286,11 @@ static void train(const struct tpu_mlp_program *m, struct tpu_mxu_rtl_provider *
             off += b;
         }
         assert_int_equal(tpu_device_counters(dev, c, &out->ctr[c]), 0);
+        out->n_ops = tpu_program_n_ops(m->prog);
+        out->ops[c] = calloc(out->n_ops, sizeof *out->ops[c]);
+        assert_non_null(out->ops[c]);
+        if (tpu_device_op_stats(dev, c, out->ops[c], out->n_ops, &d) != 0)
+            fail_msg("op_stats: %s", d.msg);
     }
     tpu_device_close(&dev);
 }
@@ -320,6 +329,15 @@ static void test_training_matches_native(void **state)
         assert_words_equal("params", nat.params[c], rtl.params[c], nat.params_bytes);
         assert_counters_equal(c, &nat.ctr[c], &rtl.ctr[c]);
         assert_int_equal(rtl.ctr[c].iterations, ITERS);
+        /* the per-op statistics too: the timing is the chip's, whoever computes the tiles */
+        uint64_t mxu_ops = 0;
+        for (size_t i = 0; i < nat.n_ops; i++) {
+            if (memcmp(&nat.ops[c][i], &rtl.ops[c][i], sizeof nat.ops[c][i]) != 0)
+                fail_msg("core %" PRIu32 ", op %zu: the per-op statistics differ between the "
+                         "native and the RTL backend", c, i);
+            mxu_ops += nat.ops[c][i].busy[TPU_UNIT_MXU] > 0;
+        }
+        assert_int_equal(mxu_ops, 5);
         /* the MXU time charged is what the core's RTL array counted; 5 matmuls a step */
         struct tpu_mxu_rtl_unit_stats st;
         assert_int_equal(tpu_mxu_rtl_provider_stats(p, c, &st), 0);
@@ -337,6 +355,8 @@ static void test_training_matches_native(void **state)
     for (uint32_t c = 0; c < MAX_CORES; c++) {
         free(nat.params[c]);
         free(rtl.params[c]);
+        free(nat.ops[c]);
+        free(rtl.ops[c]);
     }
     tpu_mxu_rtl_provider_destroy(&p);
     assert_null(p);
@@ -438,6 +458,8 @@ static void fill_param(struct tpu_device *dev, const struct tpu_program *prog, u
 struct ops_result {
     void *y[MAX_CORES][OPS_OUTPUTS];
     struct tpu_core_counters ctr[MAX_CORES];
+    struct tpu_op_stats *ops[MAX_CORES]; /* [n_ops] per-op statistics */
+    size_t n_ops;
 };
 
 static void run_ops(const struct tpu_chip_config *cfg, struct tpu_mxu_rtl_provider *p,
@@ -467,6 +489,11 @@ static void run_ops(const struct tpu_chip_config *cfg, struct tpu_mxu_rtl_provid
             assert_int_equal(tpu_device_read(dev, c, b, out->y[c][i], buf_size(prog, b), &d), 0);
         }
         assert_int_equal(tpu_device_counters(dev, c, &out->ctr[c]), 0);
+        out->n_ops = tpu_program_n_ops(prog);
+        out->ops[c] = calloc(out->n_ops, sizeof *out->ops[c]);
+        assert_non_null(out->ops[c]);
+        if (tpu_device_op_stats(dev, c, out->ops[c], out->n_ops, &d) != 0)
+            fail_msg("op_stats: %s", d.msg);
     }
     tpu_device_close(&dev);
     tpu_program_destroy(&prog);
@@ -488,6 +515,11 @@ static void check_ops(const struct tpu_chip_config *cfg)
             assert_words_equal(what, nat.y[c][i], rtl.y[c][i], y_bytes[i]);
         }
         assert_counters_equal(c, &nat.ctr[c], &rtl.ctr[c]);
+        assert_int_equal(nat.n_ops, rtl.n_ops);
+        for (size_t i = 0; i < nat.n_ops; i++)
+            if (memcmp(&nat.ops[c][i], &rtl.ops[c][i], sizeof nat.ops[c][i]) != 0)
+                fail_msg("core %" PRIu32 ", op %zu: the per-op statistics differ between the "
+                         "native and the RTL backend", c, i);
         /* each MXU ran the matmuls that had work for it, twice: the first MXU all 7; with
          * 2 MXUs the second all but y5 and y6, which are one unit of work each */
         for (uint32_t x = 0; x < cfg->mxu_per_core; x++) {
@@ -502,11 +534,14 @@ static void check_ops(const struct tpu_chip_config *cfg)
     for (size_t i = 0; i < 70 * 11; i++)
         nans += memcmp((const float *)nat.y[0][0] + i, &nan_bits, 4) == 0;
     assert_true(nans > 0);
-    for (uint32_t c = 0; c < MAX_CORES; c++)
+    for (uint32_t c = 0; c < MAX_CORES; c++) {
         for (int i = 0; i < OPS_OUTPUTS; i++) {
             free(nat.y[c][i]);
             free(rtl.y[c][i]);
         }
+        free(nat.ops[c]);
+        free(rtl.ops[c]);
+    }
     tpu_mxu_rtl_provider_destroy(&p);
 }
 

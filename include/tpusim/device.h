@@ -152,6 +152,8 @@ struct tpu_device_settings {
     unsigned kernel_threads;      /* host threads inside one matmul kernel; default 1 */
     bool timing_only;             /* count cycles, compute no values */
     bool trace;                   /* record the timeline (tpu_device_write_trace) */
+    bool op_stats;                /* collect per-op statistics (tpu_device_op_stats); off by
+                                     default: when off the cores record nothing per op */
     const struct tpu_mxu_provider *mxu; /* the native chip's matrix unit; NULL: built in.
                                            Borrowed: it must outlive the device */
     const struct tpu_device_backend *backend; /* what simulates the chip; NULL: the native
@@ -250,6 +252,51 @@ void tpu_device_watch(const struct tpu_device *dev, struct tpu_device_watch *w);
 int tpu_device_counters(const struct tpu_device *dev, uint32_t core,
                         struct tpu_core_counters *out);
 
+/* What one op of the loaded program did on one core, summed over every time it ran since
+ * the program was loaded (settings.op_stats). The fields mean what the core's counters mean
+ * (struct tpu_core_counters), split by op: over the ops of a program, each of busy (but
+ * busy[TPU_UNIT_INFEED]), stall, the byte counts, mxu_mac_slots and macs adds up to the
+ * change of the core's counter since the load.
+ *
+ * share_cycles is the op's share of the core's time. The core's finish frontier is the
+ * latest end of any op so far on the core (at a launch: the core's clock, or start_cycle if
+ * later); an op that ends at E adds max(0, E - frontier) and moves the frontier to E. So an
+ * op that overlaps others (a DMA streaming under a matmul) takes only the time by which it
+ * outlasts them, an op that waited (for infeed, a collective, the host's outfeed drain)
+ * takes its wait, and the shares add up exactly to the core's busy span: the sum over
+ * launches of the core's clock after the launch minus its start (its clock before, or
+ * start_cycle if later).
+ *
+ * busy[TPU_UNIT_INFEED] is the host link's time carrying the tensor the op took (bytes over
+ * the core's share of the link's bandwidth; the transfer runs when the host queues it, so
+ * the core's counters do not count it). Loop markers run (runs counts them: loop_begin once
+ * per launch, loop_end once per iteration) but take no time.
+ *
+ * Statistics are sums that only grow until the next load: the difference of two snapshots is
+ * what the ops did in between (one training step, say). */
+struct tpu_op_stats {
+    uint64_t runs;                    /* times the op ran */
+    uint64_t share_cycles;            /* its share of the core's time (above) */
+    uint64_t busy[TPU_UNIT_COUNT];    /* cycles it occupied each unit */
+    uint64_t stall[TPU_STALL_COUNT];  /* cycles it waited, by cause */
+    uint64_t hbm_read_bytes, hbm_write_bytes;
+    uint64_t infeed_bytes, outfeed_bytes, ici_bytes;
+    uint64_t mxu_mac_slots;           /* MXU busy cycles x R x C x MXUs */
+    uint64_t macs;                    /* MACs done, bf16 passes included */
+};
+
+/* Copies core's per-op statistics of the loaded program into out[0 .. n_ops), n_ops being
+ * the program's op count (out[i] is op i's). Fails with TPU_EINVAL (message in d) when the
+ * device was opened without settings.op_stats, when no program is loaded, for a core out of
+ * range, when n_ops is not the program's op count, or during a run. */
+int tpu_device_op_stats(const struct tpu_device *dev, uint32_t core, struct tpu_op_stats *out,
+                        size_t n_ops, struct tpu_diag *d);
+
+/* What the loaded program takes of each core's HBM (tpu_program_memory: params plus the
+ * peak of live temps), the figure tpu_device_load checked against the core's share of HBM.
+ * TPU_EINVAL when no program is loaded. */
+int tpu_device_memory(const struct tpu_device *dev, struct tpu_program_memory *out);
+
 /* Adds an event of the host's own to the timeline (a loop phase: "hooks", "launch"). */
 int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t start_cycle,
                           uint64_t end_cycle);
@@ -276,9 +323,10 @@ int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struc
  *  - every call naming a core, a buffer or a variable: each exists; byte counts equal the
  *    buffer's size; data is not NULL where values are needed; a program is loaded; write and
  *    read happen on a device with values and not during a run; run is not already running.
- *  - the queries that follow from the settings (n_cores, n_replicas, chip, timing_only) and
- *    the trace switch (settings.trace off: trace_host does nothing, write_trace fails) never
- *    reach the backend.
+ *  - the queries that follow from the settings (n_cores, n_replicas, chip, timing_only) or
+ *    from the program (tpu_device_memory), the trace switch (settings.trace off: trace_host
+ *    does nothing, write_trace fails) and the op_stats switch (settings.op_stats off:
+ *    tpu_device_op_stats fails) never reach the backend.
  * The API calls the backend exactly once per call that passed its checks: the per-batch
  * calls (infeed, outfeed) cost one indirect call over the backend's own work.
  *
@@ -337,6 +385,10 @@ struct tpu_device_backend {
     void (*watch)(void *impl, struct tpu_device_watch *w);
     /* Copies core's counters into *out. */
     void (*counters)(void *impl, uint32_t core, struct tpu_core_counters *out);
+    /* Copies core's per-op statistics of the loaded program into out[0 .. n_ops) (n_ops is
+     * the program's op count). Called only on a device opened with settings.op_stats, with a
+     * program loaded and no run under way. Statistics start at zero at each load. */
+    void (*op_stats)(void *impl, uint32_t core, struct tpu_op_stats *out, size_t n_ops);
     /* tpu_device_trace_host and tpu_device_write_trace on a device opened with trace. */
     int (*trace_host)(void *impl, const char *name, uint64_t start_cycle, uint64_t end_cycle);
     int (*write_trace)(void *impl, const char *path, struct tpu_diag *d);

@@ -426,13 +426,36 @@ const struct tpu_op *tpu_program_op(const struct tpu_program *p, size_t i);
 int tpu_program_find_buffer(const struct tpu_program *p, const char *name, uint32_t *id);
 int tpu_program_find_var(const struct tpu_program *p, const char *name, uint32_t *id);
 
+/* What a program takes of a core's HBM when temps share memory as a compiler's buffer
+ * assignment lets them: params live throughout; a temp lives from the op that first writes
+ * it to the last op that reads (or writes) it, in program order, within one pass of the loop
+ * body (the verifier's D3 forbids reading a body temp across iterations); a temp written
+ * before the loop and read inside it lives to the loop's end (every iteration reads it); a
+ * matmul with accumulate reads its output, so it keeps it live; a temp no op writes takes
+ * nothing. Temps live at the same op cannot share memory; temps whose lives do not overlap
+ * can. The bytes live at op i are the params plus the temps whose lives contain i; the
+ * program needs the most of that over its ops. Every live temp is counted in HBM, also one
+ * the native chip keeps in on-chip memory for speed (a timing matter, device.h), so the
+ * figure is what the program can be sure to fit in. */
+struct tpu_program_memory {
+    uint64_t param_bytes;      /* every param */
+    uint64_t temp_bytes;       /* every temp, summed (what no reuse at all would take) */
+    uint64_t temp_peak_bytes;  /* the most temp bytes live at one op */
+    size_t peak_op;            /* the first op where temp_peak_bytes are live (never a loop
+                                  marker); SIZE_MAX when no temp is ever live */
+    uint64_t hbm_bytes;        /* param_bytes + temp_peak_bytes (saturating): the need */
+};
+/* Fills *out for p (any program; one whose loops are not closed or nested is measured as if
+ * every op ran once in order). Returns 0 or TPU_ENOMEM. */
+int tpu_program_memory(const struct tpu_program *p, struct tpu_program_memory *out);
+
 /* Checks that the program is well formed for a chip: ids valid, shapes and dtypes agree for
  * every op, temps written before read and written once per pass (matmul with accumulate
- * excepted), at most one loop and properly closed, and all buffers fit in one core's share of
- * HBM. The message names the op by index and its text form. cfg may be NULL (no memory check
- * and no check of the matrix unit's data types). Returns 0, TPU_EINVAL (structure, attribute,
- * dataflow), TPU_ESHAPE (shapes and dtypes), TPU_EUNSUPPORTED (a dtype the chip's matrix unit
- * lacks) or TPU_ERANGE (memory). */
+ * excepted), at most one loop and properly closed, and the program fits in one core's share
+ * of HBM (tpu_program_memory's hbm_bytes). The message names the op by index and its text
+ * form. cfg may be NULL (no memory check and no check of the matrix unit's data types).
+ * Returns 0, TPU_EINVAL (structure, attribute, dataflow), TPU_ESHAPE (shapes and dtypes),
+ * TPU_EUNSUPPORTED (a dtype the chip's matrix unit lacks) or TPU_ERANGE (memory). */
 int tpu_program_verify(const struct tpu_program *p, const struct tpu_chip_config *cfg,
                        struct tpu_diag *d);
 

@@ -45,6 +45,8 @@ static void free_core_buffers(struct chip_device *dev)
         free(c->vars);
         free(c->buf_ready);
         free(c->buf_read_done);
+        free(c->stats);
+        c->stats = NULL;
         c->bufs = NULL;
         c->vars = NULL;
         c->buf_ready = c->buf_read_done = NULL;
@@ -239,6 +241,12 @@ static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag
         c->buf_read_done = calloc(nb ? nb : 1, sizeof *c->buf_read_done);
         if (!c->bufs || !c->vars || !c->buf_ready || !c->buf_read_done)
             goto nomem;
+        if (dev->s.op_stats) { /* zero: statistics start at the load */
+            const size_t n_ops = tpu_program_n_ops(prog);
+            c->stats = calloc(n_ops ? n_ops : 1, sizeof *c->stats);
+            if (!c->stats)
+                goto nomem;
+        }
         for (size_t b = 0; b < nb; b++) {
             const struct tpu_buffer_desc *bd = tpu_program_buffer(prog, (uint32_t)b);
             c->bufs[b] = (struct tpu__bufmem){.dtype = bd->dtype, .rows = bd->rows,
@@ -482,6 +490,11 @@ static int chip_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struc
         c->state = CORE_READY;
         c->pc = 0;
         c->in_loop = false;
+        /* the finish frontier (per-op statistics): the core's clock or the launch */
+        uint64_t clk = c->last_issue;
+        for (int u = 0; u < TPU_UNIT_COUNT; u++)
+            clk = tpu__max_u64(clk, c->unit_free[u]);
+        c->frontier = tpu__max_u64(clk, start_cycle);
         /* the launch: nothing starts before start_cycle */
         c->last_issue = tpu__max_u64(c->last_issue, start_cycle);
         c->prefetch_from = tpu__max_u64(c->prefetch_from, start_cycle);
@@ -559,6 +572,7 @@ static const struct tpu_device_backend native_backend = {
     .reset_cancel = chip_reset_cancel,
     .watch = chip_watch,
     .counters = chip_counters,
+    .op_stats = tpu__chip_op_stats,
     .trace_host = tpu__chip_trace_host,
     .write_trace = tpu__chip_write_trace,
 };

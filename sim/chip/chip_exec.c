@@ -26,7 +26,14 @@
  * stall. Outfeed occupies the outfeed port for the transfer; waiting for a free slot is an
  * OUTFEED_FULL stall. A collective starts when the last participant arrives (waits are SYNC
  * stalls) and takes tpu__all_reduce_cycles / tpu__permute_cycles on every participant's ICI
- * unit; its values are summed in replica order, so they do not depend on arrival order. */
+ * unit; its values are summed in replica order, so they do not depend on arrival order.
+ *
+ * Per-op statistics (settings.op_stats, device.h struct tpu_op_stats). Whatever an op adds to
+ * its core's counters is also added to the op's statistics: the counters are copied before
+ * the op and the difference is credited after it (for a collective, by the last arriver, on
+ * every participant). finish_op counts the run and moves the core's finish frontier, crediting
+ * the op with the cycles it pushed it. With op_stats off a core has no statistics and pays one
+ * NULL test per op. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,8 +66,37 @@ static uint64_t operands_ready(const struct core *c, const struct tpu_op *op)
     return t;
 }
 
-static void finish_op(struct core *c, const struct tpu_op *op, uint64_t start, uint64_t end)
+/* Credits op pc of core c with what its counters gained since `before`. */
+static void stats_add_delta(struct core *c, size_t pc, const struct tpu_core_counters *before)
 {
+    struct tpu_op_stats *st = &c->stats[pc];
+    const struct tpu_core_counters *now = &c->ctr;
+    for (int u = 0; u < TPU_UNIT_COUNT; u++)
+        st->busy[u] += now->busy[u] - before->busy[u];
+    for (int k = 0; k < TPU_STALL_COUNT; k++)
+        st->stall[k] += now->stall[k] - before->stall[k];
+    st->hbm_read_bytes += now->hbm_read_bytes - before->hbm_read_bytes;
+    st->hbm_write_bytes += now->hbm_write_bytes - before->hbm_write_bytes;
+    st->infeed_bytes += now->infeed_bytes - before->infeed_bytes;
+    st->outfeed_bytes += now->outfeed_bytes - before->outfeed_bytes;
+    st->ici_bytes += now->ici_bytes - before->ici_bytes;
+    st->mxu_mac_slots += now->mxu_mac_slots - before->mxu_mac_slots;
+    st->macs += now->macs - before->macs;
+}
+
+/* The op at pc ran from start to end: hazards, in-order issue, and (with statistics) its run
+ * and its share of the core's time. */
+static void finish_op(struct core *c, size_t pc, const struct tpu_op *op, uint64_t start,
+                      uint64_t end)
+{
+    if (c->stats) {
+        struct tpu_op_stats *st = &c->stats[pc];
+        st->runs++;
+        if (end > c->frontier) {
+            st->share_cycles += end - c->frontier;
+            c->frontier = end;
+        }
+    }
     c->last_issue = tpu__max_u64(c->last_issue, start);
     for (int i = 0; i < TPU_OP_MAX_IN; i++)
         if (op->in[i] != TPU_NO_BUF)
@@ -195,7 +231,7 @@ static void time_local_op(struct chip_device *dev, struct core *c, size_t pc,
         op_start = issue;
     if (in_bytes) /* its buffer half is being consumed: the next op's input DMA may start */
         c->prefetch_from = op_start;
-    finish_op(c, op, op_start, end);
+    finish_op(c, pc, op, op_start, end);
 }
 
 /* ---- collectives ------------------------------------------------------------------------ */
@@ -347,12 +383,15 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
         tpu__collective_cycles(&dev->cfg, op->code, g->n, per_chip, cross_chip, bytes);
     for (uint32_t r = 0; r < g->n; r++) {
         struct core *m = &dev->cores[g->members[r]];
+        const struct tpu_core_counters before = m->ctr;
         m->ctr.stall[TPU_STALL_SYNC] += start - m->coll_arrival;
         m->ctr.busy[TPU_UNIT_ICI] += dur;
         m->ctr.ici_bytes += g->n > 1 ? bytes : 0;
         m->unit_free[TPU_UNIT_ICI] = start + dur;
         trace(dev, m, TPU_UNIT_ICI, 0, pc, start, start + dur);
-        finish_op(m, op, start, start + dur);
+        if (m->stats)
+            stats_add_delta(m, pc, &before);
+        finish_op(m, pc, op, start, start + dur);
         if (m != c)
             m->pc++;
     }
@@ -375,8 +414,8 @@ static int do_infeed(struct chip_device *dev, struct core *c, size_t pc, const s
     struct tpu__bufmem *b = &c->bufs[op->out[0]];
     const uint64_t want = buf_bytes(dev, op->out[0]);
     size_t got = 0;
-    uint64_t done;
-    if (!tpu__core_infeed_take(dev, c, issue, b->data, want, &got, &done))
+    uint64_t done, link;
+    if (!tpu__core_infeed_take(dev, c, issue, b->data, want, &got, &done, &link))
         return 0;
     if (got != want)
         return tpu__fail(d, TPU_ESHAPE,
@@ -389,7 +428,9 @@ static int do_infeed(struct chip_device *dev, struct core *c, size_t pc, const s
         c->ctr.stall[TPU_STALL_INFEED_EMPTY] += done - issue;
     c->ctr.infeed_bytes += got;
     c->unit_free[TPU_UNIT_INFEED] = tpu__max_u64(c->unit_free[TPU_UNIT_INFEED], done);
-    finish_op(c, op, done, done);
+    if (c->stats) /* the link carried it before the op; the counters do not count it */
+        c->stats[pc].busy[TPU_UNIT_INFEED] += link;
+    finish_op(c, pc, op, done, done);
     return 1;
 }
 
@@ -410,7 +451,7 @@ static int do_outfeed(struct chip_device *dev, struct core *c, size_t pc, const 
     c->ctr.busy[TPU_UNIT_OUTFEED] += end - start;
     c->unit_free[TPU_UNIT_OUTFEED] = end;
     trace(dev, c, TPU_UNIT_OUTFEED, 0, pc, start, end);
-    finish_op(c, op, start, end);
+    finish_op(c, pc, op, start, end);
     return 1;
 }
 
@@ -480,6 +521,8 @@ int tpu__core_run(struct chip_device *dev, struct core *c, struct tpu__scratch *
         int rc = 1;
         switch (op->code) {
         case TPU_OP_LOOP_BEGIN:
+            if (c->stats)
+                c->stats[pc].runs++;
             c->loop_left = c->vars[op->attrs.var];
             c->in_loop = true;
             if (c->loop_left <= 0) { /* skip the body */
@@ -492,6 +535,8 @@ int tpu__core_run(struct chip_device *dev, struct core *c, struct tpu__scratch *
             }
             break;
         case TPU_OP_LOOP_END:
+            if (c->stats)
+                c->stats[pc].runs++;
             c->ctr.iterations++;
             if (--c->loop_left > 0) {
                 size_t b = pc;
@@ -503,7 +548,15 @@ int tpu__core_run(struct chip_device *dev, struct core *c, struct tpu__scratch *
             c->in_loop = false;
             break;
         default:
-            rc = run_op(dev, c, pc, op, scratch, d);
+            if (c->stats && tpu__op_unit(op->code) != TPU_UNIT_ICI) {
+                /* a collective credits every participant itself */
+                const struct tpu_core_counters before = c->ctr;
+                rc = run_op(dev, c, pc, op, scratch, d);
+                if (rc == 1)
+                    stats_add_delta(c, pc, &before);
+            } else {
+                rc = run_op(dev, c, pc, op, scratch, d);
+            }
             break;
         }
         if (rc <= 0)
@@ -515,4 +568,13 @@ int tpu__core_run(struct chip_device *dev, struct core *c, struct tpu__scratch *
         end = tpu__max_u64(end, c->unit_free[u]);
     c->ctr.cycles = tpu__max_u64(end, c->last_issue);
     return 1;
+}
+
+/* The device API checked that statistics are on, a program is loaded, n_ops is its op count
+ * and no run is under way. */
+void tpu__chip_op_stats(void *impl, uint32_t core, struct tpu_op_stats *out, size_t n_ops)
+{
+    const struct chip_device *dev = impl;
+    if (n_ops)
+        memcpy(out, dev->cores[core].stats, n_ops * sizeof *out);
 }

@@ -39,6 +39,7 @@ struct feed_slot {
     size_t bytes;         /* the tensor's size */
     bool has_data;        /* false in timing-only mode */
     uint64_t ready_cycle; /* infeed: in HBM at this cycle; outfeed: at the host */
+    uint64_t link_cycles; /* infeed: the host link's time carrying it (bytes / bandwidth) */
 };
 
 /* A bounded queue between the host and one core (feed.c). [L] */
@@ -97,6 +98,10 @@ struct core {
     uint64_t coll_arrival;              /* set when it arrives at a collective */
     uint64_t provider_mxu_cycles;       /* the current matmul's MXU cycles when settings.mxu
                                            computed it (mxu_provider.h) */
+    uint64_t frontier;                  /* the latest end of any op so far (tpu_op_stats'
+                                           share_cycles); set at each launch */
+    struct tpu_op_stats *stats;         /* [n_ops] per-op statistics of the loaded program, or
+                                           NULL when settings.op_stats is off */
 
     struct tpu_core_counters ctr;
     struct feed infeed, outfeed;        /* [L] */
@@ -175,11 +180,12 @@ int tpu__chip_outfeed(void *impl, uint32_t core, void *data, size_t bytes, uint6
 int tpu__feed_init(struct feed *f, uint32_t depth);
 void tpu__feed_free(struct feed *f);
 /* Core side of the queues (under the lock inside). take: 1 with the head tensor copied to
- * dst (if its size is dst_bytes; *got_bytes is its size) and the cycle the infeed op
- * completes, or 0 with the core set waiting. put: 1 with the transfer's start and end, or 0
- * with the core set waiting (or *err set on failure). */
+ * dst (if its size is dst_bytes; *got_bytes is its size), the cycle the infeed op completes
+ * and the link time that carried it, or 0 with the core set waiting. put: 1 with the
+ * transfer's start and end, or 0 with the core set waiting (or *err set on failure). */
 int tpu__core_infeed_take(struct chip_device *dev, struct core *c, uint64_t issue, void *dst,
-                          size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle);
+                          size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle,
+                          uint64_t *link_cycles);
 int tpu__core_outfeed_put(struct chip_device *dev, struct core *c, const void *data,
                           size_t bytes, uint64_t earliest, uint64_t *start_cycle,
                           uint64_t *end_cycle, int *err);
@@ -198,6 +204,9 @@ void tpu__trace_event(struct trace_log *t, uint8_t unit, uint8_t kind, uint32_t 
 void tpu__trace_counter(struct trace_log *t, uint64_t cycle, uint32_t infeed_depth,
                         uint32_t outfeed_depth);
 void tpu__trace_free(struct trace_log *t);
+
+/* chip_exec.c: the backend's op_stats entry (impl is a struct chip_device). */
+void tpu__chip_op_stats(void *impl, uint32_t core, struct tpu_op_stats *out, size_t n_ops);
 
 /* Wakes a core waiting in `state` (under the lock). */
 void tpu__wake_core(struct chip_device *dev, struct core *c, enum core_state state);

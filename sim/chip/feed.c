@@ -135,6 +135,7 @@ int tpu__chip_infeed(void *impl, uint32_t core, const void *data, size_t bytes,
                       tpu__host_link_share_cycles(&dev->cfg, 0); /* bytes / bandwidth */
     c->link_in_free = start + occupy;
     f->slots[t].ready_cycle = start + tpu__host_link_share_cycles(&dev->cfg, bytes);
+    f->slots[t].link_cycles = occupy;
     f->count++;
     f->pushes++;
     if (dev->s.trace)
@@ -148,7 +149,8 @@ int tpu__chip_infeed(void *impl, uint32_t core, const void *data, size_t bytes,
 
 /* Core side: takes the head infeed tensor into dst (1), or marks the core waiting (0). */
 int tpu__core_infeed_take(struct chip_device *dev, struct core *c, uint64_t issue, void *dst,
-                          size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle)
+                          size_t dst_bytes, size_t *got_bytes, uint64_t *done_cycle,
+                          uint64_t *link_cycles)
 {
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->infeed;
@@ -167,6 +169,7 @@ int tpu__core_infeed_take(struct chip_device *dev, struct core *c, uint64_t issu
     f->count--;
     f->pops++;
     *done_cycle = done;
+    *link_cycles = s->link_cycles;
     record_depths(dev, c, done);
     assert_feed(f);
     pthread_cond_broadcast(&c->host_cv);

@@ -26,6 +26,7 @@ struct tpu_device {
     uint32_t n_cores, n_replicas;
     struct tpu_program *prog;            /* the loaded program (ours; lent to the backend), or
                                             NULL. Changed by load only, never during a run */
+    struct tpu_program_memory mem;       /* what prog takes of a core's HBM */
     atomic_bool running;                 /* a tpu_device_run is under way */
 };
 
@@ -93,6 +94,7 @@ static int check_backend(const struct tpu_device_backend *be, struct tpu_diag *d
         {"reset_cancel", be->reset_cancel != NULL},
         {"watch", be->watch != NULL},
         {"counters", be->counters != NULL},
+        {"op_stats", be->op_stats != NULL},
         {"trace_host", be->trace_host != NULL},
         {"write_trace", be->write_trace != NULL},
     };
@@ -245,6 +247,10 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
     int rc = tpu_program_verify(prog, &dev->s.chip, d);
     if (rc || (rc = check_program_fits(dev, prog, d)) != 0)
         return rc;
+    struct tpu_program_memory mem;
+    if (tpu_program_memory(prog, &mem) != 0)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory measuring program '%s'",
+                         tpu_program_name(prog));
     struct tpu_program *copy = NULL;
     if ((rc = clone_program(prog, &copy, d)) != 0)
         return rc;
@@ -256,6 +262,15 @@ int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, stru
         return rc;
     }
     dev->prog = copy;
+    dev->mem = mem;
+    return 0;
+}
+
+int tpu_device_memory(const struct tpu_device *dev, struct tpu_program_memory *out)
+{
+    if (!dev->prog)
+        return TPU_EINVAL;
+    *out = dev->mem;
     return 0;
 }
 
@@ -327,6 +342,34 @@ int tpu_device_counters(const struct tpu_device *dev, uint32_t core,
     if (core >= dev->n_cores)
         return TPU_EINVAL;
     dev->be->counters(dev->impl, core, out);
+    return 0;
+}
+
+int tpu_device_op_stats(const struct tpu_device *dev, uint32_t core, struct tpu_op_stats *out,
+                        size_t n_ops, struct tpu_diag *d)
+{
+    if (!dev->s.op_stats)
+        return tpu__fail(d, TPU_EINVAL, "tpu_device_op_stats: the device was opened without "
+                         "per-op statistics; set settings.op_stats to true before "
+                         "tpu_device_open to collect them");
+    if (!dev->prog)
+        return tpu__fail(d, TPU_EINVAL, "tpu_device_op_stats: no program is loaded; call "
+                         "tpu_device_load first");
+    if (core >= dev->n_cores)
+        return tpu__fail(d, TPU_EINVAL, "tpu_device_op_stats: core %u does not exist (the "
+                         "device has %u: 0 to %u)", core, dev->n_cores, dev->n_cores - 1);
+    const size_t want = tpu_program_n_ops(dev->prog);
+    if (n_ops != want)
+        return tpu__fail(d, TPU_EINVAL, "tpu_device_op_stats: n_ops is %zu, but program '%s' "
+                         "has %zu ops; pass an array of tpu_program_n_ops entries", n_ops,
+                         tpu_program_name(dev->prog), want);
+    if (!out && n_ops)
+        return tpu__fail(d, TPU_EINVAL, "tpu_device_op_stats: out is NULL; pass an array of "
+                         "%zu entries", n_ops);
+    if (atomic_load(&dev->running))
+        return tpu__fail(d, TPU_EINVAL, "tpu_device_op_stats: not allowed while the device "
+                         "runs; read them after tpu_device_run returns");
+    dev->be->op_stats(dev->impl, core, out, n_ops);
     return 0;
 }
 

@@ -1,10 +1,11 @@
 /* Internal interface of the device program's files: printing (program_print.c), parsing
  * (program_parse.c, whose opening comment holds the grammar, and program_parse_attr.c for the
- * attributes of an op line) and the verifier (program_verify.c). What they share is here: the
- * table of attributes as the text writes them and where each attribute lives in struct
- * tpu_op_attrs (defined in program_print.c), and the parser's state and helpers that the two
- * parsing files share; what the text writes for each op (its syntax, operands and the
- * attributes it must state) is the op table's (op_table.h). Not part of the public API. */
+ * attributes of an op line), the verifier (program_verify.c) and its memory rule
+ * (program_memory.c). What they share is here: the table of attributes as the text writes
+ * them and where each attribute lives in struct tpu_op_attrs (defined in program_print.c),
+ * the parser's state and helpers that the two parsing files share, and the memory rule;
+ * what the text writes for each op (its syntax, operands and the attributes it must state)
+ * is the op table's (op_table.h). Not part of the public API. */
 #ifndef TPUSIM_SIM_PROGRAM_INT_H
 #define TPUSIM_SIM_PROGRAM_INT_H
 
@@ -124,5 +125,11 @@ void tpu__parse_role_list(enum tpu_opcode code, bool out, char buf[96]);
 const struct tpu__text_attr *tpu__parse_find_attr(const char *name);
 int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol);
 int tpu__parse_var_add(struct tpu__parser *ps, struct tpu_op *op);
+
+/* program_memory.c: the verifier's rule M1 (program_verify.c): the program's params plus the
+ * peak of its live temps fit in one core's share of cfg's HBM; TPU_ERANGE with the message
+ * otherwise (or TPU_ENOMEM). */
+int tpu__verify_memory(const struct tpu_program *p, const struct tpu_chip_config *cfg,
+                       struct tpu_diag *d);
 
 #endif

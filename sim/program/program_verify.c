@@ -62,9 +62,11 @@
  *       y must be defined before (D2).
  *   D5  A param takes at most one optimizer update per pass.
  * Memory
- *   M1  With a chip config, all buffers together fit in one core's share of HBM
- *       (hbm_bytes / cores_per_chip); the message gives the total, the limit and the three
- *       largest buffers. */
+ *   M1  With a chip config, the program fits in one core's share of HBM (hbm_bytes /
+ *       cores_per_chip): its params plus the peak of its live temps (tpu_program_memory,
+ *       program_memory.c, says when a temp is live). The message gives the need and both
+ *       parts, the op at the peak, the sum of all temps, the limit and the three largest
+ *       buffers that count at the peak. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -687,64 +689,6 @@ static int check_structure(struct verifier *v, bool in_body, bool after_loop)
     return 0;
 }
 
-/* ---- memory ------------------------------------------------------------------------------- */
-
-static void human_bytes(uint64_t n, char out[32])
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double x = (double)n;
-    int u = 0;
-    while (x >= 1024.0 && u < 6) {
-        x /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(out, 32, "%" PRIu64 " B", n);
-    else
-        snprintf(out, 32, "%.1f %s", x, units[u]);
-}
-
-static int check_memory(struct verifier *v)
-{
-    const struct tpu_chip_config *cfg = v->cfg;
-    uint32_t cores = cfg->cores_per_chip ? cfg->cores_per_chip : 1;
-    uint64_t limit = cfg->hbm_bytes / cores, total = 0;
-    size_t n = tpu_program_n_buffers(v->p);
-    uint32_t top[3] = {TPU_NO_BUF, TPU_NO_BUF, TPU_NO_BUF};
-    for (uint32_t id = 0; id < n; id++) {
-        uint64_t bytes = tpu_buffer_bytes(buf(v, id));
-        total = bytes > UINT64_MAX - total ? UINT64_MAX : total + bytes;
-        for (int k = 0; k < 3; k++) {
-            if (top[k] == TPU_NO_BUF || bytes > tpu_buffer_bytes(buf(v, top[k]))) {
-                for (int j = 2; j > k; j--)
-                    top[j] = top[j - 1];
-                top[k] = id;
-                break;
-            }
-        }
-    }
-    if (total <= limit)
-        return 0;
-    char t[32], l[32], list[400];
-    human_bytes(total, t);
-    human_bytes(limit, l);
-    size_t len = 0;
-    for (int k = 0; k < 3 && top[k] != TPU_NO_BUF; k++) {
-        char s[96], h[32];
-        human_bytes(tpu_buffer_bytes(buf(v, top[k])), h);
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %s", k ? ", " : "",
-                                bdesc(v, top[k], s), h);
-        if (len >= sizeof list)
-            break;
-    }
-    return tpu__fail(v->d, TPU_ERANGE, "program '%s' needs %s (%" PRIu64 " bytes) of buffers, "
-                     "but one core of chip '%s' has %s (%" PRIu64 " bytes: hbm_bytes %" PRIu64
-                     " / cores_per_chip %" PRIu32 "); the largest are %s; shrink them (smaller "
-                     "batch or layers) or split the model over more cores",
-                     tpu_program_name(v->p), t, total, cfg->name, l, limit, cfg->hbm_bytes,
-                     cores, list);
-}
-
 /* ---- the pass ------------------------------------------------------------------------------ */
 
 static int run(struct verifier *v)
@@ -780,7 +724,7 @@ static int run(struct verifier *v)
                      "the body's last op");
     }
     if (!rc && v->cfg)
-        rc = check_memory(v);
+        rc = tpu__verify_memory(v->p, v->cfg, v->d);
     return rc;
 }
 
