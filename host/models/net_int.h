@@ -1,0 +1,42 @@
+/* The layer graph's private state, shared by net.c (the builder, shapes and counts) and
+ * net_lower.c (the programs and the runtime model). Not part of the public API. */
+#ifndef TPUSIM_HOST_NET_INT_H
+#define TPUSIM_HOST_NET_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tpusim/net.h"
+
+/* One layer with everything resolved: the defaults filled in (strides, names), and for
+ * conv2d and the pools the window's padding and output size. */
+struct tpu__net_layer {
+    struct tpu_layer_desc desc; /* desc.name is the layer's (and its tensor's) name */
+    uint32_t n_in, in[2];
+    struct tpu_shape in_shape;  /* the shape of in[0] */
+    struct tpu_shape out;
+    uint32_t pt, pl;            /* conv2d and pools: padding before the first row, column */
+};
+
+/* A net: layers[0] is the input (tensor 0); layer i produces tensor i. The layers array has
+ * room for TPU_NET_MAX_LAYERS. */
+struct tpu_net {
+    char name[TPU_NET_NAME_MAX + 1];
+    uint32_t n_layers;
+    struct tpu__net_layer *layers;
+    uint32_t auto_name[TPU_LAYER_KIND_COUNT]; /* the next automatic name's suffix per kind */
+    bool has_output;
+    uint32_t output;
+    enum tpu_loss loss;
+};
+
+static inline uint64_t tpu__shape_size(struct tpu_shape s)
+{
+    return (uint64_t)s.h * s.w * s.c;
+}
+
+/* The trainable and non-trainable parameter counts and forward FLOPs of a layer. */
+void tpu__net_layer_counts(const struct tpu__net_layer *l, uint64_t *params,
+                           uint64_t *non_trainable, uint64_t *flops);
+
+#endif
