@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net_build.h"
 #include "net_ref.h"
 #include "tpusim/net.h"
 #include "xorshift.h"
@@ -31,116 +32,9 @@
 #define FD_REL 1e-6
 #define KINK_MARGIN 1e-3
 
-static void ok(int rc, const struct tpu_diag *d)
-{
-    if (rc)
-        fail_msg("error %d: %s", rc, d->msg);
-}
-
 static double uniform(struct rng *r, double lo, double hi)
 {
     return lo + (hi - lo) * (double)(rnd(r) >> 11) / 9007199254740992.0;
-}
-
-/* ---- building nets ------------------------------------------------------------------------- */
-
-static struct tpu_net *new_net(uint32_t h, uint32_t w, uint32_t c)
-{
-    struct tpu_net *net = NULL;
-    struct tpu_diag d = {0};
-    ok(tpu_net_create("ref", h, w, c, &net, &d), &d);
-    return net;
-}
-
-static uint32_t dense(struct tpu_net *net, uint32_t x, uint32_t units, enum tpu_activation a)
-{
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_dense(net, NULL, x, units, a, &y, &d), &d);
-    return y;
-}
-
-static uint32_t conv(struct tpu_net *net, uint32_t x, uint32_t f, uint32_t kh, uint32_t kw,
-                     uint32_t s, enum tpu_padding p, enum tpu_activation a, bool bias)
-{
-    struct tpu_layer_desc l;
-    tpu_layer_desc_init(&l, TPU_LAYER_CONV2D);
-    l.filters = f;
-    l.kh = kh;
-    l.kw = kw;
-    l.sh = l.sw = s;
-    l.padding = p;
-    l.activation = a;
-    l.use_bias = bias;
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_add(net, &l, &x, 1, &y, &d), &d);
-    return y;
-}
-
-static uint32_t pool(struct tpu_net *net, enum tpu_layer_kind k, uint32_t x, uint32_t kh,
-                     uint32_t kw, uint32_t sh, uint32_t sw, enum tpu_padding p)
-{
-    struct tpu_layer_desc l;
-    tpu_layer_desc_init(&l, k);
-    l.kh = kh;
-    l.kw = kw;
-    l.sh = sh;
-    l.sw = sw;
-    l.padding = p;
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_add(net, &l, &x, 1, &y, &d), &d);
-    return y;
-}
-
-static uint32_t unary(struct tpu_net *net, enum tpu_layer_kind k, uint32_t x)
-{
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_unary(net, NULL, k, x, &y, &d), &d);
-    return y;
-}
-
-static uint32_t reshape(struct tpu_net *net, uint32_t x, uint32_t h, uint32_t w, uint32_t c)
-{
-    struct tpu_layer_desc l;
-    tpu_layer_desc_init(&l, TPU_LAYER_RESHAPE);
-    l.target = (struct tpu_shape){h, w, c};
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_add(net, &l, &x, 1, &y, &d), &d);
-    return y;
-}
-
-static uint32_t dropout(struct tpu_net *net, uint32_t x, float rate)
-{
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_dropout(net, NULL, x, rate, &y, &d), &d);
-    return y;
-}
-
-static uint32_t batch_norm(struct tpu_net *net, uint32_t x, bool cross)
-{
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_batch_norm(net, NULL, x, cross, &y, &d), &d);
-    return y;
-}
-
-static uint32_t add(struct tpu_net *net, uint32_t a, uint32_t b)
-{
-    struct tpu_diag d = {0};
-    uint32_t y;
-    ok(tpu_net_add2(net, NULL, a, b, &y, &d), &d);
-    return y;
-}
-
-static void output(struct tpu_net *net, uint32_t t, enum tpu_loss loss)
-{
-    struct tpu_diag d = {0};
-    ok(tpu_net_set_output(net, t, loss, &d), &d);
 }
 
 /* ---- the finite-difference check ------------------------------------------------------------ */
@@ -150,8 +44,8 @@ static void output(struct tpu_net *net, uint32_t t, enum tpu_loss loss)
 static double fixed_mask(void *ctx, uint32_t layer, uint32_t example, uint64_t element)
 {
     (void)ctx;
-    uint64_t z = (uint64_t)layer * 0x9E3779B97F4A7C15ull ^ (uint64_t)example * 0xBF58476D1CE4E5B9ull ^
-                 (element + 1) * 0x94D049BB133111EBull;
+    uint64_t z = (uint64_t)layer * 0x9E3779B97F4A7C15ull ^
+                 (uint64_t)example * 0xBF58476D1CE4E5B9ull ^ (element + 1) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     z *= 0xD6E8FEB86CA1B5A5ull;
     z ^= z >> 29;
