@@ -73,6 +73,7 @@ static void assert_programs_equal(const struct tpu_program *a, const struct tpu_
         assert_int_equal(p->group, q->group);
         assert_int_equal(p->var, q->var);
         assert_true(p->imm == q->imm);
+        assert_memory_equal(&p->win, &q->win, sizeof p->win);
         if (fbits(p->alpha) != fbits(q->alpha) || fbits(p->beta) != fbits(q->beta) ||
             fbits(p->gamma) != fbits(q->gamma) || fbits(p->delta) != fbits(q->delta) ||
             fbits(p->eps) != fbits(q->eps))

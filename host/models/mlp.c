@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/builder.h"
 #include "rng.h"
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
@@ -72,82 +73,26 @@ static int check_spec(const struct tpu_mlp_spec *s, struct tpu_diag *d)
     return 0;
 }
 
-/* Program-building state: the first error sticks, later calls do nothing. */
-struct builder {
-    struct tpu_program *p;
-    int rc;
-    struct tpu_diag *d;
-};
-
-static uint32_t buf(struct builder *b, const char *name, enum tpu_dtype t,
-                    enum tpu_buf_kind k, uint32_t rows, uint32_t cols)
-{
-    uint32_t id = TPU_NO_BUF;
-    if (!b->rc)
-        b->rc = tpu_program_add_buffer(b->p, name, t, k, rows, cols, &id, b->d);
-    return id;
-}
-
-/* A float buffer named prefix + i ("w3"). */
-static uint32_t bufi(struct builder *b, const char *prefix, int i, enum tpu_buf_kind k,
-                     uint32_t rows, uint32_t cols)
-{
-    char name[48];
-    snprintf(name, sizeof name, "%s%d", prefix, i);
-    return buf(b, name, TPU_F32, k, rows, cols);
-}
-
-static void op(struct builder *b, enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t o2,
-               uint32_t i0, uint32_t i1, const struct tpu_op_attrs *attrs)
-{
-    if (b->rc)
-        return;
-    struct tpu_op o;
-    tpu_op_init(&o, code);
-    o.out[0] = o0;
-    o.out[1] = o1;
-    o.out[2] = o2;
-    o.in[0] = i0;
-    o.in[1] = i1;
-    if (attrs) {
-        uint8_t passes = o.attrs.passes;
-        o.attrs = *attrs;
-        if (code == TPU_OP_MATMUL && !attrs->passes)
-            o.attrs.passes = passes;
-    }
-    b->rc = tpu_program_add_op(b->p, &o, b->d);
-}
-
+/* The shared builder (builder.h) under short names. */
+#define builder tpu__builder
+#define buf tpu__b_buf
+#define bufi tpu__b_bufi
+#define op tpu__b_op
 #define N TPU_NO_BUF
 
-/* Opens program `name` with its loop variables "iterations" and "step" (in r, which starts
- * empty). A nonzero return (b->rc) means nothing is left to free. */
+/* Opens program `name` with its loop variables (in r, which starts empty). A nonzero
+ * return (b->rc) means nothing is left to free. */
 static int start(struct builder *b, const char *name, struct tpu_mlp_program *r)
 {
     memset(r, 0, sizeof *r);
-    b->rc = tpu_program_create(name, &b->p);
-    if (b->rc)
-        return b->rc = tpu__fail(b->d, b->rc, "out of memory building program '%s'", name);
-    b->rc = tpu_program_add_var(b->p, "iterations", &r->var_iterations, b->d);
-    if (!b->rc)
-        b->rc = tpu_program_add_var(b->p, "step", &r->var_step, b->d);
-    if (b->rc)
-        tpu_program_destroy(&b->p);
-    return b->rc;
+    return tpu__b_start(b, name, &r->var_iterations, &r->var_step);
 }
 
 /* Closes the loop and hands the program over: *out owns it; on an error nothing is left. */
 static int finish(struct builder *b, struct tpu_mlp_program *r, struct tpu_mlp_program *out)
 {
-    struct tpu_op_attrs at;
-    memset(&at, 0, sizeof at);
-    at.var = r->var_iterations;
-    op(b, TPU_OP_LOOP_END, N, N, N, N, N, &at);
-    if (b->rc) {
-        tpu_program_destroy(&b->p);
+    if (tpu__b_finish(b, r->var_iterations, &r->prog))
         return b->rc;
-    }
-    r->prog = b->p;
     *out = *r;
     return 0;
 }

@@ -18,6 +18,14 @@ struct tpu__net_layer {
     uint32_t pt, pl;            /* conv2d and pools: padding before the first row, column */
 };
 
+/* What a runtime model built by tpu_net_model points at (its ctx). */
+struct tpu__net_binding {
+    const struct tpu_net *net;
+    const struct tpu_train_spec *spec;
+};
+
+#define TPU__NET_MAX_BINDINGS 16
+
 /* A net: layers[0] is the input (tensor 0); layer i produces tensor i. The layers array has
  * room for TPU_NET_MAX_LAYERS. */
 struct tpu_net {
@@ -28,6 +36,10 @@ struct tpu_net {
     bool has_output;
     uint32_t output;
     enum tpu_loss loss;
+    /* the (net, spec) pairs of the runtime models made from this net (tpu_net_model): the
+       models' ctx points here, so they need no memory of their own */
+    struct tpu__net_binding bind[TPU__NET_MAX_BINDINGS];
+    uint32_t n_bind;
 };
 
 static inline uint64_t tpu__shape_size(struct tpu_shape s)

@@ -576,7 +576,8 @@ int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *inpu
         memset(out, 0, sizeof *out);
         out->examples = (uint64_t)llround(p.count);
         out->loss = p.count > 0 ? p.loss_sum / p.count : 0;
-        out->accuracy = p.count > 0 ? p.correct / p.count : 0;
+        /* a regression model's counts hold no correct answers: no accuracy */
+        out->accuracy = e->mp.no_accuracy ? NAN : p.count > 0 ? p.correct / p.count : 0;
         out->steps = p.drained;
         out->device_seconds = (double)(e->host_cycle - cycle0) / e->hz;
     }

@@ -194,10 +194,13 @@ struct tpu_train_spec {
     enum tpu_lr_schedule_kind schedule;
     uint32_t warmup_steps, decay_steps;
     float decay_rate;
+    uint64_t seed;                   /* the dropout masks' seed, mixed with each dropout
+                                        layer's index (set it to the run's seed; the
+                                        program builder does not see the run config) */
 };
 
 /* Defaults: Adam, lr 0.001, betas 0.9/0.999, epsilon 1e-7, momentum 0.9, weight decay 0.004,
- * passes 1, constant schedule. */
+ * passes 1, constant schedule, seed 0. */
 void tpu_train_spec_default(struct tpu_train_spec *s);
 /* Checks a spec (names the field, the rule and the fix). */
 int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
@@ -208,8 +211,12 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
  * only. Outfeed as runtime.h says (eval of an MSE model: counts (0, real rows), and
  * out->no_accuracy is set). If op_layer is not NULL, *op_layer gets a malloc'd array of the
  * program's op count: the layer index each op belongs to (forward, backward, all-reduce and
- * update of its params), or TPU_NET_OP_LOSS for the loss, TPU_NET_OP_STEP for the step's
- * own ops (loop, infeed, outfeed, the step counter). The caller frees it. */
+ * update of its params; 0, the input, for the input's reshape to rows of pixels), or
+ * TPU_NET_OP_LOSS for the loss (and the output's reshape to [B][size]), TPU_NET_OP_STEP for
+ * the step's own ops (loop, infeed, outfeed, the step counter). The caller frees it. A layer
+ * the loss does not depend on gets no ops (its params keep their initial values); dropout
+ * gets none outside training. host/models/net_lower.c's opening comment lists the ops of
+ * each layer. */
 #define TPU_NET_OP_LOSS UINT32_MAX
 #define TPU_NET_OP_STEP (UINT32_MAX - 1)
 int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
@@ -219,7 +226,10 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
 /* The net as a runtime model: builds its programs from `net` and `spec` (both must outlive
  * the model; the net must have its output set), and initializes the params: kernels
  * Glorot-uniform from the seed and the param's name (Keras's default), biases and beta 0,
- * gamma and moving_variance 1, moving_mean and optimizer state 0. */
+ * gamma and moving_variance 1, moving_mean and optimizer state 0. A kernel's values depend
+ * on the run's seed and the param's name only (adding a layer leaves the others' as they
+ * were). The model's ctx points into the net, which serves at most 16 models with distinct
+ * specs (TPU_ERANGE past that); the net is otherwise unchanged. */
 int tpu_net_model(struct tpu_model *m, const struct tpu_net *net,
                   const struct tpu_train_spec *spec, struct tpu_diag *d);
 

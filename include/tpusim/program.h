@@ -40,6 +40,31 @@
  *                                         x), -127, 127), round to nearest even, NaN -> 0
  *                                         (alpha = 1 / the scale; symmetric: -128 unused)
  *   reduce_sum, reduce_max  out y; in x   over axis 0 (y is [1][cols]) or 1 (y is [rows][1])
+ *   Window ops (conv and pooling; attribute group win, struct tpu_window): the image x is
+ *   NHWC with N = elements(x) / (h*w*c) examples, in any 2-D shape of N*h*w*c elements (the
+ *   net stores [N*h*w][c], the infeed gives [N][h*w*c]: the same bytes). Output position
+ *   (n, oy, ox) reads the window offsets (ky, kx) at iy = oy*sh + ky - pt, ix = ox*sw + kx -
+ *   pl; positions outside the image are padding.
+ *   im2col   out y; in x                  y [N*ho*wo][kh*kw*c]: row (n, oy, ox), column
+ *                                         (ky, kx, ci), both row-major, = x[n, iy, ix, ci],
+ *                                         0 on padding (conv2d = im2col, then matmul by the
+ *                                         HWIO kernel as [kh*kw*c][filters])
+ *   col2im   out y; in cols               the adjoint of im2col: y (N*h*w*c elements, any
+ *                                         2-D shape) starts at 0, then every cols entry, rows
+ *                                         in order and columns in order, is added to the
+ *                                         position it was read from (padding dropped)
+ *   max_pool out y; in x                  y [N*ho*wo][c] = max over the window's in-image
+ *                                         positions (padding never wins)
+ *   max_pool_grad out dx; in dy, x        dx (x's shape) starts at 0; each dy [N*ho*wo][c],
+ *                                         in order, is added at the FIRST (ky, kx order)
+ *                                         in-image position holding its window's max
+ *   avg_pool out y; in x                  y [N*ho*wo][c] = sum over the window's in-image
+ *                                         positions (ky, kx order) / their count
+ *   avg_pool_grad out dx; in dy           dx (N*h*w*c elements, any 2-D shape) starts at 0;
+ *                                         each dy / count, in order, is added to its window's
+ *                                         in-image positions
+ *   reshape  out y; in x                  same element count and dtype, any shapes: a
+ *                                         row-major copy
  *   softmax_xent out loss, dlogits; in logits, labels
  *                                         labels int32 [rows][1]; a label < 0 marks a padding
  *                                         row that adds nothing. loss [1][1] = alpha * sum over
@@ -47,6 +72,20 @@
  *                                         dlogits = alpha * (softmax - onehot), 0 on padding
  *   classify_count out y; in logits, labels   y [1][2] f32 = (rows whose argmax == label,
  *                                         rows with label >= 0)
+ *   rsqrt    out y; in x                  y = 1 / sqrt(x + eps)
+ *   mse      out loss, dpred; in pred, target, mask
+ *                                         pred, target f32 [B][K], mask int32 [B][1] (a row
+ *                                         with mask < 0 is padding and adds nothing); loss
+ *                                         [1][1] = alpha * sum over real rows of the mean over
+ *                                         k of (pred - target)^2; dpred = alpha * 2 * (pred -
+ *                                         target) / K on real rows, 0 on padding
+ *   count_rows out y; in labels           y [1][2] f32 = (0, rows with label >= 0): the
+ *                                         evaluation counts of a regression model
+ *   dropout_mask out mask (no inputs)     mask = 1 / (1 - alpha) where u >= alpha, else 0
+ *                                         (alpha the rate, in [0, 1)); u in [0, 1) a hash of
+ *                                         (imm = the seed, variable `var` = the step, the
+ *                                         core's replica, the element's index):
+ *                                         tpu_dropout_mask_value below
  *   sgd_momentum out param, velocity; in grad
  *                                         g = grad + gamma * param (L2); v = beta * v + g;
  *                                         param -= alpha * v      (alpha lr, beta momentum)
@@ -54,6 +93,13 @@
  *                                         (1-based); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *                                         param -= alpha * mhat / (sqrt(vhat) + eps)
  *                                         (alpha lr, beta b1, delta b2, eps)
+ *   adamw    out param, m, v; in grad     Adam with decoupled weight decay gamma (Keras
+ *                                         AdamW): g = grad; m, v, mhat, vhat as adam;
+ *                                         param -= lr * (mhat / (sqrt(vhat) + eps) +
+ *                                         gamma * param)
+ *   The optimizers' learning rate may follow a schedule (schedule, warmup, decay_steps,
+ *   decay_rate: tpu_lr_schedule_value below) of the step variable `var`; sgd_momentum reads
+ *   `var` only for a schedule other than constant.
  *   all_reduce  out y; in x               sum (reduce 0) or mean (reduce 1) of x over all
  *                                         replicas, in replica order; y may be x
  *   collective_permute  out y; in x       y on core i = x from core (i - shift) mod group,
@@ -62,13 +108,13 @@
  *   var_add  (no buffers)                 variable `var` += imm
  *   loop_begin / loop_end                 the loop over variable `var`
  *
- * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize
- * and collective_permute takes and gives f32 (labels are int32). An op may write a buffer it
- * also reads (in place) only where that is safe while streaming (the table's `alias`
- * column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad, exp) and
- * all_reduce; the optimizers update their outputs in place by definition (`rmw`). A temp
- * holds one value per pass: it is written once by an op that does not read it, then
- * possibly updated in place (or by matmul accumulate).
+ * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize,
+ * reshape and collective_permute takes and gives f32 (labels and mse's mask are int32). An op
+ * may write a buffer it also reads (in place) only where that is safe while streaming (the
+ * table's `alias` column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad,
+ * exp, rsqrt) and all_reduce; the optimizers update their outputs in place by definition
+ * (`rmw`). A temp holds one value per pass: it is written once by an op that does not read
+ * it, then possibly updated in place (or by matmul accumulate).
  * tpu_program_verify enforces these and the rest; sim/program/program_verify.c lists every rule.
  *
  * Text form (sim/program/program_parse.c has the grammar):
@@ -84,7 +130,9 @@
  *     }
  * Attributes are written name=value after the inputs with the names of the fields of
  * struct tpu_op_attrs (flags trans_a, trans_b, accumulate stand alone; reduce=sum|mean,
- * group=replicas|replica_cores); var_add's variable and imm are positional. */
+ * group=replicas|replica_cores, schedule=constant|step|cosine; the window by its own fields:
+ * "h=28 w=28 c=1 kh=3 kw=3 sh=1 sw=1 pt=0 pl=0 ho=26 wo=26", all required); var_add's
+ * variable and imm are positional. */
 #ifndef TPUSIM_PROGRAM_H
 #define TPUSIM_PROGRAM_H
 
@@ -126,10 +174,11 @@ enum tpu_buf_kind {
  *             (input 0), IN01 (input 0 or 1). Outputs are always distinct buffers.
  *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
  *             their param and state buffers in place), else 0
- *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify.c,
- *             rules T1-T8): ANY (no rule), INFEED, MATMUL, BINARY (f32, b broadcasts), F32
- *             (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE, SOFTMAX_XENT,
- *             CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE, PERMUTE
+ *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify*.c,
+ *             rules T1-T11 and T9w): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
+ *             broadcasts), F32 (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE,
+ *             WINDOW, RESHAPE, SOFTMAX_XENT, CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE,
+ *             PERMUTE, MSE, COUNT_ROWS, DROPOUT
  *   attrs     the attributes it reads (TPU_ATTR_* bits; the others must stay zero)
  *   required  the attributes the text form must state (a forgotten one would silently be 0)
  *   unit      the unit that runs it (device.h's enum tpu_unit): MXU, VPU, INFEED, OUTFEED,
@@ -173,16 +222,44 @@ enum tpu_buf_kind {
       TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
     X(REDUCE_MAX, "reduce_max", OPERANDS, 1, 1, ("y", "x"), NONE, 0, REDUCE, TPU_ATTR_AXIS,        \
       TPU_ATTR_AXIS, VPU, 1, reduce)                                                               \
+    X(IM2COL, "im2col", OPERANDS, 1, 1, ("y", "x"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,              \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(COL2IM, "col2im", OPERANDS, 1, 1, ("y", "cols"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,           \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(MAX_POOL, "max_pool", OPERANDS, 1, 1, ("y", "x"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,          \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(MAX_POOL_GRAD, "max_pool_grad", OPERANDS, 1, 2, ("dx", "dy", "x"), NONE, 0, WINDOW,          \
+      TPU_ATTR_WINDOW, TPU_ATTR_WINDOW, VPU, 2, window)                                            \
+    X(AVG_POOL, "avg_pool", OPERANDS, 1, 1, ("y", "x"), NONE, 0, WINDOW, TPU_ATTR_WINDOW,          \
+      TPU_ATTR_WINDOW, VPU, 1, window)                                                             \
+    X(AVG_POOL_GRAD, "avg_pool_grad", OPERANDS, 1, 1, ("dx", "dy"), NONE, 0, WINDOW,               \
+      TPU_ATTR_WINDOW, TPU_ATTR_WINDOW, VPU, 1, window)                                            \
+    X(RESHAPE, "reshape", OPERANDS, 1, 1, ("y", "x"), NONE, 0, RESHAPE, 0, 0, VPU, 1, window)      \
     X(SOFTMAX_XENT, "softmax_xent", OPERANDS, 2, 2, ("loss", "dlogits", "logits", "labels"),       \
       NONE, 0, SOFTMAX_XENT, TPU_ATTR_ALPHA, TPU_ATTR_ALPHA, VPU, 10, softmax_xent)                \
     X(CLASSIFY_COUNT, "classify_count", OPERANDS, 1, 2, ("y", "logits", "labels"), NONE, 0,        \
       CLASSIFY_COUNT, 0, 0, VPU, 2, classify_count)                                                \
+    X(RSQRT, "rsqrt", OPERANDS, 1, 1, ("y", "x"), IN0, 0, F32, TPU_ATTR_EPS, TPU_ATTR_EPS, VPU, 5, \
+      unary)                                                                                       \
+    X(MSE, "mse", OPERANDS, 2, 3, ("loss", "dpred", "pred", "target", "mask"), NONE, 0, MSE,       \
+      TPU_ATTR_ALPHA, TPU_ATTR_ALPHA, VPU, 5, mse)                                                 \
+    X(COUNT_ROWS, "count_rows", OPERANDS, 1, 1, ("y", "labels"), NONE, 0, COUNT_ROWS, 0, 0, VPU,   \
+      2, count_rows)                                                                               \
+    X(DROPOUT_MASK, "dropout_mask", OPERANDS, 1, 0, ("mask"), NONE, 0, DROPOUT,                    \
+      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA, TPU_ATTR_VAR | TPU_ATTR_IMM, VPU, 14,          \
+      dropout_mask)                                                                                \
     X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,        \
-      OPTIMIZER, TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA, TPU_ATTR_ALPHA, VPU, 6,          \
-      sgd_momentum)                                                                                \
+      OPTIMIZER,                                                                                   \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_SCHEDULE,          \
+      TPU_ATTR_ALPHA, VPU, 6, sgd_momentum)                                                        \
     X(ADAM, "adam", OPERANDS, 3, 1, ("param", "m", "v", "grad"), NONE, 1, ADAM,                    \
       TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_DELTA |            \
-          TPU_ATTR_EPS,                                                                            \
+          TPU_ATTR_EPS | TPU_ATTR_SCHEDULE,                                                        \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS, VPU, 22,      \
+      adam)                                                                                        \
+    X(ADAMW, "adamw", OPERANDS, 3, 1, ("param", "m", "v", "grad"), NONE, 1, ADAM,                  \
+      TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_DELTA |            \
+          TPU_ATTR_EPS | TPU_ATTR_SCHEDULE,                                                        \
       TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS, VPU, 22,      \
       adam)                                                                                        \
     X(ALL_REDUCE, "all_reduce", OPERANDS, 1, 1, ("y", "x"), IN0, 0, ALL_REDUCE, TPU_ATTR_REDUCE,   \
@@ -205,7 +282,7 @@ enum tpu_opcode {
 };
 
 #define TPU_OP_MAX_OUT 3
-#define TPU_OP_MAX_IN 2
+#define TPU_OP_MAX_IN 3
 #define TPU_NO_BUF UINT32_MAX
 
 enum tpu_reduce_kind {
@@ -218,6 +295,25 @@ enum tpu_permute_group {
     TPU_GROUP_REPLICA_CORES = 1, /* the cores of one replica: halo exchange */
 };
 
+/* An NHWC image and a sliding window over it: the window ops' attribute group (one bit,
+ * TPU_ATTR_WINDOW, for all its fields; the text form states every field). Output position
+ * (n, oy, ox) and window offset (ky, kx) read input row iy = oy*sh + ky - pt and column
+ * ix = ox*sw + kx - pl; positions outside [0, h) x [0, w) are padding. */
+struct tpu_window {
+    uint32_t h, w, c;  /* the input image per example */
+    uint32_t kh, kw;   /* window (kernel or pool) size */
+    uint32_t sh, sw;   /* strides */
+    uint32_t pt, pl;   /* padding before the first row / column */
+    uint32_t ho, wo;   /* output positions */
+};
+
+/* The optimizers' learning-rate schedules (the same numbers as net.h's tpu_lr_schedule_kind). */
+enum tpu_lr_schedule {
+    TPU_SCHEDULE_CONSTANT = 0,
+    TPU_SCHEDULE_STEP = 1,
+    TPU_SCHEDULE_COSINE = 2,
+};
+
 /* Attributes; each op reads the ones its description above names (tpu_opcode_attrs), the
  * rest stay zero. */
 struct tpu_op_attrs {
@@ -227,9 +323,17 @@ struct tpu_op_attrs {
     int32_t axis;           /* reduce_*: 0 or 1 */
     int32_t reduce;         /* all_reduce: enum tpu_reduce_kind */
     int32_t shift, group;   /* collective_permute */
-    uint32_t var;           /* var_add, adam, loop_begin: a variable id */
-    int64_t imm;            /* var_add */
+    uint32_t var;           /* var_add, adam, adamw, loop_begin, dropout_mask, a scheduled
+                               sgd_momentum: a variable id */
+    int64_t imm;            /* var_add; dropout_mask: the seed */
+    struct tpu_window win;  /* the window ops: im2col ... avg_pool_grad */
     float alpha, beta, gamma, delta, eps;
+    /* the learning-rate schedule of sgd_momentum, adam, adamw (one bit, TPU_ATTR_SCHEDULE,
+     * for the four): enum tpu_lr_schedule, the warm-up and decay lengths in steps, and the
+     * decay rate (step: the factor per decay_steps; cosine: the final fraction of alpha) */
+    int32_t schedule;
+    uint32_t warmup, decay_steps;
+    float decay_rate;
 };
 
 /* One bit per field of struct tpu_op_attrs, for tpu_opcode_attrs. */
@@ -249,6 +353,8 @@ enum tpu_op_attr_bits {
     TPU_ATTR_GAMMA = 1u << 12,
     TPU_ATTR_DELTA = 1u << 13,
     TPU_ATTR_EPS = 1u << 14,
+    TPU_ATTR_WINDOW = 1u << 15, /* the whole of win */
+    TPU_ATTR_SCHEDULE = 1u << 16, /* schedule, warmup, decay_steps, decay_rate */
 };
 
 struct tpu_op {
@@ -361,6 +467,25 @@ unsigned tpu_opcode_attrs(enum tpu_opcode code);
 /* Whether the op is a collective: it occupies the interconnect (its table row's unit is ICI)
  * and involves other cores. */
 bool tpu_opcode_is_collective(enum tpu_opcode code);
+
+/* The learning rate an optimizer op with attributes `a` uses when its step variable holds
+ * `step_var` (1 at the first update: the step's var_add runs before the updates). With
+ * s = step_var - 1 (Keras's 0-based iteration; s < 0 counts as 0):
+ *   constant  alpha
+ *   step      alpha * decay_rate^floor(s / decay_steps)
+ *   cosine    s < warmup: alpha * s / warmup; else alpha * (decay_rate + (1 - decay_rate) *
+ *             0.5 * (1 + cos(pi * min(s - warmup, decay_steps) / decay_steps)))
+ * computed in double (the power by binary exponentiation, cos from the C library) and
+ * rounded once to float. decay_steps 0 (which the verifier rejects for step and cosine)
+ * gives alpha. The ops use this function, and the host may call it to log the rate. */
+float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var);
+
+/* One element of dropout_mask's mask: 1 / (1 - rate) if u >= rate, else 0, where u in
+ * [0, 1) is the top 24 bits of a splitmix64-style hash of (seed, step, replica, index) over
+ * 2^24 (sim/ops/ops_train_aux.c gives the hash). The same arguments give the same value on
+ * every host and thread count, so a host can reproduce a mask exactly. */
+float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint32_t replica, uint64_t index,
+                             float rate);
 
 /* "param", "temp"; "unknown" otherwise. */
 const char *tpu_buf_kind_name(enum tpu_buf_kind k);

@@ -205,7 +205,7 @@ int tpu_estimator_train(struct tpu_estimator *est, const struct tpu_input *input
 struct tpu_eval_result {
     uint64_t examples;   /* exactly the examples the input gave */
     double loss;         /* mean per-example loss */
-    double accuracy;
+    double accuracy;     /* NaN for a model without one (no_accuracy: a regression loss) */
     uint64_t steps;
     double device_seconds;
 };

@@ -446,9 +446,9 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
         int e = unit == TPU_UNIT_MXU && dev->s.mxu
                     ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, op, c->bufs,
                                            &c->provider_mxu_cycles, d)
-                    : tpu__op_compute(op, c->bufs, c->vars, dev->cfg.mxu_rows,
-                                      dev->s.kernel_threads ? dev->s.kernel_threads : 1,
-                                      scratch, d);
+                    : tpu__op_compute_on(op, c->bufs, c->vars, c->replica, dev->cfg.mxu_rows,
+                                         dev->s.kernel_threads ? dev->s.kernel_threads : 1,
+                                         scratch, d);
         if (e) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);

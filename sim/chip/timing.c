@@ -53,7 +53,26 @@ uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t
  * (compare-max, select index); exp 4; sgd_momentum 6 (g + gamma p (2), beta v + g (2),
  * p - alpha v (2)); softmax_xent 10 (max, sub, exp (4), sum, scale by 1/sum (mul), onehot
  * sub, alpha mul, plus the row's log, amortised); adam 22 (g (2), m (3), v (4), bias
- * corrections (2), sqrt (4), add eps, divide (4), mul alpha and subtract (2)). */
+ * corrections (2), sqrt (4), add eps, divide (4), mul alpha and subtract (2)); adamw 22 (m
+ * (3), v (4), bias corrections (2), sqrt (4), add eps, divide (4), gamma * param and its add
+ * (2), mul lr and subtract (2); a schedule's rate is computed once per op, not per element);
+ * rsqrt 5 (add eps, reciprocal square root 4); mse 5 (sub, square, sum, scale the gradient,
+ * select for padding rows; the row's divide by K amortised); count_rows 2 (compare, add);
+ * dropout_mask 14 (xor of the key and the index, splitmix64's mix 9: add, then three
+ * shift-xor pairs and two multiplies, each 64-bit operation counted as one; shift and
+ * convert to float 2, compare with the rate, select). These ops sweep their largest
+ * operand (mse: pred; count_rows: labels; dropout_mask: its mask).
+ *
+ * The window ops (program.h) count as follows. im2col, col2im and reshape sweep their
+ * largest operand like the other vector ops, 1 op per element: im2col and reshape are copies
+ * through the vector unit (a select for the padding), col2im one add per cols element. The
+ * pooling ops sweep windows, not operands, so tpu__op_cost counts them itself over W =
+ * N*ho*wo*c*kh*kw window elements (every window counted whole: the unit masks the padded
+ * lanes rather than skipping them), with vpu_ops per window element and some per output or
+ * per image element: max_pool W * 1 (a max); avg_pool W * 1 (an add) + 4 per output (the
+ * divide by the count); max_pool_grad W * 2 (the max, then the compare that finds its first
+ * position) + 1 per output (the add into dx) + 1 per dx element (clearing dx);
+ * avg_pool_grad W * 1 (an add) + 4 per output (dy / count) + 1 per dx element. */
 static const struct {
     uint8_t unit; /* enum tpu_unit */
     uint8_t vpu_ops;
@@ -107,6 +126,36 @@ uint64_t tpu__matmul_cycles(const struct tpu_chip_config *cfg, uint64_t m, uint6
     return t.cycles;
 }
 
+static bool window_pool(enum tpu_opcode code)
+{
+    return code == TPU_OP_MAX_POOL || code == TPU_OP_AVG_POOL || code == TPU_OP_MAX_POOL_GRAD ||
+           code == TPU_OP_AVG_POOL_GRAD;
+}
+
+/* A pooling op's cycles (the counts and their reasons are in the comment on op_timing). */
+static uint64_t pool_cycles(const struct tpu_chip_config *cfg, const struct tpu_program *prog,
+                            const struct tpu_op *op)
+{
+    const struct tpu_window *w = &op->attrs.win;
+    /* the output y (forward) or the input dy (gradients) is [N*ho*wo][c] */
+    const bool grad = op->code == TPU_OP_MAX_POOL_GRAD || op->code == TPU_OP_AVG_POOL_GRAD;
+    const struct tpu_buffer_desc *o = tpu_program_buffer(prog, grad ? op->in[0] : op->out[0]);
+    const uint64_t outputs = (uint64_t)o->rows * o->cols;
+    const uint64_t window = outputs * w->kh * w->kw;
+    uint64_t ops = window * tpu__vpu_ops_per_element(op->code);
+    if (op->code == TPU_OP_AVG_POOL || op->code == TPU_OP_AVG_POOL_GRAD)
+        ops += 4 * outputs;
+    if (op->code == TPU_OP_MAX_POOL_GRAD)
+        ops += outputs;
+    if (grad) {
+        const struct tpu_buffer_desc *dx = tpu_program_buffer(prog, op->out[0]);
+        ops += (uint64_t)dx->rows * dx->cols;
+    }
+    uint64_t width = (uint64_t)cfg->vector_sublanes * cfg->vector_lanes *
+                     cfg->vector_alus_per_lane;
+    return tpu__ceil_div_u64(ops, width) + TPU__VPU_LATENCY_CYCLES;
+}
+
 enum tpu_unit tpu__op_cost(const struct tpu_chip_config *cfg, const struct tpu_program *prog,
                            const struct tpu_op *op, uint64_t *cycles, uint64_t *mac_slots,
                            uint64_t *macs)
@@ -130,6 +179,10 @@ enum tpu_unit tpu__op_cost(const struct tpu_chip_config *cfg, const struct tpu_p
         return unit;
     default:
         break;
+    }
+    if (window_pool(op->code)) {
+        *cycles = pool_cycles(cfg, prog, op);
+        return TPU_UNIT_VPU;
     }
     /* vector ops: the largest operand is the element count they sweep */
     uint64_t elements = 0;

@@ -27,7 +27,8 @@ enum tpu_unit tpu__op_unit(enum tpu_opcode code);
 /* The compute cost of a local op (one whose unit is MXU, VPU or CTRL) of program `prog`:
  * its unit (returned), its cycles on that unit, and for the MXU the MAC slots it occupies
  * and the MACs it does (both 0 elsewhere). MXU: tpu__matmul_cycles; CTRL: 1 cycle; VPU:
- * tpu__vpu_cycles over the element count of its largest operand. */
+ * tpu__vpu_cycles over the element count of its largest operand, except the pooling ops,
+ * which count their window elements (timing.c). */
 enum tpu_unit tpu__op_cost(const struct tpu_chip_config *cfg, const struct tpu_program *prog,
                            const struct tpu_op *op, uint64_t *cycles, uint64_t *mac_slots,
                            uint64_t *macs);

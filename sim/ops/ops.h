@@ -26,10 +26,16 @@ struct tpu__bufmem {
  * that ops do not allocate once it has grown; NULL makes each op allocate and free its own.
  * The program is verified, so shapes are right (they are checked again cheaply: TPU_ESHAPE).
  * Returns 0; TPU_ERANGE for bad data the verifier cannot see (a label out of range, Adam's
- * step below 1, a variable overflowing); TPU_ENOMEM; TPU_ETHREAD; or TPU_EINVAL for an op
+ * or a schedule's step below 1, a variable overflowing); TPU_ENOMEM; TPU_ETHREAD; or TPU_EINVAL for an op
  * that is not local (infeed, outfeed, collectives, loops). */
 int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
                     uint32_t tile_rows, unsigned n_threads, struct tpu__scratch *scratch,
                     struct tpu_diag *d);
+/* tpu__op_compute on the core of replica `replica` (which dropout_mask's hash reads; the
+ * chip passes the core's replica, so the cores of one replica draw one mask).
+ * tpu__op_compute is this with replica 0. */
+int tpu__op_compute_on(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
+                       uint32_t replica, uint32_t tile_rows, unsigned n_threads,
+                       struct tpu__scratch *scratch, struct tpu_diag *d);
 
 #endif

@@ -1,8 +1,10 @@
 /* Internal interface between the files that compute the device program's local ops:
- * sim/ops/ops.c (the dispatcher, operand checks and matmul), sim/ops/ops_vector.c (elementwise ops,
- * convert, reductions) and sim/ops/ops_train.c (loss, accuracy count, optimizers). The public
- * entry point is tpu__op_compute in sim/ops/ops.h; the values each op computes are defined in the
- * opening comments of those three files. Not part of the public API. */
+ * sim/ops/ops.c (the dispatcher, operand checks and matmul), sim/ops/ops_vector.c
+ * (elementwise ops, convert, reductions), sim/ops/ops_window.c (im2col, col2im, pooling,
+ * reshape), sim/ops/ops_train.c (loss, accuracy count, optimizers) and
+ * sim/ops/ops_train_aux.c (mse, count_rows, dropout_mask, the schedules). The public entry
+ * point is tpu__op_compute_on in sim/ops/ops.h; the values each op computes are defined in
+ * the opening comments of those files. Not part of the public API. */
 #ifndef TPUSIM_SIM_OPS_INT_H
 #define TPUSIM_SIM_OPS_INT_H
 
@@ -27,12 +29,16 @@ size_t tpu__ops_count(const struct tpu__bufmem *b);
 int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *role,
                        const struct tpu__bufmem *b, int dtype, uint32_t rows, uint32_t cols);
 
+/* b^t in double by binary exponentiation (ops_train.c's header gives the order); 1 for t 0. */
+double tpu__ops_pow_steps(double b, uint64_t t);
+
 /* What an op's function may use besides the op: the core's buffers (indexed by buffer id)
- * and variables, and for matmul the array's rows, the host threads and the scratch arena
- * (the arguments of tpu__op_compute, ops.h). */
+ * and variables, the core's replica (dropout_mask), and for matmul the array's rows, the
+ * host threads and the scratch arena (the arguments of tpu__op_compute_on, ops.h). */
 struct tpu__op_ctx {
     struct tpu__bufmem *bufs;
     int64_t *vars;
+    uint32_t replica;
     uint32_t tile_rows;
     unsigned n_threads;
     struct tpu__scratch *scratch;
@@ -53,9 +59,13 @@ tpu__op_fn tpu__ops_relu_grad;      /* ops_vector.c */
 tpu__op_fn tpu__ops_convert;        /* ops_vector.c */
 tpu__op_fn tpu__ops_quantize;       /* ops_vector.c */
 tpu__op_fn tpu__ops_reduce;         /* ops_vector.c: reduce_sum, reduce_max */
+tpu__op_fn tpu__ops_window;         /* ops_window.c: im2col ... avg_pool_grad, reshape */
 tpu__op_fn tpu__ops_softmax_xent;   /* ops_train.c */
 tpu__op_fn tpu__ops_classify_count; /* ops_train.c */
 tpu__op_fn tpu__ops_sgd_momentum;   /* ops_train.c */
-tpu__op_fn tpu__ops_adam;           /* ops_train.c */
+tpu__op_fn tpu__ops_adam;           /* ops_train.c: adam, adamw */
+tpu__op_fn tpu__ops_mse;            /* ops_train_aux.c */
+tpu__op_fn tpu__ops_count_rows;     /* ops_train_aux.c */
+tpu__op_fn tpu__ops_dropout_mask;   /* ops_train_aux.c */
 
 #endif

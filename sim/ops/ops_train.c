@@ -1,6 +1,7 @@
 /* The training ops one core computes: softmax cross-entropy (loss and its gradient), the
- * correct-prediction count, and the SGD-with-momentum and Adam updates. Not the elementwise
- * ops (ops_vector.c), not matmul (ops.c), and not the timing of any of them.
+ * correct-prediction count, and the SGD-with-momentum, Adam and AdamW updates. Not the
+ * elementwise ops (ops_vector.c), not matmul (ops.c), not mse, count_rows, dropout_mask and
+ * the learning-rate schedules (ops_train_aux.c), and not the timing of any of them.
  *
  * Everything is IEEE-754 binary32, round to nearest even, one rounding per operation as
  * written below, nothing fused (-ffp-contract=off), subnormals kept. Rows are processed in
@@ -9,7 +10,11 @@
  * deterministic on one machine and libm version but may differ in the last bit between
  * libms (glibc's are within one ulp), so softmax_xent is reproducible bit for bit on one
  * host, not promised across hosts. sqrtf is IEEE's correctly rounded square root, the same
- * everywhere, so sgd_momentum and adam are bit-exact on any IEEE host.
+ * everywhere, so sgd_momentum, adam and adamw with the constant schedule are bit-exact on
+ * any IEEE host (a cosine schedule's rate uses the C library's cos).
+ *
+ * Learning rate. lr = alpha for schedule=constant (the variable is not read); otherwise
+ * lr = tpu_lr_schedule_value(attrs, t), t = vars[var] (t < 1 is TPU_ERANGE), once per op.
  *
  * softmax_xent  out loss [1][1], dlogits [rows][cols]; in logits [rows][cols] (x),
  *               labels int32 [rows][1] (l). Every label must be < cols (TPU_ERANGE
@@ -32,7 +37,7 @@
  *               skipped, and a row of only NaNs predicts nothing (never correct). Labels
  *               must be < cols as for softmax_xent.
  * sgd_momentum  out param, velocity; in grad; all f32 of one shape. Per element:
- *                 g = grad + gamma * param;  v = beta * v + g;  param = param - alpha * v
+ *                 g = grad + gamma * param;  v = beta * v + g;  param = param - lr * v
  *               (each product rounded, then the sum; gamma 0 is computed all the same).
  * adam          out param, m, v; in grad; all f32 of one shape. t = vars[var] (the step
  *               count, 1 for the first step; t < 1 is TPU_ERANGE). beta (b1) and delta (b2)
@@ -45,8 +50,13 @@
  *                 m = b1 * m + o1 * g
  *                 v = b2 * v + o2 * (g * g)
  *                 mhat = m / c1;  vhat = v / c2
- *                 param = param - (alpha * mhat) / (sqrtf(vhat) + eps)
- *               The op does not advance t: the program does that with var_add. */
+ *                 param = param - (lr * mhat) / (sqrtf(vhat) + eps)
+ *               The op does not advance t: the program does that with var_add.
+ * adamw         as adam, with weight decay gamma decoupled from the gradient (Keras AdamW):
+ *               g = grad (no gamma term), m, v, mhat, vhat as adam, then
+ *                 param = param - lr * (mhat / (sqrtf(vhat) + eps) + gamma * param)
+ *               (the quotient, then gamma * param with the old param, their sum, times lr,
+ *               subtracted: each rounded once). */
 #include <math.h>
 
 #include "ops_int.h"
@@ -178,6 +188,26 @@ static int check_state(const struct tpu_op *op, struct tpu__bufmem *bufs, unsign
     return rc;
 }
 
+/* The op's learning rate (the header comment): alpha, or the schedule's value at the step
+ * variable, which must be at least 1. */
+static int learning_rate(const struct tpu_op *op, const int64_t *vars, float *lr,
+                         struct tpu_diag *d)
+{
+    if (op->attrs.schedule == TPU_SCHEDULE_CONSTANT) {
+        *lr = op->attrs.alpha;
+        return 0;
+    }
+    const int64_t t = vars[op->attrs.var];
+    if (t < 1)
+        return tpu__fail(d, TPU_ERANGE,
+                         "%s: the learning-rate schedule reads step variable %u, which holds "
+                         "%lld but must be at least 1; increment it (var_add) before the "
+                         "first update",
+                         tpu_opcode_name(op->code), (unsigned)op->attrs.var, (long long)t);
+    *lr = tpu_lr_schedule_value(&op->attrs, t);
+    return 0;
+}
+
 int tpu__ops_sgd_momentum(const struct tpu_op *op, const struct tpu__op_ctx *cx,
                           struct tpu_diag *d)
 {
@@ -189,7 +219,10 @@ int tpu__ops_sgd_momentum(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     const size_t n = tpu__ops_count(&bufs[op->in[0]]);
     float *p = bufs[op->out[0]].data, *v = bufs[op->out[1]].data; /* [rows][cols] */
     const float *grad = bufs[op->in[0]].data;                     /* [rows][cols] */
-    const float alpha = op->attrs.alpha, beta = op->attrs.beta, gamma = op->attrs.gamma;
+    const float beta = op->attrs.beta, gamma = op->attrs.gamma;
+    float alpha;
+    if ((rc = learning_rate(op, cx->vars, &alpha, d)) != 0)
+        return rc;
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] + gamma * p[i];
         v[i] = beta * v[i] + g;
@@ -198,8 +231,9 @@ int tpu__ops_sgd_momentum(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     return 0;
 }
 
-/* b^t for t >= 1 by binary exponentiation in double (the order the header comment gives). */
-static double pow_steps(double b, uint64_t t)
+/* b^t for t >= 0 by binary exponentiation in double (the order the header comment gives;
+ * t = 0 gives 1). */
+double tpu__ops_pow_steps(double b, uint64_t t)
 {
     double r = 1.0, x = b;
     while (t) {
@@ -222,30 +256,44 @@ int tpu__ops_adam(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     if (rc)
         return rc;
     const int64_t t = vars[op->attrs.var];
-    const float alpha = op->attrs.alpha, b1 = op->attrs.beta, b2 = op->attrs.delta;
+    const float b1 = op->attrs.beta, b2 = op->attrs.delta;
     const float gamma = op->attrs.gamma, eps = op->attrs.eps;
+    const char *name = tpu_opcode_name(op->code);
     if (t < 1)
         return tpu__fail(d, TPU_ERANGE,
-                         "adam: the step count in variable %u is %lld but must be at least "
+                         "%s: the step count in variable %u is %lld but must be at least "
                          "1; increment it (var_add) before the first update",
-                         (unsigned)op->attrs.var, (long long)t);
+                         name, (unsigned)op->attrs.var, (long long)t);
     if (!(b1 >= 0.0f && b1 < 1.0f) || !(b2 >= 0.0f && b2 < 1.0f))
         return tpu__fail(d, TPU_ERANGE,
-                         "adam: beta (b1) is %g and delta (b2) is %g; both must be in [0, 1)",
-                         (double)b1, (double)b2);
-    const float c1 = (float)(1.0 - pow_steps(b1, (uint64_t)t));
-    const float c2 = (float)(1.0 - pow_steps(b2, (uint64_t)t));
+                         "%s: beta (b1) is %g and delta (b2) is %g; both must be in [0, 1)",
+                         name, (double)b1, (double)b2);
+    float lr;
+    if ((rc = learning_rate(op, vars, &lr, d)) != 0)
+        return rc;
+    const float c1 = (float)(1.0 - tpu__ops_pow_steps(b1, (uint64_t)t));
+    const float c2 = (float)(1.0 - tpu__ops_pow_steps(b2, (uint64_t)t));
     const float o1 = 1.0f - b1, o2 = 1.0f - b2;
     const size_t n = tpu__ops_count(&bufs[op->in[0]]);
     float *p = bufs[op->out[0]].data, *m = bufs[op->out[1]].data; /* [rows][cols] */
     float *v = bufs[op->out[2]].data;                             /* [rows][cols] */
     const float *grad = bufs[op->in[0]].data;                     /* [rows][cols] */
+    if (op->code == TPU_OP_ADAMW) {
+        for (size_t i = 0; i < n; i++) {
+            float g = grad[i];
+            m[i] = b1 * m[i] + o1 * g;
+            v[i] = b2 * v[i] + o2 * (g * g);
+            float mhat = m[i] / c1, vhat = v[i] / c2;
+            p[i] = p[i] - lr * (mhat / (sqrtf(vhat) + eps) + gamma * p[i]);
+        }
+        return 0;
+    }
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] + gamma * p[i];
         m[i] = b1 * m[i] + o1 * g;
         v[i] = b2 * v[i] + o2 * (g * g);
         float mhat = m[i] / c1, vhat = v[i] / c2;
-        p[i] = p[i] - (alpha * mhat) / (sqrtf(vhat) + eps);
+        p[i] = p[i] - (lr * mhat) / (sqrtf(vhat) + eps);
     }
     return 0;
 }

@@ -20,6 +20,9 @@
  *   exp             y = expf(x) of the host's C library. Deterministic on one machine and
  *                   libm version, but libms differ in the last bit (glibc's expf is within
  *                   one ulp), so exp results are not promised bit-identical across hosts.
+ *   rsqrt           y = 1 / sqrtf(x + eps): three rounded operations (the sum, IEEE's
+ *                   correctly rounded square root, the quotient), so bit-exact on any IEEE
+ *                   host; x + eps < 0 gives NaN, x + eps = +0 gives +Inf.
  *   convert         any of f32, bf16, int8, int32 to any of them, element by element:
  *                     to f32:   from bf16 and int8 exact; from int32 rounded to nearest even
  *                     to bf16:  from f32 nearest even (bf16.h); from int8 exact; from int32
@@ -161,6 +164,12 @@ int tpu__ops_unary(const struct tpu_op *op, const struct tpu__op_ctx *cx,
             yv[i] = ((v > 0.0f) | (v != v)) ? v : 0.0f;
         }
         break;
+    case TPU_OP_RSQRT: {
+        const float eps = op->attrs.eps;
+        for (size_t i = 0; i < n; i++)
+            yv[i] = 1.0f / sqrtf(xv[i] + eps);
+        break;
+    }
     default: /* TPU_OP_EXP */
         for (size_t i = 0; i < n; i++)
             yv[i] = expf(xv[i]);

@@ -36,12 +36,17 @@ enum tpu__op_rule {
     TPU__RULE_CONVERT,
     TPU__RULE_QUANTIZE,
     TPU__RULE_REDUCE,
+    TPU__RULE_WINDOW,
+    TPU__RULE_RESHAPE,
     TPU__RULE_SOFTMAX_XENT,
     TPU__RULE_CLASSIFY_COUNT,
     TPU__RULE_OPTIMIZER,
     TPU__RULE_ADAM,
     TPU__RULE_ALL_REDUCE,
     TPU__RULE_PERMUTE,
+    TPU__RULE_MSE,        /* program_verify_train.c */
+    TPU__RULE_COUNT_ROWS, /* program_verify_train.c */
+    TPU__RULE_DROPOUT,    /* program_verify_train.c */
 };
 
 struct tpu__op_info {

@@ -390,7 +390,11 @@ int tpu_program_add_op(struct tpu_program *p, const struct tpu_op *op, struct tp
                              is_out ? "output" : "input", role,
                              *slot == TPU_NO_BUF ? "TPU_NO_BUF = " : "", *slot, p->n_bufs);
     }
-    if ((tpu_opcode_attrs(op->code) & TPU_ATTR_VAR) && c.attrs.var >= p->n_vars)
+    /* sgd_momentum reads its variable only for a schedule; otherwise var 0 is no variable */
+    bool reads_var = (tpu_opcode_attrs(op->code) & TPU_ATTR_VAR) &&
+                     (op->code != TPU_OP_SGD_MOMENTUM || c.attrs.var != 0 ||
+                      c.attrs.schedule != TPU_SCHEDULE_CONSTANT);
+    if (reads_var && c.attrs.var >= p->n_vars)
         return tpu__fail(d, TPU_EINVAL, "op %zu (%s): variable id %u, but the program has %zu "
                          "variables; add the variable first", p->n_ops, name, c.attrs.var,
                          p->n_vars);

@@ -27,6 +27,9 @@ enum tpu__text_attr_type {
     TPU__TA_VAR,    /* var=<variable> */
     TPU__TA_IMM,    /* imm=<int64> */
     TPU__TA_FLOAT,  /* name=<FLOAT> */
+    TPU__TA_WINDOW, /* name=<uint32>: a field of the window group (TPU_ATTR_WINDOW) */
+    TPU__TA_SCHEDULE, /* schedule=<constant|step|cosine|int32> */
+    TPU__TA_UINT32,   /* name=<uint32> (warmup, decay_steps) */
 };
 
 struct tpu__text_attr {
@@ -36,16 +39,36 @@ struct tpu__text_attr {
     const char *hint; /* how to write it, for messages */
 };
 
-/* Every attribute, in printing order: tpu__text_attrs[0 .. tpu__text_n_attrs). */
+/* Every attribute, in printing order (the window group's fields share one bit,
+ * TPU_ATTR_WINDOW, and have one entry each): tpu__text_attrs[0 .. tpu__text_n_attrs). */
 extern const struct tpu__text_attr tpu__text_attrs[];
 extern const size_t tpu__text_n_attrs;
 
 /* The field of `a` that holds attribute `bit` of the type the name says: int32 (axis, reduce,
- * shift, group), flag (trans_a, trans_b, accumulate) or float (alpha, beta, gamma, delta,
- * eps). A bit of another type gives the last field of the list. */
+ * shift, group, schedule), flag (trans_a, trans_b, accumulate) or float (alpha, beta, gamma,
+ * delta, eps, decay_rate: the float of TPU_ATTR_SCHEDULE). A bit of another type gives the
+ * last field of the list. Several text attributes share TPU_ATTR_SCHEDULE; the uint32 ones
+ * (warmup, decay_steps) are told apart by the attribute's name. */
 int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit);
+uint32_t *tpu__text_attr_uint32(struct tpu_op_attrs *a, const struct tpu__text_attr *ad);
 bool *tpu__text_attr_flag(struct tpu_op_attrs *a, unsigned bit);
 float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit);
+/* The field of a's window group that the WINDOW attribute `ad` names (h, w, c, kh, kw, sh,
+ * sw, pt, pl, ho, wo); another attribute gives wo. */
+uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_attr *ad);
+
+/* program_verify_window.c: rule T9 (the op table's rules WINDOW and RESHAPE) for op, whose
+ * operand ids are valid. Returns 0, or TPU_EINVAL (window fields) or TPU_ESHAPE (shapes and
+ * dtypes) with the sentence in msg (the verifier prefixes the op). */
+int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, char *msg,
+                       size_t size);
+
+/* program_verify_train.c: the rules of the training ops (mse, count_rows, dropout_mask) and
+ * of the optimizers' schedules, for op `op` of `p` whose other rules hold; has_loop and
+ * loop_var give the program's loop. Returns 0, or a TPU_E code with the sentence in msg
+ * (without the op's prefix: the verifier adds it). */
+int tpu__verify_train(const struct tpu_program *p, const struct tpu_op *op, bool has_loop,
+                      uint32_t loop_var, char *msg, size_t size);
 
 /* ---- parsing: program_parse.c and program_parse_attr.c --------------------------------------- */
 

@@ -28,7 +28,11 @@
  *              | 'reduce' '=' ('sum' | 'mean' | INT)
  *              | 'group' '=' ('replicas' | 'replica_cores' | INT)
  *              | 'var' '=' VAR
- *              | ('alpha' | 'beta' | 'gamma' | 'delta' | 'eps') '=' FLOAT
+ *              | ('imm' | 'warmup' | 'decay_steps') '=' INT
+ *              | 'schedule' '=' ('constant' | 'step' | 'cosine' | INT)
+ *              | ('alpha' | 'beta' | 'gamma' | 'delta' | 'eps' | 'decay_rate') '=' FLOAT
+ *              | ('h' | 'w' | 'c' | 'kh' | 'kw' | 'sh' | 'sw' | 'pt' | 'pl' | 'ho' | 'wo')
+ *                '=' INT                    the window group's fields (struct tpu_window)
  *   NAME      := [A-Za-z_][A-Za-z0-9_.]*, at most 47 characters (BUF, VAR: declared names)
  *   OPNAME    := a name of the op table except loop_begin and loop_end (written as loop/})
  *   DTYPE     := 'f32' | 'bf16' | 'int8' | 'int32'
@@ -48,9 +52,12 @@
  *
  * The op table (program.h) gives each op's syntax, operands and attributes. Attributes an op
  * must state (its `required` column; a forgotten one would silently be zero): scale alpha;
- * reduce_sum/reduce_max axis; softmax_xent alpha; sgd_momentum alpha; adam var, alpha, beta,
- * delta, eps; all_reduce reduce; collective_permute shift, group. The others default to zero
- * (passes to 1) and are printed only when they differ. An attribute the op does not read is
+ * reduce_sum/reduce_max axis; softmax_xent alpha; sgd_momentum alpha; adam and adamw var,
+ * alpha, beta, delta, eps; all_reduce reduce; collective_permute shift, group; rsqrt eps;
+ * mse alpha; dropout_mask var, imm; var for a sgd_momentum whose schedule is not constant;
+ * the window ops (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad) every
+ * field of the window, each once. The others default to zero (passes to 1, schedule to
+ * constant) and are printed only when they differ. An attribute the op does not read is
  * printed if it is not zero, so that nothing is hidden, but the parser rejects it. How the
  * printer lays the lines out is in program_print.c's opening comment. */
 #include <errno.h>

@@ -15,6 +15,9 @@
 #include "program_int.h"
 #include "util.h"
 
+/* The longest list of an op's attributes in a message (the window ops' eleven fit). */
+#define ATTR_LIST_MAX 320
+
 static int perr(struct tpu__parser *ps, const char *at, const char *fmt, ...) TPU__PRINTF(3, 4);
 
 /* A parse error at `at` (a position in the current line). */
@@ -46,15 +49,15 @@ void tpu__parse_role_list(enum tpu_opcode code, bool out, char buf[96])
         snprintf(buf + len, 96 - len, ")");
 }
 
-/* "trans_a, trans_b, accumulate, passes=<1|3|6>" for the op. */
-static void attr_list(enum tpu_opcode code, char buf[256])
+/* "trans_a, trans_b, accumulate, passes=<1|3|6>" for the op (cut short if it does not fit). */
+static void attr_list(enum tpu_opcode code, char buf[ATTR_LIST_MAX])
 {
     size_t len = 0;
     buf[0] = '\0';
     unsigned used = tpu_opcode_attrs(code);
-    for (size_t i = 0; i < tpu__text_n_attrs; i++)
+    for (size_t i = 0; i < tpu__text_n_attrs && len < ATTR_LIST_MAX; i++)
         if (used & tpu__text_attrs[i].bit)
-            len += (size_t)snprintf(buf + len, 256 - len, "%s%s", len ? ", " : "",
+            len += (size_t)snprintf(buf + len, ATTR_LIST_MAX - len, "%s%s", len ? ", " : "",
                                     tpu__text_attrs[i].hint);
 }
 
@@ -190,8 +193,37 @@ static int parse_attr_value(struct tpu__parser *ps, struct tpu_op *op, const cha
     }
     case TPU__TA_FLOAT:
         return parse_float(ps, val_at, tok, name, tpu__text_attr_float(&op->attrs, ad->bit));
-    case TPU__TA_FLAG:
+    case TPU__TA_WINDOW:
+        rc = parse_int(ps, val_at, tok, name, 0, UINT32_MAX, &v);
+        if (!rc)
+            *tpu__text_attr_window(&op->attrs, ad) = (uint32_t)v;
+        return rc;
+    case TPU__TA_SCHEDULE: {
+        static const char *const names[] = {"constant", "step", "cosine"};
+        for (int32_t k = 0; k <= TPU_SCHEDULE_COSINE; k++)
+            if (strcmp(tok, names[k]) == 0) {
+                op->attrs.schedule = k;
+                return 0;
+            }
+        if (tpu__parse_is_ident_start(tok[0]))
+            return perr(ps, val_at, "schedule=%s is not known; write schedule=constant, "
+                        "schedule=step or schedule=cosine", tok);
+        rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
+        if (!rc)
+            op->attrs.schedule = (int32_t)v;
+        return rc;
+    }
+    case TPU__TA_UINT32:
+        rc = parse_int(ps, val_at, tok, name, 0, UINT32_MAX, &v);
+        if (!rc)
+            *tpu__text_attr_uint32(&op->attrs, ad) = (uint32_t)v;
+        return rc;
     case TPU__TA_IMM:
+        rc = parse_int(ps, val_at, tok, name, INT64_MIN, INT64_MAX, &v);
+        if (!rc)
+            op->attrs.imm = (int64_t)v;
+        return rc;
+    case TPU__TA_FLAG:
         break;
     }
     return 0;
@@ -204,16 +236,19 @@ static int unknown_attr(struct tpu__parser *ps, const struct tpu_op *op, const c
 {
     const char *opname = tpu_opcode_name(op->code);
     unsigned used = tpu_opcode_attrs(op->code);
-    char list[256];
+    char list[ATTR_LIST_MAX];
     attr_list(op->code, list);
-    if (!ad && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
+    /* the window fields' short names (h, w, c, ...) are common buffer names: such a word
+     * after an op that has no window is taken as a misplaced buffer, like any non-attribute */
+    const bool not_attr = !ad || ad->type == TPU__TA_WINDOW;
+    if (not_attr && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
         if (tpu_opcode_n_in(op->code) == 0)
             return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
         return perr(ps, at, "'%s' is a buffer, not an attribute of %s; separate inputs "
                     "with ','", name, opname);
     }
     unsigned n_in = tpu_opcode_n_in(op->code);
-    if (!ad && n_ins < n_in) {
+    if (not_attr && n_ins < n_in) {
         char roles[96];
         tpu__parse_role_list(op->code, false, roles);
         return perr(ps, at, "'%s' is not an attribute of %s, and %s takes %u inputs%s but "
@@ -233,8 +268,11 @@ static int unknown_attr(struct tpu__parser *ps, const struct tpu_op *op, const c
                 opname, list);
 }
 
-/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the bits. */
-static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen, unsigned n_ins)
+/* One "name" or "name=value" attribute of op at the cursor. `seen` collects the TPU_ATTR_
+ * bits, `seen_rows` the attributes read, bit i for tpu__text_attrs[i] (several rows may
+ * share a bit: the window group's fields, the schedule's). */
+static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen,
+                      uint64_t *seen_rows, unsigned n_ins)
 {
     const char *at = ps->cur;
     char name[TPU__TEXT_NAME_MAX_CHARS + 1];
@@ -244,8 +282,10 @@ static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen,
     const struct tpu__text_attr *ad = tpu__parse_find_attr(name);
     if (!ad || !(tpu_opcode_attrs(op->code) & ad->bit))
         return unknown_attr(ps, op, at, name, ad, n_ins);
-    if (*seen & ad->bit)
+    uint64_t row = 1ull << (size_t)(ad - tpu__text_attrs);
+    if (*seen_rows & row)
         return perr(ps, at, "attribute '%s' given twice", name);
+    *seen_rows |= row;
     *seen |= ad->bit;
     return parse_attr_value(ps, op, at, name, ad);
 }
@@ -256,6 +296,7 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
 {
     enum tpu_opcode code = ol->op.code;
     unsigned seen = 0;
+    uint64_t seen_rows = 0;
     while (!tpu__parse_at_eol(ps)) {
         if (!tpu__parse_next_is_name(ps)) {
             char found[64];
@@ -263,7 +304,7 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
             return perr(ps, ps->cur, "expected an attribute or the end of the line after "
                         "%s's operands, found %s", ol->opname, found);
         }
-        int rc = parse_attr(ps, &ol->op, &seen, ol->n_ins);
+        int rc = parse_attr(ps, &ol->op, &seen, &seen_rows, ol->n_ins);
         if (rc)
             return rc;
     }
@@ -276,11 +317,14 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
         return perr(ps, ol->op_at, "%s takes %u input%s%s, got %u", ol->opname, n_in,
                     n_in == 1 ? "" : "s", roles, ol->n_ins);
     }
-    unsigned missing = tpu__op_info(code)->required & ~seen;
-    for (size_t i = 0; missing && i < tpu__text_n_attrs; i++)
-        if (missing & tpu__text_attrs[i].bit)
+    unsigned required = tpu__op_info(code)->required;
+    for (size_t i = 0; required && i < tpu__text_n_attrs; i++)
+        if ((required & tpu__text_attrs[i].bit) && !(seen_rows & (UINT64_C(1) << i)))
             return perr(ps, ol->op_at, "%s needs attribute %s", ol->opname,
                         tpu__text_attrs[i].hint);
+    if (ol->op.attrs.schedule != TPU_SCHEDULE_CONSTANT && !(seen & TPU_ATTR_VAR))
+        return perr(ps, ol->op_at, "%s with a schedule other than constant needs attribute "
+                    "var=<variable>: the step counter the learning rate follows", ol->opname);
     return 0;
 }
 

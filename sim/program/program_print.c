@@ -44,8 +44,26 @@ const struct tpu__text_attr tpu__text_attrs[] = {
     {TPU_ATTR_GAMMA, "gamma", TPU__TA_FLOAT, "gamma=<float>"},
     {TPU_ATTR_DELTA, "delta", TPU__TA_FLOAT, "delta=<float>"},
     {TPU_ATTR_EPS, "eps", TPU__TA_FLOAT, "eps=<float>"},
+    {TPU_ATTR_WINDOW, "h", TPU__TA_WINDOW, "h=<rows>"},
+    {TPU_ATTR_WINDOW, "w", TPU__TA_WINDOW, "w=<cols>"},
+    {TPU_ATTR_WINDOW, "c", TPU__TA_WINDOW, "c=<channels>"},
+    {TPU_ATTR_WINDOW, "kh", TPU__TA_WINDOW, "kh=<rows>"},
+    {TPU_ATTR_WINDOW, "kw", TPU__TA_WINDOW, "kw=<cols>"},
+    {TPU_ATTR_WINDOW, "sh", TPU__TA_WINDOW, "sh=<stride>"},
+    {TPU_ATTR_WINDOW, "sw", TPU__TA_WINDOW, "sw=<stride>"},
+    {TPU_ATTR_WINDOW, "pt", TPU__TA_WINDOW, "pt=<pad>"},
+    {TPU_ATTR_WINDOW, "pl", TPU__TA_WINDOW, "pl=<pad>"},
+    {TPU_ATTR_WINDOW, "ho", TPU__TA_WINDOW, "ho=<rows>"},
+    {TPU_ATTR_WINDOW, "wo", TPU__TA_WINDOW, "wo=<cols>"},
+    {TPU_ATTR_SCHEDULE, "schedule", TPU__TA_SCHEDULE, "schedule=<constant|step|cosine>"},
+    {TPU_ATTR_SCHEDULE, "warmup", TPU__TA_UINT32, "warmup=<steps>"},
+    {TPU_ATTR_SCHEDULE, "decay_steps", TPU__TA_UINT32, "decay_steps=<steps>"},
+    {TPU_ATTR_SCHEDULE, "decay_rate", TPU__TA_FLOAT, "decay_rate=<float>"},
 };
 const size_t tpu__text_n_attrs = sizeof tpu__text_attrs / sizeof tpu__text_attrs[0];
+/* the parser keeps one bit per entry in a uint64_t (program_parse_attr.c) */
+_Static_assert(sizeof tpu__text_attrs / sizeof tpu__text_attrs[0] <= 64,
+               "at most 64 text attributes");
 
 int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit)
 {
@@ -56,9 +74,16 @@ int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit)
         return &a->reduce;
     case TPU_ATTR_SHIFT:
         return &a->shift;
+    case TPU_ATTR_SCHEDULE:
+        return &a->schedule;
     default:
         return &a->group;
     }
+}
+
+uint32_t *tpu__text_attr_uint32(struct tpu_op_attrs *a, const struct tpu__text_attr *ad)
+{
+    return strcmp(ad->name, "warmup") == 0 ? &a->warmup : &a->decay_steps;
 }
 
 bool *tpu__text_attr_flag(struct tpu_op_attrs *a, unsigned bit)
@@ -84,9 +109,24 @@ float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit)
         return &a->gamma;
     case TPU_ATTR_DELTA:
         return &a->delta;
+    case TPU_ATTR_SCHEDULE:
+        return &a->decay_rate;
     default:
         return &a->eps;
     }
+}
+
+uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_attr *ad)
+{
+    struct tpu_window *w = &a->win;
+    uint32_t *const fields[] = {&w->h,  &w->w,  &w->c,  &w->kh, &w->kw, &w->sh,
+                                &w->sw, &w->pt, &w->pl, &w->ho, &w->wo};
+    static const char *const names[] = {"h", "w", "c", "kh", "kw", "sh", "sw", "pt", "pl",
+                                        "ho", "wo"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(ad->name, names[i]) == 0)
+            return fields[i];
+    return &w->wo;
 }
 
 static uint32_t float_bits(float f)
@@ -108,13 +148,19 @@ static bool attr_is_default(const struct tpu_op *op, const struct tpu__text_attr
     case TPU__TA_INT32:
     case TPU__TA_REDUCE:
     case TPU__TA_GROUP:
+    case TPU__TA_SCHEDULE:
         return *tpu__text_attr_int32(&a, ad->bit) == 0;
+    case TPU__TA_UINT32:
+        return *tpu__text_attr_uint32(&a, ad) == 0;
     case TPU__TA_VAR:
-        return a.var == 0;
+        /* a scheduled sgd_momentum reads its variable even when it is variable 0 */
+        return a.var == 0 && a.schedule == TPU_SCHEDULE_CONSTANT;
     case TPU__TA_IMM:
         return a.imm == 0;
     case TPU__TA_FLOAT:
         return float_bits(*tpu__text_attr_float(&a, ad->bit)) == 0;
+    case TPU__TA_WINDOW:
+        return *tpu__text_attr_window(&a, ad) == 0;
     }
     return true;
 }
@@ -227,9 +273,23 @@ static void put_attr(struct sbuf *b, const struct tpu_program *p, const struct t
     case TPU__TA_IMM:
         sb_putf(b, " imm=%" PRId64, a.imm);
         return;
+    case TPU__TA_SCHEDULE: {
+        static const char *const names[] = {"constant", "step", "cosine"};
+        if (a.schedule >= 0 && a.schedule <= TPU_SCHEDULE_COSINE)
+            sb_putf(b, " schedule=%s", names[a.schedule]);
+        else
+            sb_putf(b, " schedule=%" PRId32, a.schedule);
+        return;
+    }
+    case TPU__TA_UINT32:
+        sb_putf(b, " %s=%" PRIu32, ad->name, *tpu__text_attr_uint32(&a, ad));
+        return;
     case TPU__TA_FLOAT:
         format_float(*tpu__text_attr_float(&a, ad->bit), num);
         sb_putf(b, " %s=%s", ad->name, num);
+        return;
+    case TPU__TA_WINDOW:
+        sb_putf(b, " %s=%" PRIu32, ad->name, *tpu__text_attr_window(&a, ad));
         return;
     }
 }

@@ -6,7 +6,7 @@
  * compute anything and does not know the runtime; the ops' values are defined in sim/ops/.
  *
  * Rules (program.h describes the ops themselves; the op table's `rule` column says which of
- * T1-T8 an op follows, its `attrs` column which attributes it reads):
+ * T1-T9 an op follows, its `attrs` column which attributes it reads):
  *
  * Structure
  *   S1  At most one loop, not nested; every loop_begin has its loop_end and every loop_end
@@ -21,8 +21,8 @@
  *   A3  matmul passes is 1, 3 or 6; 3 and 6 need an f32 input (they split f32 values into
  *       bf16 parts; bf16 x bf16 and int8 x int8 are exact in one pass). reduce_* axis is 0 or 1.
  *       all_reduce reduce is sum or mean. collective_permute group is replicas or
- *       replica_cores (any shift). adam: 0 <= beta < 1, 0 <= delta < 1 (the bias
- *       corrections divide by 1 - beta^t), eps > 0.
+ *       replica_cores (any shift). adam, adamw: 0 <= beta < 1, 0 <= delta < 1 (the
+ *       bias corrections divide by 1 - beta^t), eps > 0.
  * Shapes and dtypes ([rows, cols])
  *   T1  matmul: a [M, K] ([K, M] if trans_a), b [K, N] ([N, K] if trans_b), y [M, N]. Inputs
  *       are f32 or bf16 in any mix (y f32), or both int8 (y int32); int32 inputs and a mix
@@ -38,16 +38,18 @@
  *   T4  reduce_sum, reduce_max: x, y f32; axis 0 gives [1, cols], axis 1 [rows, 1].
  *   T5  softmax_xent: logits f32 [B, C], labels int32 [B, 1], loss f32 [1, 1], dlogits f32
  *       [B, C]. classify_count: logits and labels likewise, y f32 [1, 2].
- *   T6  sgd_momentum, adam: param, state and grad f32 of one shape; param and state are
- *       `param` buffers (they persist across launches).
+ *   T6  sgd_momentum, adam, adamw: param, state and grad f32 of one shape; param and state
+ *       are `param` buffers (they persist across launches).
  *   T7  all_reduce: x, y f32 of one shape. collective_permute: x, y of one shape and dtype.
- *   T8  infeed writes a temp.
+ *   T8  infeed writes a temp. (T9-T11 and A4, the training ops: program_verify_train.c)
+ *   T9w im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad (WINDOW) and
+ *       reshape (RESHAPE): program_verify_window.c states them.
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
  *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
  *       relu_grad, exp and all_reduce; never for
  *       matmul (the array reads a and b while y drains), reductions, convert, softmax_xent,
- *       classify_count, collective_permute, or an optimizer's grad.
+ *       classify_count, collective_permute, the window ops, reshape, or an optimizer's grad.
  *   D2  A temp is read only after it is written: earlier in the same loop iteration, or
  *       before the loop. Params are always defined. After the loop, a temp written only in
  *       the loop body is undefined (the loop may run zero times).
@@ -195,7 +197,10 @@ static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_att
     case TPU__TA_INT32:
     case TPU__TA_REDUCE:
     case TPU__TA_GROUP:
+    case TPU__TA_SCHEDULE:
         return *tpu__text_attr_int32(&c, ad->bit) != 0;
+    case TPU__TA_UINT32:
+        return *tpu__text_attr_uint32(&c, ad) != 0;
     case TPU__TA_VAR:
         return c.var != 0;
     case TPU__TA_IMM:
@@ -204,6 +209,8 @@ static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_att
         float f = *tpu__text_attr_float(&c, ad->bit);
         return f != 0.0f || signbit(f) || isnan(f);
     }
+    case TPU__TA_WINDOW:
+        return *tpu__text_attr_window(&c, ad) != 0;
     }
     return false;
 }
@@ -432,16 +439,17 @@ static int check_adam(struct verifier *v)
         return rc;
     const struct tpu_op_attrs *a = &v->op->attrs;
     if (!(a->beta >= 0.0f && a->beta < 1.0f) || !(a->delta >= 0.0f && a->delta < 1.0f))
-        return fail_op(v, TPU_EINVAL, "beta=%g, delta=%g; adam's decay rates b1 (beta) and b2 "
+        return fail_op(v, TPU_EINVAL, "beta=%g, delta=%g; %s's decay rates b1 (beta) and b2 "
                        "(delta) must lie in [0, 1) (the bias corrections divide by 1 - b^t): "
-                       "the usual values are 0.9 and 0.999", (double)a->beta, (double)a->delta);
+                       "the usual values are 0.9 and 0.999", (double)a->beta,
+                       (double)a->delta, v->opname);
     if (!(a->eps > 0.0f))
-        return fail_op(v, TPU_EINVAL, "eps=%g; adam's eps must be positive (it keeps "
-                       "m / (sqrt(v) + eps) finite): 1e-07 is usual", (double)a->eps);
+        return fail_op(v, TPU_EINVAL, "eps=%g; %s's eps must be positive (it keeps "
+                       "m / (sqrt(v) + eps) finite): 1e-07 is usual", (double)a->eps, v->opname);
     if (v->lb != NONE && a->var == v->loop_var)
-        return fail_op(v, TPU_EINVAL, "adam's step variable '%s' is the loop's trip-count "
-                       "variable; give adam the step counter (a variable the loop increments "
-                       "with var_add)", tpu_program_var_name(v->p, a->var));
+        return fail_op(v, TPU_EINVAL, "%s's step variable '%s' is the loop's trip-count "
+                       "variable; give it the step counter (a variable the loop increments "
+                       "with var_add)", v->opname, tpu_program_var_name(v->p, a->var));
     return 0;
 }
 
@@ -482,12 +490,17 @@ static int check_infeed(struct verifier *v)
     return 0;
 }
 
+static int check_train(struct verifier *v, int rc) /* T9-T11, A4, once rc (the rest) is 0 */
+{
+    char msg[TPU_DIAG_MAX];
+    int e = rc ? 0 : tpu__verify_train(v->p, v->op, v->lb != NONE, v->loop_var, msg, sizeof msg);
+    return e ? fail_op(v, e, "%s", msg) : rc;
+}
+
 /* The op's shape and dtype rule: the op table's `rule` column. */
 static int check_op_types(struct verifier *v)
 {
     switch (tpu__op_info(v->op->code)->rule) {
-    case TPU__RULE_ANY:
-        return 0; /* outfeed takes anything; var_add and loops have no buffers */
     case TPU__RULE_INFEED:
         return check_infeed(v);
     case TPU__RULE_MATMUL:
@@ -502,20 +515,28 @@ static int check_op_types(struct verifier *v)
         return check_quantize(v);
     case TPU__RULE_REDUCE:
         return check_reduce(v);
+    case TPU__RULE_WINDOW:
+    case TPU__RULE_RESHAPE: {
+        char msg[TPU_DIAG_MAX];
+        int rc = tpu__verify_window(v->p, v->op, msg, sizeof msg);
+        return rc ? fail_op(v, rc, "%s", msg) : 0;
+    }
     case TPU__RULE_SOFTMAX_XENT:
         return check_softmax_xent(v);
     case TPU__RULE_CLASSIFY_COUNT:
         return check_classify_count(v);
     case TPU__RULE_OPTIMIZER:
-        return check_optimizer(v);
+        return check_train(v, check_optimizer(v));
     case TPU__RULE_ADAM:
-        return check_adam(v);
+        return check_train(v, check_adam(v));
     case TPU__RULE_ALL_REDUCE:
         return check_all_reduce(v);
     case TPU__RULE_PERMUTE:
         return check_permute(v);
+    default: /* MSE, COUNT_ROWS, DROPOUT; ANY: outfeed takes anything, var_add and loops
+              * have no buffers (tpu__verify_train checks nothing for them) */
+        return check_train(v, 0);
     }
-    return 0;
 }
 
 /* ---- buffers and dataflow --------------------------------------------------------------- */

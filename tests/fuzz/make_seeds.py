@@ -151,6 +151,32 @@ temp y: int32[16, 16]
 y = matmul a, b   # int8 x int8 into int32
 outfeed y
 """,
+    'window.tpuprog': """program window
+param k: f32[18, 4]
+temp  x: f32[2, 50]
+temp  cols: f32[18, 18]
+temp  y: f32[18, 4]
+temp  m: f32[8, 4]
+temp  a: f32[8, 4]
+temp  dm: f32[18, 4]
+temp  da: f32[18, 4]
+temp  dcols: f32[18, 18]
+temp  dx: f32[2, 50]
+temp  r: f32[4, 81]
+x = infeed
+cols = im2col x h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
+y = matmul cols, k
+m = max_pool y h=3 w=3 c=4 kh=2 kw=2 sh=2 sw=2 pt=0 pl=0 ho=2 wo=2
+a = avg_pool y h=3 w=3 c=4 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=2 wo=2
+dm = max_pool_grad m, y h=3 w=3 c=4 kh=2 kw=2 sh=2 sw=2 pt=0 pl=0 ho=2 wo=2
+da = avg_pool_grad a h=3 w=3 c=4 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=2 wo=2
+dcols = matmul dm, k trans_b
+dx = col2im dcols h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
+r = reshape dcols
+outfeed dx
+outfeed da
+outfeed r
+""",
     'bad_syntax.tpuprog': """program bad
 param a: f32[4, 0]
 y = frobnicate a

@@ -1,0 +1,940 @@
+/* The layer graph lowered to device programs (tpu_net_build) and made a runtime model
+ * (tpu_net_model). The builder and shapes are in net.c.
+ *
+ * Layout. Every program is per replica with B examples. A tensor h x w x c is a buffer
+ * [B*h*w][c] ("<layer>.y"): a row per pixel, so a per-channel bias, scale or mean broadcasts
+ * over rows. The input is infed as x [B][h*w*c] (the same bytes); the window ops read it as
+ * it is, and a layer that needs rows of pixels reads "input.rows", one reshape of it.
+ *
+ * Forward, per layer (training mode; evaluation and prediction the same except where said):
+ *   dense        y = matmul(x, kernel [c][units]); y += bias; y = relu(y)     (in place)
+ *   conv2d       cols = im2col(x) [B*ho*wo][kh*kw*c]; y = matmul(cols, kernel); bias; relu
+ *                (a 1 x 1 kernel with strides 1 multiplies x itself: no im2col)
+ *   max_pool2d, avg_pool2d   their window ops; global_avg_pool2d = avg_pool over the whole
+ *                image; flatten, reshape = reshape (a copy into the new shape); relu; add
+ *   dropout      mask = dropout_mask(rate, seed, step); y = x * mask; evaluation and
+ *                prediction: y is x (no op)
+ *   batch_norm   mean = sum(x) / R over rows (R = B*h*w); xc = x - mean; var = sum(xc*xc) / R
+ *                (two passes, biased as Keras); cross_replica: all_reduce mean of the mean,
+ *                and of the variance around the global mean; inv = rsqrt(var + eps);
+ *                xhat = xc * inv; y = xhat * gamma + beta; moving_mean = momentum * mm +
+ *                (1 - momentum) * mean, the same for moving_variance. Evaluation and
+ *                prediction: y = (x - moving_mean) * rsqrt(moving_variance + eps) * gamma +
+ *                beta.
+ * Loss: softmax_xent (alpha 1/global batch) of the output [B][K] with the labels, or mse of
+ * the output as [B][size] with the targets and the mask. Evaluation: the same with alpha 1
+ * (a per-example sum) and classify_count (mse: count_rows, no accuracy). Prediction
+ * outfeeds the output as [B][size].
+ *
+ * Backward, layers in reverse order, each only if the loss depends on it and some param
+ * lies at or before it (the input gets no gradient). A tensor read by several layers gets
+ * the sum of their contributions: the first writes its gradient buffer ("<layer>.dy"), each
+ * later one is added (matmul with accumulate, or a temp and an add).
+ *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x or cols, dy);
+ *                  d_bias = sum(dy); dx = matmul trans_b(dy, kernel) (conv2d: dcols, then
+ *                  col2im)
+ *   pools          max_pool_grad(dy, x), avg_pool_grad(dy); flatten, reshape: reshape back;
+ *                  relu: relu_grad(dy, y); dropout: dy * mask; add: dy to both inputs
+ *   batch_norm     d_gamma = sum(dy * xhat); d_beta = sum(dy); dxhat = dy * gamma;
+ *                  dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), the means
+ *                  over rows (cross_replica: all_reduce mean of them, the global means)
+ * Then each param gradient is all_reduce'd (sum: the 1/global batch in the loss makes it the
+ * gradient of the mean loss), `step` advances, and the optimizer updates each trainable param
+ * (l2 on kernels only; AdamW decays every trainable param, as Keras's default). Batch norm's
+ * moving statistics are params without an optimizer.
+ *
+ * Params: in layer order <layer>.kernel, .bias, .gamma, .beta, .moving_mean,
+ * .moving_variance; training adds the optimizer state after them (<param>.vel, or .m and .v). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/builder.h"
+#include "models/net_int.h"
+#include "rng.h"
+#include "util.h"
+
+#define N TPU_NO_BUF
+
+enum { P_KERNEL, P_BIAS, P_GAMMA, P_BETA, P_MM, P_MV, P_COUNT };
+static const char *const param_suffix[P_COUNT] = {"kernel", "bias", "gamma", "beta",
+                                                  "moving_mean", "moving_variance"};
+
+/* Per layer (= per tensor) state of one lowering. */
+struct lw {
+    uint32_t y;             /* the tensor's buffer */
+    uint32_t rows;          /* the input only: its [B*h*w][c] view */
+    uint32_t dy;            /* its gradient (training) */
+    bool dy_written;
+    uint32_t n_contrib;
+    bool live;              /* the loss depends on it */
+    bool need_grad;         /* a param lies at or before it */
+    uint32_t p[P_COUNT];    /* params (N where the layer has none) */
+    uint32_t g[P_COUNT];    /* their gradients (trainable ones) */
+    uint32_t st[P_COUNT][2]; /* their optimizer state */
+    uint32_t cols, mask, xhat, inv; /* forward values the backward reads */
+};
+
+struct lower {
+    struct tpu__builder b;
+    const struct tpu_net *net;
+    const struct tpu_train_spec *spec;
+    enum tpu_mode mode;
+    bool train;
+    uint32_t B, G;
+    struct tpu_model_program *r;
+    struct lw *lw;
+    uint32_t labels, targets, mask; /* infeed besides x */
+};
+
+static bool has_param(const struct tpu__net_layer *L, int k)
+{
+    switch (L->desc.kind) {
+    case TPU_LAYER_DENSE:
+    case TPU_LAYER_CONV2D:
+        return k == P_KERNEL || (k == P_BIAS && L->desc.use_bias);
+    case TPU_LAYER_BATCH_NORM:
+        return k >= P_GAMMA;
+    default:
+        return false;
+    }
+}
+
+static bool trainable(int k)
+{
+    return k < P_MM;
+}
+
+static uint64_t rows_of(const struct lower *s, uint32_t t)
+{
+    struct tpu_shape o = s->net->layers[t].out;
+    return (uint64_t)s->B * o.h * o.w;
+}
+
+static uint32_t cols_of(const struct lower *s, uint32_t t)
+{
+    return s->net->layers[t].out.c;
+}
+
+static const char *lname(const struct lower *s, uint32_t t)
+{
+    return s->net->layers[t].desc.name;
+}
+
+/* A f32 temp "<layer>.<what>". */
+static uint32_t tmp(struct lower *s, uint32_t t, const char *what, uint64_t rows, uint32_t cols)
+{
+    char name[96]; /* at most 31 + 1 + 15 characters: within the program's 47 */
+    snprintf(name, sizeof name, "%s.%s", lname(s, t), what);
+    return tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_TEMP, (uint32_t)rows, cols);
+}
+
+static void op(struct lower *s, enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t i0,
+               uint32_t i1, const struct tpu_op_attrs *at)
+{
+    tpu__b_op(&s->b, code, o0, o1, N, i0, i1, at);
+}
+
+static struct tpu_op_attrs attrs0(void)
+{
+    struct tpu_op_attrs at;
+    memset(&at, 0, sizeof at);
+    return at;
+}
+
+static void scale(struct lower *s, uint32_t y, uint32_t x, float alpha)
+{
+    struct tpu_op_attrs at = attrs0();
+    at.alpha = alpha;
+    op(s, TPU_OP_SCALE, y, N, x, N, &at);
+}
+
+static void reduce_rows(struct lower *s, uint32_t y, uint32_t x)
+{
+    struct tpu_op_attrs at = attrs0();
+    at.axis = 0;
+    op(s, TPU_OP_REDUCE_SUM, y, N, x, N, &at);
+}
+
+static void all_reduce(struct lower *s, uint32_t y, enum tpu_reduce_kind k)
+{
+    struct tpu_op_attrs at = attrs0();
+    at.reduce = k;
+    op(s, TPU_OP_ALL_REDUCE, y, N, y, N, &at);
+}
+
+static void matmul(struct lower *s, uint32_t y, uint32_t a, uint32_t b, bool ta, bool tb,
+                   bool acc)
+{
+    struct tpu_op_attrs at = attrs0();
+    at.passes = (uint8_t)s->spec->passes;
+    at.trans_a = ta;
+    at.trans_b = tb;
+    at.accumulate = acc;
+    op(s, TPU_OP_MATMUL, y, N, a, b, &at);
+}
+
+/* Tensor t as rows of pixels [B*h*w][c]. */
+static uint32_t rows(const struct lower *s, uint32_t t)
+{
+    return t == 0 ? s->lw[0].rows : s->lw[t].y;
+}
+
+static struct tpu_window window_of(const struct lower *s, uint32_t i)
+{
+    const struct tpu__net_layer *L = &s->net->layers[i];
+    const struct tpu_shape x = L->in_shape;
+    struct tpu_window w = {x.h, x.w, x.c, L->desc.kh, L->desc.kw, L->desc.sh, L->desc.sw,
+                           L->pt, L->pl, L->out.h, L->out.w};
+    if (L->desc.kind == TPU_LAYER_GLOBAL_AVG_POOL2D)
+        w = (struct tpu_window){x.h, x.w, x.c, x.h, x.w, x.h, x.w, 0, 0, 1, 1};
+    return w;
+}
+
+static void window_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_t a, uint32_t b,
+                      uint32_t layer)
+{
+    struct tpu_op_attrs at = attrs0();
+    at.win = window_of(s, layer);
+    op(s, code, y, N, a, b, &at);
+}
+
+/* A conv2d that is a plain matmul over the pixels: 1 x 1 kernel, strides 1 (no padding). */
+static bool pointwise(const struct tpu__net_layer *L)
+{
+    const struct tpu_layer_desc *l = &L->desc;
+    return l->kh == 1 && l->kw == 1 && l->sh == 1 && l->sw == 1;
+}
+
+/* Whether a layer reads its input as an image in any 2-D shape (the window ops and
+ * reshape), rather than as rows of pixels. */
+static bool reads_image(const struct tpu__net_layer *L)
+{
+    switch (L->desc.kind) {
+    case TPU_LAYER_CONV2D:
+        return !pointwise(L);
+    case TPU_LAYER_MAX_POOL2D:
+    case TPU_LAYER_AVG_POOL2D:
+    case TPU_LAYER_GLOBAL_AVG_POOL2D:
+    case TPU_LAYER_FLATTEN:
+    case TPU_LAYER_RESHAPE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* ---- gradients ------------------------------------------------------------------------- */
+
+static uint32_t dy_buf(struct lower *s, uint32_t t)
+{
+    if (s->lw[t].dy == N)
+        s->lw[t].dy = tmp(s, t, "dy", rows_of(s, t), cols_of(s, t));
+    return s->lw[t].dy;
+}
+
+/* Where a gradient contribution to tensor t goes: its gradient buffer if it is the first,
+ * else a fresh temp that contrib_end adds in. */
+static uint32_t contrib_begin(struct lower *s, uint32_t t)
+{
+    uint32_t dy = dy_buf(s, t);
+    if (!s->lw[t].dy_written)
+        return dy;
+    char what[24];
+    snprintf(what, sizeof what, "dy%u", ++s->lw[t].n_contrib);
+    return tmp(s, t, what, rows_of(s, t), cols_of(s, t));
+}
+
+static void contrib_end(struct lower *s, uint32_t t, uint32_t buf)
+{
+    if (buf == s->lw[t].dy)
+        s->lw[t].dy_written = true;
+    else
+        op(s, TPU_OP_ADD, s->lw[t].dy, N, s->lw[t].dy, buf, NULL);
+}
+
+/* dx += dy (add's backward): a copy for the first contribution, else an add in place. */
+static void contrib_copy(struct lower *s, uint32_t t, uint32_t src)
+{
+    uint32_t dy = dy_buf(s, t);
+    if (!s->lw[t].dy_written) {
+        scale(s, dy, src, 1.0f);
+        s->lw[t].dy_written = true;
+    } else {
+        op(s, TPU_OP_ADD, dy, N, dy, src, NULL);
+    }
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+static void fwd_batch_norm(struct lower *s, uint32_t i)
+{
+    const struct tpu_layer_desc *l = &s->net->layers[i].desc;
+    struct lw *w = &s->lw[i];
+    const uint32_t x = rows(s, s->net->layers[i].in[0]);
+    const uint64_t R = rows_of(s, i);
+    const uint32_t C = cols_of(s, i);
+    struct tpu_op_attrs at = attrs0();
+    at.eps = l->epsilon;
+    w->y = tmp(s, i, "y", R, C);
+    if (!s->train) {
+        w->inv = tmp(s, i, "inv", 1, C);
+        op(s, TPU_OP_RSQRT, w->inv, N, w->p[P_MV], N, &at);
+        op(s, TPU_OP_SUB, w->y, N, x, w->p[P_MM], NULL);
+        op(s, TPU_OP_MUL, w->y, N, w->y, w->inv, NULL);
+        op(s, TPU_OP_MUL, w->y, N, w->y, w->p[P_GAMMA], NULL);
+        op(s, TPU_OP_ADD, w->y, N, w->y, w->p[P_BETA], NULL);
+        return;
+    }
+    const float inv_r = 1.0f / (float)R;
+    uint32_t mean = tmp(s, i, "mean", 1, C), var = tmp(s, i, "var", 1, C);
+    uint32_t sq = tmp(s, i, "sq", R, C);
+    w->xhat = tmp(s, i, "xhat", R, C); /* first x - mean, then scaled in place to xhat */
+    w->inv = tmp(s, i, "inv", 1, C);
+    reduce_rows(s, mean, x);
+    scale(s, mean, mean, inv_r);
+    if (l->cross_replica)
+        all_reduce(s, mean, TPU_REDUCE_MEAN);
+    op(s, TPU_OP_SUB, w->xhat, N, x, mean, NULL);
+    op(s, TPU_OP_MUL, sq, N, w->xhat, w->xhat, NULL);
+    reduce_rows(s, var, sq);
+    scale(s, var, var, inv_r);
+    if (l->cross_replica)
+        all_reduce(s, var, TPU_REDUCE_MEAN);
+    op(s, TPU_OP_RSQRT, w->inv, N, var, N, &at);
+    op(s, TPU_OP_MUL, w->xhat, N, w->xhat, w->inv, NULL);
+    op(s, TPU_OP_MUL, w->y, N, w->xhat, w->p[P_GAMMA], NULL);
+    op(s, TPU_OP_ADD, w->y, N, w->y, w->p[P_BETA], NULL);
+    /* moving = momentum * moving + (1 - momentum) * batch, as Keras */
+    const uint32_t stat[2] = {mean, var}, mv[2] = {w->p[P_MM], w->p[P_MV]};
+    const char *what[2] = {"mean_part", "var_part"};
+    for (int k = 0; k < 2; k++) {
+        uint32_t part = tmp(s, i, what[k], 1, C);
+        scale(s, part, stat[k], 1.0f - l->momentum);
+        scale(s, mv[k], mv[k], l->momentum);
+        op(s, TPU_OP_ADD, mv[k], N, mv[k], part, NULL);
+    }
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += UINT64_C(0x9E3779B97F4A7C15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return x ^ (x >> 31);
+}
+
+static void forward(struct lower *s, uint32_t i)
+{
+    const struct tpu__net_layer *L = &s->net->layers[i];
+    const struct tpu_layer_desc *l = &L->desc;
+    struct lw *w = &s->lw[i];
+    const uint32_t in0 = L->in[0];
+    const uint64_t R = rows_of(s, i);
+    const uint32_t C = cols_of(s, i);
+    switch (l->kind) {
+    case TPU_LAYER_DENSE:
+    case TPU_LAYER_CONV2D: {
+        uint32_t a = rows(s, in0);
+        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L)) {
+            w->cols = tmp(s, i, "cols", R, l->kh * l->kw * L->in_shape.c);
+            window_op(s, TPU_OP_IM2COL, w->cols, s->lw[in0].y, N, i);
+            a = w->cols;
+        }
+        w->y = tmp(s, i, "y", R, C);
+        matmul(s, w->y, a, w->p[P_KERNEL], false, false, false);
+        if (l->use_bias)
+            op(s, TPU_OP_ADD, w->y, N, w->y, w->p[P_BIAS], NULL);
+        if (l->activation == TPU_ACT_RELU)
+            op(s, TPU_OP_RELU, w->y, N, w->y, N, NULL);
+        break;
+    }
+    case TPU_LAYER_MAX_POOL2D:
+    case TPU_LAYER_AVG_POOL2D:
+    case TPU_LAYER_GLOBAL_AVG_POOL2D:
+        w->y = tmp(s, i, "y", R, C);
+        window_op(s, l->kind == TPU_LAYER_MAX_POOL2D ? TPU_OP_MAX_POOL : TPU_OP_AVG_POOL, w->y,
+                  s->lw[in0].y, N, i);
+        break;
+    case TPU_LAYER_FLATTEN:
+    case TPU_LAYER_RESHAPE:
+        w->y = tmp(s, i, "y", R, C);
+        op(s, TPU_OP_RESHAPE, w->y, N, s->lw[in0].y, N, NULL);
+        break;
+    case TPU_LAYER_RELU:
+        w->y = tmp(s, i, "y", R, C);
+        op(s, TPU_OP_RELU, w->y, N, rows(s, in0), N, NULL);
+        break;
+    case TPU_LAYER_DROPOUT: {
+        if (!s->train) {
+            w->y = rows(s, in0);
+            break;
+        }
+        w->mask = tmp(s, i, "mask", R, C);
+        w->y = tmp(s, i, "y", R, C);
+        struct tpu_op_attrs at = attrs0();
+        at.alpha = l->rate;
+        at.var = s->r->var_step;
+        at.imm = (int64_t)(mix64(s->spec->seed ^ mix64(i)) >> 1);
+        op(s, TPU_OP_DROPOUT_MASK, w->mask, N, N, N, &at);
+        op(s, TPU_OP_MUL, w->y, N, rows(s, in0), w->mask, NULL);
+        break;
+    }
+    case TPU_LAYER_BATCH_NORM:
+        fwd_batch_norm(s, i);
+        break;
+    case TPU_LAYER_ADD:
+        w->y = tmp(s, i, "y", R, C);
+        op(s, TPU_OP_ADD, w->y, N, rows(s, in0), rows(s, L->in[1]), NULL);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+static void bwd_batch_norm(struct lower *s, uint32_t i)
+{
+    const struct tpu__net_layer *L = &s->net->layers[i];
+    struct lw *w = &s->lw[i];
+    const uint32_t in0 = L->in[0], dy = w->dy;
+    const uint64_t R = rows_of(s, i);
+    const uint32_t C = cols_of(s, i);
+    uint32_t dy_xhat = tmp(s, i, "dy_xhat", R, C);
+    op(s, TPU_OP_MUL, dy_xhat, N, dy, w->xhat, NULL);
+    reduce_rows(s, w->g[P_GAMMA], dy_xhat);
+    reduce_rows(s, w->g[P_BETA], dy);
+    if (!s->lw[in0].need_grad)
+        return;
+    const float inv_r = 1.0f / (float)R;
+    uint32_t dxhat = tmp(s, i, "dxhat", R, C), q = tmp(s, i, "dxhat_xhat", R, C);
+    uint32_t m1 = tmp(s, i, "dxhat_mean", 1, C), m2 = tmp(s, i, "dxhat_xhat_mean", 1, C);
+    uint32_t t = tmp(s, i, "xhat_m2", R, C);
+    op(s, TPU_OP_MUL, dxhat, N, dy, w->p[P_GAMMA], NULL);
+    reduce_rows(s, m1, dxhat);
+    scale(s, m1, m1, inv_r);
+    op(s, TPU_OP_MUL, q, N, dxhat, w->xhat, NULL);
+    reduce_rows(s, m2, q);
+    scale(s, m2, m2, inv_r);
+    if (L->desc.cross_replica) {
+        all_reduce(s, m1, TPU_REDUCE_MEAN);
+        all_reduce(s, m2, TPU_REDUCE_MEAN);
+    }
+    op(s, TPU_OP_MUL, t, N, w->xhat, m2, NULL);
+    uint32_t dx = contrib_begin(s, in0);
+    op(s, TPU_OP_SUB, dx, N, dxhat, m1, NULL);
+    op(s, TPU_OP_SUB, dx, N, dx, t, NULL);
+    op(s, TPU_OP_MUL, dx, N, dx, w->inv, NULL);
+    contrib_end(s, in0, dx);
+}
+
+static void backward(struct lower *s, uint32_t i)
+{
+    const struct tpu__net_layer *L = &s->net->layers[i];
+    const struct tpu_layer_desc *l = &L->desc;
+    struct lw *w = &s->lw[i];
+    const uint32_t in0 = L->in[0], dy = w->dy;
+    const bool gx = s->lw[in0].need_grad;
+    uint32_t dx;
+    switch (l->kind) {
+    case TPU_LAYER_DENSE:
+    case TPU_LAYER_CONV2D: {
+        const bool cols = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
+        if (l->activation == TPU_ACT_RELU)
+            op(s, TPU_OP_RELU_GRAD, dy, N, dy, w->y, NULL);
+        matmul(s, w->g[P_KERNEL], cols ? w->cols : rows(s, in0), dy, true, false, false);
+        if (l->use_bias)
+            reduce_rows(s, w->g[P_BIAS], dy);
+        if (!gx)
+            break;
+        if (!cols) {
+            uint32_t d = dy_buf(s, in0);
+            matmul(s, d, dy, w->p[P_KERNEL], false, true, s->lw[in0].dy_written);
+            s->lw[in0].dy_written = true;
+            break;
+        }
+        uint32_t dcols = tmp(s, i, "dcols", rows_of(s, i), l->kh * l->kw * L->in_shape.c);
+        matmul(s, dcols, dy, w->p[P_KERNEL], false, true, false);
+        dx = contrib_begin(s, in0);
+        window_op(s, TPU_OP_COL2IM, dx, dcols, N, i);
+        contrib_end(s, in0, dx);
+        break;
+    }
+    case TPU_LAYER_MAX_POOL2D:
+        dx = contrib_begin(s, in0);
+        window_op(s, TPU_OP_MAX_POOL_GRAD, dx, dy, s->lw[in0].y, i);
+        contrib_end(s, in0, dx);
+        break;
+    case TPU_LAYER_AVG_POOL2D:
+    case TPU_LAYER_GLOBAL_AVG_POOL2D:
+        dx = contrib_begin(s, in0);
+        window_op(s, TPU_OP_AVG_POOL_GRAD, dx, dy, N, i);
+        contrib_end(s, in0, dx);
+        break;
+    case TPU_LAYER_FLATTEN:
+    case TPU_LAYER_RESHAPE:
+        dx = contrib_begin(s, in0);
+        op(s, TPU_OP_RESHAPE, dx, N, dy, N, NULL);
+        contrib_end(s, in0, dx);
+        break;
+    case TPU_LAYER_RELU:
+        dx = contrib_begin(s, in0);
+        op(s, TPU_OP_RELU_GRAD, dx, N, dy, w->y, NULL);
+        contrib_end(s, in0, dx);
+        break;
+    case TPU_LAYER_DROPOUT:
+        dx = contrib_begin(s, in0);
+        op(s, TPU_OP_MUL, dx, N, dy, w->mask, NULL);
+        contrib_end(s, in0, dx);
+        break;
+    case TPU_LAYER_BATCH_NORM:
+        bwd_batch_norm(s, i);
+        break;
+    case TPU_LAYER_ADD:
+        for (uint32_t k = 0; k < 2; k++)
+            if (s->lw[L->in[k]].need_grad)
+                contrib_copy(s, L->in[k], dy);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- the program ------------------------------------------------------------------------- */
+
+/* Which layers the loss depends on, and which have a param at or before them. */
+static void mark(struct lower *s)
+{
+    const struct tpu_net *net = s->net;
+    for (uint32_t i = 1; i < net->n_layers; i++) {
+        const struct tpu__net_layer *L = &net->layers[i];
+        bool g = has_param(L, P_KERNEL) || has_param(L, P_GAMMA);
+        for (uint32_t k = 0; k < L->n_in; k++)
+            g = g || s->lw[L->in[k]].need_grad;
+        s->lw[i].need_grad = g;
+    }
+    s->lw[net->output].live = true;
+    for (uint32_t i = net->output + 1; i-- > 0;)
+        if (s->lw[i].live)
+            for (uint32_t k = 0; k < net->layers[i].n_in; k++)
+                s->lw[net->layers[i].in[k]].live = true;
+}
+
+/* The params (in layer order), then for training the gradients and optimizer state. */
+static void declare_params(struct lower *s)
+{
+    struct tpu_model_program *r = s->r;
+    char name[96];
+    for (uint32_t i = 1; i < s->net->n_layers; i++) {
+        const struct tpu__net_layer *L = &s->net->layers[i];
+        for (int k = 0; k < P_COUNT; k++) {
+            if (!has_param(L, k))
+                continue;
+            const uint32_t c = L->in_shape.c;
+            uint32_t rows = 1, cols = L->out.c;
+            if (k == P_KERNEL)
+                rows = L->desc.kind == TPU_LAYER_CONV2D ? L->desc.kh * L->desc.kw * c : c;
+            snprintf(name, sizeof name, "%s.%s", L->desc.name, param_suffix[k]);
+            s->lw[i].p[k] = tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_PARAM, rows, cols);
+            r->params[r->n_params++] = s->lw[i].p[k];
+        }
+    }
+    if (!s->train)
+        return;
+    const bool adam = s->spec->optimizer != TPU_OPT_SGD_MOMENTUM;
+    const char *sfx[2] = {adam ? "m" : "vel", "v"};
+    for (uint32_t i = 1; i < s->net->n_layers; i++) {
+        const struct tpu__net_layer *L = &s->net->layers[i];
+        for (int k = 0; k < P_COUNT; k++) {
+            if (!has_param(L, k) || !trainable(k))
+                continue;
+            const struct tpu_buffer_desc *pd = tpu_program_buffer(s->b.p, s->lw[i].p[k]);
+            if (!pd)
+                return;
+            const uint32_t prow = pd->rows, pcol = pd->cols; /* pd moves as buffers are added */
+            for (int j = 0; j < (adam ? 2 : 1); j++) {
+                snprintf(name, sizeof name, "%s.%s.%s", L->desc.name, param_suffix[k], sfx[j]);
+                s->lw[i].st[k][j] = tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_PARAM, prow, pcol);
+                r->params[r->n_params++] = s->lw[i].st[k][j];
+            }
+            if (!s->lw[i].live)
+                continue; /* a layer the loss does not read keeps its initial values */
+            char what[24];
+            snprintf(what, sizeof what, "d_%s", param_suffix[k]);
+            s->lw[i].g[k] = tmp(s, i, what, prow, pcol);
+        }
+    }
+}
+
+static void optimizer_update(struct lower *s, uint32_t i, int k)
+{
+    const struct tpu_train_spec *sp = s->spec;
+    const struct lw *w = &s->lw[i];
+    struct tpu_op_attrs at = attrs0();
+    at.alpha = sp->learning_rate;
+    if (sp->schedule != TPU_LR_CONSTANT) {
+        at.schedule = (int32_t)sp->schedule;
+        at.warmup = sp->warmup_steps;
+        at.decay_steps = sp->decay_steps;
+        at.decay_rate = sp->decay_rate;
+        at.var = s->r->var_step;
+    }
+    if (sp->optimizer == TPU_OPT_SGD_MOMENTUM) {
+        at.beta = sp->momentum;
+        at.gamma = k == P_KERNEL ? sp->l2 : 0.0f;
+        tpu__b_op(&s->b, TPU_OP_SGD_MOMENTUM, w->p[k], w->st[k][0], N, w->g[k], N, &at);
+        return;
+    }
+    at.beta = sp->beta1;
+    at.delta = sp->beta2;
+    at.eps = sp->epsilon;
+    at.var = s->r->var_step;
+    if (sp->optimizer == TPU_OPT_ADAMW) {
+        at.gamma = sp->weight_decay;
+        tpu__b_op(&s->b, TPU_OP_ADAMW, w->p[k], w->st[k][0], w->st[k][1], w->g[k], N, &at);
+    } else {
+        at.gamma = k == P_KERNEL ? sp->l2 : 0.0f;
+        tpu__b_op(&s->b, TPU_OP_ADAM, w->p[k], w->st[k][0], w->st[k][1], w->g[k], N, &at);
+    }
+}
+
+/* The loss from the output tensor; training writes the output's gradient. Returns the
+ * output as [B][size] (predict outfeeds it). */
+static uint32_t loss_and_tail(struct lower *s)
+{
+    struct tpu_model_program *r = s->r;
+    const uint32_t o = s->net->output;
+    const uint32_t size = (uint32_t)tpu__shape_size(s->net->layers[o].out);
+    const bool flat = rows_of(s, o) == s->B;
+    s->b.tag = TPU_NET_OP_LOSS;
+    uint32_t pred = s->lw[o].y;
+    if (!flat) {
+        pred = tpu__b_buf(&s->b, "pred", TPU_F32, TPU_BUF_TEMP, s->B, size);
+        op(s, TPU_OP_RESHAPE, pred, N, s->lw[o].y, N, NULL);
+    }
+    if (s->mode == TPU_MODE_PREDICT) {
+        s->b.tag = TPU_NET_OP_STEP;
+        op(s, TPU_OP_OUTFEED, N, N, pred, N, NULL);
+        r->outfeed[r->n_outfeed++] = pred;
+        return pred;
+    }
+    uint32_t loss = tpu__b_buf(&s->b, "loss", TPU_F32, TPU_BUF_TEMP, 1, 1);
+    uint32_t dpred = s->train && flat ? dy_buf(s, o)
+                                      : tpu__b_buf(&s->b, s->train ? "dpred" : "dloss",
+                                                   TPU_F32, TPU_BUF_TEMP, s->B, size);
+    struct tpu_op_attrs at = attrs0();
+    at.alpha = s->train ? 1.0f / (float)s->G : 1.0f;
+    if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
+        op(s, TPU_OP_SOFTMAX_XENT, loss, dpred, pred, s->labels, &at);
+    } else {
+        struct tpu_op m;
+        tpu_op_init(&m, TPU_OP_MSE);
+        m.out[0] = loss;
+        m.out[1] = dpred;
+        m.in[0] = pred;
+        m.in[1] = s->targets;
+        m.in[2] = s->mask;
+        m.attrs = at;
+        tpu__b_add(&s->b, &m);
+    }
+    if (s->train) {
+        if (!flat) {
+            op(s, TPU_OP_RESHAPE, dy_buf(s, o), N, dpred, N, NULL);
+        }
+        s->lw[o].dy_written = true;
+        return pred;
+    }
+    uint32_t counts = tpu__b_buf(&s->b, "counts", TPU_F32, TPU_BUF_TEMP, 1, 2);
+    if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
+        op(s, TPU_OP_CLASSIFY_COUNT, counts, N, pred, s->labels, NULL);
+    } else {
+        op(s, TPU_OP_COUNT_ROWS, counts, N, s->mask, N, NULL);
+        r->no_accuracy = true;
+    }
+    s->b.tag = TPU_NET_OP_STEP;
+    op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
+    op(s, TPU_OP_OUTFEED, N, N, counts, N, NULL);
+    r->outfeed[r->n_outfeed++] = loss;
+    r->outfeed[r->n_outfeed++] = counts;
+    return pred;
+}
+
+static void lower_step(struct lower *s)
+{
+    const struct tpu_net *net = s->net;
+    struct tpu_model_program *r = s->r;
+    const struct tpu_shape in = net->layers[0].out;
+    const uint32_t insize = (uint32_t)tpu__shape_size(in);
+    s->b.tag = TPU_NET_OP_STEP;
+    uint32_t x = tpu__b_buf(&s->b, "x", TPU_F32, TPU_BUF_TEMP, s->B, insize);
+    r->infeed[r->n_infeed++] = x;
+    if (s->mode != TPU_MODE_PREDICT) {
+        if (net->loss == TPU_LOSS_SOFTMAX_XENT) {
+            s->labels = tpu__b_buf(&s->b, "labels", TPU_INT32, TPU_BUF_TEMP, s->B, 1);
+            r->infeed[r->n_infeed++] = s->labels;
+        } else {
+            s->targets = tpu__b_buf(&s->b, "targets", TPU_F32, TPU_BUF_TEMP, s->B,
+                                    (uint32_t)tpu__shape_size(net->layers[net->output].out));
+            s->mask = tpu__b_buf(&s->b, "mask", TPU_INT32, TPU_BUF_TEMP, s->B, 1);
+            r->infeed[r->n_infeed++] = s->targets;
+            r->infeed[r->n_infeed++] = s->mask;
+        }
+    }
+    struct tpu_op_attrs at = attrs0();
+    at.var = r->var_iterations;
+    op(s, TPU_OP_LOOP_BEGIN, N, N, N, N, &at);
+    for (uint32_t k = 0; k < r->n_infeed; k++)
+        op(s, TPU_OP_INFEED, r->infeed[k], N, N, N, NULL);
+
+    /* the input as rows of pixels, if a live layer reads it so */
+    s->lw[0].y = x;
+    s->lw[0].rows = x;
+    bool want_rows = false;
+    for (uint32_t i = 1; i < net->n_layers; i++) {
+        const struct tpu__net_layer *L = &net->layers[i];
+        for (uint32_t k = 0; k < L->n_in; k++)
+            if (L->in[k] == 0 && s->lw[i].live && !reads_image(L))
+                want_rows = true;
+    }
+    if (want_rows && in.h * in.w != 1) {
+        s->b.tag = 0;
+        s->lw[0].rows = tmp(s, 0, "rows", rows_of(s, 0), in.c);
+        op(s, TPU_OP_RESHAPE, s->lw[0].rows, N, x, N, NULL);
+    }
+    for (uint32_t i = 1; i < net->n_layers; i++)
+        if (s->lw[i].live) {
+            s->b.tag = i;
+            forward(s, i);
+        }
+    loss_and_tail(s);
+    if (!s->train)
+        return;
+    for (uint32_t i = net->n_layers; i-- > 1;)
+        if (s->lw[i].live && s->lw[i].need_grad) {
+            s->b.tag = i;
+            backward(s, i);
+        }
+    /* gradients summed over replicas, the step, the updates */
+    for (uint32_t i = 1; i < net->n_layers; i++)
+        for (int k = 0; k < P_COUNT; k++)
+            if (s->lw[i].live && has_param(&net->layers[i], k) && trainable(k)) {
+                s->b.tag = i;
+                all_reduce(s, s->lw[i].g[k], TPU_REDUCE_SUM);
+            }
+    s->b.tag = TPU_NET_OP_STEP;
+    at = attrs0();
+    at.var = r->var_step;
+    at.imm = 1;
+    op(s, TPU_OP_VAR_ADD, N, N, N, N, &at);
+    for (uint32_t i = 1; i < net->n_layers; i++)
+        for (int k = 0; k < P_COUNT; k++)
+            if (s->lw[i].live && has_param(&net->layers[i], k) && trainable(k)) {
+                s->b.tag = i;
+                optimizer_update(s, i, k);
+            }
+    uint32_t loss = N;
+    tpu_program_find_buffer(s->b.p, "loss", &loss);
+    s->b.tag = TPU_NET_OP_STEP;
+    op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
+    r->outfeed[r->n_outfeed++] = loss;
+}
+
+static int check_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
+                       enum tpu_mode mode, uint32_t B, uint32_t G, struct tpu_diag *d)
+{
+    if (!net || !spec)
+        return tpu__fail(d, TPU_EINVAL, "tpu_net_build needs a net and a training spec");
+    int rc = tpu_train_spec_check(spec, d);
+    if (rc)
+        return rc;
+    if (!net->has_output)
+        return tpu__fail(d, TPU_EINVAL, "net '%s' has no output; call tpu_net_set_output "
+                         "with the tensor the loss reads", net->name);
+    if (mode != TPU_MODE_TRAIN && mode != TPU_MODE_EVAL && mode != TPU_MODE_PREDICT)
+        return tpu__fail(d, TPU_EINVAL, "mode %d is not train, eval or predict", (int)mode);
+    if (B < 1 || G < B)
+        return tpu__fail(d, TPU_EINVAL, "net '%s': batch_per_replica %u and global batch %u: "
+                         "each replica needs at least one example and the global batch is at "
+                         "least the per-replica one", net->name, B, G);
+    uint64_t params = 0;
+    for (uint32_t i = 0; i < net->n_layers; i++) {
+        const struct tpu__net_layer *L = &net->layers[i];
+        uint64_t rows = (uint64_t)B * L->out.h * L->out.w;
+        uint64_t k = (uint64_t)L->desc.kh * L->desc.kw * L->in_shape.c;
+        if (rows > UINT32_MAX || (uint64_t)B * tpu__shape_size(L->out) > UINT32_MAX ||
+            (L->desc.kind == TPU_LAYER_CONV2D && k > UINT32_MAX))
+            return tpu__fail(d, TPU_ERANGE, "net '%s': layer '%s' with %u examples per replica "
+                             "makes a buffer of more than 2^32 rows or elements; use a smaller "
+                             "batch", net->name, L->desc.name, B);
+        for (int p = 0; p < P_COUNT; p++)
+            params += has_param(L, p) ? 3 : 0;
+    }
+    if (params > TPU_MODEL_MAX_PARAMS)
+        return tpu__fail(d, TPU_ERANGE, "net '%s' has too many param tensors with their "
+                         "optimizer state (up to %llu) for a runtime model (at most %d); use "
+                         "fewer layers", net->name, (unsigned long long)params,
+                         TPU_MODEL_MAX_PARAMS);
+    return 0;
+}
+
+int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
+                  enum tpu_mode mode, uint32_t batch_per_replica, uint32_t global_batch,
+                  struct tpu_model_program *out, uint32_t **op_layer, struct tpu_diag *d)
+{
+    if (op_layer)
+        *op_layer = NULL;
+    int rc = check_build(net, spec, mode, batch_per_replica, global_batch, d);
+    if (rc)
+        return rc;
+    struct lower s;
+    memset(&s, 0, sizeof s);
+    s.b.d = d;
+    s.b.tagging = op_layer != NULL;
+    s.b.tag = TPU_NET_OP_STEP;
+    s.net = net;
+    s.spec = spec;
+    s.mode = mode;
+    s.train = mode == TPU_MODE_TRAIN;
+    s.B = batch_per_replica;
+    s.G = global_batch;
+    s.labels = s.targets = s.mask = N;
+    s.r = calloc(1, sizeof *s.r);
+    s.lw = calloc(net->n_layers, sizeof *s.lw);
+    if (!s.r || !s.lw) {
+        free(s.r);
+        free(s.lw);
+        return tpu__fail(d, TPU_ENOMEM, "out of memory lowering net '%s'", net->name);
+    }
+    for (uint32_t i = 0; i < net->n_layers; i++) {
+        struct lw *w = &s.lw[i];
+        w->y = w->rows = w->dy = w->cols = w->mask = w->xhat = w->inv = N;
+        for (int k = 0; k < P_COUNT; k++)
+            w->p[k] = w->g[k] = w->st[k][0] = w->st[k][1] = N;
+    }
+    mark(&s);
+    static const char *const mode_name[] = {"train", "eval", "predict"};
+    char pname[64];
+    snprintf(pname, sizeof pname, "%s_%s", net->name, mode_name[mode]);
+    if (!tpu__b_start(&s.b, pname, &s.r->var_iterations, &s.r->var_step)) {
+        declare_params(&s);
+        lower_step(&s);
+        s.b.tag = TPU_NET_OP_STEP;
+        rc = tpu__b_finish(&s.b, s.r->var_iterations, &s.r->prog);
+    } else {
+        rc = s.b.rc;
+    }
+    if (!rc) {
+        *out = *s.r;
+        if (op_layer) {
+            *op_layer = s.b.tags;
+            s.b.tags = NULL;
+        }
+    }
+    free(s.b.tags);
+    free(s.r);
+    free(s.lw);
+    return rc;
+}
+
+/* ---- the runtime model ------------------------------------------------------------------- */
+
+static int model_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
+                       uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
+{
+    const struct tpu__net_binding *bd = ctx;
+    return tpu_net_build(bd->net, bd->spec, mode, batch_per_replica, global_batch, out, NULL,
+                         d);
+}
+
+/* FNV-1a of a param's name. */
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* Initial values: Glorot-uniform kernels, U(-a, a) with a = sqrt(6 / (fan_in + fan_out)),
+ * fan_in = kh*kw*c and fan_out = kh*kw*filters for conv2d (Keras), c and units for dense;
+ * gamma and moving_variance 1; biases, beta, moving_mean and optimizer state 0.
+ *
+ * The kernel's generator is seeded from the run's seed and the param's name, so adding a
+ * layer leaves the others' values as they were. The runtime passes seed + i for the i-th
+ * param of the program it loads first, and every mode lists the net's params first in layer
+ * order (declare_params), so the run's seed is seed - (the param's index in that list). */
+static void model_init(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,
+                       uint64_t seed)
+{
+    const struct tpu__net_binding *bd = ctx;
+    const struct tpu_net *net = bd->net;
+    const size_t n = (size_t)rows * cols;
+    float value = 0.0f;
+    const char *dot = strchr(name, '.');
+    const char *what = dot ? dot + 1 : "";
+    if (!strchr(what, '.')) { /* optimizer state has a second dot: it starts at 0 */
+        uint64_t index = 0;
+        for (uint32_t i = 1; i < net->n_layers; i++) {
+            const struct tpu__net_layer *L = &net->layers[i];
+            size_t len = strlen(L->desc.name);
+            for (int k = 0; k < P_COUNT; k++) {
+                if (!has_param(L, k))
+                    continue;
+                if (dot && (size_t)(dot - name) == len && !strncmp(name, L->desc.name, len) &&
+                    !strcmp(what, param_suffix[k])) {
+                    if (k == P_KERNEL) {
+                        struct tpu__rng r;
+                        tpu__rng_seed(&r, mix64(seed - index) ^ name_hash(name));
+                        uint64_t kk = L->desc.kind == TPU_LAYER_CONV2D
+                                          ? (uint64_t)L->desc.kh * L->desc.kw : 1;
+                        float a = sqrtf(6.0f / (float)(kk * L->in_shape.c + kk * L->out.c));
+                        for (size_t e = 0; e < n; e++)
+                            data[e] = (tpu__rng_uniform(&r) * 2.0f - 1.0f) * a;
+                        return;
+                    }
+                    value = k == P_GAMMA || k == P_MV ? 1.0f : 0.0f;
+                    goto fill;
+                }
+                index++;
+            }
+        }
+    }
+fill:
+    for (size_t e = 0; e < n; e++)
+        data[e] = value;
+}
+
+int tpu_net_model(struct tpu_model *m, const struct tpu_net *net,
+                  const struct tpu_train_spec *spec, struct tpu_diag *d)
+{
+    if (!m || !net || !spec)
+        return tpu__fail(d, TPU_EINVAL, "tpu_net_model needs a model, a net and a spec");
+    int rc = tpu_train_spec_check(spec, d);
+    if (rc)
+        return rc;
+    if (!net->has_output)
+        return tpu__fail(d, TPU_EINVAL, "net '%s' has no output; call tpu_net_set_output "
+                         "with the tensor the loss reads", net->name);
+    /* the binding lives in the net (the model's ctx points at it); the net is otherwise left
+       as it is */
+    struct tpu_net *mut = (struct tpu_net *)net;
+    const struct tpu__net_binding *bd = NULL;
+    for (uint32_t i = 0; i < mut->n_bind && !bd; i++)
+        if (mut->bind[i].spec == spec)
+            bd = &mut->bind[i];
+    if (!bd) {
+        if (mut->n_bind == TPU__NET_MAX_BINDINGS)
+            return tpu__fail(d, TPU_ERANGE, "net '%s' already serves %d models with different "
+                             "training specs, the most it can; reuse a spec or make a second "
+                             "net", net->name, TPU__NET_MAX_BINDINGS);
+        mut->bind[mut->n_bind] = (struct tpu__net_binding){net, spec};
+        bd = &mut->bind[mut->n_bind++];
+    }
+    memset(m, 0, sizeof *m);
+    m->ctx = (void *)bd;
+    m->build = model_build;
+    m->init_param = model_init;
+    return 0;
+}

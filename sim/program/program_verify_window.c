@@ -1,0 +1,202 @@
+/* The verifier's rules for the window ops and reshape (program_verify.c lists every rule and
+ * calls these for the op table's rules WINDOW and RESHAPE). It checks shapes, dtypes and the
+ * window's geometry only; what the ops compute is sim/ops/ops_window.c's.
+ *
+ *   T9  WINDOW (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad): every
+ *       window field is at least 1 except pt and pl; pt < kh and pl < kw; every window
+ *       overlaps the image: (ho-1)*sh - pt <= h-1 and (wo-1)*sw - pl <= w-1. Every operand
+ *       is f32. The image operand (x; col2im's y; avg_pool_grad's dx) has N*h*w*c elements,
+ *       N >= 1, in any 2-D shape; max_pool_grad's dx has x's shape. im2col's y and col2im's
+ *       cols are [N*ho*wo, kh*kw*c]; the pooling outputs y and the gradients dy are
+ *       [N*ho*wo, c].
+ *       RESHAPE (reshape): y has x's dtype and element count, any shapes. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "program_int.h"
+
+/* a * b, or UINT64_MAX if it overflows. */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* "'x' f32[128, 784]" */
+static const char *bdesc(const struct tpu_buffer_desc *b, char out[96])
+{
+    snprintf(out, 96, "'%s' %s[%" PRIu32 ", %" PRIu32 "]", b->name, tpu_dtype_name(b->dtype),
+             b->rows, b->cols);
+    return out;
+}
+
+static uint64_t elems(const struct tpu_buffer_desc *b)
+{
+    return (uint64_t)b->rows * b->cols;
+}
+
+/* The window's own fields (before any operand is looked at). */
+static int check_fields(const struct tpu_op *op, char *msg, size_t size)
+{
+    const struct tpu_window *w = &op->attrs.win;
+    const char *name = tpu_opcode_name(op->code);
+    const struct {
+        const char *field;
+        uint32_t v;
+    } pos[] = {{"h", w->h},   {"w", w->w},   {"c", w->c},   {"kh", w->kh}, {"kw", w->kw},
+               {"sh", w->sh}, {"sw", w->sw}, {"ho", w->ho}, {"wo", w->wo}};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v == 0) {
+            snprintf(msg, size, "window field %s=0; rule WINDOW: %s's h, w, c, kh, kw, sh, "
+                     "sw, ho and wo are at least 1 (only the paddings pt and pl may be 0): set "
+                     "%s", pos[i].field, name, pos[i].field);
+            return TPU_EINVAL;
+        }
+    const struct {
+        const char *pad, *k, *dim, *out, *stride, *o;
+        uint32_t p, kv, n, ov, s;
+    } ax[2] = {{"pt", "kh", "h", "rows", "sh", "ho", w->pt, w->kh, w->h, w->ho, w->sh},
+               {"pl", "kw", "w", "columns", "sw", "wo", w->pl, w->kw, w->w, w->wo, w->sw}};
+    for (int i = 0; i < 2; i++) {
+        if (ax[i].p >= ax[i].kv) {
+            snprintf(msg, size, "window field %s=%" PRIu32 " is not below %s=%" PRIu32 "; rule "
+                     "WINDOW: the padding before the first %s must be smaller than the "
+                     "window, or the first window lies wholly in the padding: lower %s",
+                     ax[i].pad, ax[i].p, ax[i].k, ax[i].kv, ax[i].out, ax[i].pad);
+            return TPU_EINVAL;
+        }
+        const uint64_t last = (uint64_t)(ax[i].ov - 1) * ax[i].s; /* + pad: the last start */
+        if (last > (uint64_t)ax[i].n - 1 + ax[i].p) {
+            uint64_t fit = ((uint64_t)ax[i].n - 1 + ax[i].p) / ax[i].s + 1;
+            snprintf(msg, size, "window field %s=%" PRIu32 " is too large: the last window "
+                     "starts at (%s-1)*%s - %s = %" PRId64 ", past the image's last %s "
+                     "%s-1 = %" PRIu32 "; rule WINDOW: every window overlaps the image: set "
+                     "%s to at most %" PRIu64, ax[i].o, ax[i].ov, ax[i].o, ax[i].stride,
+                     ax[i].pad, (int64_t)last - (int64_t)ax[i].p,
+                     i ? "column" : "row", ax[i].dim, ax[i].n - 1, ax[i].o, fit);
+            return TPU_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Operand `role` must be f32. */
+static int need_f32(const struct tpu_op *op, const char *role, const struct tpu_buffer_desc *b,
+                    char *msg, size_t size)
+{
+    if (b->dtype == TPU_F32)
+        return 0;
+    char s[96];
+    snprintf(msg, size, "%s %s is %s, but %s computes in f32 (rule WINDOW); convert '%s' to "
+             "f32 first or declare it f32", role, bdesc(b, s), tpu_dtype_name(b->dtype),
+             tpu_opcode_name(op->code), b->name);
+    return TPU_ESHAPE;
+}
+
+/* The image operand `role`: N*h*w*c elements; *n gets N. */
+static int need_image(const struct tpu_op *op, const char *role,
+                      const struct tpu_buffer_desc *b, uint64_t *n, char *msg, size_t size)
+{
+    const struct tpu_window *w = &op->attrs.win;
+    const uint64_t per = mul_sat(mul_sat(w->h, w->w), w->c), e = elems(b);
+    char s[96];
+    if (per != UINT64_MAX && e % per == 0) {
+        *n = e / per;
+        return 0;
+    }
+    snprintf(msg, size, "%s %s has %" PRIu64 " elements, not a multiple of h*w*c = "
+             "%" PRIu32 "*%" PRIu32 "*%" PRIu32 " (rule WINDOW: it holds N >= 1 images of "
+             "h x w x c); declare it with N*h*w*c elements or fix h, w, c", role, bdesc(b, s),
+             e, w->h, w->w, w->c);
+    return TPU_ESHAPE;
+}
+
+/* The window-side operand `role`: [N*ho*wo, cols] (`what` names the columns). */
+static int need_windows(const struct tpu_op *op, const char *role,
+                        const struct tpu_buffer_desc *b, uint64_t n, uint64_t cols,
+                        const char *what, char *msg, size_t size)
+{
+    const struct tpu_window *w = &op->attrs.win;
+    const uint64_t rows = mul_sat(n, mul_sat(w->ho, w->wo));
+    if (b->rows == rows && b->cols == cols)
+        return 0;
+    char s[96];
+    snprintf(msg, size, "%s %s must be [%" PRIu64 ", %" PRIu64 "] (rule WINDOW: N*ho*wo = "
+             "%" PRIu64 "*%" PRIu32 "*%" PRIu32 " rows, one per window, and %s); declare it "
+             "%s[%" PRIu64 ", %" PRIu64 "]", role, bdesc(b, s), rows, cols, n, w->ho, w->wo,
+             what, tpu_dtype_name(b->dtype), rows, cols);
+    return TPU_ESHAPE;
+}
+
+static int check_reshape(const struct tpu_program *p, const struct tpu_op *op, char *msg,
+                         size_t size)
+{
+    const struct tpu_buffer_desc *x = tpu_program_buffer(p, op->in[0]);
+    const struct tpu_buffer_desc *y = tpu_program_buffer(p, op->out[0]);
+    if (x->dtype == y->dtype && elems(x) == elems(y))
+        return 0;
+    char s1[96], s2[96];
+    snprintf(msg, size, "output y %s and input x %s differ in %s; reshape copies x's elements "
+             "in row-major order (rule RESHAPE), so y needs x's dtype and element count "
+             "(%" PRIu64 "): declare y so", bdesc(y, s1), bdesc(x, s2),
+             x->dtype != y->dtype ? "dtype" : "element count", elems(x));
+    return TPU_ESHAPE;
+}
+
+int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, char *msg,
+                       size_t size)
+{
+    if (op->code == TPU_OP_RESHAPE)
+        return check_reshape(p, op, msg, size);
+    int rc = check_fields(op, msg, size);
+    if (rc)
+        return rc;
+    const unsigned n_out = tpu_opcode_n_out(op->code), n_in = tpu_opcode_n_in(op->code);
+    for (unsigned k = 0; k < n_out + n_in; k++) {
+        const bool is_out = k < n_out;
+        const uint32_t id = is_out ? op->out[k] : op->in[k - n_out];
+        char role[48];
+        snprintf(role, sizeof role, "%s %s", is_out ? "output" : "input",
+                 tpu_opcode_operand_name(op->code, is_out, is_out ? k : k - n_out));
+        if ((rc = need_f32(op, role, tpu_program_buffer(p, id), msg, size)) != 0)
+            return rc;
+    }
+    const struct tpu_window *w = &op->attrs.win;
+    const uint64_t k_cols = mul_sat(mul_sat(w->kh, w->kw), w->c);
+    const struct tpu_buffer_desc *out = tpu_program_buffer(p, op->out[0]);
+    const struct tpu_buffer_desc *in0 = tpu_program_buffer(p, op->in[0]);
+    uint64_t n = 0;
+    switch (op->code) {
+    case TPU_OP_IM2COL:
+        rc = need_image(op, "input x", in0, &n, msg, size);
+        return rc ? rc : need_windows(op, "output y", out, n, k_cols,
+                                      "kh*kw*c columns, one per window element", msg, size);
+    case TPU_OP_MAX_POOL:
+    case TPU_OP_AVG_POOL:
+        rc = need_image(op, "input x", in0, &n, msg, size);
+        return rc ? rc : need_windows(op, "output y", out, n, w->c, "c columns", msg, size);
+    case TPU_OP_COL2IM:
+        rc = need_image(op, "output y", out, &n, msg, size);
+        return rc ? rc : need_windows(op, "input cols", in0, n, k_cols,
+                                      "kh*kw*c columns, one per window element", msg, size);
+    case TPU_OP_AVG_POOL_GRAD:
+        rc = need_image(op, "output dx", out, &n, msg, size);
+        return rc ? rc : need_windows(op, "input dy", in0, n, w->c, "c columns", msg, size);
+    case TPU_OP_MAX_POOL_GRAD: {
+        const struct tpu_buffer_desc *x = tpu_program_buffer(p, op->in[1]);
+        rc = need_image(op, "input x", x, &n, msg, size);
+        if (rc)
+            return rc;
+        if (out->rows != x->rows || out->cols != x->cols) {
+            char s1[96], s2[96];
+            snprintf(msg, size, "output dx %s must have input x's shape %s (rule WINDOW: dx "
+                     "is the gradient of x); declare it f32[%" PRIu32 ", %" PRIu32 "]",
+                     bdesc(out, s1), bdesc(x, s2), x->rows, x->cols);
+            return TPU_ESHAPE;
+        }
+        return need_windows(op, "input dy", in0, n, w->c, "c columns", msg, size);
+    }
+    default:
+        snprintf(msg, size, "%s has no window rule", tpu_opcode_name(op->code));
+        return TPU_EINVAL;
+    }
+}
