@@ -3,6 +3,7 @@
  * chips, with every matmul in 6 bf16 passes (fp32 accuracy).
  *   - predict: the program's output rows against the reference's forward in inference mode
  *     (batch norm with the moving statistics, dropout the identity), a last batch padded;
+ *     evaluate: its mean loss over the same examples, and its accuracy (none for MSE);
  *   - train: one step of SGD with learning rate 1, momentum 0 and no L2, so each trainable
  *     param moves by exactly its gradient (param_new = param - grad): the change read back
  *     with tpu_estimator_read_param against the reference's gradient over the global batch;
@@ -15,16 +16,18 @@
  *     replica's examples or over the global batch), a residual add; softmax cross-entropy and
  *     MSE.
  *
- * Tolerance. The chip computes in fp32 (the matmuls' 6 passes are fp32-accurate: each product
- * exact, the sums rounded in fp32), so each value carries a rounding error of about u = 2^-24
+ * Tolerance. The chip computes in fp32 (the matmuls' 6 bf16 passes give products accurate to
+ * fp32, the sums rounded in fp32), so each value carries a rounding error of about u = 2^-24
  * per addition of a sum: at most ~L u times the sum of the magnitudes it adds, with L the
  * longest sum in the net (a dot product's length, or the B*h*w terms of a kernel's gradient
  * or of batch-norm's statistics; computed per net below as `sum_len`). The check allows
  * |chip - ref| <= 4 u (L * scale + |param|), with `scale` the largest magnitude of the
  * compared tensor in the reference (a stand-in for the magnitudes summed, which are of that
  * order in these small nets) and |param| for the rounding of param - grad when the gradient
- * is read as a param change. A wrong term, a missed padding or a wrong statistic moves values
- * by O(scale), millions of ulps. */
+ * is read as a param change (the largest error seen in these runs is 0.4 of that unit). A
+ * wrong term, a missed padding or a wrong statistic moves values by O(scale), thousands of
+ * times the tolerance; a mask drawn with another step or replica, or batch statistics over the wrong
+ * examples, fail the check. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -355,6 +358,30 @@ static void chip_check(const struct tpu_net *net, const struct chip_case *cc)
     compare("predict", got, net_ref_tensor(ref, out_t, NULL), NULL,
             (size_t)f.n * f.out_size, L);
 
+    /* evaluate: the mean loss over the same examples in inference mode, and the accuracy
+     * of the reference's argmax (none for MSE) */
+    struct tpu_eval_result ev;
+    ok(tpu_estimator_evaluate(est, &input, 0, &ev, &d), &d);
+    assert_int_equal(ev.examples, f.n);
+    double eval_loss;
+    ok(net_ref_loss(ref, f.labels, td, &eval_loss, NULL, &d), &d);
+    float chip_eval_loss = (float)ev.loss;
+    compare("evaluate loss", &chip_eval_loss, &eval_loss, NULL, 1, L);
+    if (loss == TPU_LOSS_SOFTMAX_XENT) {
+        const double *z = net_ref_tensor(ref, out_t, NULL);
+        uint32_t correct = 0;
+        for (uint32_t e = 0; e < f.n; e++) {
+            uint32_t best = 0;
+            for (uint32_t k = 1; k < f.out_size; k++)
+                if (z[(size_t)e * f.out_size + k] > z[(size_t)e * f.out_size + best])
+                    best = k;
+            correct += (int32_t)best == f.labels[e];
+        }
+        assert_true(fabs(ev.accuracy - (double)correct / f.n) < 1e-12);
+    } else {
+        assert_true(isnan(ev.accuracy));
+    }
+
     /* one training step of SGD with lr 1: param_new = param - grad */
     uint32_t np = net_ref_n_params(ref);
     double **before = calloc(np, sizeof *before);
@@ -404,7 +431,7 @@ static void chip_check(const struct tpu_net *net, const struct chip_case *cc)
         float *after = malloc(n * sizeof(float)), *delta = malloc(n * sizeof(float));
         ok(tpu_estimator_read_param(est, name, after, n * sizeof(float), &d), &d);
         if (net_ref_param_trainable(ref, i)) {
-            for (size_t k = 0; k < n; k++) /* exact: both are fp32 of about one scale */
+            for (size_t k = 0; k < n; k++) /* exact in double, then rounded once */
                 delta[k] = (float)(before[i][k] - (double)after[k]);
             char what[64];
             snprintf(what, sizeof what, "grad %s", name);
