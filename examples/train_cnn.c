@@ -243,6 +243,11 @@ int main(int argc, char **argv)
     struct tpu_dataset_input tin = {0}, ein = {0};
     int status = 1;
 
+    /* the model first: a file with a mistake fails before the data is read */
+    if (o.model_file ? tpu_net_load_file(o.model_file, &net, &d) : build_cnn(&net, &d)) {
+        status = fail("model", &d);
+        goto out;
+    }
     if (tpu_dataset_fashion_mnist(o.data, true, &train, &d) ||
         tpu_dataset_fashion_mnist(o.data, false, &test, &d)) {
         status = fail("data", &d);
@@ -250,10 +255,6 @@ int main(int argc, char **argv)
     }
     if (o.eval_examples && o.eval_examples < test.n_examples)
         test.n_examples = o.eval_examples; /* the first N test images */
-    if (o.model_file ? tpu_net_load_file(o.model_file, &net, &d) : build_cnn(&net, &d)) {
-        status = fail("model", &d);
-        goto out;
-    }
     print_summary(net);
 
     struct tpu_model model;
