@@ -49,10 +49,19 @@ static double wall_now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int usage(const char *msg, const char *value)
+static const char usage_text[] =
+    "usage: train_cnn [--model FILE] [--chip NAME] [--chips N] [--epochs E | --steps N]\n"
+    "                 [--batch N] [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
+    "                 [--schedule constant|step|cosine] [--warmup N] [--decay-steps N]\n"
+    "                 [--decay-rate X] [--weight-decay X] [--passes 1|3|6] [--ipl N]\n"
+    "                 [--threads N] [--seed N] [--data DIR] [--eval-examples N] [--quiet]\n"
+    "Trains a CNN (or the model of FILE) on Fashion-MNIST on a simulated chip and prints its\n"
+    "test accuracy; examples/README.md says what each flag does.\n";
+
+/* A usage error: the flag, its rule and what was given. */
+static int usage(const char *flag, const char *rule, const char *value)
 {
-    fprintf(stderr, "train_cnn: %s '%s'; see the usage at the top of examples/train_cnn.c "
-            "or examples/README.md\n", msg, value);
+    fprintf(stderr, "train_cnn: %s %s; got '%s'; see train_cnn --help\n", flag, rule, value);
     return 2;
 }
 
@@ -78,7 +87,8 @@ static int parse_double(const char *s, double lo, double hi, double *out)
     return 0;
 }
 
-/* Reads the flags into *o; 0, or 2 (usage) with the message printed. */
+/* Reads the flags into *o; 0, 1 after printing the help, or 2 (usage) with the message
+ * printed. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){.chip = "tpu-v3", .chips = 1, .batch = 128, .epochs = 1.0,
@@ -90,10 +100,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->quiet = true;
             continue;
         }
-        if (!strcmp(f, "--help") || !strcmp(f, "-h"))
-            return usage("the flags are in the comment at the top of the source; got", f);
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            fputs(usage_text, stdout);
+            return 1; /* main exits 0: help asked for */
+        }
         if (i + 1 >= argc)
-            return usage("this flag needs a value", f);
+            return usage(f, "needs a value", "");
         const char *v = argv[++i];
         uint64_t u;
         double x;
@@ -107,7 +119,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
                  !strcmp(f, "--passes") || !strcmp(f, "--eval-examples") ||
                  !strcmp(f, "--warmup") || !strcmp(f, "--decay-steps")) {
             if (parse_u64(v, 0, UINT32_MAX, &u))
-                return usage("expected a whole number from 0 to 4294967295 for", v);
+                return usage(f, "takes a whole number from 0 to 4294967295", v);
             if (!strcmp(f, "--chips")) o->chips = (uint32_t)u;
             else if (!strcmp(f, "--batch")) o->batch = (uint32_t)u;
             else if (!strcmp(f, "--threads")) o->threads = (uint32_t)u;
@@ -117,18 +129,18 @@ static int parse_args(int argc, char **argv, struct opts *o)
             else o->spec.decay_steps = (uint32_t)u;
         } else if (!strcmp(f, "--steps") || !strcmp(f, "--ipl") || !strcmp(f, "--seed")) {
             if (parse_u64(v, !strcmp(f, "--seed") ? 0 : 1, UINT64_MAX / 2, &u))
-                return usage("expected a whole number of at least 1 (0 for --seed) for", v);
+                return usage(f, "takes a whole number of at least 1 (0 too for --seed)", v);
             if (!strcmp(f, "--steps")) o->steps = u;
             else if (!strcmp(f, "--ipl")) o->ipl = u;
             else o->seed = u;
         } else if (!strcmp(f, "--epochs")) {
             if (parse_double(v, 1e-6, 1e6, &x))
-                return usage("expected a number of epochs greater than 0 for --epochs, got", v);
+                return usage(f, "takes a number of epochs greater than 0", v);
             o->epochs = x;
         } else if (!strcmp(f, "--lr") || !strcmp(f, "--momentum") ||
                    !strcmp(f, "--decay-rate") || !strcmp(f, "--weight-decay")) {
             if (parse_double(v, 0.0, 1e6, &x))
-                return usage("expected a number of at least 0 for", v);
+                return usage(f, "takes a number of at least 0", v);
             if (!strcmp(f, "--lr")) o->spec.learning_rate = (float)x;
             else if (!strcmp(f, "--momentum")) o->spec.momentum = (float)x;
             else if (!strcmp(f, "--decay-rate")) o->spec.decay_rate = (float)x;
@@ -137,14 +149,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
             if (!strcmp(v, "sgd")) o->spec.optimizer = TPU_OPT_SGD_MOMENTUM;
             else if (!strcmp(v, "adam")) o->spec.optimizer = TPU_OPT_ADAM;
             else if (!strcmp(v, "adamw")) o->spec.optimizer = TPU_OPT_ADAMW;
-            else return usage("--optimizer takes sgd, adam or adamw; got", v);
+            else return usage(f, "takes sgd, adam or adamw", v);
         } else if (!strcmp(f, "--schedule")) {
             if (!strcmp(v, "constant")) o->spec.schedule = TPU_LR_CONSTANT;
             else if (!strcmp(v, "step")) o->spec.schedule = TPU_LR_STEP;
             else if (!strcmp(v, "cosine")) o->spec.schedule = TPU_LR_COSINE;
-            else return usage("--schedule takes constant, step or cosine; got", v);
+            else return usage(f, "takes constant, step or cosine", v);
         } else {
-            return usage("unknown flag", f);
+            return usage(f, "is not a flag of train_cnn", f);
         }
     }
     o->spec.passes = o->passes;
@@ -234,7 +246,7 @@ int main(int argc, char **argv)
     struct opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
-        return rc;
+        return rc == 1 ? 0 : rc;
     struct tpu_diag d = {0};
     struct tpu_dataset train = {0}, test = {0};
     struct tpu_net *net = NULL;

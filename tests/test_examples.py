@@ -63,7 +63,14 @@ def example_trains_evaluates_and_prints_its_accuracy():
 def example_rejects_an_unknown_flag():
     p = run('--epoch', '1', expect=2)
     assert p.stdout == ''
-    assert "unknown flag '--epoch'" in p.stderr, p.stderr
+    assert "--epoch is not a flag of train_cnn" in p.stderr, p.stderr
+
+
+@case
+def example_prints_its_help():
+    p = run('--help')
+    assert p.stdout.startswith('usage: train_cnn '), p.stdout
+    assert '--model FILE' in p.stdout and p.stderr == ''
 
 
 @case
