@@ -1,5 +1,6 @@
-/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: an MLP on Fashion-MNIST (or any
- * MNIST-format IDX files) on a simulated chip, through the estimator (runtime.h).
+/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: an MLP on Fashion-MNIST (or a user's
+ * data: any MNIST-format IDX set or a NumPy set, via --data DIR) on a simulated chip,
+ * through the estimator (runtime.h).
  *
  * Options come from flags or from a JSON config file (--config FILE); both read one table,
  * which also makes --help, and every value is checked before any work: that is
@@ -285,6 +286,91 @@ static int setup_int8(struct run *r)
     return 0;
 }
 
+/* evaluate and predict: the input width and class count of the MLP that the latest
+ * checkpoint in model_dir holds (w0's rows, the last layer's columns), if it has those
+ * tensors; 0 and 0 otherwise (restoring it then says what does not match). */
+static void checkpoint_mlp_shape(const struct run *r, uint32_t *inputs, uint32_t *classes)
+{
+    struct tpu_diag d = {0};
+    char path[OPT_PATH_MAX + 64], last[16];
+    struct tpu_checkpoint_info info;
+    *inputs = *classes = 0;
+    if (tpu_checkpoint_latest(r->o.rc.model_dir, NULL, path, sizeof path, &d) ||
+        tpu_checkpoint_inspect(path, &info, &d))
+        return;
+    snprintf(last, sizeof last, "w%u", (unsigned)(r->o.spec.n_layers - 1));
+    uint32_t in = 0, out = 0;
+    for (size_t i = 0; i < info.n_tensors; i++) {
+        if (!strcmp(info.tensors[i].name, "w0"))
+            in = info.tensors[i].rows;
+        if (!strcmp(info.tensors[i].name, last))
+            out = info.tensors[i].cols;
+    }
+    if (in && out) {
+        *inputs = in;
+        *classes = out;
+    }
+    tpu_checkpoint_info_free(&info);
+}
+
+/* The data: Fashion-MNIST from the Debian package, or --data DIR (the test set first, so the
+ * training set is checked against its shape from the header). The MLP takes its input width
+ * and class count from the data (train) or from the checkpoint (evaluate, predict), and the
+ * data is checked against it before any work. */
+static int load_data(struct run *r, bool need_train_data)
+{
+    struct tpu_diag d = {0};
+    const char *cmd = r->o.cmd;
+    const char *data = r->o.data[0] ? r->o.data : NULL; /* NULL: the Debian package's path */
+    if (!data) {
+        if ((need_train_data && tpu_dataset_fashion_mnist(NULL, true, &r->train, &d)) ||
+            tpu_dataset_fashion_mnist(NULL, false, &r->test, &d))
+            return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    } else if (tpu_dataset_load_dir(data, false, NULL, &r->test, &d) ||
+               (need_train_data && tpu_dataset_load_dir(data, true, &r->test, &r->train, &d)) ||
+               (need_train_data && tpu_dataset_check_pair(&r->train, &r->test, &d))) {
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    }
+    const struct tpu_dataset *ds = need_train_data ? &r->train : &r->test;
+    if (ds->targets)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--data '%s': %s holds regression targets "
+                              "(%s, %u per example); the --layers MLP trains softmax "
+                              "cross-entropy on integer class labels: give labels of shape (N,)",
+                              data, ds->y_file, ds->y_type, (unsigned)ds->n_targets);
+    uint32_t inputs = ds->n_features;
+    uint32_t classes = r->train.n_classes > r->test.n_classes ? r->train.n_classes
+                                                              : r->test.n_classes;
+    const char *from = "the data";
+    if (!need_train_data || r->o.int8) {
+        uint32_t ck_in, ck_classes;
+        checkpoint_mlp_shape(r, &ck_in, &ck_classes);
+        if (ck_in) {
+            inputs = ck_in;
+            classes = ck_classes;
+            from = "the checkpoint";
+        }
+    }
+    if (classes < 2)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--data '%s': %s holds only the label 0; "
+                              "softmax cross-entropy needs at least 2 classes: give labels "
+                              "of 2 or more classes", data ? data : "", ds->y_file);
+    if (classes > 65536)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--data '%s': %s holds labels up to %u; the "
+                              "--layers MLP has at most 65536 classes: are these class labels?",
+                              data ? data : "", ds->y_file, (unsigned)(classes - 1));
+    const struct tpu_shape flat = {1, 1, inputs};
+    const struct tpu_dataset *check[2] = {&r->test, need_train_data ? &r->train : NULL};
+    for (int k = 0; k < 2; k++)
+        if (check[k] && tpu_dataset_check_model(check[k], flat, TPU_LOSS_SOFTMAX_XENT, classes, &d))
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s (the MLP's input width and classes "
+                                  "come from %s%s)", d.msg, from,
+                                  !strcmp(from, "the data") ? ""
+                                  : ": evaluate and predict on data like the training data");
+    r->o.spec.sizes[0] = inputs;
+    r->o.spec.sizes[r->o.spec.n_layers] = classes;
+    return 0;
+}
+
 static int setup(struct run *r, bool need_train_data)
 {
     struct tpu_diag d = {0};
@@ -292,13 +378,9 @@ static int setup(struct run *r, bool need_train_data)
     int rc = preflight(r);
     if (rc)
         return rc;
-    const char *data = r->o.data[0] ? r->o.data : NULL; /* NULL: the Debian package's path */
-    r->o.spec.sizes[0] = 784;
-    r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
     need_train_data = need_train_data || r->o.int8; /* int8 calibrates on training data */
-    if ((need_train_data && tpu_dataset_fashion_mnist(data, true, &r->train, &d)) ||
-        tpu_dataset_fashion_mnist(data, false, &r->test, &d))
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if ((rc = load_data(r, need_train_data)))
+        return rc;
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &r->chip);
     if (r->o.chips)
@@ -461,12 +543,13 @@ static void print_train_json(const struct run *r, const struct train_result *t)
         snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
     printf("{\"chip\": ");
     tpu__cli_json_string(stdout, r->chip.name);
-    printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
+    printf(", \"replicas\": %u, \"layers\": \"%u-%s-%u\", \"global_step\": "
            "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
            "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
            "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
            "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
-           tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)t->gstep,
+           tpu_device_n_replicas(r->dev), o->spec.sizes[0], o->layers_text,
+           o->spec.sizes[o->spec.n_layers], (unsigned long long)t->gstep,
            o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
            t->last.total_seconds,
            o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", t->train_wall);
@@ -492,8 +575,8 @@ static void print_train_text(const struct run *r, const struct train_result *t)
     const struct train_opts *o = &r->o;
     const double step_s = step_seconds(r, t);
     const bool skipped = t->last.steps == 0; /* the runtime said why (a warning above) */
-    printf("tpusim train: MLP 784-%s-10 on %s, %u replica%s, %s matmul inputs, %s\n",
-           o->layers_text, r->chip.name, tpu_device_n_replicas(r->dev),
+    printf("tpusim train: MLP %u-%s-%u on %s, %u replica%s, %s matmul inputs, %s\n",
+           o->spec.sizes[0], o->layers_text, o->spec.sizes[o->spec.n_layers], r->chip.name, tpu_device_n_replicas(r->dev),
            tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)",
            o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
@@ -649,12 +732,13 @@ static int cmd_predict(struct run *r)
     struct tpu_dataset_input tin;
     tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
-    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
+    const size_t classes = r->o.spec.sizes[r->o.spec.n_layers];
+    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * classes * sizeof(float)) : NULL;
     if (r->o.output[0] && !p.out) {
         tpu_dataset_input_free(&tin);
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "out of memory for %u examples' logits "
                               "(%zu bytes); give --limit", r->test.n_examples,
-                              (size_t)r->test.n_examples * 10 * sizeof(float));
+                              (size_t)r->test.n_examples * classes * sizeof(float));
     }
     uint64_t n = 0;
     rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
