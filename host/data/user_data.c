@@ -335,10 +335,14 @@ int tpu_dataset_check_model(const struct tpu_dataset *ds, struct tpu_shape input
         char a[320], st[48];
         holds_text(x_name(ds), s, a, sizeof a);
         tpu__shape_text(input, st, sizeof st);
-        return tpu__fail(d, TPU_ESHAPE, "%s; the model's input is %s%s (%llu): give data of "
-                         "the model's input shape, or a model whose input is the data's", a,
-                         st, input.h == 1 && input.w == 1 ? " values" : "",
-                         (unsigned long long)want);
+        char in_text[96];
+        if (input.h == 1 && input.w == 1)
+            snprintf(in_text, sizeof in_text, "%s values", st);
+        else
+            snprintf(in_text, sizeof in_text, "%s (%llu)", st, (unsigned long long)want);
+        return tpu__fail(d, TPU_ESHAPE, "%s; the model's input is %s: give data of the "
+                         "model's input shape, or a model whose input is the data's", a,
+                         in_text);
     }
     if (loss == TPU_LOSS_SOFTMAX_XENT && !ds->y)
         return tpu__fail(d, TPU_ESHAPE, "%s holds regression targets (%s, %u per example); "
