@@ -250,6 +250,7 @@ uint32_t tpu_dataset_gather(const struct tpu_dataset *ds, const uint32_t *perm, 
     for (uint32_t k = 0; k < n_real; k++) {
         const uint32_t i = perm ? perm[start + k] : (uint32_t)(start + k);
         assert(i < ds->n_examples); /* perm must hold indices of ds */
+        assert(!y || ds->y);          /* a dataset of targets: tpu_dataset_gather_targets */
         if (x)
             memcpy(x + (size_t)k * nf, ds->x + (size_t)i * nf, nf * sizeof *x);
         if (y)
