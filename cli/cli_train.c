@@ -1,5 +1,6 @@
-/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: an MLP on Fashion-MNIST (or any
- * MNIST-format IDX files) on a simulated chip, through the estimator (runtime.h).
+/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: an MLP on Fashion-MNIST (or a user's
+ * data: any MNIST-format IDX set or a NumPy set, via --data DIR) on a simulated chip,
+ * through the estimator (runtime.h).
  *
  * Options come from flags or from a JSON config file (--config FILE); both read one table,
  * which also makes --help, and every value is checked before any work: that is
@@ -285,6 +286,13 @@ static int setup_int8(struct run *r)
     return 0;
 }
 
+/* The data, then the MLP's input width and classes from it (cli_train_data.c). */
+static int load_data(struct run *r, bool need_train_data)
+{
+    int rc = tpu__cli_train_load_data(&r->o, need_train_data, &r->train, &r->test);
+    return rc ? rc : tpu__cli_train_fit_mlp(&r->o, need_train_data, &r->train, &r->test);
+}
+
 static int setup(struct run *r, bool need_train_data)
 {
     struct tpu_diag d = {0};
@@ -292,13 +300,9 @@ static int setup(struct run *r, bool need_train_data)
     int rc = preflight(r);
     if (rc)
         return rc;
-    const char *data = r->o.data[0] ? r->o.data : NULL; /* NULL: the Debian package's path */
-    r->o.spec.sizes[0] = 784;
-    r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
     need_train_data = need_train_data || r->o.int8; /* int8 calibrates on training data */
-    if ((need_train_data && tpu_dataset_fashion_mnist(data, true, &r->train, &d)) ||
-        tpu_dataset_fashion_mnist(data, false, &r->test, &d))
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if ((rc = load_data(r, need_train_data)))
+        return rc;
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &r->chip);
     if (r->o.chips)
@@ -461,12 +465,13 @@ static void print_train_json(const struct run *r, const struct train_result *t)
         snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
     printf("{\"chip\": ");
     tpu__cli_json_string(stdout, r->chip.name);
-    printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
+    printf(", \"replicas\": %u, \"layers\": \"%u-%s-%u\", \"global_step\": "
            "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
            "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
            "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
            "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
-           tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)t->gstep,
+           tpu_device_n_replicas(r->dev), o->spec.sizes[0], o->layers_text,
+           o->spec.sizes[o->spec.n_layers], (unsigned long long)t->gstep,
            o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
            t->last.total_seconds,
            o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", t->train_wall);
@@ -492,8 +497,8 @@ static void print_train_text(const struct run *r, const struct train_result *t)
     const struct train_opts *o = &r->o;
     const double step_s = step_seconds(r, t);
     const bool skipped = t->last.steps == 0; /* the runtime said why (a warning above) */
-    printf("tpusim train: MLP 784-%s-10 on %s, %u replica%s, %s matmul inputs, %s\n",
-           o->layers_text, r->chip.name, tpu_device_n_replicas(r->dev),
+    printf("tpusim train: MLP %u-%s-%u on %s, %u replica%s, %s matmul inputs, %s\n",
+           o->spec.sizes[0], o->layers_text, o->spec.sizes[o->spec.n_layers], r->chip.name, tpu_device_n_replicas(r->dev),
            tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)",
            o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
@@ -649,12 +654,13 @@ static int cmd_predict(struct run *r)
     struct tpu_dataset_input tin;
     tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
-    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
+    const size_t classes = r->o.spec.sizes[r->o.spec.n_layers];
+    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * classes * sizeof(float)) : NULL;
     if (r->o.output[0] && !p.out) {
         tpu_dataset_input_free(&tin);
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "out of memory for %u examples' logits "
                               "(%zu bytes); give --limit", r->test.n_examples,
-                              (size_t)r->test.n_examples * 10 * sizeof(float));
+                              (size_t)r->test.n_examples * classes * sizeof(float));
     }
     uint64_t n = 0;
     rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);

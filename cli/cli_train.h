@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tpusim/dataset.h"
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
 
@@ -42,5 +43,17 @@ struct train_opts {
 /* Fills o (whose cmd is set: "train", "evaluate" or "predict") from the defaults and argv.
  * Returns 0, TPU__CLI_HELP after printing the help, or an exit code after an error (printed). */
 int tpu__cli_train_parse_args(int argc, char **argv, struct train_opts *o);
+
+/* Loads the data (--data DIR, else Fashion-MNIST from the Debian package): the test set, and
+ * the training set too if need_train_data, checked against each other. The caller owns both
+ * datasets (tpu_dataset_free). 0, or the exit code after printing the error. (cli_train_data.c) */
+int tpu__cli_train_load_data(const struct train_opts *o, bool need_train_data,
+                             struct tpu_dataset *train, struct tpu_dataset *test);
+
+/* Sets the --layers MLP's input width and class count (o->spec.sizes) from the data, or for
+ * evaluate and predict (and --int8) from the latest checkpoint in model_dir, and checks the
+ * data against them. 0, or the exit code after printing the error. (cli_train_data.c) */
+int tpu__cli_train_fit_mlp(struct train_opts *o, bool need_train_data,
+                           const struct tpu_dataset *train, const struct tpu_dataset *test);
 
 #endif

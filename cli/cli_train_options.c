@@ -137,7 +137,8 @@ static const struct tpu__cli_opt train_opts_table[] = {
 
     {.name = "--layers", .kind = TPU__CLI_CUSTOM, .set = set_layers, .max_chars = OPT_TEXT_MAX,
      .arg = "512,256", .group = "model and data",
-     .help = "hidden layer widths (default 512,256); input 784, 10 classes"},
+     .help = "hidden layer widths (default 512,256); input width\n"
+             "and classes from the data (784, 10 for Fashion-MNIST)"},
     {.name = "--optimizer", .kind = TPU__CLI_ENUM, T(spec.optimizer), .words = optimizer_words,
      .values = optimizer_values, .help = "default adam (learning rate 0.001); sgd: momentum"},
     {.name = "--learning-rate", .kind = TPU__CLI_DOUBLE, T(spec.learning_rate), .lo = 1e-9,
@@ -156,7 +157,13 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .only = passes_only, .n_only = 3, .values_help = "(bf16, XLA HIGH, XLA HIGHEST)",
      .help = "matmul precision: bf16 inputs (default), or fp32 in passes"},
     {.name = "--data", .kind = TPU__CLI_TEXT, T(data), PATH, .arg = "DIR",
-     .help = "Fashion-MNIST files (default: the Debian package's path)"},
+     .help = "a directory holding an IDX set (Fashion-MNIST's\n"
+             "names, or train-images*, train-labels*, t10k-images*,\n"
+             "t10k-labels*) or a NumPy set: x_train.npy, y_train.npy,\n"
+             "x_test.npy, y_test.npy (Keras's load_data names);\n"
+             "x (N,h,w,c), (N,h,w) or (N,features), y (N,) labels;\n"
+             "uint8 scales by 1/255, other types are taken as they\n"
+             "are (default: Fashion-MNIST, the Debian package's path)"},
     {.name = "--seed", .kind = TPU__CLI_U64, T(rc.seed), .min = 0, .max = UINT64_MAX, .arg = "N",
      .help = "initialization and shuffling (default 1)"},
     {.name = "--reference", .kind = TPU__CLI_FLAG, T(reference), .scope = CMD_TRAIN,
