@@ -37,7 +37,7 @@
 #include "tpusim/runtime.h"
 
 #define SHOW_PATH_MAX 4000
-#define SHOW_BATCH_PER_CORE 128 /* the default global batch is this per core (replica) */
+#define SHOW_BATCH_PER_CORE 64 /* the default global batch is this per core (replica) */
 
 struct show_opts {
     const char *file; /* the operand */
@@ -53,8 +53,8 @@ static const struct tpu__cli_opt show_opts_table[] = {
              "every core a replica; its matrix unit must take bf16"},
     {.name = "--batch", .kind = TPU__CLI_U64, TPU__CLI_FIELD(struct show_opts, batch), .min = 1,
      .max = 1u << 24, .arg = "N",
-     .help = "global batch of the training step (default 128 per\n"
-             "core: 256 on tpu-v3); a multiple of the chip's cores"},
+     .help = "global batch of the training step (default 64 per\n"
+             "core: 128 on tpu-v3); a multiple of the chip's cores"},
     {.name = "--json", .kind = TPU__CLI_FLAG, TPU__CLI_FIELD(struct show_opts, json),
      .help = "the table as a JSON object"},
 };
@@ -213,7 +213,9 @@ static int measure(const struct tpu_net *net, struct profile *p)
     tpu_dataset_input_init(&in, &ds, 1);
     if (tpu_estimator_create(dev, &rcfg, &model, &hook, 1, &est, &d) ||
         tpu_estimator_train(est, &in.input, 2, 0, &d)) {
-        tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+        /* the likely failure: the step does not fit the core's HBM at this batch */
+        tpu__cli_error(cmd, TPU_CLI_FAIL, "--batch %u on %s: %s", p->batch, p->chip.name,
+                       d.msg);
         goto out;
     }
     if (pr.loops != 2) {
@@ -289,7 +291,7 @@ static void print_text(const struct show_opts *o, const struct tpu_net *net,
     printf("model '%s' (%s): one training step at global batch %u on %s (%u cores, %u per "
            "replica), Adam, bf16 matmul inputs\n", tpu_net_name(net), o->file, p->batch,
            p->chip.name, p->cores, p->batch / p->cores);
-    printf("%-24s %-14s %-12s %12s %15s %11s %7s %8s  %s\n", "layer", "type", "output",
+    printf("%-24s %-17s %-12s %12s %15s %11s %7s %8s  %s\n", "layer", "type", "output",
            "params", "FLOPs/example", "time (us)", "share", "MXU util", "bound");
     for (uint32_t i = 0; i < n_layers + 2; i++) {
         const char *name, *type;
@@ -307,7 +309,7 @@ static void print_text(const struct show_opts *o, const struct tpu_net *net,
         }
         macs += r->macs;
         const char *bound = bound_of(r);
-        printf("%-24s %-14s %-12s %12s %15s %11.1f %6.1f%% %7.1f%%  %s\n", name, type, shape,
+        printf("%-24s %-17s %-12s %12s %15s %11.1f %6.1f%% %7.1f%%  %s\n", name, type, shape,
                params, fl, seconds(p, r->cycles) * 1e6,
                p->step_cycles ? 100.0 * (double)r->cycles / (double)p->step_cycles : 0,
                100 * mxu_util(p, r), bound ? bound : "-");

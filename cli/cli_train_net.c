@@ -77,8 +77,8 @@ void tpu__cli_train_describe(const struct train_opts *o, const struct tpu_net *n
     const char *file = strrchr(o->model_file, '/');
     char count[32];
     tpu__cli_group_digits(params, count, sizeof count);
-    snprintf(buf, size, "model '%s' (%s: %u layers, %s params)", tpu_net_name(net),
-             file ? file + 1 : o->model_file, n - 1, count);
+    snprintf(buf, size, "model '%s' (%s: %u layer%s, %s params)", tpu_net_name(net),
+             file ? file + 1 : o->model_file, n - 1, n == 2 ? "" : "s", count);
 }
 
 void tpu__cli_train_optimizer_text(const struct train_opts *o, bool net, char *buf,

@@ -419,7 +419,7 @@ static int check_model_options(const struct train_opts *o)
                               "%s: give --lr-schedule step or cosine with it, or leave it "
                               "out", sched_opt, o->schedule_given ? "the schedule is constant"
                               : "no --lr-schedule was given");
-    if (t->schedule == TPU_LR_STEP && o->warmup_given)
+    if (t->schedule == TPU_LR_STEP && t->warmup_steps > 0)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--warmup-steps is the cosine schedule's "
                               "linear warm-up; the step schedule has none: give --lr-schedule "
                               "cosine, or leave --warmup-steps out");
