@@ -94,6 +94,7 @@ void tpu__cli_train_optimizer_text(const struct train_opts *o, bool net, char *b
         snprintf(buf, size, "%s, step schedule (x %g every %u steps)", name,
                  (double)t->decay_rate, t->decay_steps);
     else
-        snprintf(buf, size, "%s, cosine schedule (warm-up %u steps, then %u steps down to "
-                 "x %g)", name, t->warmup_steps, t->decay_steps, (double)t->decay_rate);
+        snprintf(buf, size, "%s, cosine schedule (warm-up %u step%s, then %u steps down to "
+                 "x %g)", name, t->warmup_steps, t->warmup_steps == 1 ? "" : "s",
+                 t->decay_steps, (double)t->decay_rate);
 }
