@@ -325,15 +325,16 @@ static int setup(struct run *r, bool need_train_data)
         return rc;
     if (tpu_device_open(&s, &r->dev, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
-    /* the spec's batch fields are the runtime's business; check the rest now (a net's spec
-     * was checked with the data) */
-    struct tpu_mlp_spec check = r->o.spec;
-    check.batch_per_replica = check.global_batch = 1;
-    struct tpu_mlp_program mp;
-    if (!r->net && tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
-        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
-    if (!r->net)
+    if (!r->net) {
+        /* the spec's batch fields are the runtime's business; check the rest now (a net's
+         * spec was checked with the data) */
+        struct tpu_mlp_spec check = r->o.spec;
+        check.batch_per_replica = check.global_batch = 1;
+        struct tpu_mlp_program mp;
+        if (tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
         tpu_mlp_program_free(&mp);
+    }
     struct tpu_run_config cfg = r->o.rc;
     if (r->net) {
         if (tpu_net_model(&r->model, r->net, &r->o.tspec, &d))
