@@ -3,10 +3,11 @@
 #include "net_ref.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util.h"
 
 #define REF_MAX_LAYER_PARAMS 4
 
@@ -47,18 +48,6 @@ struct net_ref {
     uint32_t batch;               /* of the last forward, 0 before */
     bool training;
 };
-
-static int fail(struct tpu_diag *d, int code, const char *fmt, ...)
-{
-    if (d) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->msg, sizeof d->msg, fmt, ap);
-        va_end(ap);
-        d->code = code;
-    }
-    return code;
-}
 
 static size_t shape_size(struct tpu_shape s)
 {
@@ -122,7 +111,7 @@ static int expect_shape(struct ref_layer *L, const struct ref_layer *in1, struct
         *o = ds->target;
         return shape_size(*o) == shape_size(x)
                    ? 0
-                   : fail(d, TPU_ESHAPE, "reference: reshape '%s' changes the size", L->name);
+                   : tpu__fail(d, TPU_ESHAPE, "reference: reshape '%s' changes the size", L->name);
     case TPU_LAYER_RELU:
     case TPU_LAYER_DROPOUT:
     case TPU_LAYER_BATCH_NORM:
@@ -130,11 +119,11 @@ static int expect_shape(struct ref_layer *L, const struct ref_layer *in1, struct
         return 0;
     case TPU_LAYER_ADD:
         if (!in1 || in1->info.out.h != x.h || in1->info.out.w != x.w || in1->info.out.c != x.c)
-            return fail(d, TPU_ESHAPE, "reference: add '%s' of two shapes", L->name);
+            return tpu__fail(d, TPU_ESHAPE, "reference: add '%s' of two shapes", L->name);
         *o = x;
         return 0;
     default:
-        return fail(d, TPU_EINVAL, "reference: layer '%s' has kind %d, not one it knows",
+        return tpu__fail(d, TPU_EINVAL, "reference: layer '%s' has kind %d, not one it knows",
                     L->name, (int)L->info.kind);
     }
 }
@@ -151,12 +140,12 @@ int net_ref_create(const struct tpu_net *net, struct net_ref **out, struct tpu_d
     r->params = calloc((size_t)r->n_layers * REF_MAX_LAYER_PARAMS, sizeof *r->params);
     int rc = r->layers && r->params ? 0 : TPU_ENOMEM;
     if (!rc && tpu_net_output(net, &r->out_tensor, &r->loss))
-        rc = fail(d, TPU_EINVAL, "reference: the net has no output (tpu_net_set_output)");
+        rc = tpu__fail(d, TPU_EINVAL, "reference: the net has no output (tpu_net_set_output)");
     for (uint32_t i = 0; !rc && i < r->n_layers; i++) {
         struct ref_layer *L = &r->layers[i];
         rc = tpu_net_layer(net, i, &L->info);
         if (rc) {
-            fail(d, rc, "reference: tpu_net_layer(%u) failed", i);
+            tpu__fail(d, rc, "reference: tpu_net_layer(%u) failed", i);
             break;
         }
         snprintf(L->name, sizeof L->name, "%s", L->info.name);
@@ -166,7 +155,7 @@ int net_ref_create(const struct tpu_net *net, struct net_ref **out, struct tpu_d
             continue;
         if (L->info.n_in < 1 || L->info.n_in > 2 || L->info.in[0] >= i ||
             (L->info.n_in == 2 && L->info.in[1] >= i)) {
-            rc = fail(d, TPU_EINVAL, "reference: layer '%s' reads a later tensor", L->name);
+            rc = tpu__fail(d, TPU_EINVAL, "reference: layer '%s' reads a later tensor", L->name);
             break;
         }
         L->in_shape = r->layers[L->info.in[0]].info.out;
@@ -175,7 +164,7 @@ int net_ref_create(const struct tpu_net *net, struct net_ref **out, struct tpu_d
         if (rc)
             break;
         if (o.h != L->info.out.h || o.w != L->info.out.w || o.c != L->info.out.c) {
-            rc = fail(d, TPU_ESHAPE,
+            rc = tpu__fail(d, TPU_ESHAPE,
                       "reference: layer '%s' (%s) outputs %ux%ux%u by the net but %ux%ux%u by "
                       "the reference",
                       L->name, tpu_layer_kind_name(L->info.kind), L->info.out.h,
@@ -470,7 +459,7 @@ int net_ref_forward(struct net_ref *r, const struct net_ref_run *run, const doub
 {
     free_activations(r);
     if (batch == 0)
-        return fail(d, TPU_EINVAL, "reference: a batch of 0 examples");
+        return tpu__fail(d, TPU_EINVAL, "reference: a batch of 0 examples");
     for (uint32_t i = 0; i < r->n_params; i++)
         r->params[i].has_upd = false;
     r->training = run->training;
@@ -519,7 +508,7 @@ int net_ref_forward(struct net_ref *r, const struct net_ref_run *run, const doub
             }
             if (!run->mask) {
                 free_activations(r);
-                return fail(d, TPU_EINVAL,
+                return tpu__fail(d, TPU_EINVAL,
                             "reference: dropout '%s' in training needs a mask function",
                             L->name);
             }
@@ -541,7 +530,7 @@ int net_ref_forward(struct net_ref *r, const struct net_ref_run *run, const doub
                 g = run->bn_group;
             if (batch % g) {
                 free_activations(r);
-                return fail(d, TPU_EINVAL,
+                return tpu__fail(d, TPU_EINVAL,
                             "reference: batch norm '%s': a batch of %u in groups of %u", L->name,
                             batch, g);
             }
@@ -585,7 +574,7 @@ int net_ref_loss(struct net_ref *r, const int32_t *labels, const double *targets
                  double *per_example, struct tpu_diag *d)
 {
     if (!r->batch)
-        return fail(d, TPU_EINVAL, "reference: the loss before a forward pass");
+        return tpu__fail(d, TPU_EINVAL, "reference: the loss before a forward pass");
     struct ref_layer *O = &r->layers[r->out_tensor];
     uint32_t B = r->batch;
     for (uint32_t i = 0; i < r->n_layers; i++)
@@ -598,7 +587,7 @@ int net_ref_loss(struct net_ref *r, const int32_t *labels, const double *targets
         double l = 0.0;
         if (r->loss == TPU_LOSS_SOFTMAX_XENT) {
             if (!labels || labels[n] < 0 || (size_t)labels[n] >= S)
-                return fail(d, TPU_ERANGE, "reference: label %d of example %u not in [0, %zu)",
+                return tpu__fail(d, TPU_ERANGE, "reference: label %d of example %u not in [0, %zu)",
                             labels ? labels[n] : -1, n, S);
             double zmax = z[0];
             for (size_t k = 1; k < S; k++)
@@ -611,7 +600,7 @@ int net_ref_loss(struct net_ref *r, const int32_t *labels, const double *targets
                 dz[k] = (exp(z[k] - zmax) / se - (k == (size_t)labels[n])) / B;
         } else {
             if (!targets)
-                return fail(d, TPU_EINVAL, "reference: mean squared error needs targets");
+                return tpu__fail(d, TPU_EINVAL, "reference: mean squared error needs targets");
             const double *t = targets + (size_t)n * S;
             for (size_t k = 0; k < S; k++) {
                 l += (z[k] - t[k]) * (z[k] - t[k]);
@@ -749,7 +738,7 @@ static void bwd_batch_norm(struct net_ref *r, struct ref_layer *L, double *dx, c
 int net_ref_backward(struct net_ref *r, struct tpu_diag *d)
 {
     if (!r->batch)
-        return fail(d, TPU_EINVAL, "reference: the backward pass before a forward pass");
+        return tpu__fail(d, TPU_EINVAL, "reference: the backward pass before a forward pass");
     uint32_t B = r->batch;
     for (uint32_t i = 0; i < r->n_params; i++)
         memset(r->params[i].g, 0, r->params[i].count * sizeof *r->params[i].g);
