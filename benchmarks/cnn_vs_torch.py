@@ -8,7 +8,8 @@ chip, 2 replicas), bf16 matmul inputs, Adam, with as many host threads as CPUs, 
 warm-up step, then runs one round of N steps each time this script asks, and waits idle in
 between. PyTorch's side runs in this process: the same layers, the same global batch, fp32,
 Adam (Keras's epsilon 1e-7), softmax cross-entropy, `torch.set_num_threads` = the
-simulator's host threads, warm-up steps excluded; one step is zero_grad, forward, loss,
+simulator's host threads, OMP_WAIT_POLICY=PASSIVE unless the environment sets it (see
+main), warm-up steps excluded; one step is zero_grad, forward, loss,
 backward and the optimizer's step on a batch already in memory.
 
 The machine is shared, so the two alternate: each round runs the simulator's N steps, then
@@ -149,6 +150,12 @@ def main():
     args.batch = args.batch or (128 if args.model == "cnn" else 512)
     args.steps = args.steps or (4 if args.model == "cnn" else 20)
     limit = 1.5 if args.model == "cnn" else 1.0
+    # GNU OpenMP's threads spin while they wait (OMP_WAIT_POLICY unset means ACTIVE for a
+    # while); on a shared machine a spinning thread takes the CPU its sibling needs, and
+    # PyTorch's step measured 4 to 10 times slower that way under load here. PASSIVE (they
+    # sleep, as the simulator's workers do) gives PyTorch its best; an OMP_WAIT_POLICY in the
+    # environment is kept. It must be set before torch loads the OpenMP runtime.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import torch
     except ImportError as e:
@@ -183,7 +190,8 @@ def main():
     s_t, p_t, ratios = [], {name: [] for name, _ in peers}, []
     print(f"{args.model}: {what}")
     print(f"PyTorch {torch.__version__} on CPU: the same layers, global batch {args.batch}, "
-          f"fp32, Adam, {torch.get_num_threads()} threads")
+          f"fp32, Adam, {torch.get_num_threads()} threads, "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
     for r in range(args.rounds):
         order = ["sim"] + [name for name, _ in peers]
         if r % 2:
