@@ -183,7 +183,8 @@ def main():
             raise SystemExit("cnn_vs_torch.py: bench_net stopped; see its message above")
         return float(line)
 
-    layouts = [("NCHW", False)] + ([("channels_last", True)] if args.model == "cnn" else [])
+    layouts = ([("NCHW", False), ("channels_last", True)] if args.model == "cnn"
+               else [("", False)])  # a dense model has one layout
     peers = [(name, Torch(torch, args, cl)) for name, cl in layouts]
     for _, p in peers:
         p.steps(args.warmup)
@@ -208,16 +209,18 @@ def main():
             p_t[name].append(row[name])
         ratios.append(row["sim"] / best)
         print(f"  round {r + 1}: simulator {row['sim'] * 1e3:8.2f} ms, " +
-              ", ".join(f"PyTorch {name} {row[name] * 1e3:8.2f} ms" for name, _ in peers) +
+              ", ".join(f"PyTorch {name + ' ' if name else ''}{row[name] * 1e3:8.2f} ms"
+                        for name, _ in peers) +
               f", ratio {ratios[-1]:.3f}", flush=True)
     sim.stdin.close()
     rc = sim.wait()
     if rc:
         print(f"cnn_vs_torch.py: bench_net exited with status {rc}")
         return 1
-    print(f"  functional step (simulator)  {spread(s_t)}")
+    print(f"  {'functional step (simulator)':33s}{spread(s_t)}")
     for name, _ in peers:
-        print(f"  PyTorch CPU step, {name:13s} {spread(p_t[name])}")
+        label = f"PyTorch CPU step, {name}" if name else "PyTorch CPU step"
+        print(f"  {label:33s}{spread(p_t[name])}")
     ratio = statistics.median(ratios)
     verdict = "met" if ratio <= limit else "NOT met"
     print(f"  ratio simulator / PyTorch = {ratio:.3f} (limit {limit}; median of {args.rounds} "
