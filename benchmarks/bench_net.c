@@ -277,6 +277,7 @@ static int serve(const char *model, uint32_t chips, uint32_t global, int steps_o
     int rc = 0;
     while (fgets(line, sizeof line, stdin)) {
         int steps = atoi(line);
+        line[strcspn(line, "\n")] = '\0';
         if (steps < 1) {
             fprintf(stderr, "bench_net: a round needs a step count of at least 1; got '%s'\n",
                     line);
