@@ -581,7 +581,7 @@ static int add_layer(const struct mf *m, struct tpu_net *net, size_t i, uint32_t
     const char *kinds[TPU_LAYER_KIND_COUNT - 1];
     for (int k = TPU_LAYER_INPUT + 1; k < TPU_LAYER_KIND_COUNT; k++)
         kinds[k - 1] = tpu_layer_kind_name((enum tpu_layer_kind)k);
-    unsigned choice;
+    unsigned choice = 0; /* set by get_choice (gcc -O3 cannot see it) */
     if (json_is_string(type) && !strcmp(json_string_value(type), "input"))
         return fail_at(m, layer_key(i, "type"), TPU_EPARSE,
                        "\"type\" \"input\" is not a layer: the input is the model's "
