@@ -621,6 +621,7 @@ static void test_verify_errors(void **state)
         {"x = rsqrt t\n", "rsqrt needs attribute eps=<float>"},
         {"g = dropout_mask var=step alpha=0.5\n", "dropout_mask needs attribute imm=<int>"},
         {"g = dropout_mask imm=3\n", "dropout_mask needs attribute var=<variable>"},
+        {"g = dropout_mask var=step imm=3\n", "dropout_mask needs attribute alpha=<float>"},
         {"w, m = sgd_momentum x alpha=1 schedule=step decay_steps=2 decay_rate=0.5\n",
          "sgd_momentum with a schedule other than constant needs attribute var=<variable>"},
         {"w, m = sgd_momentum x alpha=1 schedule=linear\n", "schedule=linear is not known; "

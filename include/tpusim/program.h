@@ -246,8 +246,8 @@ enum tpu_buf_kind {
     X(COUNT_ROWS, "count_rows", OPERANDS, 1, 1, ("y", "labels"), NONE, 0, COUNT_ROWS, 0, 0, VPU,   \
       2, count_rows)                                                                               \
     X(DROPOUT_MASK, "dropout_mask", OPERANDS, 1, 0, ("mask"), NONE, 0, DROPOUT,                    \
-      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA, TPU_ATTR_VAR | TPU_ATTR_IMM, VPU, 14,          \
-      dropout_mask)                                                                                \
+      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA,                                                \
+      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA, VPU, 14, dropout_mask)                         \
     X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,        \
       OPTIMIZER,                                                                                   \
       TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_SCHEDULE,          \
