@@ -1,7 +1,7 @@
 /* The window ops and reshape in device programs (include/tpusim/program.h): their text form
  * (the window group's eleven fields, print -> parse -> print identical), their parse errors,
- * and every verifier error of rule T9 (sim/program/program_verify_window.c), each checked by
- * the text of its message: it names the op, the field or operand, and the rule. */
+ * and every verifier error of rules T12 and T13 (sim/program/program_verify_window.c), each
+ * checked by the text of its message: it names the op, the field or operand, and the rule. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -572,7 +572,7 @@ void tpu_train_spec_default(struct tpu_train_spec *s)
     s->beta2 = 0.999f;
     s->epsilon = 1e-7f;
     s->weight_decay = 0.004f;
-    s->schedule = TPU_LR_CONSTANT;
+    s->schedule = TPU_SCHEDULE_CONSTANT;
 }
 
 int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
@@ -609,9 +609,9 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
         return tpu__fail(d, TPU_EINVAL, "l2 %g with adamw: AdamW decays the weights itself "
                          "(weight_decay); set l2 to 0, or use adam or sgd", (double)s->l2);
     switch (s->schedule) {
-    case TPU_LR_CONSTANT:
+    case TPU_SCHEDULE_CONSTANT:
         break;
-    case TPU_LR_STEP:
+    case TPU_SCHEDULE_STEP:
         if (s->decay_steps < 1)
             return tpu__fail(d, TPU_EINVAL, "the step schedule needs decay_steps >= 1 (the "
                              "steps between decays); got 0");
@@ -620,7 +620,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
                              "(0, 1] (e.g. 0.5 halves the rate every decay_steps)",
                              (double)s->decay_rate);
         break;
-    case TPU_LR_COSINE:
+    case TPU_SCHEDULE_COSINE:
         if (s->decay_steps < 1)
             return tpu__fail(d, TPU_EINVAL, "the cosine schedule needs decay_steps >= 1 (the "
                              "steps of the cosine after the warm-up); got 0");
@@ -633,7 +633,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
         return tpu__fail(d, TPU_EINVAL, "schedule %d: use constant, step or cosine",
                          (int)s->schedule);
     }
-    if (s->schedule != TPU_LR_COSINE && s->warmup_steps)
+    if (s->schedule != TPU_SCHEDULE_COSINE && s->warmup_steps)
         return tpu__fail(d, TPU_EINVAL, "warmup_steps %u needs the cosine schedule (only it "
                          "has a warm-up); set schedule cosine, or warmup_steps 0",
                          s->warmup_steps);

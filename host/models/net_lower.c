@@ -53,6 +53,7 @@
 
 #include "models/builder.h"
 #include "models/net_int.h"
+#include "rng.h"
 #include "util.h"
 
 #define N TPU_NO_BUF
@@ -545,7 +546,7 @@ static void optimizer_update(struct lower *s, uint32_t i, int k)
     const struct lw *w = &s->lw[i];
     struct tpu_op_attrs at = attrs0();
     at.alpha = sp->learning_rate;
-    if (sp->schedule != TPU_LR_CONSTANT) {
+    if (sp->schedule != TPU_SCHEDULE_CONSTANT) {
         at.schedule = (int32_t)sp->schedule;
         at.warmup = sp->warmup_steps;
         at.decay_steps = sp->decay_steps;

@@ -174,15 +174,6 @@ int tpu_net_output(const struct tpu_net *net, uint32_t *tensor, enum tpu_loss *l
 
 /* ---- training, and lowering to programs ---------------------------------------------------- */
 
-enum tpu_lr_schedule_kind {
-    TPU_LR_CONSTANT = 0,
-    TPU_LR_STEP,      /* lr * decay_rate^floor(step / decay_steps): Keras ExponentialDecay with
-                         staircase=True */
-    TPU_LR_COSINE,    /* linear warm-up from 0 over warmup_steps, then cosine from lr down to
-                         lr * decay_rate over decay_steps (Keras CosineDecay with warmup,
-                         alpha = decay_rate) */
-};
-
 struct tpu_train_spec {
     unsigned passes;                 /* matmul precision: 1 (bf16 inputs), 3 or 6 */
     enum tpu_optimizer optimizer;    /* SGD with momentum, Adam, AdamW */
@@ -191,7 +182,7 @@ struct tpu_train_spec {
     float beta1, beta2, epsilon;     /* Adam, AdamW */
     float weight_decay;              /* AdamW's decoupled decay (Keras default 0.004) */
     float l2;                        /* SGD and Adam: decay added to the gradients */
-    enum tpu_lr_schedule_kind schedule;
+    enum tpu_lr_schedule schedule;   /* program.h's: constant, step or cosine */
     uint32_t warmup_steps, decay_steps;
     float decay_rate;
     uint64_t seed;                   /* the dropout masks' seed, mixed with each dropout

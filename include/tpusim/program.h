@@ -175,7 +175,7 @@ enum tpu_buf_kind {
  *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
  *             their param and state buffers in place), else 0
  *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify*.c,
- *             rules T1-T11 and T9w): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
+ *             rules T1-T13): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
  *             broadcasts), F32 (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE,
  *             WINDOW, RESHAPE, SOFTMAX_XENT, CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE,
  *             PERMUTE, MSE, COUNT_ROWS, DROPOUT
@@ -307,11 +307,15 @@ struct tpu_window {
     uint32_t ho, wo;   /* output positions */
 };
 
-/* The optimizers' learning-rate schedules (the same numbers as net.h's tpu_lr_schedule_kind). */
+/* The optimizers' learning-rate schedules (tpu_lr_schedule_value gives the formulas); net.h's
+ * tpu_train_spec uses them too. */
 enum tpu_lr_schedule {
     TPU_SCHEDULE_CONSTANT = 0,
-    TPU_SCHEDULE_STEP = 1,
-    TPU_SCHEDULE_COSINE = 2,
+    TPU_SCHEDULE_STEP = 1,   /* lr * decay_rate^floor(step / decay_steps): Keras
+                                ExponentialDecay with staircase=True */
+    TPU_SCHEDULE_COSINE = 2, /* linear warm-up from 0 over warmup steps, then cosine from lr
+                                down to lr * decay_rate over decay_steps (Keras CosineDecay
+                                with warmup, alpha = decay_rate) */
 };
 
 /* Attributes; each op reads the ones its description above names (tpu_opcode_attrs), the

@@ -21,7 +21,8 @@
  *               seed = imm as uint64, step = vars[var], replica = the core's replica. Element
  *               i (row-major) = tpu_dropout_mask_value(seed, step, replica, i, rate).
  *
- * The mask's hash. mix(z) is splitmix64's output function:
+ * The mask's hash. mix(z) is splitmix64's step and output function (tpu__mix64 in
+ * common/rng.h):
  *     z = z + 0x9e3779b97f4a7c15; z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
  *     z = (z ^ (z >> 27)) * 0x94d049bb133111eb; mix = z ^ (z >> 31)     (uint64, wrapping)
  * key = mix(mix(mix(seed) ^ (uint64)step) ^ replica); h = mix(key ^ index);
@@ -32,6 +33,7 @@
 #include <math.h>
 
 #include "ops_int.h"
+#include "rng.h"
 #include "util.h"
 
 /* ---- the public value functions ----------------------------------------------------------- */
@@ -54,19 +56,12 @@ float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var)
     return (float)(alpha * (rate + (1.0 - rate) * c));
 }
 
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15u;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
 float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint32_t replica, uint64_t index,
                              float rate)
 {
-    const uint64_t key = mix64(mix64(mix64(seed) ^ (uint64_t)step) ^ (uint64_t)replica);
-    const uint64_t h = mix64(key ^ index);
+    const uint64_t key =
+        tpu__mix64(tpu__mix64(tpu__mix64(seed) ^ (uint64_t)step) ^ (uint64_t)replica);
+    const uint64_t h = tpu__mix64(key ^ index);
     const float u = (float)(h >> 40) * 0x1p-24f;
     return u >= rate ? 1.0f / (1.0f - rate) : 0.0f;
 }

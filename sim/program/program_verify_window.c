@@ -2,14 +2,14 @@
  * calls these for the op table's rules WINDOW and RESHAPE). It checks shapes, dtypes and the
  * window's geometry only; what the ops compute is sim/ops/ops_window.c's.
  *
- *   T9  WINDOW (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad): every
+ *   T12 WINDOW (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad): every
  *       window field is at least 1 except pt and pl; pt < kh and pl < kw; every window
  *       overlaps the image: (ho-1)*sh - pt <= h-1 and (wo-1)*sw - pl <= w-1. Every operand
  *       is f32. The image operand (x; col2im's y; avg_pool_grad's dx) has N*h*w*c elements,
  *       N >= 1, in any 2-D shape; max_pool_grad's dx has x's shape. im2col's y and col2im's
  *       cols are [N*ho*wo, kh*kw*c]; the pooling outputs y and the gradients dy are
  *       [N*ho*wo, c].
- *       RESHAPE (reshape): y has x's dtype and element count, any shapes. */
+ *   T13 RESHAPE (reshape): y has x's dtype and element count, any shapes. */
 #include <inttypes.h>
 #include <stdio.h>
 
