@@ -26,8 +26,8 @@
  * order in these small nets) and |param| for the rounding of param - grad when the gradient
  * is read as a param change (the largest error seen in these runs is 0.4 of that unit). A
  * wrong term, a missed padding or a wrong statistic moves values by O(scale), thousands of
- * times the tolerance; a mask drawn with another step or replica, or batch statistics over the wrong
- * examples, fail the check. */
+ * times the tolerance; a mask drawn with another step or index, or batch statistics over the
+ * wrong examples, fail the check. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -204,10 +204,9 @@ static double chip_mask(void *ctx, uint32_t layer, uint32_t example, uint64_t el
     struct tpu_layer_info li;
     assert_int_equal(tpu_net_layer(m->net, layer, &li), 0);
     uint64_t size = (uint64_t)li.out.h * li.out.w * li.out.c;
-    uint32_t replica = example / m->per_replica;
-    uint64_t index = (uint64_t)(example % m->per_replica) * size + element; /* [B*h*w][c] */
-    return (double)tpu_dropout_mask_value(m->seed[layer], m->step[layer], replica, index,
-                                          li.desc.rate);
+    /* the global index: the replicas' masks [B*h*w][c] laid end to end in replica order */
+    uint64_t index = (uint64_t)example * size + element;
+    return (double)tpu_dropout_mask_value(m->seed[layer], m->step[layer], index, li.desc.rate);
 }
 
 /* ---- comparing ---------------------------------------------------------------------------- */

@@ -22,7 +22,8 @@
  *   reshape          to a target h x w x c of the same size
  *   relu
  *   dropout          rate in [0, 1); training only; the mask is a function of the seed, the
- *                    global step, the replica and the element (reproducible, resumable)
+ *                    global step and the element's index in the global batch (reproducible,
+ *                    resumable, and the same on R replicas of batch B as on one of R*B)
  *   batch_norm       over the channel axis; training normalizes with the batch statistics
  *                    of the replica (or, cross_replica, of the global batch, as TPU's
  *                    cross-replica batch norm), and updates moving averages with `momentum`

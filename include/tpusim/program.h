@@ -84,8 +84,8 @@
  *   dropout_mask out mask (no inputs)     mask = 1 / (1 - alpha) where u >= alpha, else 0
  *                                         (alpha the rate, in [0, 1)); u in [0, 1) a hash of
  *                                         (imm = the seed, variable `var` = the step, the
- *                                         core's replica, the element's index):
- *                                         tpu_dropout_mask_value below
+ *                                         element's global index replica * elements +
+ *                                         index): tpu_dropout_mask_value below
  *   sgd_momentum out param, velocity; in grad
  *                                         g = grad + gamma * param (L2); v = beta * v + g;
  *                                         param -= alpha * v      (alpha lr, beta momentum)
@@ -508,11 +508,14 @@ bool tpu_opcode_is_collective(enum tpu_opcode code);
 float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var);
 
 /* One element of dropout_mask's mask: 1 / (1 - rate) if u >= rate, else 0, where u in
- * [0, 1) is the top 24 bits of a splitmix64-style hash of (seed, step, replica, index) over
- * 2^24 (sim/ops/ops_train_aux.c gives the hash). The same arguments give the same value on
- * every host and thread count, so a host can reproduce a mask exactly. */
-float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint32_t replica, uint64_t index,
-                             float rate);
+ * [0, 1) is the top 24 bits of a splitmix64 hash of (seed, step, index) over 2^24
+ * (sim/ops/ops_train_aux.c gives the hash). `index` is the element's global index: on the
+ * core of replica r with an n-element mask, element i has index r * n + i. No replica key
+ * enters the hash, so when the replicas take the global batch in order (replica r the rows
+ * r*B to r*B+B-1), R replicas of batch B draw the very masks one replica of batch R*B
+ * draws. The same arguments give the same value on every host and thread count, so a host
+ * can reproduce a mask exactly. */
+float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint64_t index, float rate);
 
 /* "param", "temp"; "unknown" otherwise. */
 const char *tpu_buf_kind_name(enum tpu_buf_kind k);
