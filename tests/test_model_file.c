@@ -441,6 +441,16 @@ static void test_out_of_range(void **state)
     expect_error(HEAD "{\"type\": \"dropout\", \"rate\": 1}" TAIL, TPU_ERANGE,
                  "m.json:3:29: layer 1 (dropout): \"rate\" must be a number at least 0 and less "
                  "than 1; got 1");
+    /* the rule holds for the float the model keeps: these pass as doubles, not as floats */
+    expect_error(HEAD "{\"type\": \"dropout\", \"rate\": 0.99999999}" TAIL, TPU_ERANGE,
+                 "m.json:3:29: layer 1 (dropout): \"rate\" must be a number at least 0 and less "
+                 "than 1; got 0.99999999, which is 1 as the 32-bit float the model keeps");
+    expect_error(HEAD "{\"type\": \"batch_norm\", \"epsilon\": 1e-50}" TAIL, TPU_ERANGE,
+                 "m.json:3:35: layer 1 (batch_norm): \"epsilon\" must be a number greater than "
+                 "0 and at most 1; got 1e-50, which is 0 as the 32-bit float the model keeps");
+    expect_error(HEAD "{\"type\": \"batch_norm\", \"epsilon\": 1e300}" TAIL, TPU_ERANGE,
+                 "m.json:3:35: layer 1 (batch_norm): \"epsilon\" must be a number greater than "
+                 "0 and at most 1; got 1e+300");
     expect_error(HEAD "{\"type\": \"batch_norm\", \"momentum\": 1.5}" TAIL, TPU_ERANGE,
                  "m.json:3:36: layer 1 (batch_norm): \"momentum\" must be a number at least 0 and "
                  "at most 1; got 1.5");
