@@ -192,7 +192,19 @@ struct tpu_train_spec {
 };
 
 /* Defaults: Adam, lr 0.001, betas 0.9/0.999, epsilon 1e-7, momentum 0.9, weight decay 0.004,
- * passes 1, constant schedule, seed 0. */
+ * passes 1, constant schedule, seed 0.
+ *
+ * The optimizers' exact forms (program.h's sgd_momentum, adam and adamw ops), where they
+ * differ from Keras:
+ *   SGD with momentum is TF1's MomentumOptimizer, as TPUEstimator used it: accum = momentum *
+ *     accum + g; var -= lr * accum. At a constant rate it equals Keras's SGD(momentum); with a
+ *     schedule, each step's new lr scales the whole accumulator, while Keras 2's SGD
+ *     (velocity = momentum * velocity - lr * g) keeps every past step at its own rate.
+ *   Adam and AdamW add epsilon to sqrt(vhat), the bias-corrected second moment (the paper's
+ *     Algorithm 1). Keras and TF1 add it to sqrt(v) before the correction, an epsilon-hat of
+ *     about epsilon / sqrt(1 - beta2^t): the updates agree once sqrt(vhat) is well above
+ *     epsilon and differ in the first steps and for parameters whose gradients stay near 0.
+ */
 void tpu_train_spec_default(struct tpu_train_spec *s);
 /* Checks a spec (names the field, the rule and the fix). */
 int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);

@@ -89,14 +89,26 @@
  *   sgd_momentum out param, velocity; in grad
  *                                         g = grad + gamma * param (L2); v = beta * v + g;
  *                                         param -= alpha * v      (alpha lr, beta momentum)
+ *                                         TF1's MomentumOptimizer (TPUEstimator's), not
+ *                                         Keras 2's SGD (v = beta * v - lr * g; param += v):
+ *                                         the two agree at a constant rate, but with a
+ *                                         schedule this op's new alpha scales the whole
+ *                                         accumulated v, where Keras's v keeps each past
+ *                                         step's own rate
  *   adam     out param, m, v; in grad     g = grad + gamma * param; step t from variable `var`
  *                                         (1-based); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *                                         param -= alpha * mhat / (sqrt(vhat) + eps)
- *                                         (alpha lr, beta b1, delta b2, eps)
+ *                                         (alpha lr, beta b1, delta b2, eps): the Adam
+ *                                         paper's Algorithm 1, eps added to sqrt(vhat).
+ *                                         Keras and TF1's AdamOptimizer add eps to sqrt(v)
+ *                                         before the bias correction, which is epsilon-hat
+ *                                         = eps / sqrt(1 - b2^t) here: the same update once
+ *                                         sqrt(vhat) >> eps, larger where vhat is tiny
+ *                                         (early steps, or gradients near 0)
  *   adamw    out param, m, v; in grad     Adam with decoupled weight decay gamma (Keras
  *                                         AdamW): g = grad; m, v, mhat, vhat as adam;
  *                                         param -= lr * (mhat / (sqrt(vhat) + eps) +
- *                                         gamma * param)
+ *                                         gamma * param) (eps as adam's)
  *   The optimizers' learning rate may follow a schedule (schedule, warmup, decay_steps,
  *   decay_rate: tpu_lr_schedule_value below) of the step variable `var`; sgd_momentum reads
  *   `var` only for a schedule other than constant.
