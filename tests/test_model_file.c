@@ -441,6 +441,14 @@ static void test_out_of_range(void **state)
     expect_error(HEAD "{\"type\": \"dropout\", \"rate\": 1}" TAIL, TPU_ERANGE,
                  "m.json:3:29: layer 1 (dropout): \"rate\" must be a number at least 0 and less "
                  "than 1; got 1");
+    /* a window the ops cannot index (kh*kw*c = 2^32), named by the builder */
+    expect_error("{\"input\": [1, 1, 1048576], \"layers\": [{\"type\": \"max_pool2d\", "
+                 "\"pool_size\": 64, \"padding\": \"same\"}, {\"type\": \"dense\", \"units\": "
+                 "1}], \"loss\": \"mean_squared_error\"}", TPU_ESHAPE,
+                 "m.json:1:39: layer 'max_pool2d' (max_pool2d): a 64 x 64 pool over 1048576 "
+                 "channels holds "
+                 "4294967296 elements (kh*kw*c), more than the window ops' limit of 2^32-1; use "
+                 "a smaller pool or fewer channels in the layer before");
     /* the rule holds for the float the model keeps: these pass as doubles, not as floats */
     expect_error(HEAD "{\"type\": \"dropout\", \"rate\": 0.99999999}" TAIL, TPU_ERANGE,
                  "m.json:3:29: layer 1 (dropout): \"rate\" must be a number at least 0 and less "

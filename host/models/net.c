@@ -164,6 +164,14 @@ static int resolve_window(struct tpu__net_layer *L, const char *what, struct tpu
         return tpu__fail(d, TPU_EINVAL, "layer '%s' (%s): %s size %u x %u is out of range; "
                          "use 1 to 4096 on each axis", l->name, kind_names[l->kind], what,
                          l->kh, l->kw);
+    /* the window ops index a window's kh*kw*c elements in 32 bits (program.h, rule WINDOW) */
+    const uint64_t k_elems = (uint64_t)l->kh * l->kw * x.c;
+    if (k_elems > UINT32_MAX)
+        return tpu__fail(d, TPU_ESHAPE, "layer '%s' (%s): a %u x %u %s over %u channels holds "
+                         "%llu elements (kh*kw*c), more than the window ops' limit of 2^32-1; "
+                         "use a smaller %s or fewer channels in the layer before",
+                         l->name, kind_names[l->kind], l->kh, l->kw, what, x.c,
+                         (unsigned long long)k_elems, what);
     if (!l->sh)
         l->sh = pool ? l->kh : 1;
     if (!l->sw)
