@@ -430,6 +430,7 @@ static void fwd_batch_norm(struct net_ref *r, struct ref_layer *L, const double 
     struct ref_param *gamma = lp(r, L, 0), *beta = lp(r, L, 1), *mm = lp(r, L, 2),
                      *mv = lp(r, L, 3);
     uint32_t G = training ? L->group : B;
+    const double groups = (double)(B / G); /* the moving averages take the groups' mean */
     for (uint32_t n0 = 0; n0 < B; n0 += G)
         for (uint32_t c = 0; c < C; c++) {
             double mean, var;
@@ -445,10 +446,10 @@ static void fwd_batch_norm(struct net_ref *r, struct ref_layer *L, const double 
                         s2 += dv * dv;
                     }
                 var = s2 / m;
-                if (n0 == 0) {
-                    mm->upd[c] = mm->v[c] * mom + mean * (1.0 - mom);
-                    mv->upd[c] = mv->v[c] * mom + var * (1.0 - mom);
-                }
+                if (n0 == 0)
+                    mm->upd[c] = mv->upd[c] = 0.0;
+                mm->upd[c] += mean / groups;
+                mv->upd[c] += var / groups;
             } else {
                 mean = mm->v[c];
                 var = mv->v[c];
@@ -461,6 +462,11 @@ static void fwd_batch_norm(struct net_ref *r, struct ref_layer *L, const double 
                     L->xhat[i] = (x[i] - mean) * rstd;
                     L->y[i] = gamma->v[c] * L->xhat[i] + beta->v[c];
                 }
+        }
+    if (training) /* moving * momentum + the groups' mean statistic * (1 - momentum) */
+        for (uint32_t c = 0; c < C; c++) {
+            mm->upd[c] = mm->v[c] * mom + mm->upd[c] * (1.0 - mom);
+            mv->upd[c] = mv->v[c] * mom + mv->upd[c] * (1.0 - mom);
         }
     mm->has_upd = mv->has_upd = training;
 }

@@ -654,11 +654,12 @@ static void test_lowering_ops(void **state)
     assert_int_equal(count[TPU_OP_DROPOUT_MASK], 1);
     assert_int_equal(count[TPU_OP_AVG_POOL], 2); /* avg_pool2d and global_avg_pool2d */
     assert_int_equal(count[TPU_OP_AVG_POOL_GRAD], 2);
-    /* cross-replica batch norm: the mean and variance forward, two means backward */
-    assert_int_equal(all_reduce_mean, 4);
+    /* cross-replica batch norm: the mean and variance forward, two means backward; the
+     * per-replica one: the replicas' mean of its mean and variance for the moving averages */
+    assert_int_equal(all_reduce_mean, 4 + 2);
     /* a param each: 3 kernels + 3 biases + 1 dense kernel and bias + 2 x (gamma, beta) */
     assert_int_equal(count[TPU_OP_SGD_MOMENTUM], 12);
-    assert_int_equal(count[TPU_OP_ALL_REDUCE], 12 + 4);
+    assert_int_equal(count[TPU_OP_ALL_REDUCE], 12 + 4 + 2);
     assert_int_equal(count[TPU_OP_SOFTMAX_XENT], 1);
     assert_int_equal(mp.n_params, 12 + 4 + 12); /* params, moving stats, velocities */
     uint32_t id;

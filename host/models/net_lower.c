@@ -18,7 +18,10 @@
  *                (two passes, biased as Keras); cross_replica: all_reduce mean of the mean,
  *                and of the variance around the global mean; inv = rsqrt(var + eps);
  *                xhat = xc * inv; y = xhat * gamma + beta; moving_mean = momentum * mm +
- *                (1 - momentum) * mean, the same for moving_variance. Evaluation and
+ *                (1 - momentum) * mean, the same for moving_variance; without
+ *                cross_replica, on more than one replica, mean and var there are their
+ *                all_reduce means over the replicas (each replica normalizes with its own,
+ *                and all hold the same moving statistics). Evaluation and
  *                prediction: y = (x - moving_mean) * rsqrt(moving_variance + eps) * gamma +
  *                beta.
  * Loss: softmax_xent (alpha 1/global batch) of the output [B][K] with the labels, or mse of
@@ -285,12 +288,21 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
     op(s, TPU_OP_MUL, w->xhat, N, w->xhat, w->inv, NULL);
     op(s, TPU_OP_MUL, w->y, N, w->xhat, w->p[TPU__P_GAMMA], NULL);
     op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BETA], NULL);
-    /* moving = momentum * moving + (1 - momentum) * batch, as Keras */
+    /* moving = momentum * moving + (1 - momentum) * batch, as Keras. Per-replica statistics
+     * normalize this replica's batch, but the moving averages take their mean over the
+     * replicas (Keras on TPU aggregates them ON_READ with MEAN), so every replica holds the
+     * same moving statistics and they see the whole global batch. */
     const uint32_t stat[2] = {mean, var}, mv[2] = {w->p[TPU__P_MM], w->p[TPU__P_MV]};
     const char *what[2] = {"mean_part", "var_part"};
+    const bool replicas_mean = !l->cross_replica && s->G > s->B;
     for (int k = 0; k < 2; k++) {
         uint32_t part = tmp(s, i, what[k], 1, C);
-        scale(s, part, stat[k], 1.0f - l->momentum);
+        if (replicas_mean) {
+            struct tpu_op_attrs ar = attrs0();
+            ar.reduce = TPU_REDUCE_MEAN;
+            op(s, TPU_OP_ALL_REDUCE, part, N, stat[k], N, &ar);
+        }
+        scale(s, part, replicas_mean ? part : stat[k], 1.0f - l->momentum);
         scale(s, mv[k], mv[k], l->momentum);
         op(s, TPU_OP_ADD, mv[k], N, mv[k], part, NULL);
     }
