@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tpusim/config.h"
 #include "tpusim/net.h"
 
 /* configs/models/, from TPUSIM_MODELS_DIR (set by tests/meson.build) */
@@ -195,6 +196,39 @@ static void test_resnet50_file(void **state)
     totals(net, &p, &nt);
     assert_int_equal(p, 25583592);
     assert_int_equal(nt, 53120);
+    tpu_net_destroy(&net);
+}
+
+/* ResNet-50's training step at 128 examples per core fits a tpu-v3 core's 16 GiB of HBM
+ * (params, optimizer state and the peak of live temps, tpu_program_memory): each conv's
+ * im2col columns live only across their own matmul, recomputed for the kernel gradient in
+ * the backward pass (net_lower.c), instead of from the forward pass to the backward. */
+static void test_resnet50_memory(void **state)
+{
+    (void)state;
+    struct tpu_net *net = load("resnet50.json");
+    struct tpu_train_spec spec;
+    tpu_train_spec_default(&spec);
+    struct tpu_model_program mp;
+    memset(&mp, 0, sizeof mp);
+    struct tpu_diag d = {0};
+    if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, 128, 128 * 8, &mp, NULL, &d) != 0)
+        fail_msg("build: %s", d.msg);
+    struct tpu_program_memory m;
+    assert_int_equal(tpu_program_memory(mp.prog, &m), 0);
+    struct tpu_chip_config v3;
+    if (tpu_config_load_preset("tpu-v3", &v3, &d) != 0)
+        fail_msg("tpu-v3: %s", d.msg);
+    const uint64_t share = v3.hbm_bytes / v3.cores_per_chip;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    print_message("resnet50 train, 128 per core: params %.2f GiB + temp peak %.2f GiB = %.2f "
+                  "GiB of %.2f GiB per tpu-v3 core\n", (double)m.param_bytes / gib,
+                  (double)m.temp_peak_bytes / gib, (double)m.hbm_bytes / gib,
+                  (double)share / gib);
+    assert_true(m.hbm_bytes <= share);
+    if (tpu_program_verify(mp.prog, &v3, &d) != 0)
+        fail_msg("verify on tpu-v3: %s", d.msg);
+    tpu_program_destroy(&mp.prog);
     tpu_net_destroy(&net);
 }
 
@@ -672,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_cnn_file),
         cmocka_unit_test(test_resnet_small_file),
         cmocka_unit_test(test_resnet50_file),
+        cmocka_unit_test(test_resnet50_memory),
         cmocka_unit_test(test_keys_and_defaults),
         cmocka_unit_test(test_vector_input_and_escapes),
         cmocka_unit_test(test_syntax_errors),

@@ -645,8 +645,9 @@ static void test_lowering_ops(void **state)
             all_reduce_mean++;
     }
     /* two 3 x 3 convolutions through im2col (the 1 x 1 one multiplies its input): im2col
-     * each, col2im for the second only (the first one's input is the input) */
-    assert_int_equal(count[TPU_OP_IM2COL], 2);
+     * each twice (forward, and again for the kernel gradient), col2im for the second only
+     * (the first one's input is the input) */
+    assert_int_equal(count[TPU_OP_IM2COL], 2 + 2);
     assert_int_equal(count[TPU_OP_COL2IM], 1);
     /* forward: 3 conv + 1 dense; backward: 4 kernel gradients, 3 input gradients */
     assert_int_equal(count[TPU_OP_MATMUL], 4 + 4 + 3);

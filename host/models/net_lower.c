@@ -33,7 +33,8 @@
  * lies at or before it (the input gets no gradient). A tensor read by several layers gets
  * the sum of their contributions: the first writes its gradient buffer ("<layer>.dy"), each
  * later one is added (matmul with accumulate, or a temp and an add).
- *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x or cols, dy);
+ *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x or cols, dy), a
+ *                  conv's cols made again by im2col (its forward cols died after its matmul);
  *                  d_bias = sum(dy); dx = matmul trans_b(dy, kernel) (conv2d: dcols, then
  *                  col2im)
  *   pools          max_pool_grad(dy, x), avg_pool_grad(dy); flatten, reshape: reshape back;
@@ -73,7 +74,7 @@ struct lw {
     uint32_t p[TPU__P_COUNT];    /* params (N where the layer has none) */
     uint32_t g[TPU__P_COUNT];    /* their gradients (trainable ones) */
     uint32_t st[TPU__P_COUNT][2]; /* their optimizer state */
-    uint32_t cols, mask, xhat, inv; /* forward values the backward reads */
+    uint32_t mask, xhat, inv; /* forward values the backward reads */
 };
 
 struct lower {
@@ -320,10 +321,9 @@ static void forward(struct lower *s, uint32_t i)
     case TPU_LAYER_DENSE:
     case TPU_LAYER_CONV2D: {
         uint32_t a = rows(s, in0);
-        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L)) {
-            w->cols = tmp(s, i, "cols", R, l->kh * l->kw * L->in_shape.c);
-            window_op(s, TPU_OP_IM2COL, w->cols, s->lw[in0].y, N, i);
-            a = w->cols;
+        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L)) { /* cols dies after the matmul */
+            a = tmp(s, i, "cols", R, l->kh * l->kw * L->in_shape.c);
+            window_op(s, TPU_OP_IM2COL, a, s->lw[in0].y, N, i);
         }
         w->y = tmp(s, i, "y", R, C);
         matmul(s, w->y, a, w->p[TPU__P_KERNEL], false, false, false);
@@ -427,7 +427,12 @@ static void backward(struct lower *s, uint32_t i)
         const bool cols = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
         if (l->activation == TPU_ACT_RELU)
             op(s, TPU_OP_RELU_GRAD, dy, N, dy, w->y, NULL);
-        matmul(s, w->g[TPU__P_KERNEL], cols ? w->cols : rows(s, in0), dy, true, false, false);
+        uint32_t a = rows(s, in0);
+        if (cols) { /* im2col again: columns kept from the forward pass would hold HBM */
+            a = tmp(s, i, "cols_bwd", rows_of(s, i), l->kh * l->kw * L->in_shape.c);
+            window_op(s, TPU_OP_IM2COL, a, s->lw[in0].y, N, i);
+        }
+        matmul(s, w->g[TPU__P_KERNEL], a, dy, true, false, false);
         if (l->use_bias)
             reduce_rows(s, w->g[TPU__P_BIAS], dy);
         if (!gx)
@@ -795,7 +800,7 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     }
     for (uint32_t i = 0; i < net->n_layers; i++) {
         struct lw *w = &s.lw[i];
-        w->y = w->rows = w->dy = w->cols = w->mask = w->xhat = w->inv = N;
+        w->y = w->rows = w->dy = w->mask = w->xhat = w->inv = N;
         for (int k = 0; k < TPU__P_COUNT; k++)
             w->p[k] = w->g[k] = w->st[k][0] = w->st[k][1] = N;
     }

@@ -31,6 +31,21 @@
  *   add              elementwise sum of two tensors of one shape (residual connections)
  * dense and conv2d take a fused activation (none or relu), as Keras's `activation`.
  *
+ * How a conv2d is computed, and what that costs (configs/models/README.md says more). The
+ * device has no convolution op: im2col copies every window of x into a temp cols
+ * [B*ho*wo][kh*kw*c] in HBM on the vector unit, and the MXU multiplies cols by the kernel
+ * [kh*kw*c][filters]. Training runs im2col again in the backward pass for the kernel gradient
+ * (cols^T dy on the MXU) rather than keep the forward's cols until then, so each cols lives
+ * only across its own matmul; the input gradient is dcols = dy kernel^T on the MXU, then
+ * col2im (a scatter-add on the vector unit). A 1 x 1 conv with strides 1 multiplies x itself.
+ * The MXU's multiply-adds are a native convolution's; the extra is the copies: a TPU's
+ * compiled convolution feeds the MXU from x's tiles in on-chip memory and writes no cols, so
+ * here a k x k conv also moves about k^2 / (sh*sw) times its input through HBM, twice per
+ * im2col (written, then read by the matmul), three im2col/col2im sweeps per training step,
+ * and spends vector-unit time on them. Simulated conv steps are therefore slower than a
+ * TPU's, by the HBM traffic of those copies, and a step's HBM need holds the largest cols or
+ * dcols (ResNet-50 at 128 per tpu-v3 core: 10.4 GiB with Adam, tests/test_model_file.c).
+ *
  * The output. tpu_net_set_output names the tensor the loss reads:
  *   softmax cross-entropy with integer labels: the output is 1 x 1 x K, K >= 2 classes,
  *     labels int32 in [0, K)
