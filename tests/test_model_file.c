@@ -481,7 +481,7 @@ static void test_out_of_range(void **state)
                  "1}], \"loss\": \"mean_squared_error\"}", TPU_ESHAPE,
                  "m.json:1:39: layer 'max_pool2d' (max_pool2d): a 64 x 64 pool over 1048576 "
                  "channels holds "
-                 "4294967296 elements (kh*kw*c), more than the window ops' limit of 2^32-1; use "
+                 "4294967296 elements (kh*kw*c), but the window ops take fewer than 2^32-1; use "
                  "a smaller pool or fewer channels in the layer before");
     /* the rule holds for the float the model keeps: these pass as doubles, not as floats */
     expect_error(HEAD "{\"type\": \"dropout\", \"rate\": 0.99999999}" TAIL, TPU_ERANGE,

@@ -166,9 +166,9 @@ static int resolve_window(struct tpu__net_layer *L, const char *what, struct tpu
                          l->kh, l->kw);
     /* the window ops index a window's kh*kw*c elements in 32 bits (program.h, rule WINDOW) */
     const uint64_t k_elems = (uint64_t)l->kh * l->kw * x.c;
-    if (k_elems > UINT32_MAX)
+    if (k_elems >= UINT32_MAX)
         return tpu__fail(d, TPU_ESHAPE, "layer '%s' (%s): a %u x %u %s over %u channels holds "
-                         "%llu elements (kh*kw*c), more than the window ops' limit of 2^32-1; "
+                         "%llu elements (kh*kw*c), but the window ops take fewer than 2^32-1; "
                          "use a smaller %s or fewer channels in the layer before",
                          l->name, kind_names[l->kind], l->kh, l->kw, what, x.c,
                          (unsigned long long)k_elems, what);

@@ -311,7 +311,7 @@ enum tpu_permute_group {
  * TPU_ATTR_WINDOW, for all its fields; the text form states every field). Output position
  * (n, oy, ox) and window offset (ky, kx) read input row iy = oy*sh + ky - pt and column
  * ix = ox*sw + kx - pl; positions outside [0, h) x [0, w) are padding. A window holds
- * kh*kw*c < 2^32 elements (the verifier's rule WINDOW; the ops index them in 32 bits). */
+ * kh*kw*c < 2^32-1 elements (the verifier's rule WINDOW; the ops index them in 32 bits). */
 struct tpu_window {
     uint32_t h, w, c;  /* the input image per example */
     uint32_t kh, kw;   /* window (kernel or pool) size */

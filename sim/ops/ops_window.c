@@ -69,8 +69,8 @@ static int get_geom(const struct tpu_op *op, const char *role, size_t elems, str
                          g->ho, g->wo);
     if (!tpu__mul_size(g->kh * g->kw, g->c, &k_cols) || k_cols >= TPU__OPS_ANY)
         return tpu__fail(d, TPU_EINVAL,
-                         "%s: window kh*kw*c = %zu*%zu*%zu is 2^32-1 elements or more; the "
-                         "WINDOW rule allows fewer (the ops index a window in 32 bits): lower "
+                         "%s: window kh*kw*c = %zu*%zu*%zu is 2^32-1 elements or more, but the "
+                         "WINDOW rule wants fewer (the ops index a window in 32 bits): lower "
                          "kh, kw or c, and verify the program",
                          name, g->kh, g->kw, g->c);
     if (!tpu__mul_size(g->h * g->w, g->c, &per))

@@ -3,8 +3,8 @@
  * window's geometry only; what the ops compute is sim/ops/ops_window.c's.
  *
  *   T12 WINDOW (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad): every
- *       window field is at least 1 except pt and pl; kh*kw*c < 2^32 (the ops index a
- *       window's elements in 32 bits); pt < kh and pl < kw; every window
+ *       window field is at least 1 except pt and pl; kh*kw*c < 2^32-1 (the ops index
+ *       a window's elements in 32 bits); pt < kh and pl < kw; every window
  *       overlaps the image: (ho-1)*sh - pt <= h-1 and (wo-1)*sw - pl <= w-1. Every operand
  *       is f32. The image operand (x; col2im's y; avg_pool_grad's dx) has N*h*w*c elements,
  *       N >= 1, in any 2-D shape; max_pool_grad's dx has x's shape. im2col's y and col2im's
@@ -58,10 +58,11 @@ static int check_fields(const struct tpu_op *op, char *msg, size_t size)
     } ax[2] = {{"pt", "kh", "h", "rows", "sh", "ho", w->pt, w->kh, w->h, w->ho, w->sh},
                {"pl", "kw", "w", "columns", "sw", "wo", w->pl, w->kw, w->w, w->wo, w->sw}};
     const uint64_t k_elems = (uint64_t)w->kh * w->kw * w->c; /* below 2^96: no overflow */
-    if (k_elems > UINT32_MAX) {
+    if (k_elems >= UINT32_MAX) {
         snprintf(msg, size, "window kh*kw*c = %" PRIu32 "*%" PRIu32 "*%" PRIu32 " = %" PRIu64
-                 " elements; rule WINDOW: a window holds at most 2^32-1 elements (the ops "
-                 "index them in 32 bits): lower kh, kw or c", w->kh, w->kw, w->c, k_elems);
+                 " elements; rule WINDOW: a window holds fewer than 2^32-1 = 4294967295 "
+                 "elements (the ops index them in 32 bits): lower kh, kw or c", w->kh, w->kw,
+                 w->c, k_elems);
         return TPU_EINVAL;
     }
     for (int i = 0; i < 2; i++) {
