@@ -104,7 +104,8 @@ static const int backend_values[] = {0, 1};
 static const char *const optimizer_words[] = {"adam", "sgd", "adamw", NULL};
 static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM, TPU_OPT_ADAMW};
 static const char *const schedule_words[] = {"constant", "step", "cosine", NULL};
-static const int schedule_values[] = {TPU_SCHEDULE_CONSTANT, TPU_SCHEDULE_STEP, TPU_SCHEDULE_COSINE};
+static const int schedule_values[] = {TPU_SCHEDULE_CONSTANT, TPU_SCHEDULE_STEP,
+                                      TPU_SCHEDULE_COSINE};
 static const char *const input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
                                                "BROADCAST", NULL};
 static const int input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
