@@ -10,6 +10,7 @@
 #define TPUSIM_HOST_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -53,6 +54,12 @@ int tpu__cli_check_output_dir(const char *cmd, const char *opt, const char *path
  * cmd ("train", "evaluate" or "predict") as the command line would, without running
  * anything; prints an error like any option error. Returns an exit code (0 when valid). */
 int tpu__cli_train_check_config(const char *cmd, const char *path);
+
+/* `tpusim model` (cli_model.c): model show. */
+int tpu__cli_model(int argc, char **argv);
+
+/* Writes n with a comma between groups of three digits ("1,199,882") into buf. */
+void tpu__cli_group_digits(uint64_t n, char *buf, size_t size);
 
 /* Prints a JSON string literal (quoted, escaped) to f. */
 void tpu__cli_json_string(FILE *f, const char *s);

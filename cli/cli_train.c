@@ -1,5 +1,7 @@
-/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: an MLP on Fashion-MNIST (or any
- * MNIST-format IDX files) on a simulated chip, through the estimator (runtime.h).
+/* `tpusim train`, `tpusim evaluate`, `tpusim predict`: a model (a layer graph from a JSON
+ * model file, --model FILE, or the --layers MLP) on Fashion-MNIST (or a user's data: any
+ * MNIST-format IDX set or a NumPy set, via --data DIR) on a simulated chip, through the
+ * estimator (runtime.h).
  *
  * Options come from flags or from a JSON config file (--config FILE); both read one table,
  * which also makes --help, and every value is checked before any work: that is
@@ -163,6 +165,7 @@ struct run {
 #endif
     struct tpu_estimator *est;
     struct tpu_dataset train, test;
+    struct tpu_net *net;    /* --model: the layer graph (NULL: the --layers MLP) */
     struct tpu_model model;
     struct tpu_int8_mlp *q; /* --int8: the quantized checkpoint */
     struct progress prog;
@@ -221,8 +224,10 @@ static int check_int8(const struct run *r)
         return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--int8: %s", d.msg);
     if (!r->o.int8 && strcmp(r->o.cmd, "train") && !(r->chip.mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16)))
         return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "chip '%s' multiplies int8 only (its "
-                              "mxu.dtypes); run the checkpoint in int8 with --int8",
-                              r->chip.name);
+                              "mxu.dtypes); %s", r->chip.name, r->o.model_file[0]
+                              ? "a --model net runs bf16 matmuls: give a chip whose matrix unit "
+                                "takes bf16 (tpu-v2 and later, or tiny)"
+                              : "run the checkpoint in int8 with --int8");
     return 0;
 }
 
@@ -285,6 +290,17 @@ static int setup_int8(struct run *r)
     return 0;
 }
 
+/* The model file (--model) first, then the data, checked against the net (cli_train_net.c)
+ * or giving the MLP its input width and classes (cli_train_data.c). */
+static int load_data(struct run *r, bool need_train_data)
+{
+    int rc = r->o.model_file[0] ? tpu__cli_train_load_net(&r->o, &r->net) : 0;
+    if (rc || (rc = tpu__cli_train_load_data(&r->o, need_train_data, &r->train, &r->test)))
+        return rc;
+    return r->net ? tpu__cli_train_fit_net(&r->o, r->net, need_train_data, &r->train, &r->test)
+                  : tpu__cli_train_fit_mlp(&r->o, need_train_data, &r->train, &r->test);
+}
+
 static int setup(struct run *r, bool need_train_data)
 {
     struct tpu_diag d = {0};
@@ -292,13 +308,9 @@ static int setup(struct run *r, bool need_train_data)
     int rc = preflight(r);
     if (rc)
         return rc;
-    const char *data = r->o.data[0] ? r->o.data : NULL; /* NULL: the Debian package's path */
-    r->o.spec.sizes[0] = 784;
-    r->o.spec.sizes[r->o.spec.n_layers] = TPU_DATASET_FASHION_MNIST_CLASSES;
     need_train_data = need_train_data || r->o.int8; /* int8 calibrates on training data */
-    if ((need_train_data && tpu_dataset_fashion_mnist(data, true, &r->train, &d)) ||
-        tpu_dataset_fashion_mnist(data, false, &r->test, &d))
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if ((rc = load_data(r, need_train_data)))
+        return rc;
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &r->chip);
     if (r->o.chips)
@@ -313,15 +325,22 @@ static int setup(struct run *r, bool need_train_data)
         return rc;
     if (tpu_device_open(&s, &r->dev, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
-    /* the spec's batch fields are the runtime's business; check the rest now */
-    struct tpu_mlp_spec check = r->o.spec;
-    check.batch_per_replica = check.global_batch = 1;
-    struct tpu_mlp_program mp;
-    if (tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
-        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
-    tpu_mlp_program_free(&mp);
+    if (!r->net) {
+        /* the spec's batch fields are the runtime's business; check the rest now (a net's
+         * spec was checked with the data) */
+        struct tpu_mlp_spec check = r->o.spec;
+        check.batch_per_replica = check.global_batch = 1;
+        struct tpu_mlp_program mp;
+        if (tpu_mlp_build(&check, TPU_MLP_TRAIN, &mp, &d))
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+        tpu_mlp_program_free(&mp);
+    }
     struct tpu_run_config cfg = r->o.rc;
-    if (r->q) {
+    if (r->net) {
+        if (tpu_net_model(&r->model, r->net, &r->o.tspec, &d))
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "--model '%s': %s", r->o.model_file,
+                                  d.msg);
+    } else if (r->q) {
         /* the params are the quantized checkpoint's, not a checkpoint to restore */
         tpu_int8_mlp_model(&r->model, r->q);
         cfg.model_dir[0] = '\0';
@@ -342,6 +361,7 @@ static void teardown(struct run *r)
     sigint_remove();
     tpu_estimator_destroy(&r->est);
     tpu_int8_mlp_destroy(&r->q);
+    tpu_net_destroy(&r->net); /* after the estimator, whose model points into it */
     tpu_device_close(&r->dev);
 #ifdef TPUSIM_HAVE_RTL
     tpu_mxu_rtl_provider_destroy(&r->rtl); /* after the device that used it */
@@ -461,16 +481,28 @@ static void print_train_json(const struct run *r, const struct train_result *t)
         snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
     printf("{\"chip\": ");
     tpu__cli_json_string(stdout, r->chip.name);
-    printf(", \"replicas\": %u, \"layers\": \"784-%s-10\", \"global_step\": "
+    printf(", \"replicas\": %u", tpu_device_n_replicas(r->dev));
+    if (r->net) {
+        printf(", \"model\": ");
+        tpu__cli_json_string(stdout, tpu_net_name(r->net));
+        printf(", \"model_file\": ");
+        tpu__cli_json_string(stdout, o->model_file);
+    } else {
+        printf(", \"layers\": \"%u-%s-%u\"", o->spec.sizes[0], o->layers_text,
+               o->spec.sizes[o->spec.n_layers]);
+    }
+    printf(", \"global_step\": "
            "%llu, \"train_batch_size\": %u, \"loss\": %s, \"step_time_s\": %s, "
            "\"examples_per_s\": %s, \"mxu_utilization\": %s, \"infeed_stall_share\": "
            "%s, \"host_overhead_share\": %s, \"simulated_seconds\": %.9g, "
-           "\"host_time\": \"%s\", \"wall_seconds\": %.3f",
-           tpu_device_n_replicas(r->dev), o->layers_text, (unsigned long long)t->gstep,
+           "\"host_time\": \"%s\", \"wall_seconds\": %.3f", (unsigned long long)t->gstep,
            o->rc.train_batch_size, loss_text, fig[0], fig[1], fig[2], fig[3], fig[4],
            t->last.total_seconds,
            o->rc.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled", t->train_wall);
-    if (t->evaluated)
+    if (t->evaluated && isnan(t->ev.accuracy)) /* a regression loss: no accuracy */
+        printf(", \"test_accuracy\": null, \"test_loss\": %.6f, \"test_examples\": %llu",
+               t->ev.loss, (unsigned long long)t->ev.examples);
+    else if (t->evaluated)
         printf(", \"test_accuracy\": %.6f, \"test_loss\": %.6f, \"test_examples\": %llu",
                t->ev.accuracy, t->ev.loss, (unsigned long long)t->ev.examples);
     if (o->reference)
@@ -492,11 +524,13 @@ static void print_train_text(const struct run *r, const struct train_result *t)
     const struct train_opts *o = &r->o;
     const double step_s = step_seconds(r, t);
     const bool skipped = t->last.steps == 0; /* the runtime said why (a warning above) */
-    printf("tpusim train: MLP 784-%s-10 on %s, %u replica%s, %s matmul inputs, %s\n",
-           o->layers_text, r->chip.name, tpu_device_n_replicas(r->dev),
+    char model[400], optimizer[160];
+    tpu__cli_train_describe(o, r->net, model, sizeof model);
+    tpu__cli_train_optimizer_text(o, r->net != NULL, optimizer, sizeof optimizer);
+    printf("tpusim train: %s on %s, %u replica%s, %s matmul inputs, %s\n", model,
+           r->chip.name, tpu_device_n_replicas(r->dev),
            tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
-           o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)",
-           o->spec.optimizer == TPU_OPT_ADAM ? "Adam" : "SGD with momentum");
+           o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)", optimizer);
     printf("  global step        %llu (global batch %u)\n", (unsigned long long)t->gstep,
            o->rc.train_batch_size);
     if (skipped)
@@ -505,7 +539,10 @@ static void print_train_text(const struct run *r, const struct train_result *t)
         printf("  training loss      none (timing-only: no values computed)\n");
     else
         printf("  training loss      %.4f (replica 0, last step)\n", (double)t->last.loss);
-    if (t->evaluated)
+    if (t->evaluated && isnan(t->ev.accuracy))
+        printf("  test loss          %.4f on %llu examples (no accuracy: regression)\n",
+               t->ev.loss, (unsigned long long)t->ev.examples);
+    else if (t->evaluated)
         printf("  test accuracy      %.2f %% on %llu examples (loss %.4f)\n",
                100 * t->ev.accuracy, (unsigned long long)t->ev.examples, t->ev.loss);
     if (o->reference && t->evaluated)
@@ -604,9 +641,17 @@ static int cmd_evaluate(struct run *r)
                    r->chip.name, 100 * fp32, 100 * (ev.accuracy - fp32));
         return 0;
     }
-    if (r->o.json)
+    if (r->o.json && isnan(ev.accuracy)) /* a regression loss: no accuracy */
+        printf("{\"global_step\": %llu, \"accuracy\": null, \"loss\": %.6f, \"examples\": "
+               "%llu}\n", (unsigned long long)tpu_estimator_global_step(r->est), ev.loss,
+               (unsigned long long)ev.examples);
+    else if (r->o.json)
         printf("{\"global_step\": %llu, \"accuracy\": %.6f, \"loss\": %.6f, \"examples\": %llu}\n",
                (unsigned long long)tpu_estimator_global_step(r->est), ev.accuracy, ev.loss,
+               (unsigned long long)ev.examples);
+    else if (isnan(ev.accuracy))
+        printf("tpusim evaluate: global step %llu: loss %.4f over %llu examples (no accuracy: "
+               "regression)\n", (unsigned long long)tpu_estimator_global_step(r->est), ev.loss,
                (unsigned long long)ev.examples);
     else
         printf("tpusim evaluate: global step %llu: accuracy %.2f %%, loss %.4f over %llu "
@@ -619,17 +664,24 @@ struct pred {
     float *out;
     uint32_t cols;
     uint64_t n, correct, cap;
+    double sq_err; /* a dataset of targets: the sum of the squared errors */
     const struct tpu_dataset *ds;
 };
 
 static void emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
 {
     struct pred *p = ctx;
-    uint32_t best = 0;
-    for (uint32_t j = 1; j < cols; j++)
-        if (row[j] > row[best])
-            best = j;
-    p->correct += (int32_t)best == p->ds->y[index];
+    if (p->ds->targets) {
+        const float *t = p->ds->targets + index * p->ds->n_targets;
+        for (uint32_t j = 0; j < cols && j < p->ds->n_targets; j++)
+            p->sq_err += ((double)row[j] - t[j]) * ((double)row[j] - t[j]);
+    } else {
+        uint32_t best = 0;
+        for (uint32_t j = 1; j < cols; j++)
+            if (row[j] > row[best])
+                best = j;
+        p->correct += (int32_t)best == p->ds->y[index];
+    }
     if (p->out && index < p->cap)
         memcpy(p->out + index * cols, row, cols * sizeof *row);
     p->cols = cols;
@@ -649,12 +701,15 @@ static int cmd_predict(struct run *r)
     struct tpu_dataset_input tin;
     tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
-    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * 10 * sizeof(float)) : NULL;
+    enum tpu_loss loss;
+    const size_t classes = r->net ? tpu__cli_net_outputs(r->net, &loss)
+                                  : r->o.spec.sizes[r->o.spec.n_layers];
+    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * classes * sizeof(float)) : NULL;
     if (r->o.output[0] && !p.out) {
         tpu_dataset_input_free(&tin);
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "out of memory for %u examples' logits "
                               "(%zu bytes); give --limit", r->test.n_examples,
-                              (size_t)r->test.n_examples * 10 * sizeof(float));
+                              (size_t)r->test.n_examples * classes * sizeof(float));
     }
     uint64_t n = 0;
     rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
@@ -683,6 +738,14 @@ static int cmd_predict(struct run *r)
                "fp32 on the host %.2f %%)%s%s\n", (unsigned long long)n, r->chip.name,
                n ? 100.0 * p.correct / n : 0, 100 * fp32, r->o.output[0] ? ", logits in " : "",
                r->o.output);
+    else if (r->test.targets && r->o.json) /* regression: the mean squared error */
+        printf("{\"predictions\": %llu, \"accuracy\": null, \"mean_squared_error\": %.9g}\n",
+               (unsigned long long)n, n && p.cols ? p.sq_err / ((double)n * p.cols) : 0);
+    else if (r->test.targets)
+        printf("tpusim predict: %llu predictions (one per example; mean squared error %.6g, no "
+               "accuracy: regression)%s%s\n", (unsigned long long)n,
+               n && p.cols ? p.sq_err / ((double)n * p.cols) : 0,
+               r->o.output[0] ? ", outputs in " : "", r->o.output);
     else if (r->o.json)
         printf("{\"predictions\": %llu, \"accuracy\": %.6f}\n", (unsigned long long)n,
                n ? (double)p.correct / n : 0);

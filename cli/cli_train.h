@@ -6,9 +6,12 @@
 #define TPUSIM_CLI_TRAIN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "tpusim/dataset.h"
 #include "tpusim/models.h"
+#include "tpusim/net.h"
 #include "tpusim/runtime.h"
 
 /* The longest value an option takes, in characters: a path (a file or directory the
@@ -29,7 +32,14 @@ struct train_opts {
     uint64_t steps, max_steps;
     double epochs;
     char layers_text[OPT_TEXT_MAX + 1];
+    bool layers_given;          /* --layers was given (it and --model exclude each other) */
+    char model_file[OPT_PATH_MAX + 1]; /* --model: a JSON model file; "": the --layers MLP */
+    /* The optimizer's options land in spec (the MLP's); a --model net's training spec takes
+     * them from there and the AdamW and schedule options below (tpu__cli_train_fit_net). */
     struct tpu_mlp_spec spec;
+    struct tpu_train_spec tspec;
+    bool weight_decay_given, schedule_given, warmup_given, decay_steps_given, decay_rate_given;
+    bool l2_given;
     struct tpu_run_config rc;
     unsigned verbose;
     bool json, reference, no_eval, timing_only;
@@ -42,5 +52,42 @@ struct train_opts {
 /* Fills o (whose cmd is set: "train", "evaluate" or "predict") from the defaults and argv.
  * Returns 0, TPU__CLI_HELP after printing the help, or an exit code after an error (printed). */
 int tpu__cli_train_parse_args(int argc, char **argv, struct train_opts *o);
+
+/* Loads the data (--data DIR, else Fashion-MNIST from the Debian package): the test set, and
+ * the training set too if need_train_data, checked against each other. The caller owns both
+ * datasets (tpu_dataset_free). 0, or the exit code after printing the error. (cli_train_data.c) */
+int tpu__cli_train_load_data(const struct train_opts *o, bool need_train_data,
+                             struct tpu_dataset *train, struct tpu_dataset *test);
+
+/* Sets the --layers MLP's input width and class count (o->spec.sizes) from the data, or for
+ * evaluate and predict (and --int8) from the latest checkpoint in model_dir, and checks the
+ * data against them. 0, or the exit code after printing the error. (cli_train_data.c) */
+int tpu__cli_train_fit_mlp(struct train_opts *o, bool need_train_data,
+                           const struct tpu_dataset *train, const struct tpu_dataset *test);
+
+/* --model: reads the model file into *net (the caller frees it with tpu_net_destroy). 0, or
+ * the exit code after printing the error. (cli_train_net.c) */
+int tpu__cli_train_load_net(const struct train_opts *o, struct tpu_net **net);
+
+/* --model: checks the data against the net's input and loss (before any work), and completes
+ * o->tspec from the options (the optimizer's fields, the seed) and checks it. 0, or the exit
+ * code after printing the error. (cli_train_net.c) */
+int tpu__cli_train_fit_net(struct train_opts *o, const struct tpu_net *net,
+                           bool need_train_data, const struct tpu_dataset *train,
+                           const struct tpu_dataset *test);
+
+/* The model as summaries name it: "MLP 784-512-256-10", or "model 'cnn' (cnn.json: 8
+ * layers, 1,199,882 params)" for a net. (cli_train_net.c) */
+void tpu__cli_train_describe(const struct train_opts *o, const struct tpu_net *net, char *buf,
+                             size_t size);
+
+/* The optimizer and its schedule as the summary names them: "Adam", "AdamW, cosine schedule
+ * (warm-up 100 steps, decay over 1000)". (cli_train_net.c) */
+void tpu__cli_train_optimizer_text(const struct train_opts *o, bool net, char *buf,
+                                   size_t size);
+
+/* The values of a net's output per example: the classes (softmax cross-entropy) or the
+ * targets' size (MSE). (cli_train_net.c) */
+uint32_t tpu__cli_net_outputs(const struct tpu_net *net, enum tpu_loss *loss);
 
 #endif

@@ -48,7 +48,9 @@ static int set_layers(const struct tpu__cli_parse *p, const struct tpu__cli_opt 
                       const char *v)
 {
     (void)opt;
-    return parse_layers(p->cmd, p->target, v);
+    struct train_opts *o = p->target;
+    o->layers_given = true;
+    return parse_layers(p->cmd, o, v);
 }
 
 static int set_ipl(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt, const char *v)
@@ -99,8 +101,11 @@ static const char *const train_scopes[] = {"train", "evaluate", "predict", NULL}
 #define BATCH_MAX (1u << 24)
 static const char *const backend_words[] = {"native", "rtl", NULL};
 static const int backend_values[] = {0, 1};
-static const char *const optimizer_words[] = {"adam", "sgd", NULL};
-static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM};
+static const char *const optimizer_words[] = {"adam", "sgd", "adamw", NULL};
+static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM, TPU_OPT_ADAMW};
+static const char *const schedule_words[] = {"constant", "step", "cosine", NULL};
+static const int schedule_values[] = {TPU_SCHEDULE_CONSTANT, TPU_SCHEDULE_STEP,
+                                      TPU_SCHEDULE_COSINE};
 static const char *const input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
                                                "BROADCAST", NULL};
 static const int input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
@@ -135,13 +140,40 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "--backend rtl: waveform (VCD) of core 0's array; about\n"
              "12 KB per cycle of an 8x8 array: use a few --steps"},
 
+    {.name = "--model", .kind = TPU__CLI_TEXT, T(model_file), PATH, .arg = "FILE.json",
+     .group = "model and data",
+     .help = "a model file: layers, shapes and loss (configs/models/,\n"
+             "e.g. cnn.json); evaluate and predict take the same file"},
     {.name = "--layers", .kind = TPU__CLI_CUSTOM, .set = set_layers, .max_chars = OPT_TEXT_MAX,
-     .arg = "512,256", .group = "model and data",
-     .help = "hidden layer widths (default 512,256); input 784, 10 classes"},
+     .arg = "512,256",
+     .help = "or an MLP: hidden layer widths (default 512,256); input\n"
+             "width and classes from the data (784, 10 for Fashion-MNIST)"},
     {.name = "--optimizer", .kind = TPU__CLI_ENUM, T(spec.optimizer), .words = optimizer_words,
-     .values = optimizer_values, .help = "default adam (learning rate 0.001); sgd: momentum"},
+     .values = optimizer_values,
+     .help = "default adam (learning rate 0.001); sgd: momentum;\n"
+             "adamw (--model): Adam with decoupled weight decay"},
     {.name = "--learning-rate", .kind = TPU__CLI_DOUBLE, T(spec.learning_rate), .lo = 1e-9,
-     .hi = 1000, .arg = "X", .help = "step size (default 0.001)"},
+     .hi = 1000, .arg = "X", .help = "step size (default 0.001; a schedule's initial rate)"},
+    {.name = "--weight-decay", .kind = TPU__CLI_DOUBLE, T(tspec.weight_decay), .lo = 0,
+     .hi = 0.999999, .arg = "X", TPU__CLI_GIVEN(struct train_opts, weight_decay_given),
+     .help = "adamw's decoupled weight decay (default 0.004, Keras's)"},
+    {.name = "--lr-schedule", .kind = TPU__CLI_ENUM, T(tspec.schedule), .words = schedule_words,
+     .values = schedule_values, TPU__CLI_GIVEN(struct train_opts, schedule_given),
+     .help = "--model: the learning rate by step (default constant);\n"
+             "step: times --decay-rate every --decay-steps steps;\n"
+             "cosine: linear warm-up over --warmup-steps, then a\n"
+             "cosine down to rate x --decay-rate over --decay-steps"},
+    {.name = "--warmup-steps", .kind = TPU__CLI_U64, T(tspec.warmup_steps), .min = 0,
+     .max = UINT32_MAX, .arg = "N", TPU__CLI_GIVEN(struct train_opts, warmup_given),
+     .help = "cosine's linear warm-up from 0 (default 0)"},
+    {.name = "--decay-steps", .kind = TPU__CLI_U64, T(tspec.decay_steps), .min = 1,
+     .max = UINT32_MAX, .arg = "N", TPU__CLI_GIVEN(struct train_opts, decay_steps_given),
+     .help = "step: steps per decay; cosine: the cosine's length\n"
+             "(required by both)"},
+    {.name = "--decay-rate", .kind = TPU__CLI_DOUBLE, T(tspec.decay_rate), .lo = 0, .hi = 1,
+     .arg = "X", TPU__CLI_GIVEN(struct train_opts, decay_rate_given),
+     .help = "step: the factor per decay (required, above 0);\n"
+             "cosine: the final rate's fraction (default 0)"},
     {.name = "--momentum", .kind = TPU__CLI_DOUBLE, T(spec.momentum), .lo = 0, .hi = 0.999999,
      .arg = "X", .help = "sgd's momentum (default 0.9)"},
     {.name = "--beta1", .kind = TPU__CLI_DOUBLE, T(spec.beta1), .lo = 0, .hi = 0.999999,
@@ -151,12 +183,19 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--epsilon", .kind = TPU__CLI_DOUBLE, T(spec.epsilon), .lo = 1e-12, .hi = 1,
      .arg = "X", .help = "adam's epsilon (default 1e-7)"},
     {.name = "--l2", .kind = TPU__CLI_DOUBLE, T(spec.l2), .lo = 0, .hi = 10, .arg = "X",
+     TPU__CLI_GIVEN(struct train_opts, l2_given),
      .help = "weight decay added to the gradients (default 0)"},
     {.name = "--passes", .kind = TPU__CLI_U64, T(spec.passes), .min = 1, .max = 6,
      .only = passes_only, .n_only = 3, .values_help = "(bf16, XLA HIGH, XLA HIGHEST)",
      .help = "matmul precision: bf16 inputs (default), or fp32 in passes"},
     {.name = "--data", .kind = TPU__CLI_TEXT, T(data), PATH, .arg = "DIR",
-     .help = "Fashion-MNIST files (default: the Debian package's path)"},
+     .help = "a directory holding an IDX set (Fashion-MNIST's\n"
+             "names, or train-images*, train-labels*, t10k-images*,\n"
+             "t10k-labels*) or a NumPy set: x_train.npy, y_train.npy,\n"
+             "x_test.npy, y_test.npy (Keras's load_data names);\n"
+             "x (N,h,w,c), (N,h,w) or (N,features), y (N,) labels;\n"
+             "uint8 scales by 1/255, other types are taken as they\n"
+             "are (default: Fashion-MNIST, the Debian package's path)"},
     {.name = "--seed", .kind = TPU__CLI_U64, T(rc.seed), .min = 0, .max = UINT64_MAX, .arg = "N",
      .help = "initialization and shuffling (default 1)"},
     {.name = "--reference", .kind = TPU__CLI_FLAG, T(reference), .scope = CMD_TRAIN,
@@ -241,7 +280,8 @@ const struct tpu__cli_opts tpu__cli_train_options = {
     .opts = train_opts_table,
     .n_opts = sizeof train_opts_table / sizeof train_opts_table[0],
     .usage =
-        "usage: tpusim train    [options]   train an MLP on the simulated chip, then evaluate it\n"
+        "usage: tpusim train    [options]   train a model (--model FILE, or an MLP) on the\n"
+        "                                   simulated chip, then evaluate it\n"
         "       tpusim evaluate [options]   evaluate the latest checkpoint in --model-dir\n"
         "       tpusim predict  [options]   predict with it; --output writes the logits (.npy)\n"
         "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
@@ -348,10 +388,70 @@ static void default_options(struct train_opts *o)
     tpu_mlp_default_spec(&o->spec);
     o->spec.optimizer = TPU_OPT_ADAM; /* Keras's defaults: Adam, learning rate 0.001 */
     o->spec.learning_rate = 0.001f;
+    tpu_train_spec_default(&o->tspec); /* AdamW's weight decay; the schedule's fields */
     tpu_run_config_default(&o->rc);
     o->rc.seed = 1;
     o->rc.train_batch_size = o->rc.eval_batch_size = o->rc.predict_batch_size = 512;
     parse_layers(o->cmd, o, "512,256");
+}
+
+/* --model against --layers, and the options that only one of them has: AdamW and the
+ * learning-rate schedules are the layer graph's (net.h's tpu_train_spec), --int8 and
+ * --reference the MLP's. */
+static int check_model_options(const struct train_opts *o)
+{
+    const char *cmd = o->cmd;
+    const struct tpu_train_spec *t = &o->tspec;
+    if (o->model_file[0] && o->layers_given)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "give one of --model and --layers: --model "
+                              "FILE reads a model file, --layers is the MLP's shorthand");
+    if (o->weight_decay_given && o->spec.optimizer != TPU_OPT_ADAMW)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--weight-decay is AdamW's decoupled weight "
+                              "decay: give --optimizer adamw with it (or --l2 for sgd and "
+                              "adam)");
+    if (o->spec.optimizer == TPU_OPT_ADAMW && o->l2_given)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--l2 with --optimizer adamw: AdamW decays "
+                              "the weights itself; give --weight-decay instead of --l2");
+    const char *sched_opt = o->warmup_given       ? "--warmup-steps"
+                            : o->decay_steps_given ? "--decay-steps"
+                            : o->decay_rate_given  ? "--decay-rate" : NULL;
+    if (sched_opt && (!o->schedule_given || t->schedule == TPU_SCHEDULE_CONSTANT))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s shapes a learning-rate schedule, and "
+                              "%s: give --lr-schedule step or cosine with it, or leave it "
+                              "out", sched_opt, o->schedule_given ? "the schedule is constant"
+                              : "no --lr-schedule was given");
+    if (t->schedule == TPU_SCHEDULE_STEP && t->warmup_steps > 0)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--warmup-steps is the cosine schedule's "
+                              "linear warm-up; the step schedule has none: give --lr-schedule "
+                              "cosine, or leave --warmup-steps out");
+    if (t->schedule != TPU_SCHEDULE_CONSTANT && !o->decay_steps_given)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--lr-schedule %s needs --decay-steps N (%s)",
+                              t->schedule == TPU_SCHEDULE_STEP ? "step" : "cosine",
+                              t->schedule == TPU_SCHEDULE_STEP ? "the steps between two decays"
+                              : "the steps of the cosine after the warm-up");
+    if (t->schedule == TPU_SCHEDULE_STEP && !(o->decay_rate_given && t->decay_rate > 0))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--lr-schedule step needs --decay-rate X "
+                              "above 0 and at most 1 (the factor per decay, e.g. 0.5)%s",
+                              o->decay_rate_given ? "; got 0" : "");
+    if (!o->model_file[0]) {
+        if (o->spec.optimizer == TPU_OPT_ADAMW)
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "--optimizer adamw trains a model of "
+                                  "--model FILE; the --layers MLP takes adam or sgd");
+        if (o->schedule_given)
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "--lr-schedule trains a model of --model "
+                                  "FILE; the --layers MLP trains at a constant --learning-rate: "
+                                  "leave --lr-schedule out, or give --model");
+        return 0;
+    }
+    if (o->int8)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--int8 quantizes the --layers MLP's "
+                              "checkpoint; a --model net runs bf16 or fp32 matmuls (--passes): "
+                              "leave --int8 out");
+    if (o->reference)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--reference trains the --layers MLP in fp32 "
+                              "on the host; a --model net has no host reference in tpusim "
+                              "train: leave --reference out");
+    return 0;
 }
 
 /* The rules that join several options, after each was parsed on its own. */
@@ -367,6 +467,9 @@ static int check_combinations(const struct train_opts *o)
     if (o->timing_only && o->reference)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--timing-only computes no values: it "
                               "goes with 'tpusim train' without --reference");
+    int rc = check_model_options(o);
+    if (rc)
+        return rc;
     if (o->vcd[0] && !o->rtl)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
                               "it goes with --backend rtl");

@@ -166,3 +166,17 @@ int tpu__cli_check_output_dir(const char *cmd, const char *opt, const char *path
     }
     return check_writable_dir(cmd, opt, path, dir);
 }
+
+void tpu__cli_group_digits(uint64_t n, char *buf, size_t size)
+{
+    char digits[24];
+    const int len = snprintf(digits, sizeof digits, "%llu", (unsigned long long)n);
+    size_t k = 0;
+    for (int i = 0; i < len && k + 1 < size; i++) {
+        if (i > 0 && (len - i) % 3 == 0 && k + 2 < size)
+            buf[k++] = ',';
+        buf[k++] = digits[i];
+    }
+    if (size)
+        buf[k < size ? k : size - 1] = '\0';
+}

@@ -9,13 +9,14 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
-    {"train", tpu__cli_train, "train an MLP on Fashion-MNIST on the simulated chip"},
+    {"train", tpu__cli_train, "train a model (a model file, or an MLP) on the simulated chip"},
     {"evaluate", tpu__cli_train, "evaluate a trained model's checkpoint"},
     {"predict", tpu__cli_train, "predict with a trained model's checkpoint"},
     {"program", tpu__cli_program, "check or run a device program written in its text form"},
     {"config", tpu__cli_config, "print or check a chip configuration"},
     {"gemm", tpu__cli_gemm,
      "simulate a matrix multiply (or a SCALE-Sim layer table) on the matrix unit"},
+    {"model", tpu__cli_model, "show a model file's layers and where a training step's time goes"},
 };
 
 static void usage(FILE *f)

@@ -23,6 +23,7 @@ static int (*entry(const struct tpu__cli_table_ref *ref))(int, char **)
     const char *w = ref->words[0];
     return !strcmp(w, "gemm") ? tpu__cli_gemm : !strcmp(w, "program") ? tpu__cli_program
            : !strcmp(w, "config") ? tpu__cli_config
+           : !strcmp(w, "model")  ? tpu__cli_model
                                   : tpu__cli_train;
 }
 

@@ -358,7 +358,7 @@ def usage_errors_have_the_shared_wordings():
                  "4096; give e.g. --chips 1")
     expect_error(['train', '--l2', '11'], 2, "--l2 '11' is not a number from 0 to 10\n")
     expect_error(['train', '--optimizer', 'rmsprop'], 2, "--optimizer 'rmsprop' is not one of "
-                 "adam, sgd\n")
+                 "adam, sgd, adamw\n")
     expect_error(['train', '--passes', '2'], 2, "--passes '2' is not one of 1, 3, 6 (bf16, XLA "
                  "HIGH, XLA HIGHEST)\n")
     expect_error(['train', '-x'], 2, "unknown option '-x'")

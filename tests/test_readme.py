@@ -18,7 +18,8 @@ The changes made to README lines so that they run on small data, and nothing els
 - `--backend rtl` lines with a global batch over 64 (the default is 512): `--steps N` is
   capped at 1, since each such step on the Verilated array takes seconds; without the RTL in the build, these lines
   must instead fail with exit 2 and the documented 'built without the RTL' message.
-The files the commands read are written first, as the README implies them: run.json (options
+The files the commands read are written first, as the README implies them: the model files
+of configs/models/ (copied to configs/models/ in the scratch directory), run.json (options
 for `train --config`, several of them strings), step.tpuprog (a training-step program with an
 `iterations` variable: tests/data/program/mlp_step.tpuprog), my-chip.json (a chip file of
 one's own, made from configs/tiny.json), A.npy and B.npy (float32 operands), layers.csv (a
@@ -173,6 +174,7 @@ def check_train(argv, p, before):
         eff = argv
     chip = opt(eff, '--chip', 'tpu-v3')
     layers = opt(eff, '--layers', '512,256').replace(',', '-')
+    model = opt(eff, '--model')
     batch = int(opt(eff, '--train-batch-size', '512'))
     model_dir = opt(eff, '--model-dir')
     if opt(eff, '--steps'):
@@ -181,7 +183,17 @@ def check_train(argv, p, before):
         steps = math.floor(float(opt(eff, '--epochs', '1')) * (N_TRAIN // batch))
     prior = max(before, default=0)
     out = p.stdout
-    assert out.startswith(f'tpusim train: MLP 784-{layers}-10 on {chip}, '), out
+    if model:
+        with open(path(model)) as f:
+            name = json.load(f)['name']
+        assert out.startswith(f"tpusim train: model '{name}' ({os.path.basename(model)}: "), out
+        assert f' params) on {chip}, ' in out.splitlines()[0], out
+    else:
+        assert out.startswith(f'tpusim train: MLP 784-{layers}-10 on {chip}, '), out
+    if opt(eff, '--optimizer') == 'adamw':
+        assert ', AdamW' in out.splitlines()[0], out
+    if opt(eff, '--lr-schedule'):
+        assert f"{opt(eff, '--lr-schedule')} schedule (" in out.splitlines()[0], out
     if opt(eff, '--optimizer') == 'sgd':
         assert 'SGD with momentum' in out.splitlines()[0], out
     gstep = int(re.search(r'^  global step\s+(\d+) \(global batch (\d+)\)', out, re.M).group(1))
@@ -235,6 +247,27 @@ def check_predict(argv, p, _before):
         descr, rows = read_npy(path(opt(argv, '--output')))
         assert descr == '<f4' and len(rows) == limit and len(rows[0]) == 10, (descr, len(rows))
         assert all(math.isfinite(x) for r in rows for x in r)
+
+
+def check_model(argv, p, _before):
+    """model show FILE: the header names the model, the chip and the batch; one row per layer
+    of the file, then the loss and the step's own ops; the shares add up to 100 %."""
+    with open(path(argv[3])) as f:
+        model = json.load(f)
+    chip = opt(argv, '--chip', 'tpu-v3')
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"model '{model['name']}' ({argv[3]}): one training step at "
+                               f'global batch '), lines[0]
+    assert f' on {chip} (' in lines[0], lines[0]
+    rows = lines[2:2 + 1 + len(model['layers']) + 2]
+    assert rows[0].split()[:2] == ['input', 'input'], rows[0]
+    assert rows[-2].startswith('(loss)') and rows[-1].startswith('(step)'), rows
+    shares = [float(re.search(r' ([\d.]+)% +[\d.]+%  \S+$', r).group(1)) for r in rows]
+    assert abs(sum(shares) - 100) <= 0.05 * len(rows), shares
+    assert re.search(r'^total params: [\d,]+ \(trainable [\d,]+, non-trainable [\d,]+\)$',
+                     p.stdout, re.M), p.stdout
+    assert re.search(r'^training step: [\d.]+ us simulated, \d+ images/s per chip', p.stdout,
+                     re.M), p.stdout
 
 
 def check_program(argv, p, _before):
@@ -310,7 +343,8 @@ def check_gemm(argv, p, _before):
 
 
 CHECKS = {'train': check_train, 'evaluate': check_evaluate, 'predict': check_predict,
-          'program': check_program, 'config': check_config, 'gemm': check_gemm}
+          'program': check_program, 'config': check_config, 'gemm': check_gemm,
+          'model': check_model}
 
 
 def run_readme_line(readme_argv):
@@ -339,6 +373,8 @@ def run_readme_line(readme_argv):
 # ---- the files the README's commands read -------------------------------------------------------
 def make_inputs():
     write_fashion_subset(DATA, N_TRAIN, N_TEST)
+    shutil.copytree(os.path.join(ROOT, 'configs', 'models'), path(os.path.join('configs',
+                                                                              'models')))
     with open(path('run.json'), 'w') as f:
         json.dump(RUN_JSON, f, indent=1)
     shutil.copy(os.path.join(ROOT, 'tests', 'data', 'program', 'mlp_step.tpuprog'),

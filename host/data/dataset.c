@@ -127,6 +127,7 @@ void tpu_dataset_free(struct tpu_dataset *ds)
         return;
     free(ds->x);
     free(ds->y);
+    free(ds->targets);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -160,8 +161,11 @@ static int alloc_like(const struct tpu_dataset *src, uint32_t n, struct tpu_data
 {
     memset(ds, 0, sizeof *ds);
     ds->x = malloc((size_t)n * src->n_features * sizeof *ds->x);
-    ds->y = malloc((size_t)n * sizeof *ds->y);
-    if (!ds->x || !ds->y) {
+    if (src->y)
+        ds->y = malloc((size_t)n * sizeof *ds->y);
+    else
+        ds->targets = malloc((size_t)n * src->n_targets * sizeof *ds->targets);
+    if (!ds->x || (!ds->y && !ds->targets)) {
         tpu_dataset_free(ds);
         return TPU_ENOMEM;
     }
@@ -169,7 +173,13 @@ static int alloc_like(const struct tpu_dataset *src, uint32_t n, struct tpu_data
     ds->n_features = src->n_features;
     ds->image_rows = src->image_rows;
     ds->image_cols = src->image_cols;
+    ds->image_channels = src->image_channels;
     ds->n_classes = src->n_classes;
+    ds->n_targets = src->n_targets;
+    memcpy(ds->x_file, src->x_file, sizeof ds->x_file);
+    memcpy(ds->y_file, src->y_file, sizeof ds->y_file);
+    memcpy(ds->x_type, src->x_type, sizeof ds->x_type);
+    memcpy(ds->y_type, src->y_type, sizeof ds->y_type);
     return 0;
 }
 
@@ -177,7 +187,7 @@ int tpu_dataset_split(const struct tpu_dataset *ds, uint32_t n_validation, uint6
                       struct tpu_dataset *train, struct tpu_dataset *validation,
                       struct tpu_diag *d)
 {
-    if (!ds || !train || !validation || !ds->x || !ds->y)
+    if (!ds || !train || !validation || !ds->x || (!ds->y && !ds->targets))
         return tpu__fail(d, TPU_EINVAL, "tpu_dataset_split: needs a loaded dataset and two "
                          "output structs");
     const uint32_t n = ds->n_examples;
@@ -207,7 +217,11 @@ int tpu_dataset_split(const struct tpu_dataset *ds, uint32_t n_validation, uint6
         uint32_t k = is_val[i] ? n_va++ : n_tr++;
         memcpy(to->x + (size_t)k * ds->n_features, ds->x + (size_t)i * ds->n_features,
                row_bytes);
-        to->y[k] = ds->y[i];
+        if (ds->y)
+            to->y[k] = ds->y[i];
+        else
+            memcpy(to->targets + (size_t)k * ds->n_targets,
+                   ds->targets + (size_t)i * ds->n_targets, ds->n_targets * sizeof(float));
     }
     snprintf(tr.origin, sizeof tr.origin, "%.400s, minus %u validation examples (seed %llu)",
              ds->origin, (unsigned)n_validation, (unsigned long long)seed);
@@ -236,6 +250,7 @@ uint32_t tpu_dataset_gather(const struct tpu_dataset *ds, const uint32_t *perm, 
     for (uint32_t k = 0; k < n_real; k++) {
         const uint32_t i = perm ? perm[start + k] : (uint32_t)(start + k);
         assert(i < ds->n_examples); /* perm must hold indices of ds */
+        assert(!y || ds->y);          /* a dataset of targets: tpu_dataset_gather_targets */
         if (x)
             memcpy(x + (size_t)k * nf, ds->x + (size_t)i * nf, nf * sizeof *x);
         if (y)
@@ -246,6 +261,25 @@ uint32_t tpu_dataset_gather(const struct tpu_dataset *ds, const uint32_t *perm, 
             memset(x + (size_t)k * nf, 0, nf * sizeof *x);
         if (y)
             y[k] = -1;
+    }
+    return n_real;
+}
+
+uint32_t tpu_dataset_gather_targets(const struct tpu_dataset *ds, const uint32_t *perm,
+                                    uint64_t start, uint32_t count, float *x, float *t,
+                                    int32_t *mask)
+{
+    const uint32_t n_real = tpu_dataset_gather(ds, perm, start, count, x, NULL);
+    const size_t k = ds->n_targets;
+    for (uint32_t r = 0; r < count; r++) {
+        if (t && r < n_real)
+            memcpy(t + (size_t)r * k,
+                   ds->targets + (size_t)(perm ? perm[start + r] : start + r) * k,
+                   k * sizeof *t);
+        else if (t)
+            memset(t + (size_t)r * k, 0, k * sizeof *t);
+        if (mask)
+            mask[r] = r < n_real ? 0 : -1;
     }
     return n_real;
 }

@@ -6,7 +6,11 @@
  * stream resumes at example g x global batch, so a resumed run sees exactly the batches an
  * uninterrupted run would. If `max_examples` is set the stream ends there (a finite input).
  * Evaluation and prediction read the dataset once, in order; the last batch is short and
- * the runtime pads it. */
+ * the runtime pads it.
+ *
+ * The infeed tensors, in net.h's order: x f32 [B][n_features], then for a labelled dataset
+ * labels int32 [B][1], or for a dataset of targets the targets f32 [B][n_targets] and the
+ * row mask int32 [B][1] (0 for a real row); predict infeeds x only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,12 +47,16 @@ static int next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
     const struct tpu_dataset *ds = in->ds;
     const uint32_t n = ds->n_examples;
     float *x = tensors[0];
-    int32_t *y = mode != TPU_MODE_PREDICT ? tensors[1] : NULL; /* predict infeeds x only */
+    const bool with_y = mode != TPU_MODE_PREDICT; /* predict infeeds x only */
+    int32_t *y = with_y && ds->y ? tensors[1] : NULL;
+    float *t = with_y && !ds->y ? tensors[1] : NULL;
+    int32_t *mask = with_y && !ds->y ? tensors[2] : NULL;
     (void)shard;
     if (mode != TPU_MODE_TRAIN) {
         if (in->pos >= n)
             return 0;
-        *n_real = tpu_dataset_gather(ds, NULL, in->pos, batch, x, y);
+        *n_real = t ? tpu_dataset_gather_targets(ds, NULL, in->pos, batch, x, t, mask)
+                    : tpu_dataset_gather(ds, NULL, in->pos, batch, x, y);
         in->pos += *n_real;
         return 1;
     }
@@ -67,8 +75,12 @@ static int next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
             take = n - off;
         if (in->max_examples && take > in->max_examples - in->pos)
             take = in->max_examples - in->pos;
-        tpu_dataset_gather(ds, in->perm, off, (uint32_t)take, x + (size_t)filled * ds->n_features,
-                           y ? y + filled : NULL);
+        float *xr = x + (size_t)filled * ds->n_features;
+        if (t)
+            tpu_dataset_gather_targets(ds, in->perm, off, (uint32_t)take, xr,
+                                       t + (size_t)filled * ds->n_targets, mask + filled);
+        else
+            tpu_dataset_gather(ds, in->perm, off, (uint32_t)take, xr, y ? y + filled : NULL);
         filled += (uint32_t)take;
         in->pos += take;
     }

@@ -12,6 +12,10 @@
  * grow with the data actually read, never with what a header claims, so a corrupt header
  * cannot make the reader allocate more than the file holds.
  *
+ * Two modes: the MNIST layout of unsigned bytes only (tpu_dataset_load_idx(), strict, with the
+ * messages that name MNIST's magics), and any MNIST-format set (tpu_dataset_load_idx_set():
+ * every IDX data type, images of 2 to 4 dimensions, integer labels).
+ *
  * This file does not shuffle, split or batch (dataset.c), and knows nothing of particular
  * datasets. */
 #include <errno.h>
@@ -24,13 +28,14 @@
 #include <zlib.h>
 
 #include "idx.h"
+#include <limits.h>
 #include "tpusim/dataset.h"
 #include "util.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
 #define IDX_MAGIC_LABELS 0x00000801u
 #define IDX_TYPE_UBYTE 0x08u
-#define IDX_MAX_DIMS 3
+#define IDX_MAX_DIMS 4
 
 /* The data buffer starts this large (or as large as the data, if smaller) and doubles. */
 #define INITIAL_CAPACITY_BYTES ((size_t)16 << 20)
@@ -53,6 +58,9 @@ struct idx_file {
     const char *path; /* quoted for messages (qpath) */
     char qpath[TPU__QUOTE_PATH_BYTES];
     enum idx_kind kind;
+    bool any;              /* any MNIST-format set (else unsigned bytes, MNIST's layout) */
+    enum tpu__elem elem;   /* the data type's element */
+    unsigned type_byte;    /* byte 2 of the magic */
     int fd;                /* -1 once closed */
     bool gzip;             /* compressed (else read directly) */
     unsigned char *in;     /* [INPUT_BUFFER_BYTES] raw bytes */
@@ -64,9 +72,10 @@ struct idx_file {
     bool member_done;
     uint64_t offset_bytes; /* IDX bytes read so far */
     uint32_t n_dims;
-    uint32_t dims[IDX_MAX_DIMS]; /* count, then rows and columns for images */
+    uint32_t dims[IDX_MAX_DIMS]; /* count, then rows, columns (and channels) for images */
     uint64_t header_bytes;       /* 4 + 4 * n_dims */
-    uint64_t data_bytes;         /* the product of the dims (one byte per value) */
+    uint64_t n_values;           /* the product of the dims */
+    uint64_t data_bytes;         /* n_values times the element's size */
 };
 
 static uint32_t kind_magic(enum idx_kind k)
@@ -86,7 +95,7 @@ static const char *kind_noun(enum idx_kind k)
 
 static const char *dim_name(uint32_t i)
 {
-    static const char *const names[IDX_MAX_DIMS] = {"count", "rows", "columns"};
+    static const char *const names[IDX_MAX_DIMS] = {"count", "rows", "columns", "channels"};
     return i < IDX_MAX_DIMS ? names[i] : "?";
 }
 
@@ -115,14 +124,54 @@ static uint32_t load_be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
-/* "60000 images of 28x28" or "60000 labels", for messages about the data's size. */
+/* The IDX data types tpu_dataset_load_idx_set() reads, as elements; false if not one. */
+static bool type_elem(unsigned t, enum tpu__elem *e)
+{
+    switch (t) {
+    case 0x08:
+        *e = TPU__ELEM_U8;
+        return true;
+    case 0x09:
+        *e = TPU__ELEM_I8;
+        return true;
+    case 0x0B:
+        *e = TPU__ELEM_I16;
+        return true;
+    case 0x0C:
+        *e = TPU__ELEM_I32;
+        return true;
+    case 0x0D:
+        *e = TPU__ELEM_F32;
+        return true;
+    case 0x0E:
+        *e = TPU__ELEM_F64;
+        return true;
+    }
+    return false;
+}
+
+/* "28x28" or "4x4x3": the dims after the count, joined by 'x'. */
+static void example_dims(const struct idx_file *f, char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 1; i < f->n_dims && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%u", i > 1 ? "x" : "",
+                               (unsigned)f->dims[i]);
+}
+
+/* "60000 images of 28x28", "100 examples of 20 values" or "60000 labels", for messages
+ * about the data's size. */
 static void describe(const struct idx_file *f, char *buf, size_t size)
 {
-    if (f->kind == IDX_IMAGES)
-        snprintf(buf, size, "%u images of %ux%u", (unsigned)f->dims[0], (unsigned)f->dims[1],
-                 (unsigned)f->dims[2]);
-    else
+    char ex[48];
+    example_dims(f, ex, sizeof ex);
+    if (f->kind == IDX_LABELS)
         snprintf(buf, size, "%u labels", (unsigned)f->dims[0]);
+    else if (f->n_dims == 2)
+        snprintf(buf, size, "%u examples of %s values", (unsigned)f->dims[0], ex);
+    else
+        snprintf(buf, size, "%u images of %s", (unsigned)f->dims[0], ex);
 }
 
 static const char *decompressed(const struct idx_file *f)
@@ -307,28 +356,75 @@ static int magic_error(const struct idx_file *f, const unsigned char *b, struct 
                      f->kind == IDX_IMAGES ? "count, rows, columns" : "count");
 }
 
+/* tpu_dataset_load_idx_set(): any data type for images (2 to 4 dimensions), an integer
+ * type for labels (1 dimension). Sets f->elem and f->n_dims. */
+static int check_magic_any(struct idx_file *f, const unsigned char *b, struct tpu_diag *d)
+{
+    const uint32_t m = load_be32(b);
+    const char *noun = kind_noun(f->kind);
+    if (b[0] != 0 || b[1] != 0)
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: bytes 0-3 are 0x%08x, which is not an IDX magic (two zero bytes, "
+                         "a data type, a dimension count); an IDX %s file starts with 0x0000TT%s "
+                         "(TT the data type)", f->path, (unsigned)m, noun,
+                         f->kind == IDX_IMAGES ? "02 to 0x0000TT04" : "01");
+    if (!type_elem(b[2], &f->elem))
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: byte 2 is 0x%02x, data type '%s'; IDX data types are 0x08 "
+                         "(unsigned byte), 0x09 (signed byte), 0x0b (16-bit integer), 0x0c "
+                         "(32-bit integer), 0x0d (32-bit float) and 0x0e (64-bit float)",
+                         f->path, (unsigned)b[2], type_name(b[2]));
+    if (f->kind == IDX_LABELS && tpu__elem_is_float(f->elem))
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: byte 2 is 0x%02x, data type '%s'; class labels are integers: "
+                         "store them as unsigned bytes (0x08), signed bytes (0x09), 16-bit "
+                         "(0x0b) or 32-bit integers (0x0c)", f->path, (unsigned)b[2],
+                         type_name(b[2]));
+    if (f->kind == IDX_IMAGES && (b[3] < 2 || b[3] > 4))
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: byte 3 is %u: the file has %u dimension%s; an IDX image file has "
+                         "2 to 4 (count, then features; rows, columns; or rows, columns, "
+                         "channels)%s", f->path, (unsigned)b[3], (unsigned)b[3],
+                         b[3] == 1 ? "" : "s",
+                         b[3] == 1 ? " (is it a label file? are the two swapped?)" : "");
+    if (f->kind == IDX_LABELS && b[3] != 1)
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: byte 3 is %u: the file has %u dimension%s; an IDX label file has "
+                         "1 (count)%s", f->path, (unsigned)b[3], (unsigned)b[3],
+                         b[3] == 1 ? "" : "s",
+                         b[3] >= 2 && b[3] <= 4 ? " (is it an image file? are the two "
+                                                  "swapped?)" : "");
+    f->n_dims = b[3];
+    return 0;
+}
+
 /* Checks that the data fits the dataset's types and this machine's memory. */
 static int check_size(struct idx_file *f, struct tpu_diag *d)
 {
     uint64_t product = 1;
+    char ex[48];
+    example_dims(f, ex, sizeof ex);
     for (uint32_t i = 0; i < f->n_dims; i++) {
         if (product > UINT64_MAX / f->dims[i]) {
             return tpu__fail(d, TPU_ERANGE,
-                             "%s: the dimensions %ux%ux%u at bytes 4-15 multiply to more than "
+                             "%s: the dimensions %ux%s at bytes 4-%u multiply to more than "
                              "2^64 values; the header is corrupt",
-                             f->path, (unsigned)f->dims[0], (unsigned)f->dims[1],
-                             (unsigned)f->dims[2]);
+                             f->path, (unsigned)f->dims[0], ex,
+                             (unsigned)(3 + 4 * f->n_dims));
         }
         product *= f->dims[i];
     }
-    if (f->kind == IDX_IMAGES && (uint64_t)f->dims[1] * f->dims[2] > UINT32_MAX)
+    const uint64_t per_example = f->dims[0] ? product / f->dims[0] : 0;
+    if (f->kind == IDX_IMAGES && per_example > UINT32_MAX)
         return tpu__fail(d, TPU_ERANGE,
-                         "%s: an image of %ux%u (bytes 8-15) has %llu pixels; a tpusim dataset "
+                         "%s: an %s of %s (bytes 8-%u) has %llu %s; a tpusim dataset "
                          "holds at most 4294967295 features per example",
-                         f->path, (unsigned)f->dims[1], (unsigned)f->dims[2],
-                         (unsigned long long)f->dims[1] * f->dims[2]);
-    /* each byte becomes a 4-byte float or int32 in memory */
-    if (product > SIZE_MAX / 4) {
+                         f->path, f->n_dims == 3 ? "image" : "example", ex,
+                         (unsigned)(3 + 4 * f->n_dims), (unsigned long long)per_example,
+                         f->n_dims == 3 ? "pixels" : "values");
+    /* each value becomes a 4-byte float or int32 in memory, and is read as it is stored */
+    const size_t elem = tpu__elem_bytes(f->elem);
+    if (product > SIZE_MAX / (elem > 4 ? elem : 4)) {
         char what[96];
         describe(f, what, sizeof what);
         return tpu__fail(d, TPU_ERANGE,
@@ -336,17 +432,20 @@ static int check_size(struct idx_file *f, struct tpu_diag *d)
                          "more than this machine can address",
                          f->path, what, (unsigned long long)product);
     }
-    f->data_bytes = product;
+    f->n_values = product;
+    f->data_bytes = product * elem;
     return 0;
 }
 
 /* Opens path and reads and checks its header. On failure the file is closed. */
-static int idx_open(struct idx_file *f, const char *path, enum idx_kind kind,
+static int idx_open(struct idx_file *f, const char *path, enum idx_kind kind, bool any,
                     struct tpu_diag *d)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->kind = kind;
+    f->any = any;
+    f->elem = TPU__ELEM_U8;
     f->path = tpu__quote(path, f->qpath, sizeof f->qpath);
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     path = f->path; /* messages name the quoted path from here on */
@@ -395,12 +494,16 @@ static int idx_open(struct idx_file *f, const char *path, enum idx_kind kind,
                        "bytes, the file has %zu%s", path, got, got, decompressed(f));
         goto fail;
     }
-    if (load_be32(magic) != kind_magic(kind)) {
+    f->type_byte = magic[2];
+    if (any) {
+        if ((rc = check_magic_any(f, magic, d)))
+            goto fail;
+    } else if (load_be32(magic) != kind_magic(kind)) {
         rc = magic_error(f, magic, d);
         goto fail;
+    } else {
+        f->n_dims = kind_dims(kind);
     }
-
-    f->n_dims = kind_dims(kind);
     f->header_bytes = 4 + 4 * (uint64_t)f->n_dims;
     unsigned char dims[4 * IDX_MAX_DIMS];
     if ((rc = idx_read(f, dims, 4 * f->n_dims, &got, d)))
@@ -418,7 +521,8 @@ static int idx_open(struct idx_file *f, const char *path, enum idx_kind kind,
         f->dims[i] = load_be32(dims + 4 * i);
         if (f->dims[i] == 0) {
             rc = tpu__fail(d, TPU_EPARSE, "%s: dimension %u (%s) at bytes %u-%u is 0; every "
-                           "dimension must be at least 1", path, (unsigned)i, dim_name(i),
+                           "dimension must be at least 1", path, (unsigned)i,
+                           f->n_dims == 2 && i == 1 ? "features" : dim_name(i),
                            (unsigned)(4 + 4 * i), (unsigned)(7 + 4 * i));
             goto fail;
         }
@@ -502,31 +606,52 @@ int tpu_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     return tpu__dataset_load_idx(images_path, labels_path, n_classes, 0, 0, NULL, out, d);
 }
 
-/* The n labels read from lab against n_classes; n_classes 0 becomes the largest label + 1. */
+/* The n labels read from lab, as int32 into y, against n_classes; n_classes 0 becomes the
+ * largest label plus one. A negative label (a signed type) or one past INT32_MAX - 1 fails. */
 static int check_labels(const struct idx_file *lab, const unsigned char *labels, uint32_t n,
-                        uint32_t *n_classes, struct tpu_diag *d)
+                        uint32_t *n_classes, int32_t *y, struct tpu_diag *d)
 {
+    const size_t size = tpu__elem_bytes(lab->elem);
     uint32_t max_label = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (labels[i] > max_label)
-            max_label = labels[i];
+    for (uint32_t i = 0; i < n; i++) {
+        const int64_t v = tpu__elem_int(labels, lab->elem, true, i);
+        if (v < 0 || v >= INT32_MAX)
+            return tpu__fail(d, TPU_ERANGE, "%s: the label at byte offset %llu (example %u) is "
+                             "%lld; a label is a class index from 0 to 2147483646 (fix the "
+                             "file: are these labels?)", lab->path,
+                             (unsigned long long)(lab->header_bytes + i * size), (unsigned)i,
+                             (long long)v);
+        y[i] = (int32_t)v;
+        if ((uint32_t)v > max_label)
+            max_label = (uint32_t)v;
+    }
     if (*n_classes == 0) {
         *n_classes = max_label + 1;
     } else if (max_label >= *n_classes) {
         uint32_t i = 0;
-        while (labels[i] < *n_classes)
+        while ((uint32_t)y[i] < *n_classes)
             i++;
         return tpu__fail(d, TPU_ERANGE, "%s: the label at byte offset %llu (example %u) is %u; "
                          "with %u classes a label must be 0 to %u", lab->path,
-                         (unsigned long long)(lab->header_bytes + i), (unsigned)i,
-                         (unsigned)labels[i], (unsigned)*n_classes, (unsigned)(*n_classes - 1));
+                         (unsigned long long)(lab->header_bytes + i * size), (unsigned)i,
+                         (unsigned)y[i], (unsigned)*n_classes, (unsigned)(*n_classes - 1));
     }
     return 0;
 }
 
-int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint32_t n_classes,
-                          uint32_t image_rows, uint32_t image_cols, const char *fix,
-                          struct tpu_dataset *out, struct tpu_diag *d)
+/* The example shape the image file's header declares. */
+static struct tpu_shape file_shape(const struct idx_file *f)
+{
+    if (f->n_dims == 2)
+        return (struct tpu_shape){1, 1, f->dims[1]};
+    return (struct tpu_shape){f->dims[1], f->dims[2], f->n_dims == 4 ? f->dims[3] : 1};
+}
+
+/* Both entry points: strict (any false: unsigned bytes, and rows x cols if rows is not 0)
+ * or any MNIST-format set (any true: of like's shape if like is not NULL). */
+static int load(const char *images_path, const char *labels_path, uint32_t n_classes,
+                bool any, struct tpu_shape need, const char *fix, struct tpu_dataset *out,
+                struct tpu_diag *d)
 {
     if (!images_path || !labels_path || !out)
         return tpu__fail(d, TPU_EINVAL, "tpu_dataset_load_idx: images_path, labels_path and "
@@ -535,21 +660,27 @@ int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint
     unsigned char *pixels = NULL, *labels = NULL;
     float *x = NULL;
     int32_t *y = NULL;
-    int rc = idx_open(&img, images_path, IDX_IMAGES, d);
+    int rc = idx_open(&img, images_path, IDX_IMAGES, any, d);
     if (rc)
         return rc;
     /* the shape the caller's model needs, from the header alone: before any data is read */
-    if (image_rows && (img.dims[1] != image_rows || img.dims[2] != image_cols)) {
-        rc = tpu__fail(d, TPU_ESHAPE, "%s: holds images of %ux%u pixels (bytes 8-15 of the "
-                       "header), but %ux%u images are needed (%llu input features per "
-                       "example)%s%s", img.path, (unsigned)img.dims[1], (unsigned)img.dims[2],
-                       (unsigned)image_rows, (unsigned)image_cols,
-                       (unsigned long long)image_rows * image_cols, fix ? "; " : "",
+    const struct tpu_shape have = file_shape(&img);
+    if (need.h && (have.h != need.h || have.w != need.w || have.c != need.c)) {
+        char ex[48], want[48];
+        example_dims(&img, ex, sizeof ex);
+        tpu__shape_text(need, want, sizeof want);
+        rc = tpu__fail(d, TPU_ESHAPE, "%s: holds %s of %s%s (bytes 8-%u of the header), but "
+                       "%s %s are needed (%llu input features per example)%s%s", img.path,
+                       img.n_dims == 3 ? "images" : "examples", ex,
+                       img.n_dims == 3 ? " pixels" : img.n_dims == 2 ? " values" : "",
+                       (unsigned)(3 + 4 * img.n_dims), want,
+                       need.h == 1 && need.w == 1 ? "-value examples" : "images",
+                       (unsigned long long)need.h * need.w * need.c, fix ? "; " : "",
                        fix ? fix : "");
         idx_close(&img);
         return rc;
     }
-    if ((rc = idx_open(&lab, labels_path, IDX_LABELS, d))) {
+    if ((rc = idx_open(&lab, labels_path, IDX_LABELS, any, d))) {
         idx_close(&img);
         return rc;
     }
@@ -562,41 +693,44 @@ int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint
     }
 
     /* the labels first: they are small, and a bad one fails before the big read */
+    y = malloc((size_t)n * sizeof *y);
+    if (!y) {
+        rc = tpu__fail(d, TPU_ENOMEM, "%s: cannot allocate %zu bytes for %u labels", lab.path,
+                       (size_t)n * sizeof *y, (unsigned)n);
+        goto done;
+    }
     if ((rc = idx_read_data(&lab, &labels, d)))
         goto done;
-    if ((rc = check_labels(&lab, labels, n, &n_classes, d)))
+    if ((rc = check_labels(&lab, labels, n, &n_classes, y, d)))
         goto done;
 
     if ((rc = idx_read_data(&img, &pixels, d)))
         goto done;
-    const uint32_t n_features = img.dims[1] * img.dims[2]; /* fits: check_size() */
-    const size_t n_values = (size_t)img.data_bytes;
+    const size_t n_values = (size_t)img.n_values;
     x = malloc(n_values * sizeof *x);
-    y = malloc((size_t)n * sizeof *y);
-    if (!x || !y) {
+    if (!x) {
         rc = tpu__fail(d, TPU_ENOMEM, "%s: cannot allocate %zu bytes for %u examples",
                        img.path, n_values * sizeof *x + (size_t)n * sizeof *y,
                        (unsigned)n);
         goto done;
     }
-    /* x = byte / 255.0f, one correctly rounded division per byte value */
-    float scale[256];
-    for (unsigned v = 0; v < 256; v++)
-        scale[v] = (float)v / 255.0f;
-    for (size_t i = 0; i < n_values; i++)
-        x[i] = scale[pixels[i]];
-    for (uint32_t i = 0; i < n; i++)
-        y[i] = labels[i];
+    if ((rc = tpu__elem_to_float(pixels, img.elem, true, n_values, x, img.path, d)))
+        goto done;
 
     memset(out, 0, sizeof *out);
     out->n_examples = n;
-    out->n_features = n_features;
-    out->image_rows = img.dims[1];
-    out->image_cols = img.dims[2];
+    out->n_features = have.h * have.w * have.c; /* fits: check_size() */
+    out->image_rows = have.h;
+    out->image_cols = have.w;
+    out->image_channels = have.c;
     out->n_classes = n_classes;
     out->x = x;
     out->y = y;
     tpu__quote(images_path, out->origin, sizeof out->origin); /* "..." if cut */
+    tpu__quote(images_path, out->x_file, sizeof out->x_file);
+    tpu__quote(labels_path, out->y_file, sizeof out->y_file);
+    snprintf(out->x_type, sizeof out->x_type, "%s", type_name(img.type_byte));
+    snprintf(out->y_type, sizeof out->y_type, "%s", type_name(lab.type_byte));
     x = NULL;
     y = NULL;
 
@@ -608,4 +742,27 @@ done:
     idx_close(&img);
     idx_close(&lab);
     return rc;
+}
+
+int tpu__dataset_load_idx(const char *images_path, const char *labels_path, uint32_t n_classes,
+                          uint32_t image_rows, uint32_t image_cols, const char *fix,
+                          struct tpu_dataset *out, struct tpu_diag *d)
+{
+    const struct tpu_shape need = {image_rows, image_cols, image_rows ? 1 : 0};
+    return load(images_path, labels_path, n_classes, false, need, fix, out, d);
+}
+
+int tpu__dataset_load_idx_set(const char *images_path, const char *labels_path,
+                              const struct tpu_dataset *like, const char *fix,
+                              struct tpu_dataset *out, struct tpu_diag *d)
+{
+    const struct tpu_shape need = like ? tpu_dataset_shape(like) : (struct tpu_shape){0, 0, 0};
+    return load(images_path, labels_path, 0, true, need, fix, out, d);
+}
+
+int tpu_dataset_load_idx_set(const char *images_path, const char *labels_path,
+                             const struct tpu_dataset *like, struct tpu_dataset *out,
+                             struct tpu_diag *d)
+{
+    return tpu__dataset_load_idx_set(images_path, labels_path, like, NULL, out, d);
 }

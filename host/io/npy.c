@@ -1,5 +1,7 @@
 /* Reading and writing NumPy .npy files (see npy.h). The header is a Python dict literal;
- * only the three keys NumPy writes are read, and the parse is strict about them. */
+ * only the three keys NumPy writes are read, and the parse is strict about them. Two
+ * readers share the parse: the 2-D matrices of `tpusim gemm` (tpu_npy_read) and the arrays
+ * of 1 to 8 dimensions and more dtypes that datasets are made of (tpu_npy_read_array). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,15 +11,43 @@
 #include "tpusim/npy.h"
 #include "util.h"
 
+/* Every descr either reader takes; matrix: tpu_npy_read takes it too (as dtype). */
 static const struct {
-    enum tpu_dtype dtype;
     const char *descr;
+    const char *name;
+    char kind;
+    unsigned bytes;
+    bool matrix;
+    enum tpu_dtype dtype;
 } dtypes[] = {
-    {TPU_F32, "<f4"},
-    {TPU_INT8, "|i1"},
-    {TPU_INT8, "<i1"},
-    {TPU_INT32, "<i4"},
+    {"<f4", "float32", 'f', 4, true, TPU_F32},
+    {"|i1", "int8", 'i', 1, true, TPU_INT8},
+    {"<i1", "int8", 'i', 1, true, TPU_INT8},
+    {"<i4", "int32", 'i', 4, true, TPU_INT32},
+    {"|u1", "uint8", 'u', 1, false, TPU_F32},
+    {"<u1", "uint8", 'u', 1, false, TPU_F32},
+    {"<i2", "int16", 'i', 2, false, TPU_F32},
+    {"<i8", "int64", 'i', 8, false, TPU_F32},
+    {"<f8", "float64", 'f', 8, false, TPU_F32},
 };
+#define N_DTYPES (sizeof dtypes / sizeof dtypes[0])
+
+/* What the header says: the dtypes[] entry, the rank and the dimensions. */
+struct parsed {
+    size_t dt;
+    int n_dims;
+    unsigned long long dims[TPU_NPY_MAX_DIMS];
+};
+
+/* "(5,)", "(2, 3)" or "(60000, 28, 28)": the shape as Python prints it. */
+static void shape_text(const struct parsed *h, char *buf, size_t size)
+{
+    size_t at = (size_t)snprintf(buf, size, "(");
+    for (int i = 0; i < h->n_dims && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%llu", i ? ", " : "", h->dims[i]);
+    if (at < size)
+        snprintf(buf + at, size - at, "%s)", h->n_dims == 1 ? "," : "");
+}
 
 const char *tpu_npy_dtype_name(enum tpu_dtype t)
 {
@@ -53,8 +83,10 @@ static const char *find_key(const char *hdr, const char *key)
     return p;
 }
 
-static int parse_header(const char *path, const char *hdr, enum tpu_dtype *dtype,
-                        size_t *rows, size_t *cols, struct tpu_diag *d)
+/* Parses the header dict. matrix: tpu_npy_read's rules (2-D, its three dtypes); else
+ * tpu_npy_read_array's (1 to TPU_NPY_MAX_DIMS dimensions, every dtype of dtypes[]). */
+static int parse_header(const char *path, const char *hdr, bool matrix, struct parsed *out,
+                        struct tpu_diag *d)
 {
     const char *p = find_key(hdr, "descr");
     if (!p || *p != '\'')
@@ -67,15 +99,21 @@ static int parse_header(const char *path, const char *hdr, enum tpu_dtype *dtype
     memcpy(descr, p, (size_t)(end - p));
     descr[end - p] = '\0';
     size_t i;
-    for (i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (!strcmp(descr, dtypes[i].descr))
+    for (i = 0; i < N_DTYPES; i++)
+        if (!strcmp(descr, dtypes[i].descr) && (dtypes[i].matrix || !matrix))
             break;
-    if (i == sizeof dtypes / sizeof dtypes[0])
+    if (i == N_DTYPES && matrix)
         return tpu__fail(d, TPU_EPARSE,
                          "%s: holds dtype '%s'; tpusim reads little-endian float32 ('<f4'), "
                          "int8 ('|i1') or int32 ('<i4') (numpy: a.astype('<f4'))",
                          path, tpu__quote(descr, qd, sizeof qd));
-    *dtype = dtypes[i].dtype;
+    if (i == N_DTYPES)
+        return tpu__fail(d, TPU_EPARSE,
+                         "%s: holds dtype '%s'; tpusim reads little-endian uint8 ('|u1'), "
+                         "int8 ('|i1'), int16 ('<i2'), int32 ('<i4'), int64 ('<i8'), float32 "
+                         "('<f4') or float64 ('<f8') (numpy: a.astype('<f4'))",
+                         path, tpu__quote(descr, qd, sizeof qd));
+    out->dt = i;
 
     p = find_key(hdr, "fortran_order");
     if (!p)
@@ -94,20 +132,24 @@ static int parse_header(const char *path, const char *hdr, enum tpu_dtype *dtype
     if (!p || *p != '(')
         return tpu__fail(d, TPU_EPARSE, "%s: the .npy header has no 'shape' entry", path);
     p++;
-    unsigned long long dims[3];
+    unsigned long long *dims = out->dims;
+    const int max_dims = matrix ? 3 : TPU_NPY_MAX_DIMS;
     int n = 0;
     for (;;) {
         while (*p == ' ')
             p++;
         if (*p == ')')
             break;
-        if (n == 3 || *p < '0' || *p > '9')
-            return n == 3 ? tpu__fail(d, TPU_ESHAPE,
-                                      "%s: has more than 2 dimensions; tpusim needs a 2-D "
-                                      "matrix",
-                                      path)
-                          : tpu__fail(d, TPU_EPARSE, "%s: the .npy header's 'shape' is malformed",
-                                      path);
+        if (n == max_dims || *p < '0' || *p > '9')
+            return n == max_dims && matrix
+                       ? tpu__fail(d, TPU_ESHAPE,
+                                   "%s: has more than 2 dimensions; tpusim needs a 2-D matrix",
+                                   path)
+                   : n == max_dims
+                       ? tpu__fail(d, TPU_ESHAPE, "%s: has more than %d dimensions; a dataset "
+                                   "array has at most 4 (N, h, w, c)", path, TPU_NPY_MAX_DIMS)
+                       : tpu__fail(d, TPU_EPARSE, "%s: the .npy header's 'shape' is malformed",
+                                   path);
         char *e;
         errno = 0;
         dims[n++] = strtoull(p, &e, 10);
@@ -119,16 +161,25 @@ static int parse_header(const char *path, const char *hdr, enum tpu_dtype *dtype
         if (*p == ',')
             p++;
     }
-    if (n != 2)
+    out->n_dims = n;
+    if (matrix && n != 2)
         return tpu__fail(d, TPU_ESHAPE,
                          "%s: has %d dimension%s; tpusim needs a 2-D matrix (numpy: "
                          "a.reshape(rows, cols))",
                          path, n, n == 1 ? "" : "s");
-    if (dims[0] == 0 || dims[1] == 0)
+    if (matrix && (dims[0] == 0 || dims[1] == 0))
         return tpu__fail(d, TPU_ESHAPE, "%s: has shape (%llu, %llu); both dimensions must be "
                          "at least 1", path, dims[0], dims[1]);
-    *rows = (size_t)dims[0];
-    *cols = (size_t)dims[1];
+    if (n == 0)
+        return tpu__fail(d, TPU_ESHAPE, "%s: holds a single value (shape ()); a dataset array "
+                         "has one row per example (numpy: a.reshape(-1))", path);
+    for (int k = 0; k < n; k++) {
+        char st[160];
+        shape_text(out, st, sizeof st);
+        if (dims[k] == 0)
+            return tpu__fail(d, TPU_ESHAPE, "%s: has shape %s; every dimension must be at "
+                             "least 1", path, st);
+    }
     return 0;
 }
 
@@ -212,7 +263,10 @@ static int read_header(FILE *f, const char *path, uint64_t file_bytes, char **hd
     return 0;
 }
 
-int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
+/* Reads the file at path (header, data, nothing after it) under parse_header's rules; on
+ * success *data is the data section (owned by the caller) and *h what the header said. */
+static int read_npy(const char *path, bool matrix, struct parsed *h, void **data_out,
+                    struct tpu_diag *d)
 {
     char qp[TPU__QUOTE_PATH_BYTES];
     tpu__quote(path, qp, sizeof qp);
@@ -239,23 +293,27 @@ int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
     if ((rc = read_header(f, path, sized ? (uint64_t)st.st_size : UINT64_MAX, &hdr, &hlen,
                           &hstart, d)))
         goto out;
-    enum tpu_dtype dtype = TPU_F32;
-    size_t rows = 0, cols = 0, count, bytes;
-    rc = parse_header(path, hdr, &dtype, &rows, &cols, d);
+    rc = parse_header(path, hdr, matrix, h, d);
     if (rc)
         goto out;
-    if (!tpu__mul_size(rows, cols, &count) ||
-        !tpu__mul_size(count, tpu_dtype_bytes(dtype), &bytes)) {
-        rc = tpu__fail(d, TPU_ESHAPE, "%s: shape (%zu, %zu) of %s is more than 2^64 bytes; "
-                       "the header is corrupt", path, rows, cols, tpu_npy_dtype_name(dtype));
+    char shape[200];
+    shape_text(h, shape, sizeof shape);
+    const char *name = dtypes[h->dt].name;
+    size_t bytes = dtypes[h->dt].bytes;
+    bool fits = true;
+    for (int k = 0; k < h->n_dims; k++)
+        fits = fits && h->dims[k] <= SIZE_MAX && tpu__mul_size(bytes, (size_t)h->dims[k], &bytes);
+    if (!fits) {
+        rc = tpu__fail(d, TPU_ESHAPE, "%s: shape %s of %s is more than 2^64 bytes; "
+                       "the header is corrupt", path, shape, name);
         goto out;
     }
     /* the declared size against the real one, before allocating anything for it */
     if (sized && (uint64_t)st.st_size - (hstart + hlen) < bytes) {
         rc = tpu__fail(d, TPU_EPARSE,
-                       "%s: is truncated: shape (%zu, %zu) of %s needs %zu data bytes after "
+                       "%s: is truncated: shape %s of %s needs %zu data bytes after "
                        "the %zu-byte header, the file has %llu",
-                       path, rows, cols, tpu_npy_dtype_name(dtype), bytes, hstart + hlen,
+                       path, shape, name, bytes, hstart + hlen,
                        (unsigned long long)((uint64_t)st.st_size - (hstart + hlen)));
         goto out;
     }
@@ -263,28 +321,65 @@ int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
         goto out;
     if (got != bytes) {
         rc = tpu__fail(d, TPU_EPARSE,
-                       "%s: is truncated: shape (%zu, %zu) of %s needs %zu data bytes after "
+                       "%s: is truncated: shape %s of %s needs %zu data bytes after "
                        "the %zu-byte header, the file has %zu",
-                       path, rows, cols, tpu_npy_dtype_name(dtype), bytes, hstart + hlen, got);
+                       path, shape, name, bytes, hstart + hlen, got);
         goto out;
     }
     if (fgetc(f) != EOF) {
         rc = tpu__fail(d, TPU_EPARSE,
-                       "%s: has bytes after the data that shape (%zu, %zu) of %s accounts for; "
+                       "%s: has bytes after the data that shape %s of %s accounts for; "
                        "the file is damaged or not a single array",
-                       path, rows, cols, tpu_npy_dtype_name(dtype));
+                       path, shape, name);
         goto out;
     }
-    out->dtype = dtype;
-    out->rows = rows;
-    out->cols = cols;
-    out->data = data;
+    *data_out = data;
     data = NULL;
 out:
     free(data);
     free(hdr);
     fclose(f);
     return rc;
+}
+
+int tpu_npy_read(const char *path, struct tpu_npy *out, struct tpu_diag *d)
+{
+    struct parsed h;
+    void *data = NULL;
+    int rc = read_npy(path, true, &h, &data, d);
+    if (rc)
+        return rc;
+    out->dtype = dtypes[h.dt].dtype;
+    out->rows = (size_t)h.dims[0];
+    out->cols = (size_t)h.dims[1];
+    out->data = data;
+    return 0;
+}
+
+int tpu_npy_read_array(const char *path, struct tpu_npy_array *out, struct tpu_diag *d)
+{
+    struct parsed h;
+    void *data = NULL;
+    int rc = read_npy(path, false, &h, &data, d);
+    if (rc)
+        return rc;
+    memset(out, 0, sizeof *out);
+    out->kind = dtypes[h.dt].kind;
+    out->item_bytes = dtypes[h.dt].bytes;
+    out->dtype_name = dtypes[h.dt].name;
+    out->n_dims = (unsigned)h.n_dims;
+    for (int k = 0; k < h.n_dims; k++)
+        out->dims[k] = h.dims[k];
+    out->data = data;
+    return 0;
+}
+
+void tpu_npy_array_free(struct tpu_npy_array *a)
+{
+    if (a) {
+        free(a->data);
+        memset(a, 0, sizeof *a);
+    }
 }
 
 int tpu_npy_write(const char *path, enum tpu_dtype dtype, size_t rows, size_t cols,

@@ -19,7 +19,8 @@ struct tpu_dataset_input {
     uint64_t perm_epoch;
 };
 
-/* x is the first infeed tensor; labels (train, eval) the second. */
+/* x is the first infeed tensor; labels (train, eval) the second, or for a dataset of
+ * targets the targets and a row mask (net.h's infeed order). */
 void tpu_dataset_input_init(struct tpu_dataset_input *in, const struct tpu_dataset *ds,
                              uint64_t seed);
 void tpu_dataset_input_free(struct tpu_dataset_input *in);

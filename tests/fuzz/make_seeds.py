@@ -233,6 +233,14 @@ def npy_seeds():
     put('npy', 'big_endian.npy', npy('>f4', (1, 1), struct.pack('>f', 1)))
     put('npy', 'three_d.npy', npy('<f4', (1, 1, 1), struct.pack('<f', 1)))
     put('npy', 'truncated.npy', npy('<f4', (4, 4), struct.pack('<2f', 1, 2)))
+    # dataset arrays (tpu_npy_read_array, tpu_dataset_load_npy): more dtypes and ranks
+    put('npy', 'u8_3x2x2.npy', npy('|u1', (3, 2, 2), bytes([0, 1, 2, 255] * 3)))
+    put('npy', 'i64_labels_4x1.npy', npy('<i8', (4, 1), struct.pack('<4q', 0, 3, 1, 2)))
+    put('npy', 'i16_labels_3.npy', npy('<i2', (3,), struct.pack('<3h', 2, 0, 1)))
+    put('npy', 'f64_targets_2x2.npy', npy('<f8', (2, 2), struct.pack('<4d', 0.5, -1, 2, 1e300)))
+    put('npy', 'f32_4d.npy', npy('<f4', (1, 2, 2, 2), struct.pack('<8f', *range(8))))
+    put('npy', 'negative_label.npy', npy('|i1', (2, 1), bytes([1, 0xff])))
+    put('npy', 'eight_d.npy', npy('<i4', (1, 1, 1, 1, 1, 1, 1, 1), struct.pack('<i', 7)))
 
 
 # ---- IDX (2 bytes: label file length, little-endian; the label file; the image file) -------
@@ -261,6 +269,20 @@ def idx_seeds():
     put('idx', 'extra_bytes.bin', idx_pair(lab + b'\x00', img))
     put('idx', 'truncated_gzip.bin', idx_pair(gz(lab), gz(img)[:-6]))
     put('idx', 'swapped.bin', idx_pair(img, lab))
+    # any MNIST-format set (tpu_dataset_load_dir): every data type, 2 to 4 dimensions
+    def typed(type_byte, dims, fmt, values):
+        head = struct.pack('>I', type_byte << 8 | len(dims)) + struct.pack('>%dI' % len(dims), *dims)
+        return head + struct.pack('>%d%s' % (len(values), fmt), *values)
+    put('idx', 'f32_4d_i16_labels.bin', idx_pair(typed(0x0B, (2,), 'h', [1, 0]),
+                                                 typed(0x0D, (2, 2, 1, 2), 'f', [0.5] * 8)))
+    put('idx', 'f64_flat_i32_labels.bin', idx_pair(typed(0x0C, (2,), 'i', [4, 2]),
+                                                   typed(0x0E, (2, 3), 'd', [1, 2, 3, 4, 5, 1e300])))
+    put('idx', 'sbyte_negative_label.bin', idx_pair(typed(0x09, (2,), 'b', [1, -1]),
+                                                    typed(0x09, (2, 2, 2), 'b', [-5, 5] * 4)))
+    put('idx', 'i16_gzip.bin', idx_pair(gz(typed(0x08, (1,), 'B', [3])),
+                                        gz(typed(0x0B, (1, 2, 2), 'h', [-300, 300, 0, 7]))))
+    put('idx', 'float_labels.bin', idx_pair(typed(0x0D, (1,), 'f', [1.0]),
+                                            typed(0x08, (1, 2, 2), 'B', [1, 2, 3, 4])))
 
 
 # ---- safetensors checkpoint --------------------------------------------------------------
