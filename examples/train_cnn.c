@@ -151,9 +151,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
             else if (!strcmp(v, "adamw")) o->spec.optimizer = TPU_OPT_ADAMW;
             else return usage(f, "takes sgd, adam or adamw", v);
         } else if (!strcmp(f, "--schedule")) {
-            if (!strcmp(v, "constant")) o->spec.schedule = TPU_LR_CONSTANT;
-            else if (!strcmp(v, "step")) o->spec.schedule = TPU_LR_STEP;
-            else if (!strcmp(v, "cosine")) o->spec.schedule = TPU_LR_COSINE;
+            if (!strcmp(v, "constant")) o->spec.schedule = TPU_SCHEDULE_CONSTANT;
+            else if (!strcmp(v, "step")) o->spec.schedule = TPU_SCHEDULE_STEP;
+            else if (!strcmp(v, "cosine")) o->spec.schedule = TPU_SCHEDULE_COSINE;
             else return usage(f, "takes constant, step or cosine", v);
         } else {
             return usage(f, "is not a flag of train_cnn", f);
