@@ -8,8 +8,9 @@
  *
  * Forward, per layer (training mode; evaluation and prediction the same except where said):
  *   dense        y = matmul(x, kernel [c][units]); y += bias; y = relu(y)     (in place)
- *   conv2d       cols = im2col(x) [B*ho*wo][kh*kw*c]; y = matmul(cols, kernel); bias; relu
- *                (a 1 x 1 kernel with strides 1 multiplies x itself: no im2col)
+ *   conv2d       y = conv2d(x, kernel) [B*ho*wo][filters] (= matmul(im2col(x), kernel), the
+ *                patches formed on chip, never stored); bias; relu (a 1 x 1 kernel with
+ *                strides 1 is a matmul of x's rows of pixels)
  *   max_pool2d, avg_pool2d   their window ops; global_avg_pool2d = avg_pool over the whole
  *                image; flatten, reshape = reshape (a copy into the new shape); relu; add
  *   dropout      mask = dropout_mask(rate, seed, step); y = x * mask; evaluation and
@@ -30,9 +31,9 @@
  * lies at or before it (the input gets no gradient). A tensor read by several layers gets
  * the sum of their contributions: the first writes its gradient buffer ("<layer>.dy"), each
  * later one is added (matmul with accumulate, or a temp and an add).
- *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x or cols, dy);
- *                  d_bias = sum(dy); dx = matmul trans_b(dy, kernel) (conv2d: dcols, then
- *                  col2im)
+ *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x, dy) (conv2d:
+ *                  conv2d_grad_filter(x, dy)); d_bias = sum(dy); dx = matmul trans_b(dy,
+ *                  kernel) (conv2d: conv2d_grad_input(dy, kernel))
  *   pools          max_pool_grad(dy, x), avg_pool_grad(dy); flatten, reshape: reshape back;
  *                  relu: relu_grad(dy, y); dropout: dy * mask; add: dy to both inputs
  *   batch_norm     d_gamma = sum(dy * xhat); d_beta = sum(dy); with dxhat = dy * gamma,
@@ -69,7 +70,7 @@ struct lw {
     uint32_t p[TPU__P_COUNT];    /* params (N where the layer has none) */
     uint32_t g[TPU__P_COUNT];    /* their gradients (trainable ones) */
     uint32_t st[TPU__P_COUNT][2]; /* their optimizer state */
-    uint32_t cols, mask, xhat, inv; /* forward values the backward reads */
+    uint32_t mask, xhat, inv; /* forward values the backward reads */
 };
 
 struct lower {
@@ -175,6 +176,17 @@ static void window_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_
 {
     struct tpu_op_attrs at = attrs0();
     at.win = window_of(s, layer);
+    op(s, code, y, N, a, b, &at);
+}
+
+/* A conv2d op of layer `layer` (conv2d, conv2d_grad_input, conv2d_grad_filter) with the
+ * layer's window and the spec's passes. */
+static void conv_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_t a, uint32_t b,
+                    uint32_t layer)
+{
+    struct tpu_op_attrs at = attrs0();
+    at.win = window_of(s, layer);
+    at.passes = (uint8_t)s->spec->passes;
     op(s, code, y, N, a, b, &at);
 }
 
@@ -306,14 +318,11 @@ static void forward(struct lower *s, uint32_t i)
     switch (l->kind) {
     case TPU_LAYER_DENSE:
     case TPU_LAYER_CONV2D: {
-        uint32_t a = rows(s, in0);
-        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L)) {
-            w->cols = tmp(s, i, "cols", R, l->kh * l->kw * L->in_shape.c);
-            window_op(s, TPU_OP_IM2COL, w->cols, s->lw[in0].y, N, i);
-            a = w->cols;
-        }
         w->y = tmp(s, i, "y", R, C);
-        matmul(s, w->y, a, w->p[TPU__P_KERNEL], false, false, false);
+        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L))
+            conv_op(s, TPU_OP_CONV2D, w->y, s->lw[in0].y, w->p[TPU__P_KERNEL], i);
+        else
+            matmul(s, w->y, rows(s, in0), w->p[TPU__P_KERNEL], false, false, false);
         if (l->use_bias)
             op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BIAS], NULL);
         if (l->activation == TPU_ACT_RELU)
@@ -411,24 +420,25 @@ static void backward(struct lower *s, uint32_t i)
     switch (l->kind) {
     case TPU_LAYER_DENSE:
     case TPU_LAYER_CONV2D: {
-        const bool cols = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
+        const bool window = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
         if (l->activation == TPU_ACT_RELU)
             op(s, TPU_OP_RELU_GRAD, dy, N, dy, w->y, NULL);
-        matmul(s, w->g[TPU__P_KERNEL], cols ? w->cols : rows(s, in0), dy, true, false, false);
+        if (window)
+            conv_op(s, TPU_OP_CONV2D_GRAD_FILTER, w->g[TPU__P_KERNEL], s->lw[in0].y, dy, i);
+        else
+            matmul(s, w->g[TPU__P_KERNEL], rows(s, in0), dy, true, false, false);
         if (l->use_bias)
             reduce_rows(s, w->g[TPU__P_BIAS], dy);
         if (!gx)
             break;
-        if (!cols) {
+        if (!window) {
             uint32_t d = dy_buf(s, in0);
             matmul(s, d, dy, w->p[TPU__P_KERNEL], false, true, s->lw[in0].dy_written);
             s->lw[in0].dy_written = true;
             break;
         }
-        uint32_t dcols = tmp(s, i, "dcols", rows_of(s, i), l->kh * l->kw * L->in_shape.c);
-        matmul(s, dcols, dy, w->p[TPU__P_KERNEL], false, true, false);
         dx = contrib_begin(s, in0);
-        window_op(s, TPU_OP_COL2IM, dx, dcols, N, i);
+        conv_op(s, TPU_OP_CONV2D_GRAD_INPUT, dx, dy, w->p[TPU__P_KERNEL], i);
         contrib_end(s, in0, dx);
         break;
     }
@@ -782,7 +792,7 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     }
     for (uint32_t i = 0; i < net->n_layers; i++) {
         struct lw *w = &s.lw[i];
-        w->y = w->rows = w->dy = w->cols = w->mask = w->xhat = w->inv = N;
+        w->y = w->rows = w->dy = w->mask = w->xhat = w->inv = N;
         for (int k = 0; k < TPU__P_COUNT; k++)
             w->p[k] = w->g[k] = w->st[k][0] = w->st[k][1] = N;
     }
