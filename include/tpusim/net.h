@@ -216,7 +216,11 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
  * the step's own ops (loop, infeed, outfeed, the step counter). The caller frees it. A layer
  * the loss does not depend on gets no ops (its params keep their initial values); dropout
  * gets none outside training. host/models/net_lower.c's opening comment lists the ops of
- * each layer. */
+ * each layer. conv2d is lowered to the matrix unit's convolution ops (conv2d forward;
+ * conv2d_grad_filter and conv2d_grad_input backward; a 1 x 1 kernel at strides 1 to matmul),
+ * which form the patches on chip: a conv's cycles and MACs are counted as its equivalent
+ * GEMM's (m = B*ho*wo, k = kh*kw*c, n = filters) and its HBM traffic as its real operands
+ * (input, kernel, output; no patch matrix). */
 #define TPU_NET_OP_LOSS UINT32_MAX
 #define TPU_NET_OP_STEP (UINT32_MAX - 1)
 int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
