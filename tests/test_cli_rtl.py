@@ -72,6 +72,48 @@ def train_on_rtl_matches_native():
             assert a.read() == b.read()
 
 
+# A conv net of a model file (tests/test_cli_model.py's images): a 3x3 'same' conv, a 3x3
+# stride-2 conv (whose input gradient is a conv2d_grad_input), a dense layer.
+CONV_MODEL = {'name': 'convs', 'input': [6, 6, 1],
+              'layers': [{'type': 'conv2d', 'filters': 4, 'kernel_size': 3, 'padding': 'same',
+                          'activation': 'relu'},
+                         {'type': 'conv2d', 'filters': 5, 'kernel_size': 3, 'strides': 2,
+                          'activation': 'relu'},
+                         {'type': 'flatten'},
+                         {'type': 'dense', 'units': 3}],
+              'loss': 'softmax_cross_entropy'}
+
+
+@case
+def conv_model_on_rtl_matches_native():
+    """The conv2d ops (forward, kernel and input gradients) run as GEMMs on the Verilated
+    arrays: the same losses, simulated times and checkpoints as the native backend."""
+    from test_cli_model import image_set
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, 'convs.json')
+        with open(model, 'w') as f:
+            json.dump(CONV_MODEL, f)
+        data = os.path.join(d, 'images')
+        os.mkdir(data)
+        image_set(data)
+        out = {}
+        for backend in ('native', 'rtl'):
+            out[backend] = json.loads(run(
+                'train', '--model', model, '--data', data, '--chip', 'tiny',
+                '--train-batch-size', '32', '--steps', '4', '--iterations-per-loop', '2',
+                '--backend', backend, '--no-eval', '--json', '--verbose', '0',
+                '--model-dir', os.path.join(d, backend)).stdout)
+        nat, rtl = out['native'], out['rtl']
+        for key in ('global_step', 'loss', 'step_time_s', 'examples_per_s', 'mxu_utilization',
+                    'simulated_seconds'):
+            assert nat[key] == rtl[key], (key, nat[key], rtl[key])
+        assert nat['global_step'] == 4
+        assert rtl['rtl_tiles'] > 0, rtl
+        with open(os.path.join(d, 'native', 'ckpt-4.safetensors'), 'rb') as a, \
+                open(os.path.join(d, 'rtl', 'ckpt-4.safetensors'), 'rb') as b:
+            assert a.read() == b.read()
+
+
 @case
 def vcd_waveform():
     if not have_data():

@@ -14,13 +14,10 @@
  *     payloads and int32 wrap-around), int8, bf16 buffers, every transpose, edge values
  *     (NaN, Inf, subnormals, overflow), a 1x1x1 product, on the tiny chip and on a variant
  *     with 2 MXUs per core and 24 accumulator rows (units dealt round-robin, short chunks).
- *   - The conv2d ops (their GEMMs on the arrays, the patches formed around them) give the
- *     native bits and counters: f32 and bf16 inputs, accumulate, more windows than
- *     accumulator rows, one and two MXUs per core.
  *   - A waveform (VCD) of an array is written and holds the run; a waveform on a full
  *     disk (/dev/full) ends the run with the path and ENOSPC's message instead of hanging
  *     in Verilator's writer, and the next runs go on untraced.
- *   - The error paths: 3-pass matmuls, 6-pass convolutions, an array size the chip does not have, timing-only mode,
+ *   - The error paths: 3-pass matmuls, an array size the chip does not have, timing-only mode,
  *     too few units, a shape with no RTL model, a waveform that cannot be created. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -559,107 +556,6 @@ static void test_matmuls_match_native(void **state)
     check_ops(&cfg);
 }
 
-
-/* ---- convolutions ---------------------------------------------------------------------------- */
-
-/* The conv2d ops run as their GEMMs on the arrays, the patches formed around them (sim/chip/
- * mxu_provider.c): f32 and bf16 inputs, 'same' padding at stride 2, accumulate into dw,
- * and M = 80 windows (more than the 64 accumulator rows). */
-static const char *const conv_program =
-    "program convs\n"
-    "var n\n"
-    "param x1: f32[2, 75]\n"
-    "param w1: f32[27, 11]\n"
-    "param y1: f32[18, 11]\n"
-    "param dy2: bf16[18, 11]\n"
-    "param w2: f32[27, 11]\n"
-    "param dx2: f32[50, 3]\n"
-    "param x3: f32[10, 15]\n"
-    "param dy3: f32[18, 11]\n"
-    "param dw3: f32[27, 11]\n"
-    "param x4: bf16[80, 4]\n"
-    "param w4: bf16[36, 9]\n"
-    "param y4: f32[80, 9]\n"
-    "loop n {\n"
-    "  y1 = conv2d x1, w1 h=5 w=5 c=3 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3\n"
-    "  dx2 = conv2d_grad_input dy2, w2 h=5 w=5 c=3 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3\n"
-    "  dw3 = conv2d_grad_filter x3, dy3 h=5 w=5 c=3 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3 "
-    "accumulate\n"
-    "  y4 = conv2d x4, w4 h=10 w=8 c=4 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=10 wo=8\n"
-    "}\n";
-
-#define CONV_OUTPUTS 4
-
-static void run_convs(const struct tpu_chip_config *cfg, struct tpu_mxu_rtl_provider *p,
-                      void *y[MAX_CORES][CONV_OUTPUTS], struct tpu_core_counters *ctr)
-{
-    static const char *const in_names[] = {"x1", "w1", "dy2", "w2", "x3", "dy3", "dw3", "x4",
-                                           "w4"};
-    static const char *const y_names[CONV_OUTPUTS] = {"y1", "dx2", "dw3", "y4"};
-    struct tpu_program *prog = parse(conv_program);
-    struct tpu_device *dev = open_dev(cfg, p);
-    struct tpu_diag d = {0};
-    if (tpu_program_verify(prog, cfg, &d) != 0 || tpu_device_load(dev, prog, &d) != 0)
-        fail_msg("load: %s", d.msg);
-    struct rng r = {11};
-    for (size_t i = 0; i < sizeof in_names / sizeof in_names[0]; i++)
-        fill_param(dev, prog, bufid(prog, in_names[i]), &r);
-    uint32_t var_n = 0;
-    assert_int_equal(tpu_program_find_var(prog, "n", &var_n), 0);
-    tpu_device_set_var(dev, var_n, 2);
-    if (tpu_device_run(dev, 0, NULL, &d) != 0)
-        fail_msg("run: %s", d.msg);
-    for (uint32_t c = 0; c < MAX_CORES; c++) {
-        for (int i = 0; i < CONV_OUTPUTS; i++) {
-            uint32_t b = bufid(prog, y_names[i]);
-            y[c][i] = malloc(buf_size(prog, b));
-            assert_non_null(y[c][i]);
-            assert_int_equal(tpu_device_read(dev, c, b, y[c][i], buf_size(prog, b), &d), 0);
-        }
-        assert_int_equal(tpu_device_counters(dev, c, &ctr[c]), 0);
-    }
-    tpu_device_close(&dev);
-    tpu_program_destroy(&prog);
-}
-
-static void test_convs_match_native(void **state)
-{
-    (void)state;
-    struct tpu_chip_config cfg = tiny();
-    static const size_t y_bytes[CONV_OUTPUTS] = {18 * 11 * 4, 50 * 3 * 4, 27 * 11 * 4,
-                                                 80 * 9 * 4};
-    for (int variant = 0; variant < 2; variant++) {
-        if (variant == 1) { /* two MXUs per core, short accumulator chunks */
-            cfg.mxu_per_core = 2;
-            cfg.accumulator_rows = 24;
-        }
-        struct tpu_mxu_rtl_provider *p = make_provider(&cfg);
-        void *nat[MAX_CORES][CONV_OUTPUTS], *rtl[MAX_CORES][CONV_OUTPUTS];
-        struct tpu_core_counters cn[MAX_CORES], cr[MAX_CORES];
-        run_convs(&cfg, NULL, nat, cn);
-        run_convs(&cfg, p, rtl, cr);
-        for (uint32_t c = 0; c < MAX_CORES; c++) {
-            for (int i = 0; i < CONV_OUTPUTS; i++) {
-                char what[48];
-                snprintf(what, sizeof what, "variant %d core %u conv output %d", variant, c, i);
-                assert_words_equal(what, nat[c][i], rtl[c][i], y_bytes[i]);
-                free(nat[c][i]);
-                free(rtl[c][i]);
-            }
-            assert_counters_equal(c, &cn[c], &cr[c]);
-            assert_true(cn[c].busy[TPU_UNIT_MXU] > 0);
-            /* every MXU of the core ran tiles of each conv op, twice */
-            for (uint32_t x = 0; x < cfg.mxu_per_core; x++) {
-                struct tpu_mxu_rtl_unit_stats st;
-                assert_int_equal(tpu_mxu_rtl_provider_stats(p, c * cfg.mxu_per_core + x, &st),
-                                 0);
-                assert_int_equal(st.runs, 2 * 4);
-            }
-        }
-        tpu_mxu_rtl_provider_destroy(&p);
-    }
-}
-
 /* ---- waveform ------------------------------------------------------------------------------- */
 
 static void test_vcd(void **state)
@@ -806,22 +702,6 @@ static void test_errors(void **state)
     tpu_device_close(&dev);
     tpu_program_destroy(&prog);
 
-    /* an f32 convolution in 6 bf16 passes */
-    prog = parse("program t\n"
-                 "param x: f32[16, 8]\n"
-                 "param w: f32[72, 8]\n"
-                 "param y: f32[16, 8]\n"
-                 "y = conv2d x, w h=4 w=4 c=8 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=4 wo=4 "
-                 "passes=6\n");
-    assert_int_equal(tpu_device_open(&s, &dev, &d), 0);
-    assert_int_equal(tpu_device_load(dev, prog, &d), 0);
-    assert_int_equal(tpu_device_run(dev, 0, NULL, &d), TPU_EUNSUPPORTED);
-    assert_non_null(strstr(d.msg, ", op 0: conv2d: the rtl matrix unit runs one-pass products "
-                                  "only (bf16 inputs), but this f32 convolution asks for 6 "
-                                  "bf16 passes; use passes 1"));
-    tpu_device_close(&dev);
-    tpu_program_destroy(&prog);
-
     /* waveforms: a unit that does not exist, a file that cannot be created */
     assert_int_equal(tpu_mxu_rtl_provider_trace_open(p, 2, "/tmp/x.vcd", &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "no matrix unit 2 to trace: the RTL provider has 2"));
@@ -841,7 +721,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_training_matches_native),
         cmocka_unit_test(test_matmuls_match_native),
-        cmocka_unit_test(test_convs_match_native),
         cmocka_unit_test(test_vcd),
         cmocka_unit_test(test_vcd_full_disk),
         cmocka_unit_test(test_errors),
