@@ -118,12 +118,13 @@
  *   loop_begin / loop_end                 the loop over variable `var`
  *
  * The vector unit computes in fp32: every op but infeed, outfeed, matmul, the conv2d ops,
- * convert, quantize, reshape and collective_permute takes and gives f32 (labels and mse's mask are int32). An op
- * may write a buffer it also reads (in place) only where that is safe while streaming (the
- * table's `alias` column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad,
- * exp, rsqrt) and all_reduce; the optimizers update their outputs in place by definition
- * (`rmw`). A temp holds one value per pass: it is written once by an op that does not read
- * it, then possibly updated in place (or by matmul accumulate).
+ * convert, quantize, reshape and collective_permute takes and gives f32 (labels and mse's
+ * mask are int32). An op may write a buffer it also reads (in place) only where that is safe
+ * while streaming (the table's `alias` column): the elementwise ops (add, sub, mul, max,
+ * scale, relu, relu_grad, exp, rsqrt) and all_reduce; the optimizers update their outputs in
+ * place by definition (`rmw`). A temp holds one value per pass: it is written once by an op
+ * that does not read it, then possibly updated in place (or by matmul or
+ * conv2d_grad_filter accumulate).
  * tpu_program_verify enforces these and the rest; sim/program/program_verify.c lists every rule.
  *
  * Text form (sim/program/program_parse.c has the grammar):

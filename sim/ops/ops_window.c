@@ -41,13 +41,13 @@ static void in_image(size_t o, size_t s, size_t p, size_t k, size_t len, size_t 
     *hi = start + k > len + p ? len + p - start : k;
 }
 
-int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems, struct tpu__win_geom *g,
-                    struct tpu_diag *d)
+int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
+                      struct tpu__win_geom *g, struct tpu_diag *d)
 {
     const struct tpu_window *wn = &op->attrs.win;
     const char *name = tpu_opcode_name(op->code);
     *g = (struct tpu__win_geom){0, wn->h, wn->w, wn->c, wn->kh, wn->kw, wn->sh, wn->sw,
-                       wn->pt, wn->pl, wn->ho, wn->wo};
+                                wn->pt, wn->pl, wn->ho, wn->wo};
     /* all fields are below 2^32, so the products of two and the sums below fit 64 bits */
     size_t per = 0, k_cols = 0;
     if (!g->h || !g->w || !g->c || !g->kh || !g->kw || !g->sh || !g->sw || !g->ho || !g->wo ||
@@ -141,7 +141,8 @@ struct win_pos {
     size_t ky0, ky1, kx0, kx1, base;
 };
 
-static void window_at(const struct tpu__win_geom *g, size_t n, size_t oy, size_t ox, struct win_pos *p)
+static void window_at(const struct tpu__win_geom *g, size_t n, size_t oy, size_t ox,
+                      struct win_pos *p)
 {
     in_image(oy, g->sh, g->pt, g->kh, g->h, &p->ky0, &p->ky1);
     in_image(ox, g->sw, g->pl, g->kw, g->w, &p->kx0, &p->kx1);
@@ -150,7 +151,8 @@ static void window_at(const struct tpu__win_geom *g, size_t n, size_t oy, size_t
 }
 
 /* The image index of the first max of the window p at channel ci (max_pool's rule). */
-static size_t argmax(const struct tpu__win_geom *g, const struct win_pos *p, size_t ci, const float *x)
+static size_t argmax(const struct tpu__win_geom *g, const struct win_pos *p, size_t ci,
+                     const float *x)
 {
     size_t best = p->base + ci;
     float m = x[best];
@@ -168,8 +170,8 @@ static size_t argmax(const struct tpu__win_geom *g, const struct win_pos *p, siz
 
 /* max_pool, max_pool_grad, avg_pool, avg_pool_grad: x the image (NULL for avg_pool_grad),
  * dy the output gradient (NULL for the forward ops), out y or dx. */
-static void pool(enum tpu_opcode code, const struct tpu__win_geom *g, const float *x, const float *dy,
-                 float *out)
+static void pool(enum tpu_opcode code, const struct tpu__win_geom *g, const float *x,
+                 const float *dy, float *out)
 {
     const bool grad = code == TPU_OP_MAX_POOL_GRAD || code == TPU_OP_AVG_POOL_GRAD;
     if (grad)

@@ -49,8 +49,9 @@
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
  *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
  *       relu_grad, exp and all_reduce; never for
- *       matmul or the conv2d ops (the array reads a and b while y drains), reductions, convert, softmax_xent,
- *       classify_count, collective_permute, the window ops, reshape, or an optimizer's grad.
+ *       matmul or the conv2d ops (the array reads its inputs while the output drains),
+ *       reductions, convert, softmax_xent, classify_count, collective_permute, the window
+ *       ops, reshape, or an optimizer's grad.
  *   D2  A temp is read only after it is written: earlier in the same loop iteration, or
  *       before the loop. Params are always defined. After the loop, a temp written only in
  *       the loop body is undefined (the loop may run zero times).
