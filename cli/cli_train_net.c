@@ -88,9 +88,9 @@ void tpu__cli_train_optimizer_text(const struct train_opts *o, bool net, char *b
     const enum tpu_optimizer opt = o->spec.optimizer;
     const char *name = opt == TPU_OPT_ADAM ? "Adam" : opt == TPU_OPT_ADAMW ? "AdamW"
                                                                            : "SGD with momentum";
-    if (!net || t->schedule == TPU_LR_CONSTANT)
+    if (!net || t->schedule == TPU_SCHEDULE_CONSTANT)
         snprintf(buf, size, "%s", name);
-    else if (t->schedule == TPU_LR_STEP)
+    else if (t->schedule == TPU_SCHEDULE_STEP)
         snprintf(buf, size, "%s, step schedule (x %g every %u steps)", name,
                  (double)t->decay_rate, t->decay_steps);
     else

@@ -104,7 +104,8 @@ static const int backend_values[] = {0, 1};
 static const char *const optimizer_words[] = {"adam", "sgd", "adamw", NULL};
 static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM, TPU_OPT_ADAMW};
 static const char *const schedule_words[] = {"constant", "step", "cosine", NULL};
-static const int schedule_values[] = {TPU_LR_CONSTANT, TPU_LR_STEP, TPU_LR_COSINE};
+static const int schedule_values[] = {TPU_SCHEDULE_CONSTANT, TPU_SCHEDULE_STEP,
+                                      TPU_SCHEDULE_COSINE};
 static const char *const input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
                                                "BROADCAST", NULL};
 static const int input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
@@ -414,21 +415,21 @@ static int check_model_options(const struct train_opts *o)
     const char *sched_opt = o->warmup_given       ? "--warmup-steps"
                             : o->decay_steps_given ? "--decay-steps"
                             : o->decay_rate_given  ? "--decay-rate" : NULL;
-    if (sched_opt && (!o->schedule_given || t->schedule == TPU_LR_CONSTANT))
+    if (sched_opt && (!o->schedule_given || t->schedule == TPU_SCHEDULE_CONSTANT))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s shapes a learning-rate schedule, and "
                               "%s: give --lr-schedule step or cosine with it, or leave it "
                               "out", sched_opt, o->schedule_given ? "the schedule is constant"
                               : "no --lr-schedule was given");
-    if (t->schedule == TPU_LR_STEP && t->warmup_steps > 0)
+    if (t->schedule == TPU_SCHEDULE_STEP && t->warmup_steps > 0)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--warmup-steps is the cosine schedule's "
                               "linear warm-up; the step schedule has none: give --lr-schedule "
                               "cosine, or leave --warmup-steps out");
-    if (t->schedule != TPU_LR_CONSTANT && !o->decay_steps_given)
+    if (t->schedule != TPU_SCHEDULE_CONSTANT && !o->decay_steps_given)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--lr-schedule %s needs --decay-steps N (%s)",
-                              t->schedule == TPU_LR_STEP ? "step" : "cosine",
-                              t->schedule == TPU_LR_STEP ? "the steps between two decays"
+                              t->schedule == TPU_SCHEDULE_STEP ? "step" : "cosine",
+                              t->schedule == TPU_SCHEDULE_STEP ? "the steps between two decays"
                               : "the steps of the cosine after the warm-up");
-    if (t->schedule == TPU_LR_STEP && !(o->decay_rate_given && t->decay_rate > 0))
+    if (t->schedule == TPU_SCHEDULE_STEP && !(o->decay_rate_given && t->decay_rate > 0))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--lr-schedule step needs --decay-rate X "
                               "above 0 and at most 1 (the factor per decay, e.g. 0.5)%s",
                               o->decay_rate_given ? "; got 0" : "");

@@ -1,64 +1,13 @@
 /* The naive double-precision reference of a layer graph (net_ref.h): straight loops from the
- * layer definitions in net.h, written without the lowering in view. Test-only. */
-#include "net_ref.h"
+ * layer definitions in net.h, written without the lowering in view. This file builds the
+ * reference, holds its params and runs the forward pass; the loss and the backward pass are
+ * net_ref_backward.c's (net_ref_int.h). Test-only. */
+#include "net_ref_int.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define REF_MAX_LAYER_PARAMS 4
-
-struct ref_param {
-    char name[TPU_NET_NAME_MAX + 32];
-    uint32_t layer;
-    bool trainable;
-    size_t count;
-    double *v;   /* [count] values */
-    double *g;   /* [count] gradient (0 for the moving statistics) */
-    double *upd; /* moving statistics: the value a training forward writes */
-    bool has_upd;
-};
-
-struct ref_layer {
-    struct tpu_layer_info info;
-    char name[TPU_NET_NAME_MAX + 1];
-    struct tpu_shape in_shape;    /* of in[0] */
-    uint32_t pt, pl;              /* conv2d and pools: padding before */
-    uint32_t param0, n_param;     /* its params: r->params[param0 ..] */
-    size_t size;                  /* h*w*c of the output, per example */
-    double *y, *dy;               /* [batch][size] */
-    double *mask;                 /* dropout: [batch][size] */
-    double *pre;                  /* dense, conv2d with a fused relu: [batch][size] before it */
-    double *xhat;                 /* batch norm: [batch][size] normalized input */
-    double *rstd;                 /* batch norm: [groups][c] 1/sqrt(var+eps) (training) */
-    uint32_t group;               /* batch norm: examples per statistics group */
-};
-
-struct net_ref {
-    const struct tpu_net *net;
-    uint32_t n_layers;
-    struct ref_layer *layers;
-    uint32_t n_params;
-    struct ref_param *params;
-    uint32_t out_tensor;
-    enum tpu_loss loss;
-    uint32_t batch;               /* of the last forward, 0 before */
-    bool training;
-};
-
-static int fail(struct tpu_diag *d, int code, const char *fmt, ...)
-{
-    if (d) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->msg, sizeof d->msg, fmt, ap);
-        va_end(ap);
-        d->code = code;
-    }
-    return code;
-}
 
 static size_t shape_size(struct tpu_shape s)
 {
@@ -122,7 +71,7 @@ static int expect_shape(struct ref_layer *L, const struct ref_layer *in1, struct
         *o = ds->target;
         return shape_size(*o) == shape_size(x)
                    ? 0
-                   : fail(d, TPU_ESHAPE, "reference: reshape '%s' changes the size", L->name);
+                   : tpu__fail(d, TPU_ESHAPE, "reference: reshape '%s' changes the size", L->name);
     case TPU_LAYER_RELU:
     case TPU_LAYER_DROPOUT:
     case TPU_LAYER_BATCH_NORM:
@@ -130,11 +79,11 @@ static int expect_shape(struct ref_layer *L, const struct ref_layer *in1, struct
         return 0;
     case TPU_LAYER_ADD:
         if (!in1 || in1->info.out.h != x.h || in1->info.out.w != x.w || in1->info.out.c != x.c)
-            return fail(d, TPU_ESHAPE, "reference: add '%s' of two shapes", L->name);
+            return tpu__fail(d, TPU_ESHAPE, "reference: add '%s' of two shapes", L->name);
         *o = x;
         return 0;
     default:
-        return fail(d, TPU_EINVAL, "reference: layer '%s' has kind %d, not one it knows",
+        return tpu__fail(d, TPU_EINVAL, "reference: layer '%s' has kind %d, not one it knows",
                     L->name, (int)L->info.kind);
     }
 }
@@ -151,12 +100,12 @@ int net_ref_create(const struct tpu_net *net, struct net_ref **out, struct tpu_d
     r->params = calloc((size_t)r->n_layers * REF_MAX_LAYER_PARAMS, sizeof *r->params);
     int rc = r->layers && r->params ? 0 : TPU_ENOMEM;
     if (!rc && tpu_net_output(net, &r->out_tensor, &r->loss))
-        rc = fail(d, TPU_EINVAL, "reference: the net has no output (tpu_net_set_output)");
+        rc = tpu__fail(d, TPU_EINVAL, "reference: the net has no output (tpu_net_set_output)");
     for (uint32_t i = 0; !rc && i < r->n_layers; i++) {
         struct ref_layer *L = &r->layers[i];
         rc = tpu_net_layer(net, i, &L->info);
         if (rc) {
-            fail(d, rc, "reference: tpu_net_layer(%u) failed", i);
+            tpu__fail(d, rc, "reference: tpu_net_layer(%u) failed", i);
             break;
         }
         snprintf(L->name, sizeof L->name, "%s", L->info.name);
@@ -166,7 +115,7 @@ int net_ref_create(const struct tpu_net *net, struct net_ref **out, struct tpu_d
             continue;
         if (L->info.n_in < 1 || L->info.n_in > 2 || L->info.in[0] >= i ||
             (L->info.n_in == 2 && L->info.in[1] >= i)) {
-            rc = fail(d, TPU_EINVAL, "reference: layer '%s' reads a later tensor", L->name);
+            rc = tpu__fail(d, TPU_EINVAL, "reference: layer '%s' reads a later tensor", L->name);
             break;
         }
         L->in_shape = r->layers[L->info.in[0]].info.out;
@@ -175,7 +124,7 @@ int net_ref_create(const struct tpu_net *net, struct net_ref **out, struct tpu_d
         if (rc)
             break;
         if (o.h != L->info.out.h || o.w != L->info.out.w || o.c != L->info.out.c) {
-            rc = fail(d, TPU_ESHAPE,
+            rc = tpu__fail(d, TPU_ESHAPE,
                       "reference: layer '%s' (%s) outputs %ux%ux%u by the net but %ux%ux%u by "
                       "the reference",
                       L->name, tpu_layer_kind_name(L->info.kind), L->info.out.h,
@@ -323,13 +272,6 @@ const double *net_ref_input_grad(const struct net_ref *r, size_t *count)
     return r->layers[0].dy;
 }
 
-/* the layer's params: kernel, bias (dense, conv2d; bias NULL without use_bias) or gamma,
- * beta, moving_mean, moving_variance (batch norm) */
-static struct ref_param *lp(const struct net_ref *r, const struct ref_layer *L, uint32_t k)
-{
-    return k < L->n_param ? &r->params[L->param0 + k] : NULL;
-}
-
 /* ---- forward ------------------------------------------------------------------------------ */
 
 static void fwd_dense(const struct net_ref *r, struct ref_layer *L, const double *x, uint32_t B)
@@ -345,17 +287,6 @@ static void fwd_dense(const struct net_ref *r, struct ref_layer *L, const double
                 acc += x[p * cin + ci] * W[(size_t)ci * units + u];
             L->y[p * units + u] = acc;
         }
-}
-
-/* input index of window offset (ky, kx) of output (oy, ox), or -1 on padding */
-static int64_t win_at(const struct ref_layer *L, uint32_t oy, uint32_t ox, uint32_t ky,
-                      uint32_t kx)
-{
-    int64_t iy = (int64_t)oy * L->info.desc.sh + ky - L->pt;
-    int64_t ix = (int64_t)ox * L->info.desc.sw + kx - L->pl;
-    if (iy < 0 || ix < 0 || iy >= L->in_shape.h || ix >= L->in_shape.w)
-        return -1;
-    return iy * L->in_shape.w + ix;
 }
 
 static void fwd_conv(const struct net_ref *r, struct ref_layer *L, const double *x, uint32_t B)
@@ -430,6 +361,7 @@ static void fwd_batch_norm(struct net_ref *r, struct ref_layer *L, const double 
     struct ref_param *gamma = lp(r, L, 0), *beta = lp(r, L, 1), *mm = lp(r, L, 2),
                      *mv = lp(r, L, 3);
     uint32_t G = training ? L->group : B;
+    const double groups = (double)(B / G); /* the moving averages take the groups' mean */
     for (uint32_t n0 = 0; n0 < B; n0 += G)
         for (uint32_t c = 0; c < C; c++) {
             double mean, var;
@@ -445,10 +377,10 @@ static void fwd_batch_norm(struct net_ref *r, struct ref_layer *L, const double 
                         s2 += dv * dv;
                     }
                 var = s2 / m;
-                if (n0 == 0) {
-                    mm->upd[c] = mm->v[c] * mom + mean * (1.0 - mom);
-                    mv->upd[c] = mv->v[c] * mom + var * (1.0 - mom);
-                }
+                if (n0 == 0)
+                    mm->upd[c] = mv->upd[c] = 0.0;
+                mm->upd[c] += mean / groups;
+                mv->upd[c] += var / groups;
             } else {
                 mean = mm->v[c];
                 var = mv->v[c];
@@ -462,6 +394,11 @@ static void fwd_batch_norm(struct net_ref *r, struct ref_layer *L, const double 
                     L->y[i] = gamma->v[c] * L->xhat[i] + beta->v[c];
                 }
         }
+    if (training) /* moving * momentum + the groups' mean statistic * (1 - momentum) */
+        for (uint32_t c = 0; c < C; c++) {
+            mm->upd[c] = mm->v[c] * mom + mm->upd[c] * (1.0 - mom);
+            mv->upd[c] = mv->v[c] * mom + mv->upd[c] * (1.0 - mom);
+        }
     mm->has_upd = mv->has_upd = training;
 }
 
@@ -470,7 +407,7 @@ int net_ref_forward(struct net_ref *r, const struct net_ref_run *run, const doub
 {
     free_activations(r);
     if (batch == 0)
-        return fail(d, TPU_EINVAL, "reference: a batch of 0 examples");
+        return tpu__fail(d, TPU_EINVAL, "reference: a batch of 0 examples");
     for (uint32_t i = 0; i < r->n_params; i++)
         r->params[i].has_upd = false;
     r->training = run->training;
@@ -519,7 +456,7 @@ int net_ref_forward(struct net_ref *r, const struct net_ref_run *run, const doub
             }
             if (!run->mask) {
                 free_activations(r);
-                return fail(d, TPU_EINVAL,
+                return tpu__fail(d, TPU_EINVAL,
                             "reference: dropout '%s' in training needs a mask function",
                             L->name);
             }
@@ -541,7 +478,7 @@ int net_ref_forward(struct net_ref *r, const struct net_ref_run *run, const doub
                 g = run->bn_group;
             if (batch % g) {
                 free_activations(r);
-                return fail(d, TPU_EINVAL,
+                return tpu__fail(d, TPU_EINVAL,
                             "reference: batch norm '%s': a batch of %u in groups of %u", L->name,
                             batch, g);
             }
@@ -579,245 +516,3 @@ int net_ref_forward(struct net_ref *r, const struct net_ref_run *run, const doub
     return 0;
 }
 
-/* ---- loss --------------------------------------------------------------------------------- */
-
-int net_ref_loss(struct net_ref *r, const int32_t *labels, const double *targets, double *loss,
-                 double *per_example, struct tpu_diag *d)
-{
-    if (!r->batch)
-        return fail(d, TPU_EINVAL, "reference: the loss before a forward pass");
-    struct ref_layer *O = &r->layers[r->out_tensor];
-    uint32_t B = r->batch;
-    for (uint32_t i = 0; i < r->n_layers; i++)
-        memset(r->layers[i].dy, 0, r->layers[i].size * B * sizeof *r->layers[i].dy);
-    double total = 0.0;
-    size_t S = O->size;
-    for (uint32_t n = 0; n < B; n++) {
-        const double *z = O->y + (size_t)n * S;
-        double *dz = O->dy + (size_t)n * S;
-        double l = 0.0;
-        if (r->loss == TPU_LOSS_SOFTMAX_XENT) {
-            if (!labels || labels[n] < 0 || (size_t)labels[n] >= S)
-                return fail(d, TPU_ERANGE, "reference: label %d of example %u not in [0, %zu)",
-                            labels ? labels[n] : -1, n, S);
-            double zmax = z[0];
-            for (size_t k = 1; k < S; k++)
-                zmax = z[k] > zmax ? z[k] : zmax;
-            double se = 0.0;
-            for (size_t k = 0; k < S; k++)
-                se += exp(z[k] - zmax);
-            l = zmax + log(se) - z[labels[n]];
-            for (size_t k = 0; k < S; k++)
-                dz[k] = (exp(z[k] - zmax) / se - (k == (size_t)labels[n])) / B;
-        } else {
-            if (!targets)
-                return fail(d, TPU_EINVAL, "reference: mean squared error needs targets");
-            const double *t = targets + (size_t)n * S;
-            for (size_t k = 0; k < S; k++) {
-                l += (z[k] - t[k]) * (z[k] - t[k]);
-                dz[k] = 2.0 * (z[k] - t[k]) / ((double)S * B);
-            }
-            l /= (double)S;
-        }
-        if (per_example)
-            per_example[n] = l;
-        total += l;
-    }
-    *loss = total / B;
-    return 0;
-}
-
-/* ---- backward ----------------------------------------------------------------------------- */
-
-static void bwd_dense(struct net_ref *r, struct ref_layer *L, const double *x, double *dx,
-                      const double *dy, uint32_t B)
-{
-    size_t rows = (size_t)B * L->in_shape.h * L->in_shape.w;
-    uint32_t cin = L->in_shape.c, units = L->info.out.c;
-    struct ref_param *W = lp(r, L, 0);
-    struct ref_param *b = L->info.desc.use_bias ? lp(r, L, 1) : NULL;
-    for (size_t p = 0; p < rows; p++)
-        for (uint32_t u = 0; u < units; u++) {
-            double g = dy[p * units + u];
-            if (b)
-                b->g[u] += g;
-            for (uint32_t ci = 0; ci < cin; ci++) {
-                W->g[(size_t)ci * units + u] += x[p * cin + ci] * g;
-                dx[p * cin + ci] += W->v[(size_t)ci * units + u] * g;
-            }
-        }
-}
-
-static void bwd_conv(struct net_ref *r, struct ref_layer *L, const double *x, double *dx,
-                     const double *dy, uint32_t B)
-{
-    const struct tpu_layer_desc *ds = &L->info.desc;
-    struct tpu_shape in = L->in_shape, o = L->info.out;
-    struct ref_param *K = lp(r, L, 0);
-    struct ref_param *b = ds->use_bias ? lp(r, L, 1) : NULL;
-    for (uint32_t n = 0; n < B; n++)
-        for (uint32_t oy = 0; oy < o.h; oy++)
-            for (uint32_t ox = 0; ox < o.w; ox++)
-                for (uint32_t f = 0; f < o.c; f++) {
-                    double g = dy[(((size_t)n * o.h + oy) * o.w + ox) * o.c + f];
-                    if (b)
-                        b->g[f] += g;
-                    for (uint32_t ky = 0; ky < ds->kh; ky++)
-                        for (uint32_t kx = 0; kx < ds->kw; kx++) {
-                            int64_t pix = win_at(L, oy, ox, ky, kx);
-                            if (pix < 0)
-                                continue;
-                            for (uint32_t ci = 0; ci < in.c; ci++) {
-                                size_t xi = ((size_t)n * in.h * in.w + (size_t)pix) * in.c + ci;
-                                size_t ki = (((size_t)ky * ds->kw + kx) * in.c + ci) * o.c + f;
-                                K->g[ki] += x[xi] * g;
-                                dx[xi] += K->v[ki] * g;
-                            }
-                        }
-                }
-}
-
-static void bwd_pool(struct ref_layer *L, const double *x, double *dx, const double *dy,
-                     uint32_t B)
-{
-    const struct tpu_layer_desc *ds = &L->info.desc;
-    struct tpu_shape in = L->in_shape, o = L->info.out;
-    bool is_max = L->info.kind == TPU_LAYER_MAX_POOL2D;
-    for (uint32_t n = 0; n < B; n++)
-        for (uint32_t oy = 0; oy < o.h; oy++)
-            for (uint32_t ox = 0; ox < o.w; ox++)
-                for (uint32_t c = 0; c < o.c; c++) {
-                    double g = dy[(((size_t)n * o.h + oy) * o.w + ox) * o.c + c];
-                    double best = -INFINITY;
-                    size_t best_at = 0;
-                    uint32_t count = 0;
-                    for (uint32_t ky = 0; ky < ds->kh; ky++)
-                        for (uint32_t kx = 0; kx < ds->kw; kx++) {
-                            int64_t pix = win_at(L, oy, ox, ky, kx);
-                            if (pix < 0)
-                                continue;
-                            size_t xi = ((size_t)n * in.h * in.w + (size_t)pix) * in.c + c;
-                            if (x[xi] > best) { /* the first position of the max wins */
-                                best = x[xi];
-                                best_at = xi;
-                            }
-                            count++;
-                        }
-                    if (is_max) {
-                        dx[best_at] += g;
-                        continue;
-                    }
-                    for (uint32_t ky = 0; ky < ds->kh; ky++)
-                        for (uint32_t kx = 0; kx < ds->kw; kx++) {
-                            int64_t pix = win_at(L, oy, ox, ky, kx);
-                            if (pix >= 0)
-                                dx[((size_t)n * in.h * in.w + (size_t)pix) * in.c + c] +=
-                                    g / count;
-                        }
-                }
-}
-
-static void bwd_batch_norm(struct net_ref *r, struct ref_layer *L, double *dx, const double *dy,
-                           uint32_t B)
-{
-    uint32_t C = L->in_shape.c, G = L->group;
-    size_t hw = (size_t)L->in_shape.h * L->in_shape.w;
-    struct ref_param *gamma = lp(r, L, 0), *beta = lp(r, L, 1);
-    for (uint32_t n0 = 0; n0 < B; n0 += G)
-        for (uint32_t c = 0; c < C; c++) {
-            double sdy = 0.0, sdyx = 0.0, m = (double)G * hw;
-            double rstd = L->rstd[(size_t)(n0 / G) * C + c];
-            for (uint32_t n = n0; n < n0 + G; n++)
-                for (size_t p = 0; p < hw; p++) {
-                    size_t i = ((size_t)n * hw + p) * C + c;
-                    sdy += dy[i];
-                    sdyx += dy[i] * L->xhat[i];
-                }
-            gamma->g[c] += sdyx;
-            beta->g[c] += sdy;
-            for (uint32_t n = n0; n < n0 + G; n++)
-                for (size_t p = 0; p < hw; p++) {
-                    size_t i = ((size_t)n * hw + p) * C + c;
-                    if (r->training) /* the statistics depend on x too */
-                        dx[i] += gamma->v[c] * rstd * (dy[i] - sdy / m - L->xhat[i] * sdyx / m);
-                    else
-                        dx[i] += gamma->v[c] * rstd * dy[i];
-                }
-        }
-}
-
-int net_ref_backward(struct net_ref *r, struct tpu_diag *d)
-{
-    if (!r->batch)
-        return fail(d, TPU_EINVAL, "reference: the backward pass before a forward pass");
-    uint32_t B = r->batch;
-    for (uint32_t i = 0; i < r->n_params; i++)
-        memset(r->params[i].g, 0, r->params[i].count * sizeof *r->params[i].g);
-    for (uint32_t i = 0; i < r->out_tensor; i++) /* everything but the loss's seed */
-        memset(r->layers[i].dy, 0, r->layers[i].size * B * sizeof *r->layers[i].dy);
-    for (uint32_t i = r->n_layers - 1; i >= 1; i--) {
-        struct ref_layer *L = &r->layers[i];
-        struct ref_layer *X = &r->layers[L->info.in[0]];
-        size_t n = L->size * B;
-        double *dy = L->dy;
-        double *masked = NULL;
-        if ((L->info.kind == TPU_LAYER_DENSE || L->info.kind == TPU_LAYER_CONV2D) &&
-            L->info.desc.activation == TPU_ACT_RELU) {
-            masked = malloc(n * sizeof *masked);
-            if (!masked)
-                return TPU_ENOMEM;
-            for (size_t k = 0; k < n; k++)
-                masked[k] = L->y[k] > 0.0 ? dy[k] : 0.0;
-            dy = masked;
-        }
-        switch (L->info.kind) {
-        case TPU_LAYER_DENSE:
-            bwd_dense(r, L, X->y, X->dy, dy, B);
-            break;
-        case TPU_LAYER_CONV2D:
-            bwd_conv(r, L, X->y, X->dy, dy, B);
-            break;
-        case TPU_LAYER_MAX_POOL2D:
-        case TPU_LAYER_AVG_POOL2D:
-            bwd_pool(L, X->y, X->dy, dy, B);
-            break;
-        case TPU_LAYER_GLOBAL_AVG_POOL2D: {
-            size_t hw = (size_t)L->in_shape.h * L->in_shape.w;
-            uint32_t C = L->in_shape.c;
-            for (uint32_t e = 0; e < B; e++)
-                for (size_t p = 0; p < hw; p++)
-                    for (uint32_t c = 0; c < C; c++)
-                        X->dy[((size_t)e * hw + p) * C + c] += dy[(size_t)e * C + c] / (double)hw;
-            break;
-        }
-        case TPU_LAYER_FLATTEN:
-        case TPU_LAYER_RESHAPE:
-            for (size_t k = 0; k < n; k++)
-                X->dy[k] += dy[k];
-            break;
-        case TPU_LAYER_RELU:
-            for (size_t k = 0; k < n; k++)
-                X->dy[k] += X->y[k] > 0.0 ? dy[k] : 0.0;
-            break;
-        case TPU_LAYER_DROPOUT:
-            for (size_t k = 0; k < n; k++)
-                X->dy[k] += r->training ? dy[k] * L->mask[k] : dy[k];
-            break;
-        case TPU_LAYER_BATCH_NORM:
-            bwd_batch_norm(r, L, X->dy, dy, B);
-            break;
-        case TPU_LAYER_ADD: {
-            double *db = r->layers[L->info.in[1]].dy;
-            for (size_t k = 0; k < n; k++) {
-                X->dy[k] += dy[k];
-                db[k] += dy[k];
-            }
-            break;
-        }
-        default:
-            break;
-        }
-        free(masked);
-    }
-    return 0;
-}

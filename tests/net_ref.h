@@ -12,8 +12,9 @@
  * Batch norm in training normalizes with the biased variance (divide by the count) of the
  * statistics group: the whole batch for a cross_replica layer, else `bn_group` examples at a
  * time (the per-replica batch; 0 = the whole batch). The moving averages it would write are
- * moving * momentum + batch_stat * (1 - momentum) with the first group's statistics (replica
- * 0's), and the biased batch variance (as Keras 3's BatchNormalization). Dropout multiplies by
+ * moving * momentum + batch_stat * (1 - momentum) with batch_stat the mean over the groups of
+ * each group's statistic (the replicas' all_reduce mean, as Keras on TPU aggregates them),
+ * and the biased batch variance (as Keras 3's BatchNormalization). Dropout multiplies by
  * the mask the caller gives (training only). Test-only code. */
 #ifndef TPUSIM_TESTS_NET_REF_H
 #define TPUSIM_TESTS_NET_REF_H

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tpusim/config.h"
 #include "tpusim/net.h"
 
 /* configs/models/, from TPUSIM_MODELS_DIR (set by tests/meson.build) */
@@ -195,6 +196,39 @@ static void test_resnet50_file(void **state)
     totals(net, &p, &nt);
     assert_int_equal(p, 25583592);
     assert_int_equal(nt, 53120);
+    tpu_net_destroy(&net);
+}
+
+/* ResNet-50's training step at 128 examples per core fits a tpu-v3 core's 16 GiB of HBM
+ * (params, optimizer state and the peak of live temps, tpu_program_memory): the convs run
+ * as the conv2d ops, which form their patches on chip (net_lower_layers.c), so no im2col
+ * columns take HBM. */
+static void test_resnet50_memory(void **state)
+{
+    (void)state;
+    struct tpu_net *net = load("resnet50.json");
+    struct tpu_train_spec spec;
+    tpu_train_spec_default(&spec);
+    struct tpu_model_program mp;
+    memset(&mp, 0, sizeof mp);
+    struct tpu_diag d = {0};
+    if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, 128, 128 * 8, &mp, NULL, &d) != 0)
+        fail_msg("build: %s", d.msg);
+    struct tpu_program_memory m;
+    assert_int_equal(tpu_program_memory(mp.prog, &m), 0);
+    struct tpu_chip_config v3;
+    if (tpu_config_load_preset("tpu-v3", &v3, &d) != 0)
+        fail_msg("tpu-v3: %s", d.msg);
+    const uint64_t share = v3.hbm_bytes / v3.cores_per_chip;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    print_message("resnet50 train, 128 per core: params %.2f GiB + temp peak %.2f GiB = %.2f "
+                  "GiB of %.2f GiB per tpu-v3 core\n", (double)m.param_bytes / gib,
+                  (double)m.temp_peak_bytes / gib, (double)m.hbm_bytes / gib,
+                  (double)share / gib);
+    assert_true(m.hbm_bytes <= share);
+    if (tpu_program_verify(mp.prog, &v3, &d) != 0)
+        fail_msg("verify on tpu-v3: %s", d.msg);
+    tpu_program_destroy(&mp.prog);
     tpu_net_destroy(&net);
 }
 
@@ -441,6 +475,24 @@ static void test_out_of_range(void **state)
     expect_error(HEAD "{\"type\": \"dropout\", \"rate\": 1}" TAIL, TPU_ERANGE,
                  "m.json:3:29: layer 1 (dropout): \"rate\" must be a number at least 0 and less "
                  "than 1; got 1");
+    /* a window the ops cannot index (kh*kw*c = 2^32), named by the builder */
+    expect_error("{\"input\": [1, 1, 1048576], \"layers\": [{\"type\": \"max_pool2d\", "
+                 "\"pool_size\": 64, \"padding\": \"same\"}, {\"type\": \"dense\", \"units\": "
+                 "1}], \"loss\": \"mean_squared_error\"}", TPU_ESHAPE,
+                 "m.json:1:39: layer 'max_pool2d' (max_pool2d): a 64 x 64 pool over 1048576 "
+                 "channels holds "
+                 "4294967296 elements (kh*kw*c), but the window ops take fewer than 2^32-1; use "
+                 "a smaller pool or fewer channels in the layer before");
+    /* the rule holds for the float the model keeps: these pass as doubles, not as floats */
+    expect_error(HEAD "{\"type\": \"dropout\", \"rate\": 0.99999999}" TAIL, TPU_ERANGE,
+                 "m.json:3:29: layer 1 (dropout): \"rate\" must be a number at least 0 and less "
+                 "than 1; got 0.99999999, which is 1 as the 32-bit float the model keeps");
+    expect_error(HEAD "{\"type\": \"batch_norm\", \"epsilon\": 1e-50}" TAIL, TPU_ERANGE,
+                 "m.json:3:35: layer 1 (batch_norm): \"epsilon\" must be a number greater than "
+                 "0 and at most 1; got 1e-50, which is 0 as the 32-bit float the model keeps");
+    expect_error(HEAD "{\"type\": \"batch_norm\", \"epsilon\": 1e300}" TAIL, TPU_ERANGE,
+                 "m.json:3:35: layer 1 (batch_norm): \"epsilon\" must be a number greater than "
+                 "0 and at most 1; got 1e+300");
     expect_error(HEAD "{\"type\": \"batch_norm\", \"momentum\": 1.5}" TAIL, TPU_ERANGE,
                  "m.json:3:36: layer 1 (batch_norm): \"momentum\" must be a number at least 0 and "
                  "at most 1; got 1.5");
@@ -654,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_cnn_file),
         cmocka_unit_test(test_resnet_small_file),
         cmocka_unit_test(test_resnet50_file),
+        cmocka_unit_test(test_resnet50_memory),
         cmocka_unit_test(test_keys_and_defaults),
         cmocka_unit_test(test_vector_input_and_escapes),
         cmocka_unit_test(test_syntax_errors),

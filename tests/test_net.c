@@ -364,7 +364,7 @@ static void test_train_spec(void **state)
     assert_true(s.learning_rate == 0.001f && s.beta1 == 0.9f && s.beta2 == 0.999f);
     assert_true(s.epsilon == 1e-7f && s.momentum == 0.9f && s.weight_decay == 0.004f);
     assert_int_equal(s.passes, 1);
-    assert_int_equal(s.schedule, TPU_LR_CONSTANT);
+    assert_int_equal(s.schedule, TPU_SCHEDULE_CONSTANT);
     assert_int_equal(tpu_train_spec_check(&s, &d), 0);
 
 #define BAD(field, value, ...)                                                                 \
@@ -380,29 +380,29 @@ static void test_train_spec(void **state)
     BAD(beta1, 1.0f, "beta1 1", "[0, 1)", NULL);
     BAD(epsilon, 0.0f, "epsilon 0", NULL);
     BAD(l2, -1.0f, "l2 -1", NULL);
-    BAD(schedule, TPU_LR_STEP, "step schedule needs decay_steps >= 1", NULL);
-    BAD(schedule, (enum tpu_lr_schedule_kind)3, "schedule 3", "cosine", NULL);
+    BAD(schedule, TPU_SCHEDULE_STEP, "step schedule needs decay_steps >= 1", NULL);
+    BAD(schedule, (enum tpu_lr_schedule)3, "schedule 3", "cosine", NULL);
     BAD(warmup_steps, 10, "warmup_steps 10 needs the cosine schedule", NULL);
     s.optimizer = TPU_OPT_SGD_MOMENTUM;
     BAD(momentum, 1.0f, "momentum 1 must be in [0, 1)", NULL);
     s.optimizer = TPU_OPT_ADAMW;
     BAD(weight_decay, -0.5f, "weight decay -0.5", NULL);
     BAD(l2, 0.1f, "l2 0.1 with adamw", "weight_decay", NULL);
-    s.schedule = TPU_LR_COSINE;
+    s.schedule = TPU_SCHEDULE_COSINE;
     s.decay_steps = 100;
     s.warmup_steps = 10;
     assert_int_equal(tpu_train_spec_check(&s, &d), 0);
     BAD(decay_rate, 2.0f, "cosine schedule's decay_rate 2", NULL);
-    s.schedule = TPU_LR_STEP;
+    s.schedule = TPU_SCHEDULE_STEP;
     s.warmup_steps = 0;
     s.decay_rate = 0.5f;
     assert_int_equal(tpu_train_spec_check(&s, &d), 0);
     BAD(decay_rate, 0.0f, "step schedule's decay_rate 0", NULL);
 #undef BAD
     /* the enum's numbers are the op attribute's (ops11.md) */
-    assert_int_equal(TPU_LR_CONSTANT, 0);
-    assert_int_equal(TPU_LR_STEP, 1);
-    assert_int_equal(TPU_LR_COSINE, 2);
+    assert_int_equal(TPU_SCHEDULE_CONSTANT, 0);
+    assert_int_equal(TPU_SCHEDULE_STEP, 1);
+    assert_int_equal(TPU_SCHEDULE_COSINE, 2);
 }
 
 /* ---- lowering -------------------------------------------------------------------------- */
@@ -556,7 +556,7 @@ static void test_programs_verify(void **state)
         for (int k = 0; k < 3; k++)
             for (int m = 0; m < 3; m++) {
                 spec.optimizer = (enum tpu_optimizer)((k + m) % 3);
-                spec.schedule = (enum tpu_lr_schedule_kind)m;
+                spec.schedule = (enum tpu_lr_schedule)m;
                 spec.decay_steps = m ? 10 : 0;
                 spec.decay_rate = m ? 0.5f : 0.0f;
                 spec.passes = m == 2 ? 3 : 1;
@@ -661,11 +661,12 @@ static void test_lowering_ops(void **state)
     assert_int_equal(count[TPU_OP_DROPOUT_MASK], 1);
     assert_int_equal(count[TPU_OP_AVG_POOL], 2); /* avg_pool2d and global_avg_pool2d */
     assert_int_equal(count[TPU_OP_AVG_POOL_GRAD], 2);
-    /* cross-replica batch norm: the mean and variance forward, two means backward */
-    assert_int_equal(all_reduce_mean, 4);
+    /* cross-replica batch norm: the mean and variance forward, two means backward; the
+     * per-replica one: the replicas' mean of its mean and variance for the moving averages */
+    assert_int_equal(all_reduce_mean, 4 + 2);
     /* a param each: 3 kernels + 3 biases + 1 dense kernel and bias + 2 x (gamma, beta) */
     assert_int_equal(count[TPU_OP_SGD_MOMENTUM], 12);
-    assert_int_equal(count[TPU_OP_ALL_REDUCE], 12 + 4);
+    assert_int_equal(count[TPU_OP_ALL_REDUCE], 12 + 4 + 2);
     assert_int_equal(count[TPU_OP_SOFTMAX_XENT], 1);
     assert_int_equal(mp.n_params, 12 + 4 + 12); /* params, moving stats, velocities */
     uint32_t id;
@@ -782,13 +783,13 @@ static void test_train_resnet(void **state)
     /* SGD with momentum and a cosine schedule, AdamW with a step schedule */
     spec.optimizer = TPU_OPT_SGD_MOMENTUM;
     spec.learning_rate = 0.1f;
-    spec.schedule = TPU_LR_COSINE;
+    spec.schedule = TPU_SCHEDULE_COSINE;
     spec.warmup_steps = 5;
     spec.decay_steps = 55;
     assert_true(train_and_eval(n, &spec, 60) >= 0.9);
     spec.optimizer = TPU_OPT_ADAMW;
     spec.learning_rate = 0.01f;
-    spec.schedule = TPU_LR_STEP;
+    spec.schedule = TPU_SCHEDULE_STEP;
     spec.warmup_steps = 0;
     spec.decay_steps = 30;
     spec.decay_rate = 0.5f;

@@ -8,7 +8,8 @@
  *     param moves by exactly its gradient (param_new = param - grad): the change read back
  *     with tpu_estimator_read_param against the reference's gradient over the global batch;
  *     the loss the outfeed reports (replica 0's mean) against the reference's; batch norm's
- *     moving statistics against the reference's update;
+ *     moving statistics against the reference's update (per replica: the mean over the
+ *     replicas of their batch statistics), the same on every replica;
  *   - every layer kind: dense (also per pixel), conv2d (valid and same, strides, with and
  *     without bias, fused relu), max, average and global-average pools, flatten, reshape,
  *     relu, dropout (the mask from tpu_dropout_mask_value, as the chip draws it), batch norm
@@ -26,8 +27,8 @@
  * order in these small nets) and |param| for the rounding of param - grad when the gradient
  * is read as a param change (the largest error seen in these runs is 0.4 of that unit). A
  * wrong term, a missed padding or a wrong statistic moves values by O(scale), thousands of
- * times the tolerance; a mask drawn with another step or replica, or batch statistics over the wrong
- * examples, fail the check. */
+ * times the tolerance; a mask drawn with another step or index, or batch statistics over the
+ * wrong examples, fail the check. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -204,10 +205,9 @@ static double chip_mask(void *ctx, uint32_t layer, uint32_t example, uint64_t el
     struct tpu_layer_info li;
     assert_int_equal(tpu_net_layer(m->net, layer, &li), 0);
     uint64_t size = (uint64_t)li.out.h * li.out.w * li.out.c;
-    uint32_t replica = example / m->per_replica;
-    uint64_t index = (uint64_t)(example % m->per_replica) * size + element; /* [B*h*w][c] */
-    return (double)tpu_dropout_mask_value(m->seed[layer], m->step[layer], replica, index,
-                                          li.desc.rate);
+    /* the global index: the replicas' masks [B*h*w][c] laid end to end in replica order */
+    uint64_t index = (uint64_t)example * size + element;
+    return (double)tpu_dropout_mask_value(m->seed[layer], m->step[layer], index, li.desc.rate);
 }
 
 /* ---- comparing ---------------------------------------------------------------------------- */
@@ -278,6 +278,21 @@ static void collect_row(void *ctx, uint64_t index, const float *row, uint32_t co
     assert_int_equal(cols, c->cols);
     memcpy(c->out + index * cols, row, cols * sizeof *row);
     c->n++;
+}
+
+/* The id of buffer `name` in the train program the estimator loads for cc. */
+static uint32_t train_buffer(const struct tpu_net *net, const struct tpu_train_spec *spec,
+                             const struct chip_case *cc, const char *name)
+{
+    struct tpu_diag d = {0};
+    struct tpu_model_program mp;
+    memset(&mp, 0, sizeof mp);
+    ok(tpu_net_build(net, spec, TPU_MODE_TRAIN, cc->global / cc->replicas, cc->global, &mp,
+                     NULL, &d), &d);
+    uint32_t id = 0;
+    assert_int_equal(tpu_program_find_buffer(mp.prog, name, &id), 0);
+    tpu_program_destroy(&mp.prog);
+    return id;
 }
 
 static void chip_check(const struct tpu_net *net, const struct chip_case *cc)
@@ -440,6 +455,14 @@ static void chip_check(const struct tpu_net *net, const struct chip_case *cc)
             char what[64];
             snprintf(what, sizeof what, "new %s", name);
             compare(what, after, net_ref_moving_update(ref, name, NULL), NULL, n, L);
+            /* every replica holds the same moving statistics (the replicas' mean) */
+            for (uint32_t core = 1; core < cc->replicas; core++) {
+                float *other = malloc(n * sizeof(float));
+                ok(tpu_device_read(dev, core, train_buffer(net, &spec, cc, name), other,
+                                   n * sizeof(float), &d), &d);
+                assert_memory_equal(other, after, n * sizeof(float));
+                free(other);
+            }
         }
         free(after);
         free(delta);

@@ -535,6 +535,19 @@ static void test_batch_norm_values(void **state)
     for (int i = 0; i < 4; i++)
         assert_float_equal(y[i], 2.0 * (x[i] - 1.0) / sqrt(3.0 + eps) + 1.0, 1e-15);
     assert_null(net_ref_moving_update(r, "batch_norm.moving_mean", NULL));
+    /* per-replica groups of one example, {1, 3} and {5, 7}: each normalizes with its own
+     * statistics (means 2 and 6, variances 1); the moving averages take the groups' mean
+     * (mean 4, variance 1), as the replicas' all_reduce mean does on the chip */
+    struct net_ref_run grouped = {.training = true, .bn_group = 1};
+    ok(net_ref_forward(r, &grouped, x, 2, &d), &d);
+    y = net_ref_tensor(r, t, NULL);
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(y[i], 2.0 * (x[i] - (i < 2 ? 2.0 : 6.0)) / sqrt(1.0 + eps) + 1.0,
+                           1e-15);
+    assert_float_equal(net_ref_moving_update(r, "batch_norm.moving_mean", NULL)[0],
+                       1.0 * mom + 4.0 * (1 - mom), 1e-15);
+    assert_float_equal(net_ref_moving_update(r, "batch_norm.moving_variance", NULL)[0],
+                       3.0 * mom + 1.0 * (1 - mom), 1e-15);
     net_ref_destroy(&r);
     tpu_net_destroy(&net);
 }

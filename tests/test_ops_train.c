@@ -225,9 +225,9 @@ static uint64_t ref_mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-static float ref_mask(uint64_t seed, int64_t step, uint32_t replica, uint64_t i, float rate)
+static float ref_mask(uint64_t seed, int64_t step, uint64_t i, float rate)
 {
-    uint64_t key = ref_mix(ref_mix(ref_mix(seed) ^ (uint64_t)step) ^ replica);
+    uint64_t key = ref_mix(ref_mix(seed) ^ (uint64_t)step);
     double u = (double)(ref_mix(key ^ i) >> 40) / 16777216.0;
     return u >= rate ? 1.0f / (1.0f - rate) : 0.0f;
 }
@@ -268,8 +268,9 @@ static void test_dropout_mask(void **state)
     for (size_t i = 0; i < n; i++) {
         assert_true(m[i] == 0.0f || m[i] == keep);
         kept += m[i] != 0.0f;
-        assert_int_equal(fbits(m[i]), fbits(ref_mask(12345, 7, 1, i, rate)));
-        assert_int_equal(fbits(m[i]), fbits(tpu_dropout_mask_value(12345, 7, 1, i, rate)));
+        /* replica 1: global index n + i */
+        assert_int_equal(fbits(m[i]), fbits(ref_mask(12345, 7, n + i, rate)));
+        assert_int_equal(fbits(m[i]), fbits(tpu_dropout_mask_value(12345, 7, n + i, rate)));
     }
     /* The kept count is Binomial(n = 100000, p = 0.7) if the hash is uniform: standard
      * deviation sqrt(n p (1 - p)) = 145 elements = 0.00145 of n. A bound of 0.01 is 6.9
@@ -298,8 +299,20 @@ static void test_dropout_mask(void **state)
     for (size_t i = 0; i < 15; i++)
         assert_true(m[i] == 1.0f);
     free(m);
-    assert_int_equal(fbits(tpu_dropout_mask_value((uint64_t)-5, 3, 2, 9, 0.5f)),
-                     fbits(ref_mask((uint64_t)-5, 3, 2, 9, 0.5f)));
+    assert_int_equal(fbits(tpu_dropout_mask_value((uint64_t)-5, 3, 9, 0.5f)),
+                     fbits(ref_mask((uint64_t)-5, 3, 9, 0.5f)));
+
+    /* Sharding leaves the masks alone: one replica of 2B rows draws what replicas 0 and 1 of
+     * B rows each draw, laid end to end (the global batch split in order). */
+    const uint32_t B = 6, C = 7;
+    float *whole = mask_of(2024, 5, 0, 0.5f, 2 * B, C, 1);
+    float *half[2] = {mask_of(2024, 5, 0, 0.5f, B, C, 1), mask_of(2024, 5, 1, 0.5f, B, C, 2)};
+    assert_int_equal(n_differ(whole, half[0], (size_t)B * C), 0);
+    assert_int_equal(n_differ(whole + (size_t)B * C, half[1], (size_t)B * C), 0);
+    assert_true(n_differ(half[0], half[1], (size_t)B * C) > 0);
+    free(half[0]);
+    free(half[1]);
+    free(whole);
 
     /* an unverified program with a rate of 1 fails cleanly */
     struct bufs s = {0};
@@ -372,10 +385,6 @@ static struct tpu_op_attrs sched(int32_t kind, float alpha, uint32_t warmup, uin
 static void test_schedule_values(void **state)
 {
     (void)state;
-    /* net.h's schedule kinds are the same numbers */
-    assert_int_equal(TPU_LR_CONSTANT, TPU_SCHEDULE_CONSTANT);
-    assert_int_equal(TPU_LR_STEP, TPU_SCHEDULE_STEP);
-    assert_int_equal(TPU_LR_COSINE, TPU_SCHEDULE_COSINE);
     struct tpu_op_attrs a = sched(TPU_SCHEDULE_CONSTANT, 0.1f, 0, 0, 0);
     assert_true(tpu_lr_schedule_value(&a, 1) == 0.1f);
     assert_true(tpu_lr_schedule_value(&a, 1000000) == 0.1f);
@@ -621,6 +630,7 @@ static void test_verify_errors(void **state)
         {"x = rsqrt t\n", "rsqrt needs attribute eps=<float>"},
         {"g = dropout_mask var=step alpha=0.5\n", "dropout_mask needs attribute imm=<int>"},
         {"g = dropout_mask imm=3\n", "dropout_mask needs attribute var=<variable>"},
+        {"g = dropout_mask var=step imm=3\n", "dropout_mask needs attribute alpha=<float>"},
         {"w, m = sgd_momentum x alpha=1 schedule=step decay_steps=2 decay_rate=0.5\n",
          "sgd_momentum with a schedule other than constant needs attribute var=<variable>"},
         {"w, m = sgd_momentum x alpha=1 schedule=linear\n", "schedule=linear is not known; "
@@ -723,7 +733,8 @@ static void test_schedule_on_chip(void **state)
 }
 
 /* dropout_mask on 4 cores, 2 per replica: each replica's cores draw one mask, the replicas
- * differ, every value is tpu_dropout_mask_value's, and host threads change nothing. */
+ * differ (replica r's elements have global indices r * 128 + i), every value is
+ * tpu_dropout_mask_value's, and host threads change nothing. */
 static void test_dropout_on_chip(void **state)
 {
     (void)state;
@@ -746,7 +757,7 @@ static void test_dropout_on_chip(void **state)
     for (uint32_t c = 0; c < 4; c++)
         for (uint64_t i = 0; i < 128; i++)
             assert_int_equal(fbits(got[0][c][i]),
-                             fbits(tpu_dropout_mask_value(99, 3, c / 2, i, 0.5f)));
+                             fbits(tpu_dropout_mask_value(99, 3, (c / 2) * 128 + i, 0.5f)));
     assert_memory_equal(got[0][0], got[0][1], 512);
     assert_true(n_differ(got[0][0], got[0][2], 128) > 128 * 3 / 10);
     tpu_program_destroy(&p);

@@ -554,6 +554,13 @@ static void test_window_errors(void **state)
     op.attrs.win.ho = 4; /* the last window starts below the image */
     expect_error(run(&op, &s, &d), &d, TPU_EINVAL, "ho=4", NULL);
     op.attrs.win = win_of(&g);
+    /* a window of 2^32 elements: 64 x 64 over 2^20 channels (a 'same' pool of 64 on 1 x 1) */
+    struct tpu_op big = mkop(TPU_OP_MAX_POOL, 1, 0, X, NULL);
+    big.attrs.win = (struct tpu_window){.h = 1, .w = 1, .c = 1u << 20, .kh = 64, .kw = 64,
+                                        .sh = 64, .sw = 64, .pt = 31, .pl = 31, .ho = 1,
+                                        .wo = 1};
+    expect_error(run(&big, &s, &d), &d, TPU_EINVAL, "max_pool: window kh*kw*c = 64*64*1048576",
+                 "lower kh, kw or c");
     bset(&s, 0, TPU_F32, 7, 7);
     expect_error(run(&op, &s, &d), &d, TPU_ESHAPE, "operand x has 49 elements",
                  "multiple N >= 1 of h*w*c = 50");
@@ -631,6 +638,21 @@ static void test_pool_timing(void **state)
         }
         tpu_program_destroy(&p);
     }
+    /* an unverified window of kh = kw = 2^31 saturates instead of wrapping to 0 cycles */
+    struct tpu_program *p = NULL;
+    struct tpu_diag d = {0, ""};
+    uint32_t x, y;
+    assert_int_equal(tpu_program_create("t", &p), 0);
+    assert_int_equal(tpu_program_add_buffer(p, "x", TPU_F32, TPU_BUF_PARAM, 64, 8, &x, &d), 0);
+    assert_int_equal(tpu_program_add_buffer(p, "y", TPU_F32, TPU_BUF_PARAM, 16, 8, &y, &d), 0);
+    struct tpu_op op = mkop(TPU_OP_MAX_POOL, y, x, X, NULL);
+    op.attrs.win.kh = op.attrs.win.kw = UINT32_C(1) << 31;
+    uint64_t cycles = 0, slots = 1, macs = 1;
+    assert_int_equal(tpu__op_cost(&cfg, p, &op, &cycles, &slots, &macs), TPU_UNIT_VPU);
+    if (cycles < UINT64_MAX / 64)
+        fail_msg("max_pool with kh = kw = 2^31: %llu cycles, want saturation (>= 2^58)",
+                 (unsigned long long)cycles);
+    tpu_program_destroy(&p);
 }
 
 /* im2col on a chip: its DMA moves x in and y out (params, in HBM) at 4 bytes per cycle on the

@@ -1,7 +1,7 @@
 /* The window ops and reshape in device programs (include/tpusim/program.h): their text form
  * (the window group's eleven fields, print -> parse -> print identical), their parse errors,
- * and every verifier error of rule T9 (sim/program/program_verify_window.c), each checked by
- * the text of its message: it names the op, the field or operand, and the rule. */
+ * and every verifier error of rules T12 and T13 (sim/program/program_verify_window.c), each
+ * checked by the text of its message: it names the op, the field or operand, and the rule. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -178,6 +178,14 @@ static const struct verify_case verify_cases[] = {
                                       "to at most 3"}},
     {IM2COL("h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=9"), TPU_EINVAL,
      {"window field wo=9 is too large", "set wo to at most 3"}},
+    {"param x: f32[1, 1048576]\nparam y: f32[1, 1048576]\ny = max_pool x h=1 w=1 c=1048576 "
+     "kh=64 kw=64 sh=64 sw=64 pt=31 pl=31 ho=1 wo=1\n", TPU_EINVAL,
+     {"op 0 'y = max_pool x", "window kh*kw*c = 64*64*1048576 = 4294967296 elements; rule "
+      "WINDOW: a window holds fewer than 2^32-1 = 4294967295 elements (the ops index them in "
+      "32 bits): lower kh, kw or c"}},
+    {"param x: f32[65535, 65537]\nparam y: f32[1, 65537]\ny = max_pool x h=255 w=257 "
+     "c=65537 kh=255 kw=257 sh=1 sw=1 pt=0 pl=0 ho=1 wo=1\n", TPU_EINVAL,
+     {"window kh*kw*c = 255*257*65537 = 4294967295 elements", "fewer than 2^32-1"}},
     /* dtypes and shapes */
     {"param x: bf16[25, 2]\nparam y: f32[9, 18]\ny = im2col x " WIN "\n", TPU_ESHAPE,
      {"input x 'x' bf16[25, 2] is bf16, but im2col computes in f32 (rule WINDOW)", NULL}},

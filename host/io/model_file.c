@@ -10,11 +10,11 @@
  *
  * Locations. Every message starts with the file, line and column of the value at fault (or
  * of the key, for a key that is not allowed), found by tpu__json_locate (io/json_loc.c)
- * from the path the reader followed: "layers", the layer's index, the key, the element. */
+ * from the path the reader followed: "layers", the layer's index, the key, the element.
+ * This file reads the document, its keys and its layers; checking one value against its rule
+ * and writing the located message is model_file_values.c's (model_file_int.h). */
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,264 +24,10 @@
 #include <jansson.h>
 
 #include "io/json_loc.h"
-#include "tpusim/net.h"
-#include "util.h"
+#include "io/model_file_int.h"
 
 /* A model file is JSON text of at most 511 layers; ResNet-50's is 15 KB. */
 #define MODEL_FILE_MAX_BYTES (16u << 20)
-
-/* Ranges a file may give (the builder checks the shapes and anything else beyond these). */
-#define MF_MAX_SIZE 1048576u  /* units, filters, input and target dimensions */
-#define MF_MAX_WINDOW 4096u   /* kernel_size, pool_size, strides */
-
-/* ---- messages --------------------------------------------------------------------------- */
-
-struct mf {
-    const char *origin; /* quoted, for messages */
-    const char *text;
-    size_t len;
-    const json_t *layers; /* the "layers" array */
-    struct tpu_diag *d;
-};
-
-/* What a message is about: a top-level key (layer < 0), a layer, or a key of a layer; and
- * within an array value, one element (elem >= 0). */
-struct where {
-    long layer;
-    const char *key;
-    long elem;
-    bool at_key; /* point at the key itself (unknown keys) rather than its value */
-    bool bare;   /* no "layer i 'name': " (the builder's messages name the layer) */
-};
-
-static struct where top_key(const char *key)
-{
-    return (struct where){-1, key, -1, false, false};
-}
-
-static struct where layer_key(size_t layer, const char *key)
-{
-    return (struct where){(long)layer, key, -1, false, false};
-}
-
-/* "layer 3 'conv_2'", "layer 3 (conv2d)" for a layer without a name, or "layer 3": layers
- * are numbered from 1 in file order, the input being layer 0, as tpu_net_layer numbers
- * them. */
-static void layer_label(const struct mf *m, size_t i, char *buf, size_t n)
-{
-    const json_t *l = json_array_get(m->layers, i);
-    const json_t *name = json_object_get(l, "name");
-    const json_t *type = json_object_get(l, "type");
-    char q[TPU__QUOTE_BYTES];
-    if (json_is_string(name))
-        snprintf(buf, n, "layer %zu '%s'", i + 1, tpu__quote(json_string_value(name), q, sizeof q));
-    else if (json_is_string(type))
-        snprintf(buf, n, "layer %zu (%s)", i + 1, tpu__quote(json_string_value(type), q, sizeof q));
-    else
-        snprintf(buf, n, "layer %zu", i + 1);
-}
-
-/* "<origin>:<line>:<col>: [layer ...: ]<body>" */
-static int fail_at(const struct mf *m, struct where w, int code, const char *fmt, ...)
-    TPU__PRINTF(4, 5);
-
-static int fail_at(const struct mf *m, struct where w, int code, const char *fmt, ...)
-{
-    struct tpu__json_step path[4];
-    size_t n = 0;
-    if (w.layer >= 0) {
-        path[n++] = (struct tpu__json_step){"layers", 0};
-        path[n++] = (struct tpu__json_step){NULL, (size_t)w.layer};
-    }
-    if (w.key)
-        path[n++] = (struct tpu__json_step){w.key, 0};
-    if (w.elem >= 0)
-        path[n++] = (struct tpu__json_step){NULL, (size_t)w.elem};
-    int line, col;
-    tpu__json_locate(m->text, m->len, path, n, w.at_key && w.elem < 0, &line, &col);
-
-    char body[TPU_DIAG_MAX], label[TPU__QUOTE_BYTES + 32] = "";
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    if (w.layer >= 0 && !w.bare) {
-        layer_label(m, (size_t)w.layer, label, sizeof label - 2);
-        strcat(label, ": ");
-    }
-    return tpu__fail(m->d, code, "%s:%d:%d: %s%s", m->origin, line, col, label, body);
-}
-
-/* ---- values ----------------------------------------------------------------------------- */
-
-/* A whole number in [lo, hi]. `what` is the rule's subject, e.g. "\"units\"". */
-static int get_whole(const struct mf *m, struct where w, const json_t *v, const char *what,
-                     uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    if (json_is_integer(v) && json_integer_value(v) >= (json_int_t)lo &&
-        json_integer_value(v) <= (json_int_t)hi) {
-        *out = (uint32_t)json_integer_value(v);
-        return 0;
-    }
-    char got[TPU__QUOTE_BYTES + 32];
-    tpu__json_describe(v, got, sizeof got);
-    return fail_at(m, w, json_is_integer(v) ? TPU_ERANGE : TPU_EPARSE,
-                   "%s must be a whole number from %" PRIu32 " to %" PRIu32 "; got %s%s", what,
-                   lo, hi, got,
-                   json_is_string(v) ? " (write numbers without quotes)"
-                   : json_is_real(v) ? " (write whole numbers without a decimal point)"
-                                     : "");
-}
-
-/* A number x with lo <= x < hi (hi_open) or lo <= x <= hi; lo_open makes lo exclusive. */
-static int get_number(const struct mf *m, struct where w, const json_t *v, const char *what,
-                      double lo, bool lo_open, double hi, bool hi_open, float *out)
-{
-    double x = json_number_value(v);
-    bool ok = json_is_number(v) && isfinite(x) && (lo_open ? x > lo : x >= lo) &&
-              (hi_open ? x < hi : x <= hi);
-    if (ok) {
-        *out = (float)x;
-        return 0;
-    }
-    char got[TPU__QUOTE_BYTES + 32];
-    tpu__json_describe(v, got, sizeof got);
-    return fail_at(m, w, json_is_number(v) ? TPU_ERANGE : TPU_EPARSE,
-                   "%s must be a number %s %g and %s %g; got %s%s", what,
-                   lo_open ? "greater than" : "at least", lo, hi_open ? "less than" : "at most", hi,
-                   got, json_is_string(v) ? " (write numbers without quotes)" : "");
-}
-
-static int get_bool(const struct mf *m, struct where w, const json_t *v, const char *what,
-                    bool *out)
-{
-    if (json_is_boolean(v)) {
-        *out = json_is_true(v);
-        return 0;
-    }
-    char got[TPU__QUOTE_BYTES + 32];
-    return fail_at(m, w, TPU_EPARSE, "%s must be true or false (without quotes); got %s", what,
-                   tpu__json_describe(v, got, sizeof got));
-}
-
-/* One of `choices` (n of them); the index into *out. */
-static int get_choice(const struct mf *m, struct where w, const json_t *v, const char *what,
-                      const char *const *choices, size_t n, unsigned *out)
-{
-    char got[TPU__QUOTE_BYTES + 32], list[256] = "", hint[TPU__QUOTE_BYTES + 32] = "";
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        const char *best = NULL;
-        size_t best_d = 3;
-        for (size_t i = 0; i < n; i++) {
-            if (!strcmp(s, choices[i])) {
-                *out = (unsigned)i;
-                return 0;
-            }
-            size_t dist = tpu__edit_distance(s, choices[i]);
-            if (dist < best_d) {
-                best_d = dist;
-                best = choices[i];
-            }
-        }
-        tpu__did_you_mean(best, hint, sizeof hint);
-    }
-    for (size_t i = 0; i < n; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
-                 i == 0 ? "" : i + 1 == n ? " or " : ", ", choices[i]);
-    return fail_at(m, w, TPU_EPARSE, "%s must be %s; got %s%s", what, list,
-                   tpu__json_describe(v, got, sizeof got), hint);
-}
-
-/* An identifier of at most TPU_NET_NAME_MAX characters: a letter or '_', then letters,
- * digits and '_'. */
-static bool is_identifier(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > TPU_NET_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_'))
-            return false;
-    }
-    return true;
-}
-
-static int get_name(const struct mf *m, struct where w, const json_t *v, const char *what,
-                    const char **out)
-{
-    if (json_is_string(v) && is_identifier(json_string_value(v))) {
-        *out = json_string_value(v);
-        return 0;
-    }
-    char got[TPU__QUOTE_BYTES + 32];
-    return fail_at(m, w, json_is_string(v) ? TPU_ERANGE : TPU_EPARSE,
-                   "%s must be a name of 1 to %d letters, digits and '_', not starting with a "
-                   "digit (such as \"conv_1\"); got %s",
-                   what, TPU_NET_NAME_MAX, tpu__json_describe(v, got, sizeof got));
-}
-
-/* A window or stride: a whole number n (n x n) or [h, w]. */
-static int get_pair(const struct mf *m, struct where w, const json_t *v, const char *key,
-                    uint32_t *h, uint32_t *wd)
-{
-    char what[64];
-    snprintf(what, sizeof what, "\"%s\"", key);
-    if (json_is_array(v)) {
-        if (json_array_size(v) != 2) {
-            char got[64];
-            return fail_at(m, w, TPU_EPARSE,
-                           "\"%s\" must be a whole number n (for n x n) or a pair [h, w]; got "
-                           "%s",
-                           key, tpu__json_describe(v, got, sizeof got));
-        }
-        struct where e0 = w, e1 = w;
-        e0.elem = 0;
-        e1.elem = 1;
-        snprintf(what, sizeof what, "\"%s\"'s h", key);
-        int rc = get_whole(m, e0, json_array_get(v, 0), what, 1, MF_MAX_WINDOW, h);
-        snprintf(what, sizeof what, "\"%s\"'s w", key);
-        return rc ? rc : get_whole(m, e1, json_array_get(v, 1), what, 1, MF_MAX_WINDOW, wd);
-    }
-    if (!json_is_integer(v)) {
-        char got[TPU__QUOTE_BYTES + 32];
-        return fail_at(m, w, TPU_EPARSE,
-                       "\"%s\" must be a whole number n (for n x n) or a pair [h, w]; got %s",
-                       key, tpu__json_describe(v, got, sizeof got));
-    }
-    int rc = get_whole(m, w, v, what, 1, MF_MAX_WINDOW, h);
-    *wd = *h;
-    return rc;
-}
-
-/* A shape [h, w, c], or [c] for 1 x 1 x c. */
-static int get_shape(const struct mf *m, struct where w, const json_t *v, const char *key,
-                     struct tpu_shape *out)
-{
-    size_t n = json_array_size(v);
-    if (!json_is_array(v) || (n != 1 && n != 3)) {
-        char got[TPU__QUOTE_BYTES + 32];
-        return fail_at(m, w, TPU_EPARSE,
-                       "\"%s\" must be a shape [h, w, c] (or [c] for a vector); got %s", key,
-                       tpu__json_describe(v, got, sizeof got));
-    }
-    uint32_t dims[3] = {1, 1, 1};
-    static const char *const axes[3] = {"h", "w", "c"};
-    for (size_t i = 0; i < n; i++) {
-        char what[64];
-        snprintf(what, sizeof what, "\"%s\"'s %s", key, axes[n == 1 ? 2 : i]);
-        struct where e = w;
-        e.elem = (long)i;
-        int rc = get_whole(m, e, json_array_get(v, i), what, 1, MF_MAX_SIZE,
-                           &dims[n == 1 ? 2 : i]);
-        if (rc)
-            return rc;
-    }
-    *out = (struct tpu_shape){dims[0], dims[1], dims[2]};
-    return 0;
-}
 
 /* ---- keys ------------------------------------------------------------------------------- */
 
@@ -354,11 +100,11 @@ static int unknown_key(const struct mf *m, struct where w, const char *key,
     w.at_key = true;
     tpu__quote(key, q, sizeof q);
     if (owners[0]) /* a key of other layers: no guess at a near spelling */
-        return fail_at(m, w, TPU_EPARSE, "\"%s\" is not a key of %s (it is one of %s); the "
-                       "keys of %s are %s", q, whose, owners, whose, list);
+        return tpu__mf_fail(m, w, TPU_EPARSE, "\"%s\" is not a key of %s (it is one of %s); the "
+                            "keys of %s are %s", q, whose, owners, whose, list);
     tpu__did_you_mean(best, hint, sizeof hint);
-    return fail_at(m, w, TPU_EPARSE, "unknown key \"%s\"%s; the keys of %s are %s", q, hint,
-                   whose, list);
+    return tpu__mf_fail(m, w, TPU_EPARSE, "unknown key \"%s\"%s; the keys of %s are %s", q, hint,
+                        whose, list);
 }
 
 /* ---- layers ----------------------------------------------------------------------------- */
@@ -390,16 +136,16 @@ static int resolve(const struct mf *m, const struct tpu_net *net, struct where w
     tpu__quote(name, q, sizeof q);
     long later = named_later(m, layer, name);
     if (later == (long)layer && w.layer >= 0)
-        return fail_at(m, w, TPU_EINVAL,
-                       "%s names the layer itself ('%s'): a model is an acyclic graph; read "
-                       "an earlier layer, such as the one before it",
-                       what, q);
+        return tpu__mf_fail(m, w, TPU_EINVAL,
+                            "%s names the layer itself ('%s'): a model is an acyclic graph; read "
+                            "an earlier layer, such as the one before it",
+                            what, q);
     if (later >= 0)
-        return fail_at(m, w, TPU_EINVAL,
-                       "%s names '%s', which is layer %ld, further down the file: a layer can "
-                       "read only layers above it (so no cycle can be written); move layer "
-                       "%ld above this one",
-                       what, q, later + 1, later + 1);
+        return tpu__mf_fail(m, w, TPU_EINVAL,
+                            "%s names '%s', which is layer %ld, further down the file: a layer can "
+                            "read only layers above it (so no cycle can be written); move layer "
+                            "%ld above this one",
+                            what, q, later + 1, later + 1);
     const char *best = NULL;
     size_t best_d = 3;
     char names[400] = "";
@@ -419,10 +165,10 @@ static int resolve(const struct mf *m, const struct tpu_net *net, struct where w
     }
     char hint[TPU__QUOTE_BYTES + 32] = "";
     tpu__did_you_mean(best, hint, sizeof hint);
-    return fail_at(m, w, TPU_ENOTFOUND,
-                   "%s names '%s', which no layer is called%s; the names defined so far are "
-                   "%s",
-                   what, q, hint, names);
+    return tpu__mf_fail(m, w, TPU_ENOTFOUND,
+                        "%s names '%s', which no layer is called%s; the names defined so far are "
+                        "%s",
+                        what, q, hint, names);
 }
 
 /* The layer's input tensors: "inputs" or, without it, the previous layer's output. */
@@ -434,9 +180,9 @@ static int layer_inputs(const struct mf *m, const struct tpu_net *net, size_t i,
     uint32_t want = kind == TPU_LAYER_ADD ? 2 : 1;
     if (!v) {
         if (kind == TPU_LAYER_ADD)
-            return fail_at(m, layer_key(i, NULL), TPU_EINVAL,
-                           "an add layer needs \"inputs\": the names of the two layers it "
-                           "sums, such as [\"conv_2\", \"input\"]");
+            return tpu__mf_fail(m, layer_key(i, NULL), TPU_EINVAL,
+                                "an add layer needs \"inputs\": the names of the two layers it "
+                                "sums, such as [\"conv_2\", \"input\"]");
         in[0] = prev;
         *n_in = 1;
         return 0;
@@ -446,14 +192,14 @@ static int layer_inputs(const struct mf *m, const struct tpu_net *net, size_t i,
         char got[TPU__QUOTE_BYTES + 32];
         tpu__json_describe(v, got, sizeof got);
         if (kind == TPU_LAYER_ADD)
-            return fail_at(m, layer_key(i, "inputs"), TPU_EINVAL,
-                           "\"inputs\" of an add layer must list the two layers it sums, "
-                           "such as [\"conv_2\", \"input\"]; got %s",
-                           got);
-        return fail_at(m, layer_key(i, "inputs"), TPU_EINVAL,
-                       "\"inputs\" of a %s layer must list the one layer it reads, such as "
-                       "[\"conv_1\"] (leave it out to read the layer before); got %s",
-                       tpu_layer_kind_name(kind), got);
+            return tpu__mf_fail(m, layer_key(i, "inputs"), TPU_EINVAL,
+                                "\"inputs\" of an add layer must list the two layers it sums, "
+                                "such as [\"conv_2\", \"input\"]; got %s",
+                                got);
+        return tpu__mf_fail(m, layer_key(i, "inputs"), TPU_EINVAL,
+                            "\"inputs\" of a %s layer must list the one layer it reads, such as "
+                            "[\"conv_1\"] (leave it out to read the layer before); got %s",
+                            tpu_layer_kind_name(kind), got);
     }
     for (size_t k = 0; k < n; k++) {
         struct where e = layer_key(i, "inputs");
@@ -464,10 +210,10 @@ static int layer_inputs(const struct mf *m, const struct tpu_net *net, size_t i,
         const json_t *s = json_array_get(v, k);
         if (!json_is_string(s)) {
             char got[TPU__QUOTE_BYTES + 32];
-            return fail_at(m, e, TPU_EPARSE,
-                           "%s must be the name of a layer above (a string) or \"input\"; "
-                           "got %s",
-                           what, tpu__json_describe(s, got, sizeof got));
+            return tpu__mf_fail(m, e, TPU_EPARSE,
+                                "%s must be the name of a layer above (a string) or \"input\"; "
+                                "got %s",
+                                what, tpu__json_describe(s, got, sizeof got));
         }
         name = json_string_value(s);
         int rc = resolve(m, net, e, i, what, name, &in[k]);
@@ -490,72 +236,72 @@ static int layer_fields(const struct mf *m, size_t i, struct tpu_layer_desc *des
     switch (desc->kind) {
     case TPU_LAYER_DENSE:
         if (!KEY("units"))
-            return fail_at(m, AT(NULL), TPU_EINVAL,
-                           "a dense layer needs \"units\": its output size, a whole number "
-                           "from 1 to %u",
-                           MF_MAX_SIZE);
-        rc = get_whole(m, AT("units"), v, "\"units\"", 1, MF_MAX_SIZE, &desc->units);
+            return tpu__mf_fail(m, AT(NULL), TPU_EINVAL,
+                                "a dense layer needs \"units\": its output size, a whole number "
+                                "from 1 to %u",
+                                MF_MAX_SIZE);
+        rc = tpu__mf_whole(m, AT("units"), v, "\"units\"", 1, MF_MAX_SIZE, &desc->units);
         break;
     case TPU_LAYER_CONV2D:
         if (!KEY("filters"))
-            return fail_at(m, AT(NULL), TPU_EINVAL,
-                           "a conv2d layer needs \"filters\": its output channels, a whole "
-                           "number from 1 to %u",
-                           MF_MAX_SIZE);
-        rc = get_whole(m, AT("filters"), v, "\"filters\"", 1, MF_MAX_SIZE, &desc->filters);
+            return tpu__mf_fail(m, AT(NULL), TPU_EINVAL,
+                                "a conv2d layer needs \"filters\": its output channels, a whole "
+                                "number from 1 to %u",
+                                MF_MAX_SIZE);
+        rc = tpu__mf_whole(m, AT("filters"), v, "\"filters\"", 1, MF_MAX_SIZE, &desc->filters);
         if (!rc && !KEY("kernel_size"))
-            return fail_at(m, AT(NULL), TPU_EINVAL,
-                           "a conv2d layer needs \"kernel_size\": a whole number n (for an n "
-                           "x n kernel) or [h, w]");
+            return tpu__mf_fail(m, AT(NULL), TPU_EINVAL,
+                                "a conv2d layer needs \"kernel_size\": a whole number n (for an n "
+                                "x n kernel) or [h, w]");
         if (!rc)
-            rc = get_pair(m, AT("kernel_size"), v, "kernel_size", &desc->kh, &desc->kw);
+            rc = tpu__mf_pair(m, AT("kernel_size"), v, "kernel_size", &desc->kh, &desc->kw);
         break;
     case TPU_LAYER_MAX_POOL2D:
     case TPU_LAYER_AVG_POOL2D:
         desc->kh = desc->kw = 2; /* Keras's pool_size=(2, 2) */
         if (KEY("pool_size"))
-            rc = get_pair(m, AT("pool_size"), v, "pool_size", &desc->kh, &desc->kw);
+            rc = tpu__mf_pair(m, AT("pool_size"), v, "pool_size", &desc->kh, &desc->kw);
         break;
     case TPU_LAYER_RESHAPE:
         if (!KEY("target_shape"))
-            return fail_at(m, AT(NULL), TPU_EINVAL,
-                           "a reshape layer needs \"target_shape\": [h, w, c] of the same "
-                           "size as its input");
-        rc = get_shape(m, AT("target_shape"), v, "target_shape", &desc->target);
+            return tpu__mf_fail(m, AT(NULL), TPU_EINVAL,
+                                "a reshape layer needs \"target_shape\": [h, w, c] of the same "
+                                "size as its input");
+        rc = tpu__mf_shape(m, AT("target_shape"), v, "target_shape", &desc->target);
         break;
     case TPU_LAYER_DROPOUT:
         if (!KEY("rate"))
-            return fail_at(m, AT(NULL), TPU_EINVAL,
-                           "a dropout layer needs \"rate\": the fraction of elements dropped "
-                           "in training, a number at least 0 and less than 1");
-        rc = get_number(m, AT("rate"), v, "\"rate\"", 0, false, 1, true, &desc->rate);
+            return tpu__mf_fail(m, AT(NULL), TPU_EINVAL,
+                                "a dropout layer needs \"rate\": the fraction of elements dropped "
+                                "in training, a number at least 0 and less than 1");
+        rc = tpu__mf_number(m, AT("rate"), v, "\"rate\"", 0, false, 1, true, &desc->rate);
         break;
     case TPU_LAYER_BATCH_NORM:
         if (KEY("momentum"))
-            rc = get_number(m, AT("momentum"), v, "\"momentum\"", 0, false, 1, false,
-                            &desc->momentum);
+            rc = tpu__mf_number(m, AT("momentum"), v, "\"momentum\"", 0, false, 1, false,
+                                &desc->momentum);
         if (!rc && KEY("epsilon"))
-            rc = get_number(m, AT("epsilon"), v, "\"epsilon\"", 0, true, 1, false,
-                            &desc->epsilon);
+            rc = tpu__mf_number(m, AT("epsilon"), v, "\"epsilon\"", 0, true, 1, false,
+                                &desc->epsilon);
         if (!rc && KEY("cross_replica"))
-            rc = get_bool(m, AT("cross_replica"), v, "\"cross_replica\"",
-                          &desc->cross_replica);
+            rc = tpu__mf_bool(m, AT("cross_replica"), v, "\"cross_replica\"",
+                              &desc->cross_replica);
         break;
     default:
         break;
     }
     if (!rc && KEY("strides"))
-        rc = get_pair(m, AT("strides"), v, "strides", &desc->sh, &desc->sw);
+        rc = tpu__mf_pair(m, AT("strides"), v, "strides", &desc->sh, &desc->sw);
     if (!rc && KEY("padding")) {
-        rc = get_choice(m, AT("padding"), v, "\"padding\"", paddings, 2, &choice);
+        rc = tpu__mf_choice(m, AT("padding"), v, "\"padding\"", paddings, 2, &choice);
         desc->padding = (enum tpu_padding)choice;
     }
     if (!rc && KEY("activation")) {
-        rc = get_choice(m, AT("activation"), v, "\"activation\"", activations, 2, &choice);
+        rc = tpu__mf_choice(m, AT("activation"), v, "\"activation\"", activations, 2, &choice);
         desc->activation = (enum tpu_activation)choice;
     }
     if (!rc && KEY("use_bias"))
-        rc = get_bool(m, AT("use_bias"), v, "\"use_bias\"", &desc->use_bias);
+        rc = tpu__mf_bool(m, AT("use_bias"), v, "\"use_bias\"", &desc->use_bias);
 #undef KEY
 #undef AT
     return rc;
@@ -568,27 +314,27 @@ static int add_layer(const struct mf *m, struct tpu_net *net, size_t i, uint32_t
     const json_t *l = json_array_get(m->layers, i);
     char got[TPU__QUOTE_BYTES + 32];
     if (!json_is_object(l))
-        return fail_at(m, layer_key(i, NULL), TPU_EPARSE,
-                       "a layer must be an object such as {\"type\": \"dense\", \"units\": "
-                       "10}; got %s",
-                       tpu__json_describe(l, got, sizeof got));
+        return tpu__mf_fail(m, layer_key(i, NULL), TPU_EPARSE,
+                            "a layer must be an object such as {\"type\": \"dense\", \"units\": "
+                            "10}; got %s",
+                            tpu__json_describe(l, got, sizeof got));
     const json_t *type = json_object_get(l, "type");
     if (!type)
-        return fail_at(m, layer_key(i, NULL), TPU_EINVAL,
-                       "the layer has no \"type\"; give one of \"dense\", \"conv2d\", "
-                       "\"max_pool2d\", \"avg_pool2d\", \"global_avg_pool2d\", \"flatten\", "
-                       "\"reshape\", \"relu\", \"dropout\", \"batch_norm\", \"add\"");
+        return tpu__mf_fail(m, layer_key(i, NULL), TPU_EINVAL,
+                            "the layer has no \"type\"; give one of \"dense\", \"conv2d\", "
+                            "\"max_pool2d\", \"avg_pool2d\", \"global_avg_pool2d\", \"flatten\", "
+                            "\"reshape\", \"relu\", \"dropout\", \"batch_norm\", \"add\"");
     const char *kinds[TPU_LAYER_KIND_COUNT - 1];
     for (int k = TPU_LAYER_INPUT + 1; k < TPU_LAYER_KIND_COUNT; k++)
         kinds[k - 1] = tpu_layer_kind_name((enum tpu_layer_kind)k);
-    unsigned choice;
+    unsigned choice = 0; /* set by get_choice (gcc -O3 cannot see it) */
     if (json_is_string(type) && !strcmp(json_string_value(type), "input"))
-        return fail_at(m, layer_key(i, "type"), TPU_EPARSE,
-                       "\"type\" \"input\" is not a layer: the input is the model's "
-                       "\"input\" shape, and layers read it by the name \"input\"; remove "
-                       "this layer");
-    int rc = get_choice(m, layer_key(i, "type"), type, "\"type\"", kinds,
-                        TPU_LAYER_KIND_COUNT - 1, &choice);
+        return tpu__mf_fail(m, layer_key(i, "type"), TPU_EPARSE,
+                            "\"type\" \"input\" is not a layer: the input is the model's "
+                            "\"input\" shape, and layers read it by the name \"input\"; remove "
+                            "this layer");
+    int rc = tpu__mf_choice(m, layer_key(i, "type"), type, "\"type\"", kinds,
+                            TPU_LAYER_KIND_COUNT - 1, &choice);
     if (rc)
         return rc;
     enum tpu_layer_kind kind = (enum tpu_layer_kind)(choice + 1);
@@ -617,16 +363,16 @@ static int add_layer(const struct mf *m, struct tpu_net *net, size_t i, uint32_t
     if (name) {
         const char *s;
         uint32_t other;
-        rc = get_name(m, layer_key(i, "name"), name, "\"name\"", &s);
+        rc = tpu__mf_name(m, layer_key(i, "name"), name, "\"name\"", &s);
         if (rc)
             return rc;
         if (tpu_net_find(net, s, &other) == 0)
-            return fail_at(m, layer_key(i, "name"), TPU_EINVAL,
-                           other == 0 ? "the name '%s' is the input's; give the layer "
-                                        "another name"
+            return tpu__mf_fail(m, layer_key(i, "name"), TPU_EINVAL,
+                                other == 0 ? "the name '%s' is the input's; give the layer "
+                                             "another name"
                                       : "the name '%s' is taken by layer %" PRIu32
-                                        "; give each layer its own name",
-                           s, other);
+                                             "; give each layer its own name",
+                                s, other);
         snprintf(desc.name, sizeof desc.name, "%s", s);
     }
     rc = layer_fields(m, i, &desc);
@@ -641,7 +387,7 @@ static int add_layer(const struct mf *m, struct tpu_net *net, size_t i, uint32_t
     if (rc) {
         struct where w = layer_key(i, NULL);
         w.bare = true;
-        return fail_at(m, w, rc, "%s", bd.msg);
+        return tpu__mf_fail(m, w, rc, "%s", bd.msg);
     }
     *prev = out;
     return 0;
@@ -655,10 +401,10 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
     static const char *const top[] = {"name", "description", "input", "layers", "output",
                                       "loss", NULL};
     if (!json_is_object(doc))
-        return fail_at(m, top_key(NULL), TPU_EPARSE,
-                       "a model file is a JSON object such as {\"input\": [28, 28, 1], "
-                       "\"layers\": [...], \"loss\": \"softmax_cross_entropy\"}; got %s",
-                       tpu__json_describe(doc, got, sizeof got));
+        return tpu__mf_fail(m, top_key(NULL), TPU_EPARSE,
+                            "a model file is a JSON object such as {\"input\": [28, 28, 1], "
+                            "\"layers\": [...], \"loss\": \"softmax_cross_entropy\"}; got %s",
+                            tpu__json_describe(doc, got, sizeof got));
     const char *key;
     const json_t *value;
     json_object_foreach((json_t *)doc, key, value)
@@ -667,49 +413,49 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
 
     const char *name = "model"; /* Keras's default */
     const json_t *v = json_object_get(doc, "name");
-    int rc = v ? get_name(m, top_key("name"), v, "\"name\"", &name) : 0;
+    int rc = v ? tpu__mf_name(m, top_key("name"), v, "\"name\"", &name) : 0;
     v = json_object_get(doc, "description");
     if (!rc && v && !json_is_string(v))
-        rc = fail_at(m, top_key("description"), TPU_EPARSE,
-                     "\"description\" must be a string (it is not read); got %s",
-                     tpu__json_describe(v, got, sizeof got));
+        rc = tpu__mf_fail(m, top_key("description"), TPU_EPARSE,
+                          "\"description\" must be a string (it is not read); got %s",
+                          tpu__json_describe(v, got, sizeof got));
     if (rc)
         return rc;
 
     struct tpu_shape in;
     v = json_object_get(doc, "input");
     if (!v)
-        return fail_at(m, top_key(NULL), TPU_EINVAL,
-                       "the model has no \"input\"; give the shape of one example as [h, w, "
-                       "c], such as \"input\": [28, 28, 1] (or [c] for a vector)");
-    rc = get_shape(m, top_key("input"), v, "input", &in);
+        return tpu__mf_fail(m, top_key(NULL), TPU_EINVAL,
+                            "the model has no \"input\"; give the shape of one example as [h, w, "
+                            "c], such as \"input\": [28, 28, 1] (or [c] for a vector)");
+    rc = tpu__mf_shape(m, top_key("input"), v, "input", &in);
     if (rc)
         return rc;
 
     v = json_object_get(doc, "layers");
     size_t n = json_array_size(v);
     if (!v)
-        return fail_at(m, top_key(NULL), TPU_EINVAL,
-                       "the model has no \"layers\"; give a list of layers such as "
-                       "\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", "
-                       "\"units\": 10}]");
+        return tpu__mf_fail(m, top_key(NULL), TPU_EINVAL,
+                            "the model has no \"layers\"; give a list of layers such as "
+                            "\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", "
+                            "\"units\": 10}]");
     if (!json_is_array(v) || n == 0 || n > TPU_NET_MAX_LAYERS - 1)
-        return fail_at(m, top_key("layers"), json_is_array(v) ? TPU_ERANGE : TPU_EPARSE,
-                       "\"layers\" must be a list of 1 to %d layers; got %s",
-                       TPU_NET_MAX_LAYERS - 1, tpu__json_describe(v, got, sizeof got));
+        return tpu__mf_fail(m, top_key("layers"), json_is_array(v) ? TPU_ERANGE : TPU_EPARSE,
+                            "\"layers\" must be a list of 1 to %d layers; got %s",
+                            TPU_NET_MAX_LAYERS - 1, tpu__json_describe(v, got, sizeof got));
     const json_t *loss_v = json_object_get(doc, "loss");
     if (!loss_v)
-        return fail_at(m, top_key(NULL), TPU_EINVAL,
-                       "the model has no \"loss\"; add \"loss\": \"softmax_cross_entropy\" "
-                       "(integer class labels) or \"mean_squared_error\" (real targets)");
+        return tpu__mf_fail(m, top_key(NULL), TPU_EINVAL,
+                            "the model has no \"loss\"; add \"loss\": \"softmax_cross_entropy\" "
+                            "(integer class labels) or \"mean_squared_error\" (real targets)");
     unsigned loss;
-    rc = get_choice(m, top_key("loss"), loss_v, "\"loss\"", losses, 2, &loss);
+    rc = tpu__mf_choice(m, top_key("loss"), loss_v, "\"loss\"", losses, 2, &loss);
     const json_t *out_v = json_object_get(doc, "output");
     if (!rc && out_v && !json_is_string(out_v))
-        rc = fail_at(m, top_key("output"), TPU_EPARSE,
-                     "\"output\" must be the name of the layer the loss reads (a string); "
-                     "got %s",
-                     tpu__json_describe(out_v, got, sizeof got));
+        rc = tpu__mf_fail(m, top_key("output"), TPU_EPARSE,
+                          "\"output\" must be the name of the layer the loss reads (a string); "
+                          "got %s",
+                          tpu__json_describe(out_v, got, sizeof got));
     if (rc)
         return rc;
 
@@ -718,7 +464,7 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
     tpu_diag_clear(&bd);
     rc = tpu_net_create(name, in.h, in.w, in.c, &net, &bd);
     if (rc)
-        return fail_at(m, top_key("input"), rc, "%s", bd.msg);
+        return tpu__mf_fail(m, top_key("input"), rc, "%s", bd.msg);
     struct mf ml = *m;
     ml.layers = v;
     uint32_t prev = 0;
@@ -731,7 +477,7 @@ static int build(const struct mf *m, const json_t *doc, struct tpu_net **out)
     if (!rc) {
         rc = tpu_net_set_output(net, out_id, (enum tpu_loss)loss, &bd);
         if (rc)
-            rc = fail_at(&ml, top_key(out_v ? "output" : "loss"), rc, "%s", bd.msg);
+            rc = tpu__mf_fail(&ml, top_key(out_v ? "output" : "loss"), rc, "%s", bd.msg);
     }
     if (rc) {
         tpu_net_destroy(&net);

@@ -164,6 +164,14 @@ static int resolve_window(struct tpu__net_layer *L, const char *what, struct tpu
         return tpu__fail(d, TPU_EINVAL, "layer '%s' (%s): %s size %u x %u is out of range; "
                          "use 1 to 4096 on each axis", l->name, kind_names[l->kind], what,
                          l->kh, l->kw);
+    /* the window ops index a window's kh*kw*c elements in 32 bits (program.h, rule WINDOW) */
+    const uint64_t k_elems = (uint64_t)l->kh * l->kw * x.c;
+    if (k_elems >= UINT32_MAX)
+        return tpu__fail(d, TPU_ESHAPE, "layer '%s' (%s): a %u x %u %s over %u channels holds "
+                         "%llu elements (kh*kw*c), but the window ops take fewer than 2^32-1; "
+                         "use a smaller %s or fewer channels in the layer before",
+                         l->name, kind_names[l->kind], l->kh, l->kw, what, x.c,
+                         (unsigned long long)k_elems, what);
     if (!l->sh)
         l->sh = pool ? l->kh : 1;
     if (!l->sw)
@@ -572,7 +580,7 @@ void tpu_train_spec_default(struct tpu_train_spec *s)
     s->beta2 = 0.999f;
     s->epsilon = 1e-7f;
     s->weight_decay = 0.004f;
-    s->schedule = TPU_LR_CONSTANT;
+    s->schedule = TPU_SCHEDULE_CONSTANT;
 }
 
 int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
@@ -609,9 +617,9 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
         return tpu__fail(d, TPU_EINVAL, "l2 %g with adamw: AdamW decays the weights itself "
                          "(weight_decay); set l2 to 0, or use adam or sgd", (double)s->l2);
     switch (s->schedule) {
-    case TPU_LR_CONSTANT:
+    case TPU_SCHEDULE_CONSTANT:
         break;
-    case TPU_LR_STEP:
+    case TPU_SCHEDULE_STEP:
         if (s->decay_steps < 1)
             return tpu__fail(d, TPU_EINVAL, "the step schedule needs decay_steps >= 1 (the "
                              "steps between decays); got 0");
@@ -620,7 +628,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
                              "(0, 1] (e.g. 0.5 halves the rate every decay_steps)",
                              (double)s->decay_rate);
         break;
-    case TPU_LR_COSINE:
+    case TPU_SCHEDULE_COSINE:
         if (s->decay_steps < 1)
             return tpu__fail(d, TPU_EINVAL, "the cosine schedule needs decay_steps >= 1 (the "
                              "steps of the cosine after the warm-up); got 0");
@@ -633,7 +641,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
         return tpu__fail(d, TPU_EINVAL, "schedule %d: use constant, step or cosine",
                          (int)s->schedule);
     }
-    if (s->schedule != TPU_LR_COSINE && s->warmup_steps)
+    if (s->schedule != TPU_SCHEDULE_COSINE && s->warmup_steps)
         return tpu__fail(d, TPU_EINVAL, "warmup_steps %u needs the cosine schedule (only it "
                          "has a warm-up); set schedule cosine, or warmup_steps 0",
                          s->warmup_steps);

@@ -68,13 +68,4 @@ extern const char *const tpu__net_param_suffix[TPU__P_COUNT];
 bool tpu__net_has_param(const struct tpu__net_layer *L, int k);
 bool tpu__net_trainable(int k);
 
-/* SplitMix64's finalizer: seeds from (seed, index) pairs. */
-static inline uint64_t tpu__mix64(uint64_t x)
-{
-    x += UINT64_C(0x9E3779B97F4A7C15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return x ^ (x >> 31);
-}
-
 #endif

@@ -1,5 +1,7 @@
 /* The layer graph lowered to device programs (tpu_net_build). The builder and shapes are in
- * net.c, the runtime model and the params' initial values in net_model.c.
+ * net.c, the runtime model and the params' initial values in net_model.c. This file builds
+ * the program around the layers (params, loss, gradient reduction, optimizers, the loop);
+ * each layer's forward and backward ops are net_lower_layers.c's (net_lower_int.h).
  *
  * Layout. Every program is per replica with B examples. A tensor h x w x c is a buffer
  * [B*h*w][c] ("<layer>.y"): a row per pixel, so a per-channel bias, scale or mean broadcasts
@@ -19,7 +21,10 @@
  *                (two passes, biased as Keras); cross_replica: all_reduce mean of the mean,
  *                and of the variance around the global mean; inv = rsqrt(var + eps);
  *                xhat = xc * inv; y = xhat * gamma + beta; moving_mean = momentum * mm +
- *                (1 - momentum) * mean, the same for moving_variance. Evaluation and
+ *                (1 - momentum) * mean, the same for moving_variance; without
+ *                cross_replica, on more than one replica, mean and var there are their
+ *                all_reduce means over the replicas (each replica normalizes with its own,
+ *                and all hold the same moving statistics). Evaluation and
  *                prediction: y = (x - moving_mean) * rsqrt(moving_variance + eps) * gamma +
  *                beta.
  * Loss: softmax_xent (alpha 1/global batch) of the output [B][K] with the labels, or mse of
@@ -32,8 +37,9 @@
  * the sum of their contributions: the first writes its gradient buffer ("<layer>.dy"), each
  * later one is added (matmul with accumulate, or a temp and an add).
  *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x, dy) (conv2d:
- *                  conv2d_grad_filter(x, dy)); d_bias = sum(dy); dx = matmul trans_b(dy,
- *                  kernel) (conv2d: conv2d_grad_input(dy, kernel))
+ *                  conv2d_grad_filter(x, dy), its patches formed on chip again); d_bias =
+ *                  sum(dy); dx = matmul trans_b(dy, kernel) (conv2d: conv2d_grad_input(dy,
+ *                  kernel))
  *   pools          max_pool_grad(dy, x), avg_pool_grad(dy); flatten, reshape: reshape back;
  *                  relu: relu_grad(dy, y); dropout: dy * mask; add: dy to both inputs
  *   batch_norm     d_gamma = sum(dy * xhat); d_beta = sum(dy); with dxhat = dy * gamma,
@@ -52,435 +58,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/builder.h"
-#include "models/net_int.h"
+#include "models/net_lower_int.h"
 #include "util.h"
-
-#define N TPU_NO_BUF
-
-/* Per layer (= per tensor) state of one lowering. */
-struct lw {
-    uint32_t y;             /* the tensor's buffer */
-    uint32_t rows;          /* the input only: its [B*h*w][c] view */
-    uint32_t dy;            /* its gradient (training) */
-    bool dy_written;
-    uint32_t n_contrib;
-    bool live;              /* the loss depends on it */
-    bool need_grad;         /* a param lies at or before it */
-    uint32_t p[TPU__P_COUNT];    /* params (N where the layer has none) */
-    uint32_t g[TPU__P_COUNT];    /* their gradients (trainable ones) */
-    uint32_t st[TPU__P_COUNT][2]; /* their optimizer state */
-    uint32_t mask, xhat, inv; /* forward values the backward reads */
-};
-
-struct lower {
-    struct tpu__builder b;
-    const struct tpu_net *net;
-    const struct tpu_train_spec *spec;
-    enum tpu_mode mode;
-    bool train;
-    uint32_t B, G;
-    struct tpu_model_program *r;
-    struct lw *lw;
-    uint32_t labels, targets, mask; /* infeed besides x */
-};
-
-static uint64_t rows_of(const struct lower *s, uint32_t t)
-{
-    struct tpu_shape o = s->net->layers[t].out;
-    return (uint64_t)s->B * o.h * o.w;
-}
-
-static uint32_t cols_of(const struct lower *s, uint32_t t)
-{
-    return s->net->layers[t].out.c;
-}
-
-static const char *lname(const struct lower *s, uint32_t t)
-{
-    return s->net->layers[t].desc.name;
-}
-
-/* A f32 temp "<layer>.<what>". */
-static uint32_t tmp(struct lower *s, uint32_t t, const char *what, uint64_t rows, uint32_t cols)
-{
-    char name[96]; /* at most 31 + 1 + 15 characters: within the program's 47 */
-    snprintf(name, sizeof name, "%s.%s", lname(s, t), what);
-    return tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_TEMP, (uint32_t)rows, cols);
-}
-
-static void op(struct lower *s, enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t i0,
-               uint32_t i1, const struct tpu_op_attrs *at)
-{
-    tpu__b_op(&s->b, code, o0, o1, N, i0, i1, at);
-}
-
-static struct tpu_op_attrs attrs0(void)
-{
-    struct tpu_op_attrs at;
-    memset(&at, 0, sizeof at);
-    return at;
-}
-
-static void scale(struct lower *s, uint32_t y, uint32_t x, float alpha)
-{
-    struct tpu_op_attrs at = attrs0();
-    at.alpha = alpha;
-    op(s, TPU_OP_SCALE, y, N, x, N, &at);
-}
-
-static void reduce_rows(struct lower *s, uint32_t y, uint32_t x)
-{
-    struct tpu_op_attrs at = attrs0();
-    at.axis = 0;
-    op(s, TPU_OP_REDUCE_SUM, y, N, x, N, &at);
-}
-
-static void all_reduce(struct lower *s, uint32_t y, enum tpu_reduce_kind k)
-{
-    struct tpu_op_attrs at = attrs0();
-    at.reduce = k;
-    op(s, TPU_OP_ALL_REDUCE, y, N, y, N, &at);
-}
-
-static void matmul(struct lower *s, uint32_t y, uint32_t a, uint32_t b, bool ta, bool tb,
-                   bool acc)
-{
-    struct tpu_op_attrs at = attrs0();
-    at.passes = (uint8_t)s->spec->passes;
-    at.trans_a = ta;
-    at.trans_b = tb;
-    at.accumulate = acc;
-    op(s, TPU_OP_MATMUL, y, N, a, b, &at);
-}
-
-/* Tensor t as rows of pixels [B*h*w][c]. */
-static uint32_t rows(const struct lower *s, uint32_t t)
-{
-    return t == 0 ? s->lw[0].rows : s->lw[t].y;
-}
-
-static struct tpu_window window_of(const struct lower *s, uint32_t i)
-{
-    const struct tpu__net_layer *L = &s->net->layers[i];
-    const struct tpu_shape x = L->in_shape;
-    struct tpu_window w = {x.h, x.w, x.c, L->desc.kh, L->desc.kw, L->desc.sh, L->desc.sw,
-                           L->pt, L->pl, L->out.h, L->out.w};
-    if (L->desc.kind == TPU_LAYER_GLOBAL_AVG_POOL2D)
-        w = (struct tpu_window){x.h, x.w, x.c, x.h, x.w, x.h, x.w, 0, 0, 1, 1};
-    return w;
-}
-
-static void window_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_t a, uint32_t b,
-                      uint32_t layer)
-{
-    struct tpu_op_attrs at = attrs0();
-    at.win = window_of(s, layer);
-    op(s, code, y, N, a, b, &at);
-}
-
-/* A conv2d op of layer `layer` (conv2d, conv2d_grad_input, conv2d_grad_filter) with the
- * layer's window and the spec's passes. */
-static void conv_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_t a, uint32_t b,
-                    uint32_t layer)
-{
-    struct tpu_op_attrs at = attrs0();
-    at.win = window_of(s, layer);
-    at.passes = (uint8_t)s->spec->passes;
-    op(s, code, y, N, a, b, &at);
-}
-
-/* A conv2d that is a plain matmul over the pixels: 1 x 1 kernel, strides 1 (no padding). */
-static bool pointwise(const struct tpu__net_layer *L)
-{
-    const struct tpu_layer_desc *l = &L->desc;
-    return l->kh == 1 && l->kw == 1 && l->sh == 1 && l->sw == 1;
-}
-
-/* Whether a layer reads its input as an image in any 2-D shape (the window ops and
- * reshape), rather than as rows of pixels. */
-static bool reads_image(const struct tpu__net_layer *L)
-{
-    switch (L->desc.kind) {
-    case TPU_LAYER_CONV2D:
-        return !pointwise(L);
-    case TPU_LAYER_MAX_POOL2D:
-    case TPU_LAYER_AVG_POOL2D:
-    case TPU_LAYER_GLOBAL_AVG_POOL2D:
-    case TPU_LAYER_FLATTEN:
-    case TPU_LAYER_RESHAPE:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* ---- gradients ------------------------------------------------------------------------- */
-
-static uint32_t dy_buf(struct lower *s, uint32_t t)
-{
-    if (s->lw[t].dy == N)
-        s->lw[t].dy = tmp(s, t, "dy", rows_of(s, t), cols_of(s, t));
-    return s->lw[t].dy;
-}
-
-/* Where a gradient contribution to tensor t goes: its gradient buffer if it is the first,
- * else a fresh temp that contrib_end adds in. */
-static uint32_t contrib_begin(struct lower *s, uint32_t t)
-{
-    uint32_t dy = dy_buf(s, t);
-    if (!s->lw[t].dy_written)
-        return dy;
-    char what[24];
-    snprintf(what, sizeof what, "dy%u", ++s->lw[t].n_contrib);
-    return tmp(s, t, what, rows_of(s, t), cols_of(s, t));
-}
-
-static void contrib_end(struct lower *s, uint32_t t, uint32_t buf)
-{
-    if (buf == s->lw[t].dy)
-        s->lw[t].dy_written = true;
-    else
-        op(s, TPU_OP_ADD, s->lw[t].dy, N, s->lw[t].dy, buf, NULL);
-}
-
-/* dx += dy (add's backward): a copy for the first contribution, else an add in place. */
-static void contrib_copy(struct lower *s, uint32_t t, uint32_t src)
-{
-    uint32_t dy = dy_buf(s, t);
-    if (!s->lw[t].dy_written) {
-        scale(s, dy, src, 1.0f);
-        s->lw[t].dy_written = true;
-    } else {
-        op(s, TPU_OP_ADD, dy, N, dy, src, NULL);
-    }
-}
-
-/* ---- forward ----------------------------------------------------------------------------- */
-
-static void fwd_batch_norm(struct lower *s, uint32_t i)
-{
-    const struct tpu_layer_desc *l = &s->net->layers[i].desc;
-    struct lw *w = &s->lw[i];
-    const uint32_t x = rows(s, s->net->layers[i].in[0]);
-    const uint64_t R = rows_of(s, i);
-    const uint32_t C = cols_of(s, i);
-    struct tpu_op_attrs at = attrs0();
-    at.eps = l->epsilon;
-    w->y = tmp(s, i, "y", R, C);
-    if (!s->train) {
-        w->inv = tmp(s, i, "inv", 1, C);
-        op(s, TPU_OP_RSQRT, w->inv, N, w->p[TPU__P_MV], N, &at);
-        op(s, TPU_OP_SUB, w->y, N, x, w->p[TPU__P_MM], NULL);
-        op(s, TPU_OP_MUL, w->y, N, w->y, w->inv, NULL);
-        op(s, TPU_OP_MUL, w->y, N, w->y, w->p[TPU__P_GAMMA], NULL);
-        op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BETA], NULL);
-        return;
-    }
-    const float inv_r = 1.0f / (float)R;
-    uint32_t mean = tmp(s, i, "mean", 1, C), var = tmp(s, i, "var", 1, C);
-    uint32_t sq = tmp(s, i, "sq", R, C);
-    w->xhat = tmp(s, i, "xhat", R, C); /* first x - mean, then scaled in place to xhat */
-    w->inv = tmp(s, i, "inv", 1, C);
-    reduce_rows(s, mean, x);
-    scale(s, mean, mean, inv_r);
-    if (l->cross_replica)
-        all_reduce(s, mean, TPU_REDUCE_MEAN);
-    op(s, TPU_OP_SUB, w->xhat, N, x, mean, NULL);
-    op(s, TPU_OP_MUL, sq, N, w->xhat, w->xhat, NULL);
-    reduce_rows(s, var, sq);
-    scale(s, var, var, inv_r);
-    if (l->cross_replica)
-        all_reduce(s, var, TPU_REDUCE_MEAN);
-    op(s, TPU_OP_RSQRT, w->inv, N, var, N, &at);
-    op(s, TPU_OP_MUL, w->xhat, N, w->xhat, w->inv, NULL);
-    op(s, TPU_OP_MUL, w->y, N, w->xhat, w->p[TPU__P_GAMMA], NULL);
-    op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BETA], NULL);
-    /* moving = momentum * moving + (1 - momentum) * batch, as Keras */
-    const uint32_t stat[2] = {mean, var}, mv[2] = {w->p[TPU__P_MM], w->p[TPU__P_MV]};
-    const char *what[2] = {"mean_part", "var_part"};
-    for (int k = 0; k < 2; k++) {
-        uint32_t part = tmp(s, i, what[k], 1, C);
-        scale(s, part, stat[k], 1.0f - l->momentum);
-        scale(s, mv[k], mv[k], l->momentum);
-        op(s, TPU_OP_ADD, mv[k], N, mv[k], part, NULL);
-    }
-}
-
-static void forward(struct lower *s, uint32_t i)
-{
-    const struct tpu__net_layer *L = &s->net->layers[i];
-    const struct tpu_layer_desc *l = &L->desc;
-    struct lw *w = &s->lw[i];
-    const uint32_t in0 = L->in[0];
-    const uint64_t R = rows_of(s, i);
-    const uint32_t C = cols_of(s, i);
-    switch (l->kind) {
-    case TPU_LAYER_DENSE:
-    case TPU_LAYER_CONV2D: {
-        w->y = tmp(s, i, "y", R, C);
-        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L))
-            conv_op(s, TPU_OP_CONV2D, w->y, s->lw[in0].y, w->p[TPU__P_KERNEL], i);
-        else
-            matmul(s, w->y, rows(s, in0), w->p[TPU__P_KERNEL], false, false, false);
-        if (l->use_bias)
-            op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BIAS], NULL);
-        if (l->activation == TPU_ACT_RELU)
-            op(s, TPU_OP_RELU, w->y, N, w->y, N, NULL);
-        break;
-    }
-    case TPU_LAYER_MAX_POOL2D:
-    case TPU_LAYER_AVG_POOL2D:
-    case TPU_LAYER_GLOBAL_AVG_POOL2D:
-        w->y = tmp(s, i, "y", R, C);
-        window_op(s, l->kind == TPU_LAYER_MAX_POOL2D ? TPU_OP_MAX_POOL : TPU_OP_AVG_POOL, w->y,
-                  s->lw[in0].y, N, i);
-        break;
-    case TPU_LAYER_FLATTEN:
-    case TPU_LAYER_RESHAPE:
-        w->y = tmp(s, i, "y", R, C);
-        op(s, TPU_OP_RESHAPE, w->y, N, s->lw[in0].y, N, NULL);
-        break;
-    case TPU_LAYER_RELU:
-        w->y = tmp(s, i, "y", R, C);
-        op(s, TPU_OP_RELU, w->y, N, rows(s, in0), N, NULL);
-        break;
-    case TPU_LAYER_DROPOUT: {
-        if (!s->train) {
-            w->y = rows(s, in0);
-            break;
-        }
-        w->mask = tmp(s, i, "mask", R, C);
-        w->y = tmp(s, i, "y", R, C);
-        struct tpu_op_attrs at = attrs0();
-        at.alpha = l->rate;
-        at.var = s->r->var_step;
-        at.imm = (int64_t)(tpu__mix64(s->spec->seed ^ tpu__mix64(i)) >> 1);
-        op(s, TPU_OP_DROPOUT_MASK, w->mask, N, N, N, &at);
-        op(s, TPU_OP_MUL, w->y, N, rows(s, in0), w->mask, NULL);
-        break;
-    }
-    case TPU_LAYER_BATCH_NORM:
-        fwd_batch_norm(s, i);
-        break;
-    case TPU_LAYER_ADD:
-        w->y = tmp(s, i, "y", R, C);
-        op(s, TPU_OP_ADD, w->y, N, rows(s, in0), rows(s, L->in[1]), NULL);
-        break;
-    default:
-        break;
-    }
-}
-
-/* ---- backward ---------------------------------------------------------------------------- */
-
-/* With dxhat = dy * gamma, the means of dxhat and dxhat * xhat are gamma times those of dy
- * and dy * xhat, which the param gradients already sum: so
- *   dx = inv * gamma * (dy - mean(dy) - xhat * mean(dy * xhat)),
- * two [R][C] temps instead of four. */
-static void bwd_batch_norm(struct lower *s, uint32_t i)
-{
-    const struct tpu__net_layer *L = &s->net->layers[i];
-    struct lw *w = &s->lw[i];
-    const uint32_t in0 = L->in[0], dy = w->dy;
-    const uint64_t R = rows_of(s, i);
-    const uint32_t C = cols_of(s, i);
-    uint32_t dy_xhat = tmp(s, i, "dy_xhat", R, C);
-    op(s, TPU_OP_MUL, dy_xhat, N, dy, w->xhat, NULL);
-    reduce_rows(s, w->g[TPU__P_GAMMA], dy_xhat);
-    reduce_rows(s, w->g[TPU__P_BETA], dy);
-    if (!s->lw[in0].need_grad)
-        return;
-    const float inv_r = 1.0f / (float)R;
-    uint32_t m1 = tmp(s, i, "dy_mean", 1, C), m2 = tmp(s, i, "dy_xhat_mean", 1, C);
-    uint32_t k = tmp(s, i, "inv_gamma", 1, C), t = tmp(s, i, "xhat_m2", R, C);
-    scale(s, m1, w->g[TPU__P_BETA], inv_r);
-    scale(s, m2, w->g[TPU__P_GAMMA], inv_r);
-    if (L->desc.cross_replica) {
-        all_reduce(s, m1, TPU_REDUCE_MEAN);
-        all_reduce(s, m2, TPU_REDUCE_MEAN);
-    }
-    op(s, TPU_OP_MUL, k, N, w->inv, w->p[TPU__P_GAMMA], NULL);
-    op(s, TPU_OP_MUL, t, N, w->xhat, m2, NULL);
-    uint32_t dx = contrib_begin(s, in0);
-    op(s, TPU_OP_SUB, dx, N, dy, m1, NULL);
-    op(s, TPU_OP_SUB, dx, N, dx, t, NULL);
-    op(s, TPU_OP_MUL, dx, N, dx, k, NULL);
-    contrib_end(s, in0, dx);
-}
-
-static void backward(struct lower *s, uint32_t i)
-{
-    const struct tpu__net_layer *L = &s->net->layers[i];
-    const struct tpu_layer_desc *l = &L->desc;
-    struct lw *w = &s->lw[i];
-    const uint32_t in0 = L->in[0], dy = w->dy;
-    const bool gx = s->lw[in0].need_grad;
-    uint32_t dx;
-    switch (l->kind) {
-    case TPU_LAYER_DENSE:
-    case TPU_LAYER_CONV2D: {
-        const bool window = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
-        if (l->activation == TPU_ACT_RELU)
-            op(s, TPU_OP_RELU_GRAD, dy, N, dy, w->y, NULL);
-        if (window)
-            conv_op(s, TPU_OP_CONV2D_GRAD_FILTER, w->g[TPU__P_KERNEL], s->lw[in0].y, dy, i);
-        else
-            matmul(s, w->g[TPU__P_KERNEL], rows(s, in0), dy, true, false, false);
-        if (l->use_bias)
-            reduce_rows(s, w->g[TPU__P_BIAS], dy);
-        if (!gx)
-            break;
-        if (!window) {
-            uint32_t d = dy_buf(s, in0);
-            matmul(s, d, dy, w->p[TPU__P_KERNEL], false, true, s->lw[in0].dy_written);
-            s->lw[in0].dy_written = true;
-            break;
-        }
-        dx = contrib_begin(s, in0);
-        conv_op(s, TPU_OP_CONV2D_GRAD_INPUT, dx, dy, w->p[TPU__P_KERNEL], i);
-        contrib_end(s, in0, dx);
-        break;
-    }
-    case TPU_LAYER_MAX_POOL2D:
-        dx = contrib_begin(s, in0);
-        window_op(s, TPU_OP_MAX_POOL_GRAD, dx, dy, s->lw[in0].y, i);
-        contrib_end(s, in0, dx);
-        break;
-    case TPU_LAYER_AVG_POOL2D:
-    case TPU_LAYER_GLOBAL_AVG_POOL2D:
-        dx = contrib_begin(s, in0);
-        window_op(s, TPU_OP_AVG_POOL_GRAD, dx, dy, N, i);
-        contrib_end(s, in0, dx);
-        break;
-    case TPU_LAYER_FLATTEN:
-    case TPU_LAYER_RESHAPE:
-        dx = contrib_begin(s, in0);
-        op(s, TPU_OP_RESHAPE, dx, N, dy, N, NULL);
-        contrib_end(s, in0, dx);
-        break;
-    case TPU_LAYER_RELU:
-        dx = contrib_begin(s, in0);
-        op(s, TPU_OP_RELU_GRAD, dx, N, dy, w->y, NULL);
-        contrib_end(s, in0, dx);
-        break;
-    case TPU_LAYER_DROPOUT:
-        dx = contrib_begin(s, in0);
-        op(s, TPU_OP_MUL, dx, N, dy, w->mask, NULL);
-        contrib_end(s, in0, dx);
-        break;
-    case TPU_LAYER_BATCH_NORM:
-        bwd_batch_norm(s, i);
-        break;
-    case TPU_LAYER_ADD:
-        for (uint32_t k = 0; k < 2; k++)
-            if (s->lw[L->in[k]].need_grad)
-                contrib_copy(s, L->in[k], dy);
-        break;
-    default:
-        break;
-    }
-}
 
 /* ---- the program ------------------------------------------------------------------------- */
 
@@ -544,7 +123,7 @@ static void declare_params(struct lower *s)
                 continue; /* a layer the loss does not read keeps its initial values */
             char what[24];
             snprintf(what, sizeof what, "d_%s", tpu__net_param_suffix[k]);
-            s->lw[i].g[k] = tmp(s, i, what, prow, pcol);
+            s->lw[i].g[k] = tpu__nl_tmp(s, i, what, prow, pcol);
         }
     }
 }
@@ -553,9 +132,9 @@ static void optimizer_update(struct lower *s, uint32_t i, int k)
 {
     const struct tpu_train_spec *sp = s->spec;
     const struct lw *w = &s->lw[i];
-    struct tpu_op_attrs at = attrs0();
+    struct tpu_op_attrs at = tpu__nl_attrs0();
     at.alpha = sp->learning_rate;
-    if (sp->schedule != TPU_LR_CONSTANT) {
+    if (sp->schedule != TPU_SCHEDULE_CONSTANT) {
         at.schedule = (int32_t)sp->schedule;
         at.warmup = sp->warmup_steps;
         at.decay_steps = sp->decay_steps;
@@ -588,27 +167,27 @@ static uint32_t loss_and_tail(struct lower *s)
     struct tpu_model_program *r = s->r;
     const uint32_t o = s->net->output;
     const uint32_t size = (uint32_t)tpu__shape_size(s->net->layers[o].out);
-    const bool flat = rows_of(s, o) == s->B;
+    const bool flat = tpu__nl_rows_of(s, o) == s->B;
     s->b.tag = TPU_NET_OP_LOSS;
     uint32_t pred = s->lw[o].y;
     if (!flat) {
         pred = tpu__b_buf(&s->b, "pred", TPU_F32, TPU_BUF_TEMP, s->B, size);
-        op(s, TPU_OP_RESHAPE, pred, N, s->lw[o].y, N, NULL);
+        tpu__nl_op(s, TPU_OP_RESHAPE, pred, N, s->lw[o].y, N, NULL);
     }
     if (s->mode == TPU_MODE_PREDICT) {
         s->b.tag = TPU_NET_OP_STEP;
-        op(s, TPU_OP_OUTFEED, N, N, pred, N, NULL);
+        tpu__nl_op(s, TPU_OP_OUTFEED, N, N, pred, N, NULL);
         r->outfeed[r->n_outfeed++] = pred;
         return pred;
     }
     uint32_t loss = tpu__b_buf(&s->b, "loss", TPU_F32, TPU_BUF_TEMP, 1, 1);
-    uint32_t dpred = s->train && flat ? dy_buf(s, o)
+    uint32_t dpred = s->train && flat ? tpu__nl_dy_buf(s, o)
                                       : tpu__b_buf(&s->b, s->train ? "dpred" : "dloss",
                                                    TPU_F32, TPU_BUF_TEMP, s->B, size);
-    struct tpu_op_attrs at = attrs0();
+    struct tpu_op_attrs at = tpu__nl_attrs0();
     at.alpha = s->train ? 1.0f / (float)s->G : 1.0f;
     if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
-        op(s, TPU_OP_SOFTMAX_XENT, loss, dpred, pred, s->labels, &at);
+        tpu__nl_op(s, TPU_OP_SOFTMAX_XENT, loss, dpred, pred, s->labels, &at);
     } else {
         struct tpu_op m;
         tpu_op_init(&m, TPU_OP_MSE);
@@ -622,21 +201,21 @@ static uint32_t loss_and_tail(struct lower *s)
     }
     if (s->train) {
         if (!flat) {
-            op(s, TPU_OP_RESHAPE, dy_buf(s, o), N, dpred, N, NULL);
+            tpu__nl_op(s, TPU_OP_RESHAPE, tpu__nl_dy_buf(s, o), N, dpred, N, NULL);
         }
         s->lw[o].dy_written = true;
         return pred;
     }
     uint32_t counts = tpu__b_buf(&s->b, "counts", TPU_F32, TPU_BUF_TEMP, 1, 2);
     if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
-        op(s, TPU_OP_CLASSIFY_COUNT, counts, N, pred, s->labels, NULL);
+        tpu__nl_op(s, TPU_OP_CLASSIFY_COUNT, counts, N, pred, s->labels, NULL);
     } else {
-        op(s, TPU_OP_COUNT_ROWS, counts, N, s->mask, N, NULL);
+        tpu__nl_op(s, TPU_OP_COUNT_ROWS, counts, N, s->mask, N, NULL);
         r->no_accuracy = true;
     }
     s->b.tag = TPU_NET_OP_STEP;
-    op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
-    op(s, TPU_OP_OUTFEED, N, N, counts, N, NULL);
+    tpu__nl_op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
+    tpu__nl_op(s, TPU_OP_OUTFEED, N, N, counts, N, NULL);
     r->outfeed[r->n_outfeed++] = loss;
     r->outfeed[r->n_outfeed++] = counts;
     return pred;
@@ -663,11 +242,11 @@ static void lower_step(struct lower *s)
             r->infeed[r->n_infeed++] = s->mask;
         }
     }
-    struct tpu_op_attrs at = attrs0();
+    struct tpu_op_attrs at = tpu__nl_attrs0();
     at.var = r->var_iterations;
-    op(s, TPU_OP_LOOP_BEGIN, N, N, N, N, &at);
+    tpu__nl_op(s, TPU_OP_LOOP_BEGIN, N, N, N, N, &at);
     for (uint32_t k = 0; k < r->n_infeed; k++)
-        op(s, TPU_OP_INFEED, r->infeed[k], N, N, N, NULL);
+        tpu__nl_op(s, TPU_OP_INFEED, r->infeed[k], N, N, N, NULL);
 
     /* the input as rows of pixels, if a live layer reads it so */
     s->lw[0].y = x;
@@ -676,18 +255,18 @@ static void lower_step(struct lower *s)
     for (uint32_t i = 1; i < net->n_layers; i++) {
         const struct tpu__net_layer *L = &net->layers[i];
         for (uint32_t k = 0; k < L->n_in; k++)
-            if (L->in[k] == 0 && s->lw[i].live && !reads_image(L))
+            if (L->in[k] == 0 && s->lw[i].live && !tpu__nl_reads_image(L))
                 want_rows = true;
     }
     if (want_rows && in.h * in.w != 1) {
         s->b.tag = 0;
-        s->lw[0].rows = tmp(s, 0, "rows", rows_of(s, 0), in.c);
-        op(s, TPU_OP_RESHAPE, s->lw[0].rows, N, x, N, NULL);
+        s->lw[0].rows = tpu__nl_tmp(s, 0, "rows", tpu__nl_rows_of(s, 0), in.c);
+        tpu__nl_op(s, TPU_OP_RESHAPE, s->lw[0].rows, N, x, N, NULL);
     }
     for (uint32_t i = 1; i < net->n_layers; i++)
         if (s->lw[i].live) {
             s->b.tag = i;
-            forward(s, i);
+            tpu__nl_forward(s, i);
         }
     loss_and_tail(s);
     if (!s->train)
@@ -695,20 +274,20 @@ static void lower_step(struct lower *s)
     for (uint32_t i = net->n_layers; i-- > 1;)
         if (s->lw[i].live && s->lw[i].need_grad) {
             s->b.tag = i;
-            backward(s, i);
+            tpu__nl_backward(s, i);
         }
     /* gradients summed over replicas, the step, the updates */
     for (uint32_t i = 1; i < net->n_layers; i++)
         for (int k = 0; k < TPU__P_COUNT; k++)
             if (s->lw[i].live && tpu__net_has_param(&net->layers[i], k) && tpu__net_trainable(k)) {
                 s->b.tag = i;
-                all_reduce(s, s->lw[i].g[k], TPU_REDUCE_SUM);
+                tpu__nl_all_reduce(s, s->lw[i].g[k], TPU_REDUCE_SUM);
             }
     s->b.tag = TPU_NET_OP_STEP;
-    at = attrs0();
+    at = tpu__nl_attrs0();
     at.var = r->var_step;
     at.imm = 1;
-    op(s, TPU_OP_VAR_ADD, N, N, N, N, &at);
+    tpu__nl_op(s, TPU_OP_VAR_ADD, N, N, N, N, &at);
     for (uint32_t i = 1; i < net->n_layers; i++)
         for (int k = 0; k < TPU__P_COUNT; k++)
             if (s->lw[i].live && tpu__net_has_param(&net->layers[i], k) && tpu__net_trainable(k)) {
@@ -718,7 +297,7 @@ static void lower_step(struct lower *s)
     uint32_t loss = N;
     tpu_program_find_buffer(s->b.p, "loss", &loss);
     s->b.tag = TPU_NET_OP_STEP;
-    op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
+    tpu__nl_op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
     r->outfeed[r->n_outfeed++] = loss;
 }
 

@@ -22,13 +22,25 @@
  *   reshape          to a target h x w x c of the same size
  *   relu
  *   dropout          rate in [0, 1); training only; the mask is a function of the seed, the
- *                    global step, the replica and the element (reproducible, resumable)
+ *                    global step and the element's index in the global batch (reproducible,
+ *                    resumable, and the same on R replicas of batch B as on one of R*B)
  *   batch_norm       over the channel axis; training normalizes with the batch statistics
  *                    of the replica (or, cross_replica, of the global batch, as TPU's
  *                    cross-replica batch norm), and updates moving averages with `momentum`
  *                    that evaluation and prediction use
  *   add              elementwise sum of two tensors of one shape (residual connections)
  * dense and conv2d take a fused activation (none or relu), as Keras's `activation`.
+ *
+ * How a conv2d is computed, and what that costs (configs/models/README.md says more). It is
+ * lowered to the matrix unit's convolution ops (program.h): conv2d forward, and in training
+ * conv2d_grad_filter (the kernel gradient) and conv2d_grad_input (the input gradient); a
+ * 1 x 1 conv with strides 1 is a matmul of x's rows of pixels. Like XLA's convolution on a
+ * TPU, the ops form the patches (every kh x kw window of x) on chip, feeding the MXU from x
+ * itself: no patch matrix is written to HBM. So a conv's cycles and MACs are those of its
+ * equivalent GEMM (m = B*ho*wo, k = kh*kw*c, n = filters; the transposed shapes for the
+ * gradients), and its HBM traffic is its real operands (x, the kernel, the output), each
+ * moved once. Left out: the work of forming the patches and any re-reads of x's rows that
+ * several windows share when they do not fit on chip.
  *
  * The output. tpu_net_set_output names the tensor the loss reads:
  *   softmax cross-entropy with integer labels: the output is 1 x 1 x K, K >= 2 classes,
@@ -174,15 +186,6 @@ int tpu_net_output(const struct tpu_net *net, uint32_t *tensor, enum tpu_loss *l
 
 /* ---- training, and lowering to programs ---------------------------------------------------- */
 
-enum tpu_lr_schedule_kind {
-    TPU_LR_CONSTANT = 0,
-    TPU_LR_STEP,      /* lr * decay_rate^floor(step / decay_steps): Keras ExponentialDecay with
-                         staircase=True */
-    TPU_LR_COSINE,    /* linear warm-up from 0 over warmup_steps, then cosine from lr down to
-                         lr * decay_rate over decay_steps (Keras CosineDecay with warmup,
-                         alpha = decay_rate) */
-};
-
 struct tpu_train_spec {
     unsigned passes;                 /* matmul precision: 1 (bf16 inputs), 3 or 6 */
     enum tpu_optimizer optimizer;    /* SGD with momentum, Adam, AdamW */
@@ -191,7 +194,7 @@ struct tpu_train_spec {
     float beta1, beta2, epsilon;     /* Adam, AdamW */
     float weight_decay;              /* AdamW's decoupled decay (Keras default 0.004) */
     float l2;                        /* SGD and Adam: decay added to the gradients */
-    enum tpu_lr_schedule_kind schedule;
+    enum tpu_lr_schedule schedule;   /* program.h's: constant, step or cosine */
     uint32_t warmup_steps, decay_steps;
     float decay_rate;
     uint64_t seed;                   /* the dropout masks' seed, mixed with each dropout
@@ -200,7 +203,19 @@ struct tpu_train_spec {
 };
 
 /* Defaults: Adam, lr 0.001, betas 0.9/0.999, epsilon 1e-7, momentum 0.9, weight decay 0.004,
- * passes 1, constant schedule, seed 0. */
+ * passes 1, constant schedule, seed 0.
+ *
+ * The optimizers' exact forms (program.h's sgd_momentum, adam and adamw ops), where they
+ * differ from Keras:
+ *   SGD with momentum is TF1's MomentumOptimizer, as TPUEstimator used it: accum = momentum *
+ *     accum + g; var -= lr * accum. At a constant rate it equals Keras's SGD(momentum); with a
+ *     schedule, each step's new lr scales the whole accumulator, while Keras 2's SGD
+ *     (velocity = momentum * velocity - lr * g) keeps every past step at its own rate.
+ *   Adam and AdamW add epsilon to sqrt(vhat), the bias-corrected second moment (the paper's
+ *     Algorithm 1). Keras and TF1 add it to sqrt(v) before the correction, an epsilon-hat of
+ *     about epsilon / sqrt(1 - beta2^t): the updates agree once sqrt(vhat) is well above
+ *     epsilon and differ in the first steps and for parameters whose gradients stay near 0.
+ */
 void tpu_train_spec_default(struct tpu_train_spec *s);
 /* Checks a spec (names the field, the rule and the fix). */
 int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
@@ -216,11 +231,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
  * the step's own ops (loop, infeed, outfeed, the step counter). The caller frees it. A layer
  * the loss does not depend on gets no ops (its params keep their initial values); dropout
  * gets none outside training. host/models/net_lower.c's opening comment lists the ops of
- * each layer. conv2d is lowered to the matrix unit's convolution ops (conv2d forward;
- * conv2d_grad_filter and conv2d_grad_input backward; a 1 x 1 kernel at strides 1 to matmul),
- * which form the patches on chip: a conv's cycles and MACs are counted as its equivalent
- * GEMM's (m = B*ho*wo, k = kh*kw*c, n = filters) and its HBM traffic as its real operands
- * (input, kernel, output; no patch matrix). */
+ * each layer (conv2d: its convolution ops, above). */
 #define TPU_NET_OP_LOSS UINT32_MAX
 #define TPU_NET_OP_STEP (UINT32_MAX - 1)
 int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,

@@ -93,19 +93,31 @@
  *   dropout_mask out mask (no inputs)     mask = 1 / (1 - alpha) where u >= alpha, else 0
  *                                         (alpha the rate, in [0, 1)); u in [0, 1) a hash of
  *                                         (imm = the seed, variable `var` = the step, the
- *                                         core's replica, the element's index):
- *                                         tpu_dropout_mask_value below
+ *                                         element's global index replica * elements +
+ *                                         index): tpu_dropout_mask_value below
  *   sgd_momentum out param, velocity; in grad
  *                                         g = grad + gamma * param (L2); v = beta * v + g;
  *                                         param -= alpha * v      (alpha lr, beta momentum)
+ *                                         TF1's MomentumOptimizer (TPUEstimator's), not
+ *                                         Keras 2's SGD (v = beta * v - lr * g; param += v):
+ *                                         the two agree at a constant rate, but with a
+ *                                         schedule this op's new alpha scales the whole
+ *                                         accumulated v, where Keras's v keeps each past
+ *                                         step's own rate
  *   adam     out param, m, v; in grad     g = grad + gamma * param; step t from variable `var`
  *                                         (1-based); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *                                         param -= alpha * mhat / (sqrt(vhat) + eps)
- *                                         (alpha lr, beta b1, delta b2, eps)
+ *                                         (alpha lr, beta b1, delta b2, eps): the Adam
+ *                                         paper's Algorithm 1, eps added to sqrt(vhat).
+ *                                         Keras and TF1's AdamOptimizer add eps to sqrt(v)
+ *                                         before the bias correction, which is epsilon-hat
+ *                                         = eps / sqrt(1 - b2^t) here: the same update once
+ *                                         sqrt(vhat) >> eps, larger where vhat is tiny
+ *                                         (early steps, or gradients near 0)
  *   adamw    out param, m, v; in grad     Adam with decoupled weight decay gamma (Keras
  *                                         AdamW): g = grad; m, v, mhat, vhat as adam;
  *                                         param -= lr * (mhat / (sqrt(vhat) + eps) +
- *                                         gamma * param)
+ *                                         gamma * param) (eps as adam's)
  *   The optimizers' learning rate may follow a schedule (schedule, warmup, decay_steps,
  *   decay_rate: tpu_lr_schedule_value below) of the step variable `var`; sgd_momentum reads
  *   `var` only for a schedule other than constant.
@@ -185,7 +197,7 @@ enum tpu_buf_kind {
  *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
  *             their param and state buffers in place), else 0
  *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify*.c,
- *             rules T1-T11, T9w and T9c): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
+ *             rules T1-T14): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
  *             broadcasts), F32 (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE,
  *             WINDOW, CONV, RESHAPE, SOFTMAX_XENT, CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE,
  *             PERMUTE, MSE, COUNT_ROWS, DROPOUT
@@ -263,8 +275,8 @@ enum tpu_buf_kind {
     X(COUNT_ROWS, "count_rows", OPERANDS, 1, 1, ("y", "labels"), NONE, 0, COUNT_ROWS, 0, 0, VPU,   \
       2, count_rows)                                                                               \
     X(DROPOUT_MASK, "dropout_mask", OPERANDS, 1, 0, ("mask"), NONE, 0, DROPOUT,                    \
-      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA, TPU_ATTR_VAR | TPU_ATTR_IMM, VPU, 14,          \
-      dropout_mask)                                                                                \
+      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA,                                                \
+      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA, VPU, 14, dropout_mask)                         \
     X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,        \
       OPTIMIZER,                                                                                   \
       TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_GAMMA | TPU_ATTR_SCHEDULE,          \
@@ -315,7 +327,8 @@ enum tpu_permute_group {
 /* An NHWC image and a sliding window over it: the window ops' attribute group (one bit,
  * TPU_ATTR_WINDOW, for all its fields; the text form states every field). Output position
  * (n, oy, ox) and window offset (ky, kx) read input row iy = oy*sh + ky - pt and column
- * ix = ox*sw + kx - pl; positions outside [0, h) x [0, w) are padding. */
+ * ix = ox*sw + kx - pl; positions outside [0, h) x [0, w) are padding. A window holds
+ * kh*kw*c < 2^32-1 elements (the verifier's rule WINDOW; the ops index them in 32 bits). */
 struct tpu_window {
     uint32_t h, w, c;  /* the input image per example */
     uint32_t kh, kw;   /* window (kernel or pool) size */
@@ -324,11 +337,15 @@ struct tpu_window {
     uint32_t ho, wo;   /* output positions */
 };
 
-/* The optimizers' learning-rate schedules (the same numbers as net.h's tpu_lr_schedule_kind). */
+/* The optimizers' learning-rate schedules (tpu_lr_schedule_value gives the formulas); net.h's
+ * tpu_train_spec uses them too. */
 enum tpu_lr_schedule {
     TPU_SCHEDULE_CONSTANT = 0,
-    TPU_SCHEDULE_STEP = 1,
-    TPU_SCHEDULE_COSINE = 2,
+    TPU_SCHEDULE_STEP = 1,   /* lr * decay_rate^floor(step / decay_steps): Keras
+                                ExponentialDecay with staircase=True */
+    TPU_SCHEDULE_COSINE = 2, /* linear warm-up from 0 over warmup steps, then cosine from lr
+                                down to lr * decay_rate over decay_steps (Keras CosineDecay
+                                with warmup, alpha = decay_rate) */
 };
 
 /* Attributes; each op reads the ones its description above names (tpu_opcode_attrs), the
@@ -521,11 +538,14 @@ bool tpu_opcode_is_collective(enum tpu_opcode code);
 float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var);
 
 /* One element of dropout_mask's mask: 1 / (1 - rate) if u >= rate, else 0, where u in
- * [0, 1) is the top 24 bits of a splitmix64-style hash of (seed, step, replica, index) over
- * 2^24 (sim/ops/ops_train_aux.c gives the hash). The same arguments give the same value on
- * every host and thread count, so a host can reproduce a mask exactly. */
-float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint32_t replica, uint64_t index,
-                             float rate);
+ * [0, 1) is the top 24 bits of a splitmix64 hash of (seed, step, index) over 2^24
+ * (sim/ops/ops_train_aux.c gives the hash). `index` is the element's global index: on the
+ * core of replica r with an n-element mask, element i has index r * n + i. No replica key
+ * enters the hash, so when the replicas take the global batch in order (replica r the rows
+ * r*B to r*B+B-1), R replicas of batch B draw the very masks one replica of batch R*B
+ * draws. The same arguments give the same value on every host and thread count, so a host
+ * can reproduce a mask exactly. */
+float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint64_t index, float rate);
 
 /* "param", "temp"; "unknown" otherwise. */
 const char *tpu_buf_kind_name(enum tpu_buf_kind k);

@@ -132,6 +132,17 @@ static bool window_pool(enum tpu_opcode code)
            code == TPU_OP_AVG_POOL_GRAD;
 }
 
+/* a * b and a + b, or UINT64_MAX where they overflow */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 /* A pooling op's cycles (the counts and their reasons are in the comment on op_timing). */
 static uint64_t pool_cycles(const struct tpu_chip_config *cfg, const struct tpu_program *prog,
                             const struct tpu_op *op)
@@ -140,20 +151,21 @@ static uint64_t pool_cycles(const struct tpu_chip_config *cfg, const struct tpu_
     /* the output y (forward) or the input dy (gradients) is [N*ho*wo][c] */
     const bool grad = op->code == TPU_OP_MAX_POOL_GRAD || op->code == TPU_OP_AVG_POOL_GRAD;
     const struct tpu_buffer_desc *o = tpu_program_buffer(prog, grad ? op->in[0] : op->out[0]);
+    /* saturating: an unverified program's window (kh = kw = 2^31) must not wrap to 0 cycles */
     const uint64_t outputs = (uint64_t)o->rows * o->cols;
-    const uint64_t window = outputs * w->kh * w->kw;
-    uint64_t ops = window * tpu__vpu_ops_per_element(op->code);
+    const uint64_t window = mul_sat(mul_sat(outputs, w->kh), w->kw);
+    uint64_t ops = mul_sat(window, tpu__vpu_ops_per_element(op->code));
     if (op->code == TPU_OP_AVG_POOL || op->code == TPU_OP_AVG_POOL_GRAD)
-        ops += 4 * outputs;
+        ops = add_sat(ops, mul_sat(4, outputs));
     if (op->code == TPU_OP_MAX_POOL_GRAD)
-        ops += outputs;
+        ops = add_sat(ops, outputs);
     if (grad) {
         const struct tpu_buffer_desc *dx = tpu_program_buffer(prog, op->out[0]);
-        ops += (uint64_t)dx->rows * dx->cols;
+        ops = add_sat(ops, (uint64_t)dx->rows * dx->cols);
     }
     uint64_t width = (uint64_t)cfg->vector_sublanes * cfg->vector_lanes *
                      cfg->vector_alus_per_lane;
-    return tpu__ceil_div_u64(ops, width) + TPU__VPU_LATENCY_CYCLES;
+    return add_sat(tpu__ceil_div_u64(ops, width), TPU__VPU_LATENCY_CYCLES);
 }
 
 /* The GEMM a conv2d op does on the array (program.h: its values are those of this GEMM with

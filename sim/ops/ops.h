@@ -31,8 +31,9 @@ struct tpu__bufmem {
 int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
                     uint32_t tile_rows, unsigned n_threads, struct tpu__scratch *scratch,
                     struct tpu_diag *d);
-/* tpu__op_compute on the core of replica `replica` (which dropout_mask's hash reads; the
- * chip passes the core's replica, so the cores of one replica draw one mask).
+/* tpu__op_compute on the core of replica `replica` (dropout_mask offsets its elements'
+ * indices by replica * their count; the chip passes the core's replica, so the cores of one
+ * replica draw one mask).
  * tpu__op_compute is this with replica 0. */
 int tpu__op_compute_on(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
                        uint32_t replica, uint32_t tile_rows, unsigned n_threads,

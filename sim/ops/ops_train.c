@@ -220,7 +220,7 @@ int tpu__ops_sgd_momentum(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     float *p = bufs[op->out[0]].data, *v = bufs[op->out[1]].data; /* [rows][cols] */
     const float *grad = bufs[op->in[0]].data;                     /* [rows][cols] */
     const float beta = op->attrs.beta, gamma = op->attrs.gamma;
-    float alpha;
+    float alpha = 0.0f; /* set by learning_rate (gcc -O3 cannot see it) */
     if ((rc = learning_rate(op, cx->vars, &alpha, d)) != 0)
         return rc;
     for (size_t i = 0; i < n; i++) {
@@ -268,7 +268,7 @@ int tpu__ops_adam(const struct tpu_op *op, const struct tpu__op_ctx *cx,
         return tpu__fail(d, TPU_ERANGE,
                          "%s: beta (b1) is %g and delta (b2) is %g; both must be in [0, 1)",
                          name, (double)b1, (double)b2);
-    float lr;
+    float lr = 0.0f; /* set by learning_rate (gcc -O3 cannot see it) */
     if ((rc = learning_rate(op, vars, &lr, d)) != 0)
         return rc;
     const float c1 = (float)(1.0 - tpu__ops_pow_steps(b1, (uint64_t)t));

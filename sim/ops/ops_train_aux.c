@@ -18,13 +18,18 @@
  *               floats (exact up to 2^24 rows). The first count is 0 since a regression
  *               model has no correct-class count; the pair matches classify_count's.
  * dropout_mask  out mask [r][c] f32; no inputs. rate = alpha in [0, 1) (else TPU_ERANGE),
- *               seed = imm as uint64, step = vars[var], replica = the core's replica. Element
- *               i (row-major) = tpu_dropout_mask_value(seed, step, replica, i, rate).
+ *               seed = imm as uint64, step = vars[var], r = the core's replica, n = the
+ *               mask's element count. Element i (row-major) = tpu_dropout_mask_value(seed,
+ *               step, r * n + i, rate): the element's index in the global batch when the
+ *               replicas take the global batch in order (replica r rows r*B .. r*B+B-1, as
+ *               a per-host input does, host/shard/batch.c), so a run on R replicas of batch
+ *               B draws the masks of a run on one replica of batch R*B.
  *
- * The mask's hash. mix(z) is splitmix64's output function:
+ * The mask's hash. mix(z) is splitmix64's step and output function (tpu__mix64 in
+ * common/rng.h):
  *     z = z + 0x9e3779b97f4a7c15; z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
  *     z = (z ^ (z >> 27)) * 0x94d049bb133111eb; mix = z ^ (z >> 31)     (uint64, wrapping)
- * key = mix(mix(mix(seed) ^ (uint64)step) ^ replica); h = mix(key ^ index);
+ * key = mix(mix(seed) ^ (uint64)step); h = mix(key ^ index);
  * u = (h >> 40) * 2^-24 (exact in f32, in [0, 1)); value = u >= rate ? 1 / (1 - rate) : +0
  * with 1 / (1 - rate) in f32 (two roundings). It is counter-based: each element's value
  * depends only on its arguments, so it is the same for any thread count, order or resume
@@ -32,6 +37,7 @@
 #include <math.h>
 
 #include "ops_int.h"
+#include "rng.h"
 #include "util.h"
 
 /* ---- the public value functions ----------------------------------------------------------- */
@@ -54,19 +60,10 @@ float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var)
     return (float)(alpha * (rate + (1.0 - rate) * c));
 }
 
-static uint64_t mix64(uint64_t z)
+float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint64_t index, float rate)
 {
-    z += 0x9e3779b97f4a7c15u;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint32_t replica, uint64_t index,
-                             float rate)
-{
-    const uint64_t key = mix64(mix64(mix64(seed) ^ (uint64_t)step) ^ (uint64_t)replica);
-    const uint64_t h = mix64(key ^ index);
+    const uint64_t key = tpu__mix64(tpu__mix64(seed) ^ (uint64_t)step);
+    const uint64_t h = tpu__mix64(key ^ index);
     const float u = (float)(h >> 40) * 0x1p-24f;
     return u >= rate ? 1.0f / (1.0f - rate) : 0.0f;
 }
@@ -155,7 +152,8 @@ int tpu__ops_dropout_mask(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     const int64_t step = cx->vars[op->attrs.var];
     const size_t n = tpu__ops_count(m);
     float *mv = m->data; /* [rows][cols] */
+    const uint64_t first = (uint64_t)cx->replica * n; /* this replica's first global index */
     for (size_t i = 0; i < n; i++)
-        mv[i] = tpu_dropout_mask_value(seed, step, cx->replica, (uint64_t)i, rate);
+        mv[i] = tpu_dropout_mask_value(seed, step, first + i, rate);
     return 0;
 }

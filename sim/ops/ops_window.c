@@ -52,15 +52,23 @@ int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
     size_t per = 0, k_cols = 0;
     if (!g->h || !g->w || !g->c || !g->kh || !g->kw || !g->sh || !g->sw || !g->ho || !g->wo ||
         g->pt >= g->kh || g->pl >= g->kw || (g->ho - 1) * g->sh > g->h - 1 + g->pt ||
-        (g->wo - 1) * g->sw > g->w - 1 + g->pl || !tpu__mul_size(g->h * g->w, g->c, &per) ||
-        !tpu__mul_size(g->kh * g->kw, g->c, &k_cols) || k_cols >= TPU__OPS_ANY)
+        (g->wo - 1) * g->sw > g->w - 1 + g->pl)
         return tpu__fail(d, TPU_EINVAL,
                          "%s: window h=%zu w=%zu c=%zu kh=%zu kw=%zu sh=%zu sw=%zu pt=%zu "
                          "pl=%zu ho=%zu wo=%zu breaks the WINDOW rule (fields >= 1, pt < kh, "
-                         "pl < kw, every window overlaps the image, sizes fit); verify the "
-                         "program",
+                         "pl < kw, every window overlaps the image); verify the program",
                          name, g->h, g->w, g->c, g->kh, g->kw, g->sh, g->sw, g->pt, g->pl,
                          g->ho, g->wo);
+    if (!tpu__mul_size(g->kh * g->kw, g->c, &k_cols) || k_cols >= TPU__OPS_ANY)
+        return tpu__fail(d, TPU_EINVAL,
+                         "%s: window kh*kw*c = %zu*%zu*%zu is 2^32-1 elements or more, but the "
+                         "WINDOW rule wants fewer (the ops index a window in 32 bits): lower "
+                         "kh, kw or c, and verify the program",
+                         name, g->kh, g->kw, g->c);
+    if (!tpu__mul_size(g->h * g->w, g->c, &per))
+        return tpu__fail(d, TPU_EINVAL,
+                         "%s: image h*w*c = %zu*%zu*%zu elements overflows memory sizes; "
+                         "lower h, w or c", name, g->h, g->w, g->c);
     if (elems == 0 || elems % per != 0)
         return tpu__fail(d, TPU_ESHAPE,
                          "%s: operand %s has %zu elements, not a multiple N >= 1 of "

@@ -58,13 +58,13 @@ float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit);
  * sw, pt, pl, ho, wo); another attribute gives wo. */
 uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_attr *ad);
 
-/* program_verify_window.c: rule T9 (the op table's rules WINDOW and RESHAPE) for op, whose
- * operand ids are valid. Returns 0, or TPU_EINVAL (window fields) or TPU_ESHAPE (shapes and
+/* program_verify_window.c: rules T12 and T13 (the op table's rules WINDOW and RESHAPE) for
+ * op, whose operand ids are valid. Returns 0, or TPU_EINVAL (window fields) or TPU_ESHAPE (shapes and
  * dtypes) with the sentence in msg (the verifier prefixes the op). */
 int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, char *msg,
                        size_t size);
 
-/* program_verify_window.c: rule T9c (the op table's rule CONV) for the conv2d ops; cfg may be
+/* program_verify_window.c: rule T14 (the op table's rule CONV) for the conv2d ops; cfg may be
  * NULL (no check of the chip's matrix unit). Returns 0, or TPU_EINVAL (window fields,
  * passes), TPU_ESHAPE (shapes and dtypes) or TPU_EUNSUPPORTED (no bf16 matrix unit) with the
  * sentence in msg. */

@@ -6,7 +6,7 @@
  * compute anything and does not know the runtime; the ops' values are defined in sim/ops/.
  *
  * Rules (program.h describes the ops themselves; the op table's `rule` column says which of
- * T1-T9 an op follows, its `attrs` column which attributes it reads):
+ * T1-T13 an op follows, its `attrs` column which attributes it reads):
  *
  * Structure
  *   S1  At most one loop, not nested; every loop_begin has its loop_end and every loop_end
@@ -42,9 +42,9 @@
  *       are `param` buffers (they persist across launches).
  *   T7  all_reduce: x, y f32 of one shape. collective_permute: x, y of one shape and dtype.
  *   T8  infeed writes a temp. (T9-T11 and A4, the training ops: program_verify_train.c)
- *   T9w im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad (WINDOW) and
- *       reshape (RESHAPE): program_verify_window.c states them.
- *   T9c conv2d, conv2d_grad_input, conv2d_grad_filter (CONV): program_verify_window.c.
+ *   T12 im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad (WINDOW) and
+ *   T13 reshape (RESHAPE): program_verify_window.c states them.
+ *   T14 conv2d, conv2d_grad_input, conv2d_grad_filter (CONV): program_verify_window.c.
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
  *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,

@@ -1,16 +1,18 @@
-/* The verifier's rules for the window ops and reshape (program_verify.c lists every rule and
- * calls these for the op table's rules WINDOW and RESHAPE). It checks shapes, dtypes and the
- * window's geometry only; what the ops compute is sim/ops/ops_window.c's.
+/* The verifier's rules for the window ops, reshape and the conv2d ops (program_verify.c lists
+ * every rule and calls these for the op table's rules WINDOW, RESHAPE and CONV). It checks
+ * shapes, dtypes and the window's geometry only; what the ops compute is sim/ops/
+ * ops_window.c's and ops_conv.c's.
  *
- *   T9  WINDOW (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad): every
- *       window field is at least 1 except pt and pl; pt < kh and pl < kw; every window
+ *   T12 WINDOW (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad): every
+ *       window field is at least 1 except pt and pl; kh*kw*c < 2^32-1 (the ops index
+ *       a window's elements in 32 bits); pt < kh and pl < kw; every window
  *       overlaps the image: (ho-1)*sh - pt <= h-1 and (wo-1)*sw - pl <= w-1. Every operand
  *       is f32. The image operand (x; col2im's y; avg_pool_grad's dx) has N*h*w*c elements,
  *       N >= 1, in any 2-D shape; max_pool_grad's dx has x's shape. im2col's y and col2im's
  *       cols are [N*ho*wo, kh*kw*c]; the pooling outputs y and the gradients dy are
  *       [N*ho*wo, c].
- *       RESHAPE (reshape): y has x's dtype and element count, any shapes.
- *   T9c CONV (conv2d, conv2d_grad_input, conv2d_grad_filter): the window fields as WINDOW's.
+ *   T13 RESHAPE (reshape): y has x's dtype and element count, any shapes.
+ *   T14 CONV (conv2d, conv2d_grad_input, conv2d_grad_filter): the window fields as WINDOW's.
  *       The inputs are f32 or bf16 in any mix, the output f32 (the accumulators' type).
  *       passes is 1, 3 or 6, and 3 or 6 need an f32 input (matmul's A3). The image (x;
  *       conv2d_grad_input's dx) has N*h*w*c elements, N >= 1, in any 2-D shape; the kernel w
@@ -64,6 +66,14 @@ static int check_fields(const struct tpu_op *op, char *msg, size_t size)
         uint32_t p, kv, n, ov, s;
     } ax[2] = {{"pt", "kh", "h", "rows", "sh", "ho", w->pt, w->kh, w->h, w->ho, w->sh},
                {"pl", "kw", "w", "columns", "sw", "wo", w->pl, w->kw, w->w, w->wo, w->sw}};
+    const uint64_t k_elems = (uint64_t)w->kh * w->kw * w->c; /* below 2^96: no overflow */
+    if (k_elems >= UINT32_MAX) {
+        snprintf(msg, size, "window kh*kw*c = %" PRIu32 "*%" PRIu32 "*%" PRIu32 " = %" PRIu64
+                 " elements; rule WINDOW: a window holds fewer than 2^32-1 = 4294967295 "
+                 "elements (the ops index them in 32 bits): lower kh, kw or c", w->kh, w->kw,
+                 w->c, k_elems);
+        return TPU_EINVAL;
+    }
     for (int i = 0; i < 2; i++) {
         if (ax[i].p >= ax[i].kv) {
             snprintf(msg, size, "window field %s=%" PRIu32 " is not below %s=%" PRIu32 "; rule "
