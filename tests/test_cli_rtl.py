@@ -9,6 +9,8 @@ Prints CMocka-style summary lines so the suite's totals count each case.
 """
 import json
 import os
+import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -69,6 +71,72 @@ def train_on_rtl_matches_native():
                                 '48', '--output', files[backend], '--json').stdout)
             assert pr['predictions'] == 100, pr
         with open(files['native'], 'rb') as a, open(files['rtl'], 'rb') as b:
+            assert a.read() == b.read()
+
+
+def write_npy(path, shape, descr, fmt, values):
+    """A C-order .npy file (format 1.0) of `shape` holding `values` (flat)."""
+    dims = ', '.join(str(s) for s in shape) + (',' if len(shape) == 1 else '')
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, dims)
+    header += ' ' * ((64 - (10 + len(header) + 1) % 64) % 64) + '\n'
+    with open(path, 'wb') as f:
+        f.write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(header)) + header.encode())
+        f.write(struct.pack('<%d%s' % (len(values), fmt), *values))
+
+
+def image_set(d, classes=3, n=96):
+    """6x6 uint8 images whose class is a bright band of rows, labels int64 (train and
+    test)."""
+    for name, seed in (('train', 1), ('test', 2)):
+        rnd = random.Random(seed)
+        labels = [i % classes for i in range(n)]
+        x = []
+        for y in labels:
+            for j in range(36):
+                hot = y * (36 // classes) <= j < (y + 1) * (36 // classes)
+                x.append(rnd.randrange(160, 256) if hot else rnd.randrange(0, 96))
+        write_npy(os.path.join(d, f'x_{name}.npy'), (n, 6, 6), '|u1', 'B', x)
+        write_npy(os.path.join(d, f'y_{name}.npy'), (n,), '<i8', 'q', labels)
+
+
+# A conv net of a model file on 6x6 images: a 3x3 'same' conv, a 3x3
+# stride-2 conv (whose input gradient is a conv2d_grad_input), a dense layer.
+CONV_MODEL = {'name': 'convs', 'input': [6, 6, 1],
+              'layers': [{'type': 'conv2d', 'filters': 4, 'kernel_size': 3, 'padding': 'same',
+                          'activation': 'relu'},
+                         {'type': 'conv2d', 'filters': 5, 'kernel_size': 3, 'strides': 2,
+                          'activation': 'relu'},
+                         {'type': 'flatten'},
+                         {'type': 'dense', 'units': 3}],
+              'loss': 'softmax_cross_entropy'}
+
+
+@case
+def conv_model_on_rtl_matches_native():
+    """The conv2d ops (forward, kernel and input gradients) run as GEMMs on the Verilated
+    arrays: the same losses, simulated times and checkpoints as the native backend."""
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, 'convs.json')
+        with open(model, 'w') as f:
+            json.dump(CONV_MODEL, f)
+        data = os.path.join(d, 'images')
+        os.mkdir(data)
+        image_set(data)
+        out = {}
+        for backend in ('native', 'rtl'):
+            out[backend] = json.loads(run(
+                'train', '--model', model, '--data', data, '--chip', 'tiny',
+                '--train-batch-size', '32', '--steps', '4', '--iterations-per-loop', '2',
+                '--backend', backend, '--no-eval', '--json', '--verbose', '0',
+                '--model-dir', os.path.join(d, backend)).stdout)
+        nat, rtl = out['native'], out['rtl']
+        for key in ('global_step', 'loss', 'step_time_s', 'examples_per_s', 'mxu_utilization',
+                    'simulated_seconds'):
+            assert nat[key] == rtl[key], (key, nat[key], rtl[key])
+        assert nat['global_step'] == 4
+        assert rtl['rtl_tiles'] > 0, rtl
+        with open(os.path.join(d, 'native', 'ckpt-4.safetensors'), 'rb') as a, \
+                open(os.path.join(d, 'rtl', 'ckpt-4.safetensors'), 'rb') as b:
             assert a.read() == b.read()
 
 

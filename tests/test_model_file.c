@@ -200,9 +200,9 @@ static void test_resnet50_file(void **state)
 }
 
 /* ResNet-50's training step at 128 examples per core fits a tpu-v3 core's 16 GiB of HBM
- * (params, optimizer state and the peak of live temps, tpu_program_memory): each conv's
- * im2col columns live only across their own matmul, recomputed for the kernel gradient in
- * the backward pass (net_lower.c), instead of from the forward pass to the backward. */
+ * (params, optimizer state and the peak of live temps, tpu_program_memory): the convs run
+ * as the conv2d ops, which form their patches on chip (net_lower_layers.c), so no im2col
+ * columns take HBM. */
 static void test_resnet50_memory(void **state)
 {
     (void)state;

@@ -458,7 +458,7 @@ static struct tpu_net *toy_resnet(float rate)
     return n;
 }
 
-/* A regression net with an image output: the input read by a strided conv2d (im2col) and a
+/* A regression net with an image output: the input read by a strided conv2d (conv2d) and a
  * per-pixel dense layer (rows), a reshape, a dead branch the loss does not read. */
 static struct tpu_net *toy_mse(void)
 {
@@ -504,6 +504,9 @@ static void check_op_layer(const struct tpu_net *n, enum tpu_mode mode,
             assert_int_equal(t, TPU_NET_OP_LOSS);
             break;
         case TPU_OP_MATMUL:
+        case TPU_OP_CONV2D:
+        case TPU_OP_CONV2D_GRAD_INPUT:
+        case TPU_OP_CONV2D_GRAD_FILTER:
         case TPU_OP_IM2COL:
         case TPU_OP_COL2IM:
         case TPU_OP_SGD_MOMENTUM:
@@ -644,13 +647,16 @@ static void test_lowering_ops(void **state)
         if (o->code == TPU_OP_ALL_REDUCE && o->attrs.reduce == TPU_REDUCE_MEAN)
             all_reduce_mean++;
     }
-    /* two 3 x 3 convolutions through im2col (the 1 x 1 one multiplies its input): im2col
-     * each twice (forward, and again for the kernel gradient), col2im for the second only
-     * (the first one's input is the input) */
-    assert_int_equal(count[TPU_OP_IM2COL], 2 + 2);
-    assert_int_equal(count[TPU_OP_COL2IM], 1);
-    /* forward: 3 conv + 1 dense; backward: 4 kernel gradients, 3 input gradients */
-    assert_int_equal(count[TPU_OP_MATMUL], 4 + 4 + 3);
+    /* two 3 x 3 convolutions on the matrix unit (the 1 x 1 one multiplies its input): conv2d
+     * and conv2d_grad_filter each, conv2d_grad_input for the second only (the first one's
+     * input is the input); no patches in memory */
+    assert_int_equal(count[TPU_OP_CONV2D], 2);
+    assert_int_equal(count[TPU_OP_CONV2D_GRAD_FILTER], 2);
+    assert_int_equal(count[TPU_OP_CONV2D_GRAD_INPUT], 1);
+    assert_int_equal(count[TPU_OP_IM2COL], 0);
+    assert_int_equal(count[TPU_OP_COL2IM], 0);
+    /* the 1 x 1 conv and the dense layer: forward 2, kernel gradients 2, input gradients 2 */
+    assert_int_equal(count[TPU_OP_MATMUL], 2 + 2 + 2);
     assert_int_equal(count[TPU_OP_RSQRT], 2);
     assert_int_equal(count[TPU_OP_DROPOUT_MASK], 1);
     assert_int_equal(count[TPU_OP_AVG_POOL], 2); /* avg_pool2d and global_avg_pool2d */

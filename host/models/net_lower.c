@@ -10,8 +10,9 @@
  *
  * Forward, per layer (training mode; evaluation and prediction the same except where said):
  *   dense        y = matmul(x, kernel [c][units]); y += bias; y = relu(y)     (in place)
- *   conv2d       cols = im2col(x) [B*ho*wo][kh*kw*c]; y = matmul(cols, kernel); bias; relu
- *                (a 1 x 1 kernel with strides 1 multiplies x itself: no im2col)
+ *   conv2d       y = conv2d(x, kernel) [B*ho*wo][filters] (= matmul(im2col(x), kernel), the
+ *                patches formed on chip, never stored); bias; relu (a 1 x 1 kernel with
+ *                strides 1 is a matmul of x's rows of pixels)
  *   max_pool2d, avg_pool2d   their window ops; global_avg_pool2d = avg_pool over the whole
  *                image; flatten, reshape = reshape (a copy into the new shape); relu; add
  *   dropout      mask = dropout_mask(rate, seed, step); y = x * mask; evaluation and
@@ -35,10 +36,10 @@
  * lies at or before it (the input gets no gradient). A tensor read by several layers gets
  * the sum of their contributions: the first writes its gradient buffer ("<layer>.dy"), each
  * later one is added (matmul with accumulate, or a temp and an add).
- *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x or cols, dy), a
- *                  conv's cols made again by im2col (its forward cols died after its matmul);
- *                  d_bias = sum(dy); dx = matmul trans_b(dy, kernel) (conv2d: dcols, then
- *                  col2im)
+ *   dense, conv2d  dy = relu_grad(dy, y); d_kernel = matmul trans_a(x, dy) (conv2d:
+ *                  conv2d_grad_filter(x, dy), its patches formed on chip again); d_bias =
+ *                  sum(dy); dx = matmul trans_b(dy, kernel) (conv2d: conv2d_grad_input(dy,
+ *                  kernel))
  *   pools          max_pool_grad(dy, x), avg_pool_grad(dy); flatten, reshape: reshape back;
  *                  relu: relu_grad(dy, y); dropout: dy * mask; add: dy to both inputs
  *   batch_norm     d_gamma = sum(dy * xhat); d_beta = sum(dy); with dxhat = dy * gamma,

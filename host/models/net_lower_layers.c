@@ -102,6 +102,17 @@ static void window_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_
     tpu__nl_op(s, code, y, N, a, b, &at);
 }
 
+/* A conv2d op of layer `layer` (conv2d, conv2d_grad_input, conv2d_grad_filter) with the
+ * layer's window and the spec's passes. */
+static void conv_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_t a, uint32_t b,
+                    uint32_t layer)
+{
+    struct tpu_op_attrs at = tpu__nl_attrs0();
+    at.win = window_of(s, layer);
+    at.passes = (uint8_t)s->spec->passes;
+    tpu__nl_op(s, code, y, N, a, b, &at);
+}
+
 /* A conv2d that is a plain matmul over the pixels: 1 x 1 kernel, strides 1 (no padding). */
 static bool pointwise(const struct tpu__net_layer *L)
 {
@@ -239,13 +250,11 @@ void tpu__nl_forward(struct lower *s, uint32_t i)
     switch (l->kind) {
     case TPU_LAYER_DENSE:
     case TPU_LAYER_CONV2D: {
-        uint32_t a = rows(s, in0);
-        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L)) { /* cols dies after the matmul */
-            a = tpu__nl_tmp(s, i, "cols", R, l->kh * l->kw * L->in_shape.c);
-            window_op(s, TPU_OP_IM2COL, a, s->lw[in0].y, N, i);
-        }
         w->y = tpu__nl_tmp(s, i, "y", R, C);
-        matmul(s, w->y, a, w->p[TPU__P_KERNEL], false, false, false);
+        if (l->kind == TPU_LAYER_CONV2D && !pointwise(L)) /* the patches formed on chip */
+            conv_op(s, TPU_OP_CONV2D, w->y, s->lw[in0].y, w->p[TPU__P_KERNEL], i);
+        else
+            matmul(s, w->y, rows(s, in0), w->p[TPU__P_KERNEL], false, false, false);
         if (l->use_bias)
             tpu__nl_op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BIAS], NULL);
         if (l->activation == TPU_ACT_RELU)
@@ -343,30 +352,25 @@ void tpu__nl_backward(struct lower *s, uint32_t i)
     switch (l->kind) {
     case TPU_LAYER_DENSE:
     case TPU_LAYER_CONV2D: {
-        const bool cols = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
+        const bool window = l->kind == TPU_LAYER_CONV2D && !pointwise(L);
         if (l->activation == TPU_ACT_RELU)
             tpu__nl_op(s, TPU_OP_RELU_GRAD, dy, N, dy, w->y, NULL);
-        uint32_t a = rows(s, in0);
-        if (cols) { /* im2col again: columns kept from the forward pass would hold HBM */
-            a = tpu__nl_tmp(s, i, "cols_bwd", tpu__nl_rows_of(s, i), l->kh * l->kw * L->in_shape.c);
-            window_op(s, TPU_OP_IM2COL, a, s->lw[in0].y, N, i);
-        }
-        matmul(s, w->g[TPU__P_KERNEL], a, dy, true, false, false);
+        if (window) /* the patches formed on chip again: none kept from the forward pass */
+            conv_op(s, TPU_OP_CONV2D_GRAD_FILTER, w->g[TPU__P_KERNEL], s->lw[in0].y, dy, i);
+        else
+            matmul(s, w->g[TPU__P_KERNEL], rows(s, in0), dy, true, false, false);
         if (l->use_bias)
             reduce_rows(s, w->g[TPU__P_BIAS], dy);
         if (!gx)
             break;
-        if (!cols) {
+        if (!window) {
             uint32_t d = tpu__nl_dy_buf(s, in0);
             matmul(s, d, dy, w->p[TPU__P_KERNEL], false, true, s->lw[in0].dy_written);
             s->lw[in0].dy_written = true;
             break;
         }
-        uint32_t dcols = tpu__nl_tmp(s, i, "dcols", tpu__nl_rows_of(s, i),
-                                     l->kh * l->kw * L->in_shape.c);
-        matmul(s, dcols, dy, w->p[TPU__P_KERNEL], false, true, false);
         dx = contrib_begin(s, in0);
-        window_op(s, TPU_OP_COL2IM, dx, dcols, N, i);
+        conv_op(s, TPU_OP_CONV2D_GRAD_INPUT, dx, dy, w->p[TPU__P_KERNEL], i);
         contrib_end(s, in0, dx);
         break;
     }

@@ -31,20 +31,16 @@
  *   add              elementwise sum of two tensors of one shape (residual connections)
  * dense and conv2d take a fused activation (none or relu), as Keras's `activation`.
  *
- * How a conv2d is computed, and what that costs (configs/models/README.md says more). The
- * device has no convolution op: im2col copies every window of x into a temp cols
- * [B*ho*wo][kh*kw*c] in HBM on the vector unit, and the MXU multiplies cols by the kernel
- * [kh*kw*c][filters]. Training runs im2col again in the backward pass for the kernel gradient
- * (cols^T dy on the MXU) rather than keep the forward's cols until then, so each cols lives
- * only across its own matmul; the input gradient is dcols = dy kernel^T on the MXU, then
- * col2im (a scatter-add on the vector unit). A 1 x 1 conv with strides 1 multiplies x itself.
- * The MXU's multiply-adds are a native convolution's; the extra is the copies: a TPU's
- * compiled convolution feeds the MXU from x's tiles in on-chip memory and writes no cols, so
- * here a k x k conv also moves about k^2 / (sh*sw) times its input through HBM, twice per
- * im2col (written, then read by the matmul), three im2col/col2im sweeps per training step,
- * and spends vector-unit time on them. Simulated conv steps are therefore slower than a
- * TPU's, by the HBM traffic of those copies, and a step's HBM need holds the largest cols or
- * dcols (ResNet-50 at 128 per tpu-v3 core: 10.4 GiB with Adam, tests/test_model_file.c).
+ * How a conv2d is computed, and what that costs (configs/models/README.md says more). It is
+ * lowered to the matrix unit's convolution ops (program.h): conv2d forward, and in training
+ * conv2d_grad_filter (the kernel gradient) and conv2d_grad_input (the input gradient); a
+ * 1 x 1 conv with strides 1 is a matmul of x's rows of pixels. Like XLA's convolution on a
+ * TPU, the ops form the patches (every kh x kw window of x) on chip, feeding the MXU from x
+ * itself: no patch matrix is written to HBM. So a conv's cycles and MACs are those of its
+ * equivalent GEMM (m = B*ho*wo, k = kh*kw*c, n = filters; the transposed shapes for the
+ * gradients), and its HBM traffic is its real operands (x, the kernel, the output), each
+ * moved once. Left out: the work of forming the patches and any re-reads of x's rows that
+ * several windows share when they do not fit on chip.
  *
  * The output. tpu_net_set_output names the tensor the loss reads:
  *   softmax cross-entropy with integer labels: the output is 1 x 1 x K, K >= 2 classes,
@@ -235,7 +231,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
  * the step's own ops (loop, infeed, outfeed, the step counter). The caller frees it. A layer
  * the loss does not depend on gets no ops (its params keep their initial values); dropout
  * gets none outside training. host/models/net_lower.c's opening comment lists the ops of
- * each layer. */
+ * each layer (conv2d: its convolution ops, above). */
 #define TPU_NET_OP_LOSS UINT32_MAX
 #define TPU_NET_OP_STEP (UINT32_MAX - 1)
 int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,

@@ -65,6 +65,15 @@
  *                                         in-image positions
  *   reshape  out y; in x                  same element count and dtype, any shapes: a
  *                                         row-major copy
+ *   Convolutions on the matrix unit (window group win, passes as matmul's; x the NHWC image
+ *   as above, w the HWIO kernel as [kh*kw*c][f]; inputs f32 or bf16, outputs f32). The
+ *   patches are formed on chip, never stored: each op's values are exactly those of its
+ *   two-op form.
+ *   conv2d   out y; in x, w               y [N*ho*wo][f] = matmul(im2col(x), w)
+ *   conv2d_grad_input out dx; in dy, w    dx (N*h*w*c elements, any 2-D shape) =
+ *                                         col2im(matmul(dy, w, trans_b)), dy [N*ho*wo][f]
+ *   conv2d_grad_filter out dw; in x, dy   dw [kh*kw*c][f] = matmul(im2col(x), dy, trans_a);
+ *                                         accumulate: dw += ...
  *   softmax_xent out loss, dlogits; in logits, labels
  *                                         labels int32 [rows][1]; a label < 0 marks a padding
  *                                         row that adds nothing. loss [1][1] = alpha * sum over
@@ -120,13 +129,14 @@
  *   var_add  (no buffers)                 variable `var` += imm
  *   loop_begin / loop_end                 the loop over variable `var`
  *
- * The vector unit computes in fp32: every op but infeed, outfeed, matmul, convert, quantize,
- * reshape and collective_permute takes and gives f32 (labels and mse's mask are int32). An op
- * may write a buffer it also reads (in place) only where that is safe while streaming (the
- * table's `alias` column): the elementwise ops (add, sub, mul, max, scale, relu, relu_grad,
- * exp, rsqrt) and all_reduce; the optimizers update their outputs in place by definition
- * (`rmw`). A temp holds one value per pass: it is written once by an op that does not read
- * it, then possibly updated in place (or by matmul accumulate).
+ * The vector unit computes in fp32: every op but infeed, outfeed, matmul, the conv2d ops,
+ * convert, quantize, reshape and collective_permute takes and gives f32 (labels and mse's
+ * mask are int32). An op may write a buffer it also reads (in place) only where that is safe
+ * while streaming (the table's `alias` column): the elementwise ops (add, sub, mul, max,
+ * scale, relu, relu_grad, exp, rsqrt) and all_reduce; the optimizers update their outputs in
+ * place by definition (`rmw`). A temp holds one value per pass: it is written once by an op
+ * that does not read it, then possibly updated in place (or by matmul or
+ * conv2d_grad_filter accumulate).
  * tpu_program_verify enforces these and the rest; sim/program/program_verify.c lists every rule.
  *
  * Text form (sim/program/program_parse.c has the grammar):
@@ -187,9 +197,9 @@ enum tpu_buf_kind {
  *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
  *             their param and state buffers in place), else 0
  *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify*.c,
- *             rules T1-T13): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
+ *             rules T1-T14): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
  *             broadcasts), F32 (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE,
- *             WINDOW, RESHAPE, SOFTMAX_XENT, CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE,
+ *             WINDOW, CONV, RESHAPE, SOFTMAX_XENT, CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE,
  *             PERMUTE, MSE, COUNT_ROWS, DROPOUT
  *   attrs     the attributes it reads (TPU_ATTR_* bits; the others must stay zero)
  *   required  the attributes the text form must state (a forgotten one would silently be 0)
@@ -206,7 +216,8 @@ enum tpu_buf_kind {
  * for its unit does not fit (VPU: vpu_ops per element of its largest operand); a verifier
  * rule in program_verify.c only if none of the rules above fits; and its tests
  * (tests/test_ops.c, tests/test_program.c). An op on the MXU other than matmul also needs
- * its cycle count in tpu__op_cost (sim/chip/timing.c, which times matmul's m x k x n) and,
+ * its cycle count in tpu__op_cost (sim/chip/timing.c, which times matmul's and the conv2d
+ * ops' m x k x n) and,
  * to run on a matrix-unit provider such as the RTL array, its cut into weight tiles in
  * sim/chip/mxu_provider.c (which refuses other ops); a new attribute needs its field in
  * struct tpu_op_attrs, its TPU_ATTR_ bit, and its line in the text's attribute table
@@ -247,6 +258,12 @@ enum tpu_buf_kind {
     X(AVG_POOL_GRAD, "avg_pool_grad", OPERANDS, 1, 1, ("dx", "dy"), NONE, 0, WINDOW,               \
       TPU_ATTR_WINDOW, TPU_ATTR_WINDOW, VPU, 1, window)                                            \
     X(RESHAPE, "reshape", OPERANDS, 1, 1, ("y", "x"), NONE, 0, RESHAPE, 0, 0, VPU, 1, window)      \
+    X(CONV2D, "conv2d", OPERANDS, 1, 2, ("y", "x", "w"), NONE, 0, CONV,                           \
+      TPU_ATTR_WINDOW | TPU_ATTR_PASSES, TPU_ATTR_WINDOW, MXU, 0, conv)                            \
+    X(CONV2D_GRAD_INPUT, "conv2d_grad_input", OPERANDS, 1, 2, ("dx", "dy", "w"), NONE, 0, CONV,    \
+      TPU_ATTR_WINDOW | TPU_ATTR_PASSES, TPU_ATTR_WINDOW, MXU, 0, conv)                            \
+    X(CONV2D_GRAD_FILTER, "conv2d_grad_filter", OPERANDS, 1, 2, ("dw", "x", "dy"), NONE, 0, CONV,  \
+      TPU_ATTR_WINDOW | TPU_ATTR_PASSES | TPU_ATTR_ACCUMULATE, TPU_ATTR_WINDOW, MXU, 0, conv)      \
     X(SOFTMAX_XENT, "softmax_xent", OPERANDS, 2, 2, ("loss", "dlogits", "logits", "labels"),       \
       NONE, 0, SOFTMAX_XENT, TPU_ATTR_ALPHA, TPU_ATTR_ALPHA, VPU, 10, softmax_xent)                \
     X(CLASSIFY_COUNT, "classify_count", OPERANDS, 1, 2, ("y", "logits", "labels"), NONE, 0,        \
@@ -335,15 +352,15 @@ enum tpu_lr_schedule {
  * rest stay zero. */
 struct tpu_op_attrs {
     bool trans_a, trans_b;  /* matmul */
-    bool accumulate;        /* matmul */
-    uint8_t passes;         /* matmul with f32 inputs: 1, 3, 6 */
+    bool accumulate;        /* matmul, conv2d_grad_filter */
+    uint8_t passes;         /* matmul and the conv2d ops with f32 inputs: 1, 3, 6 */
     int32_t axis;           /* reduce_*: 0 or 1 */
     int32_t reduce;         /* all_reduce: enum tpu_reduce_kind */
     int32_t shift, group;   /* collective_permute */
     uint32_t var;           /* var_add, adam, adamw, loop_begin, dropout_mask, a scheduled
                                sgd_momentum: a variable id */
     int64_t imm;            /* var_add; dropout_mask: the seed */
-    struct tpu_window win;  /* the window ops: im2col ... avg_pool_grad */
+    struct tpu_window win;  /* the window ops: im2col ... avg_pool_grad, the conv2d ops */
     float alpha, beta, gamma, delta, eps;
     /* the learning-rate schedule of sgd_momentum, adam, adamw (one bit, TPU_ATTR_SCHEDULE,
      * for the four): enum tpu_lr_schedule, the warm-up and decay lengths in steps, and the

@@ -23,7 +23,10 @@
  * tiles are added in K order: acc = t(0), acc = acc + t(1), ... (fp32, nearest even), or
  * acc = y + t(0) + t(1) + ... with `accumulate`; a NaN result is stored as the canonical
  * NaN. int32 results add with wrap-around. K = 0 (no tiles) writes +0, or keeps y with its
- * NaNs made canonical. So the result equals tpu__op_compute's bit for bit. */
+ * NaNs made canonical. So the result equals tpu__op_compute's bit for bit.
+ *
+ * The conv2d ops run as their GEMM (provider_conv below): the patches im2col(x) are formed
+ * here, outside the array, and the product is cut as a matmul's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,16 +383,12 @@ static int run_units(const struct tpu_mxu_provider *p, const struct plan *pl,
 
 /* ---- the op ----------------------------------------------------------------------------- */
 
-int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
+/* A matmul op on the provider (the cut at the top of the file). */
+static int provider_gemm(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
                          uint32_t core, const struct tpu_op *op, struct tpu__bufmem *bufs,
                          uint64_t *cycles, struct tpu_diag *d)
 {
-    *cycles = 0;
     const char *name = p->name ? p->name : "external";
-    if (op->code != TPU_OP_MATMUL) /* a provider runs weight tiles of matmuls only */
-        return tpu__fail(d, TPU_EUNSUPPORTED, "%s matrix unit: %s runs on the built-in matrix "
-                         "unit only; open the device without settings.mxu",
-                         name, tpu_opcode_name(op->code));
     struct tpu__bufmem *y = &bufs[op->out[0]];
     const struct tpu__bufmem *a = &bufs[op->in[0]], *b = &bufs[op->in[1]];
     const struct view va = {a, op->attrs.trans_a}, vb = {b, op->attrs.trans_b};
@@ -435,4 +434,81 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
     }
     free(wk.mem);
     return rc;
+}
+
+/* A conv2d op on the provider: its GEMM (ops_conv.c, sim/chip/timing.c's conv_gemm) as a
+ * matmul on the provider, with the patches im2col(x) formed before it (conv2d,
+ * conv2d_grad_filter) or the product's col2im after it (conv2d_grad_input), in memory of its
+ * own. The values are the native op's bit for bit: the same patches, the same one-pass
+ * product (a bf16 GEMM is exact to mxu.h's order), the same col2im. */
+static int provider_conv(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
+                         uint32_t core, const struct tpu_op *op, struct tpu__bufmem *bufs,
+                         uint64_t *cycles, struct tpu_diag *d)
+{
+    const char *name = p->name ? p->name : "external";
+    const char *opname = tpu_opcode_name(op->code);
+    struct tpu__conv_gemm cg;
+    int rc = tpu__ops_conv_check(op, bufs, &cg, d);
+    if (rc)
+        return rc;
+    struct tpu__bufmem *out = &bufs[op->out[0]];
+    const struct tpu__bufmem *in0 = &bufs[op->in[0]], *in1 = &bufs[op->in[1]];
+    if ((in0->dtype == TPU_F32 || in1->dtype == TPU_F32) && op->attrs.passes != 1)
+        return tpu__fail(d, TPU_EUNSUPPORTED,
+                         "%s: the %s matrix unit runs one-pass products only (bf16 inputs), "
+                         "but this f32 convolution asks for %u bf16 passes; use passes 1 "
+                         "(e.g. --passes 1) or the native backend",
+                         opname, name, (unsigned)op->attrs.passes);
+    void *cols = malloc(cg.bytes + 1);
+    if (!cols)
+        return tpu__fail(d, TPU_ENOMEM, "%s: out of memory for the [%zu][%zu] patch matrix "
+                         "on the %s matrix unit", opname, cg.m, cg.kc, name);
+    /* the GEMM as a matmul over three buffers: y = a * b */
+    struct tpu__bufmem gb[3];
+    struct tpu_op mm;
+    tpu_op_init(&mm, TPU_OP_MATMUL);
+    mm.out[0] = 0, mm.in[0] = 1, mm.in[1] = 2;
+    const struct tpu__bufmem patches = {cols, in0->dtype, (uint32_t)cg.m, (uint32_t)cg.kc};
+    switch (op->code) {
+    case TPU_OP_CONV2D: /* y = patches * w */
+        tpu__win_im2col(&cg.g, in0->data, cg.esize, cols);
+        gb[0] = *out, gb[1] = patches, gb[2] = *in1;
+        break;
+    case TPU_OP_CONV2D_GRAD_INPUT: /* dcols = dy * w^T, then dx = col2im(dcols) */
+        gb[0] = (struct tpu__bufmem){cols, TPU_F32, (uint32_t)cg.m, (uint32_t)cg.kc};
+        gb[1] = *in0, gb[2] = *in1;
+        mm.attrs.trans_b = true;
+        break;
+    default: /* conv2d_grad_filter: dw = patches^T * dy (or dw += ...) */
+        tpu__win_im2col(&cg.g, in0->data, cg.esize, cols);
+        gb[0] = *out, gb[1] = patches, gb[2] = *in1;
+        mm.attrs.trans_a = true;
+        mm.attrs.accumulate = op->attrs.accumulate;
+        break;
+    }
+    rc = provider_gemm(p, cfg, core, &mm, gb, cycles, d);
+    if (rc == 0 && op->code == TPU_OP_CONV2D_GRAD_INPUT)
+        tpu__win_col2im(&cg.g, cols, out->data);
+    free(cols);
+    return rc;
+}
+
+int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
+                         uint32_t core, const struct tpu_op *op, struct tpu__bufmem *bufs,
+                         uint64_t *cycles, struct tpu_diag *d)
+{
+    *cycles = 0;
+    const char *name = p->name ? p->name : "external";
+    switch (op->code) {
+    case TPU_OP_MATMUL:
+        return provider_gemm(p, cfg, core, op, bufs, cycles, d);
+    case TPU_OP_CONV2D:
+    case TPU_OP_CONV2D_GRAD_INPUT:
+    case TPU_OP_CONV2D_GRAD_FILTER:
+        return provider_conv(p, cfg, core, op, bufs, cycles, d);
+    default: /* a provider runs weight tiles of the matrix unit's products only */
+        return tpu__fail(d, TPU_EUNSUPPORTED, "%s matrix unit: %s runs on the built-in matrix "
+                         "unit only; open the device without settings.mxu",
+                         name, tpu_opcode_name(op->code));
+    }
 }

@@ -168,6 +168,42 @@ static uint64_t pool_cycles(const struct tpu_chip_config *cfg, const struct tpu_
     return add_sat(tpu__ceil_div_u64(ops, width), TPU__VPU_LATENCY_CYCLES);
 }
 
+/* The GEMM a conv2d op does on the array (program.h: its values are those of this GEMM with
+ * the patches im2col(x) as an operand), m x k x n with M = N*ho*wo windows, K = kh*kw*c
+ * window elements and f filters:
+ *   conv2d              y = patches * w           m = M, k = K, n = f
+ *   conv2d_grad_input   dcols = dy * w^T          m = M, k = f, n = K (then col2im)
+ *   conv2d_grad_filter  dw = patches^T * dy       m = K, k = M, n = f
+ * Input 0 (x, dy, x) is the GEMM's left operand in each, so its dtype decides the passes as
+ * for matmul's a. The cycles and MACs are that GEMM's (tpu__matmul_cycles); no cycles are
+ * added for forming the patches or for grad_input's col2im. What this models: XLA's
+ * convolution emitter forms the patches on chip from the streamed input, so a convolution
+ * costs its GEMM on the MXU, and its HBM traffic is its real operands (x, w, y; dy, w, dx;
+ * x, dy, dw) each moved once, as chip_exec.c streams any op's operands, the patches costing
+ * no HBM bytes. What it leaves out: the patch formation's own work (address generation and
+ * the shifts that feed the array), re-reads of input rows that several windows share when
+ * they do not fit on chip, and col2im's adds (done in the accumulators' drain). */
+static void conv_gemm(const struct tpu_program *prog, const struct tpu_op *op, uint64_t *m,
+                      uint64_t *k, uint64_t *n)
+{
+    const struct tpu_window *w = &op->attrs.win;
+    const uint64_t kk = (uint64_t)w->kh * w->kw * w->c;
+    const struct tpu_buffer_desc *o = tpu_program_buffer(prog, op->out[0]);
+    const struct tpu_buffer_desc *b = tpu_program_buffer(prog, op->in[1]);
+    const struct tpu_buffer_desc *a = tpu_program_buffer(prog, op->in[0]);
+    switch (op->code) {
+    case TPU_OP_CONV2D: /* y [M][f] */
+        *m = o->rows, *k = kk, *n = o->cols;
+        return;
+    case TPU_OP_CONV2D_GRAD_INPUT: /* dy [M][f] */
+        *m = a->rows, *k = a->cols, *n = kk;
+        return;
+    default: /* conv2d_grad_filter: dy [M][f] */
+        *m = kk, *k = b->rows, *n = b->cols;
+        return;
+    }
+}
+
 enum tpu_unit tpu__op_cost(const struct tpu_chip_config *cfg, const struct tpu_program *prog,
                            const struct tpu_op *op, uint64_t *cycles, uint64_t *mac_slots,
                            uint64_t *macs)
@@ -175,12 +211,15 @@ enum tpu_unit tpu__op_cost(const struct tpu_chip_config *cfg, const struct tpu_p
     *mac_slots = *macs = 0;
     const enum tpu_unit unit = tpu__op_unit(op->code);
     switch (unit) {
-    case TPU_UNIT_MXU: { /* matmul: y[m][n] = op(a)[m][k] * op(b)[k][n] */
+    case TPU_UNIT_MXU: { /* matmul: y[m][n] = op(a)[m][k] * op(b)[k][n]; the conv2d ops:
+                          * their equivalent GEMM (conv_gemm) */
         const struct tpu_buffer_desc *a = tpu_program_buffer(prog, op->in[0]);
         const struct tpu_buffer_desc *b = tpu_program_buffer(prog, op->in[1]);
         uint64_t m = op->attrs.trans_a ? a->cols : a->rows;
         uint64_t k = op->attrs.trans_a ? a->rows : a->cols;
         uint64_t n = op->attrs.trans_b ? b->rows : b->cols;
+        if (op->code != TPU_OP_MATMUL)
+            conv_gemm(prog, op, &m, &k, &n);
         unsigned passes = a->dtype == TPU_F32 && op->attrs.passes > 1 ? op->attrs.passes : 1;
         *cycles = tpu__matmul_cycles(cfg, m, k, n, passes, mac_slots);
         *macs = m * k * n * passes;

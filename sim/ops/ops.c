@@ -124,6 +124,30 @@ static bool is_float_dtype(enum tpu_dtype t)
     return t == TPU_F32 || t == TPU_BF16;
 }
 
+int tpu__ops_gemm_float(const void *a, bool a_f32, bool ta, const void *b, bool b_f32, bool tb,
+                        float *y, size_t m, size_t k, size_t n, unsigned passes, bool acc,
+                        const struct tpu__op_ctx *cx)
+{
+    /* (A part, B part) per pass, smallest terms first (mxu.h); parts 0 = hi, 1 = mid,
+     * 2 = lo, and a bf16 operand's mid and lo are zero (tpu__gemm_ex). The 3 pass form
+     * splits x = hi + mid (XLA's bf16_3x). Two bf16 operands take one pass. */
+    static const unsigned char order1[1][2] = {{0, 0}};
+    static const unsigned char order3[3][2] = {{1, 0}, {0, 1}, {0, 0}};
+    static const unsigned char order6[6][2] = {{2, 0}, {1, 1}, {0, 2},
+                                               {1, 0}, {0, 1}, {0, 0}};
+    if (!a_f32 && !b_f32)
+        passes = 1;
+    const unsigned char(*order)[2] = passes == 1 ? order1 : passes == 3 ? order3 : order6;
+    int rc = 0;
+    for (unsigned p = 0; p < passes && rc == 0; p++) {
+        const struct tpu__gemm_operand oa = {a, a_f32, ta, order[p][0]};
+        const struct tpu__gemm_operand ob = {b, b_f32, tb, order[p][1]};
+        rc = tpu__gemm_ex(&oa, &ob, y, m, k, n, cx->tile_rows, acc || p > 0, cx->n_threads,
+                          cx->scratch, NULL, NULL);
+    }
+    return rc;
+}
+
 int tpu__ops_matmul(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct tpu_diag *d)
 {
     struct tpu__bufmem *bufs = cx->bufs;
@@ -171,22 +195,8 @@ int tpu__ops_matmul(const struct tpu_op *op, const struct tpu__op_ctx *cx, struc
     if (int8) {
         rc = matmul_int8(a, ta, b, tb, y->data, m, k, n, tile_rows, acc, n_threads, scratch);
     } else {
-        /* (A part, B part) per pass, smallest terms first (mxu.h); parts 0 = hi, 1 = mid,
-         * 2 = lo, and a bf16 operand's mid and lo are zero (tpu__gemm_ex). The 3 pass form
-         * splits x = hi + mid (XLA's bf16_3x). */
-        static const unsigned char order1[1][2] = {{0, 0}};
-        static const unsigned char order3[3][2] = {{1, 0}, {0, 1}, {0, 0}};
-        static const unsigned char order6[6][2] = {{2, 0}, {1, 1}, {0, 2},
-                                                   {1, 0}, {0, 1}, {0, 0}};
-        const unsigned char(*order)[2] = passes == 1 ? order1 : passes == 3 ? order3 : order6;
-        for (unsigned p = 0; p < passes && rc == 0; p++) {
-            const struct tpu__gemm_operand oa = {a->data, a->dtype == TPU_F32, ta,
-                                                 order[p][0]};
-            const struct tpu__gemm_operand ob = {b->data, b->dtype == TPU_F32, tb,
-                                                 order[p][1]};
-            rc = tpu__gemm_ex(&oa, &ob, y->data, m, k, n, tile_rows, acc || p > 0, n_threads,
-                              scratch, NULL, NULL);
-        }
+        rc = tpu__ops_gemm_float(a->data, a->dtype == TPU_F32, ta, b->data,
+                                 b->dtype == TPU_F32, tb, y->data, m, k, n, passes, acc, cx);
     }
     if (rc == TPU_ENOMEM)
         return tpu__fail(d, rc,

@@ -32,6 +32,51 @@ int tpu__ops_check_buf(struct tpu_diag *d, const struct tpu_op *op, const char *
 /* b^t in double by binary exponentiation (ops_train.c's header gives the order); 1 for t 0. */
 double tpu__ops_pow_steps(double b, uint64_t t);
 
+/* The window of a window op (struct tpu_window) with its image's example count N, in size_t
+ * for indexing (ops_window.c; the conv ops of ops_conv.c and the matrix-unit provider use it
+ * too). */
+struct tpu__win_geom {
+    size_t n, h, w, c, kh, kw, sh, sw, pt, pl, ho, wo;
+};
+
+/* Checks op's window attributes and the element count `elems` of its image operand `role`,
+ * and fills g (N = elems / (h*w*c)). The verifier's WINDOW rule checks the same; repeated so
+ * that an unverified program fails with TPU_EINVAL or TPU_ESHAPE instead of reading out of
+ * bounds. */
+int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
+                      struct tpu__win_geom *g, struct tpu_diag *d);
+/* N*ho*wo, the rows of the window side, or a value no buffer has if it does not fit. */
+uint32_t tpu__win_out_rows(const struct tpu__win_geom *g);
+/* im2col (ops_window.c's definition) of the image x into y [N*ho*wo][kh*kw*c], for elements
+ * of `esize` bytes (4: f32, 2: bf16; a copy, +0 on padding). */
+void tpu__win_im2col(const struct tpu__win_geom *g, const void *x, size_t esize, void *y);
+/* col2im (ops_window.c's definition, summation order included): y (N*h*w*c f32) = the
+ * adjoint of im2col applied to cols [N*ho*wo][kh*kw*c] f32. */
+void tpu__win_col2im(const struct tpu__win_geom *g, const float *cols, float *y);
+
+/* A conv2d op's GEMM (ops_conv.c): its window, the patch matrix [m][kc] (m = N*ho*wo
+ * windows, kc = kh*kw*c), f filters, and the patch buffer's element size (x's type for
+ * conv2d and conv2d_grad_filter, f32 for conv2d_grad_input's product) and bytes. */
+struct tpu__conv_gemm {
+    struct tpu__win_geom g;
+    size_t m, kc, f, esize, bytes;
+};
+
+/* The operand checks of a conv2d op (ops_conv.c's, with its messages), filling *cg. Returns
+ * 0, TPU_ESHAPE, TPU_EINVAL or TPU_ENOMEM (patch size overflows). */
+int tpu__ops_conv_check(const struct tpu_op *op, const struct tpu__bufmem *bufs,
+                        struct tpu__conv_gemm *cg, struct tpu_diag *d);
+
+struct tpu__op_ctx;
+
+/* The float matmul of ops.c on operands where they are: y[m][n] = op(a) * op(b) (or += with
+ * acc), a and b f32 or bf16 (a_f32, b_f32 say which), op = transpose where ta / tb; `passes`
+ * (1, 3 or 6) as matmul reads it, ignored when neither operand is f32. Returns 0 or a
+ * TPU_E code of the GEMM (no message). */
+int tpu__ops_gemm_float(const void *a, bool a_f32, bool ta, const void *b, bool b_f32, bool tb,
+                        float *y, size_t m, size_t k, size_t n, unsigned passes, bool acc,
+                        const struct tpu__op_ctx *cx);
+
 /* What an op's function may use besides the op: the core's buffers (indexed by buffer id)
  * and variables, the core's replica (dropout_mask), and for matmul the array's rows, the
  * host threads and the scratch arena (the arguments of tpu__op_compute_on, ops.h). */
@@ -60,6 +105,7 @@ tpu__op_fn tpu__ops_convert;        /* ops_vector.c */
 tpu__op_fn tpu__ops_quantize;       /* ops_vector.c */
 tpu__op_fn tpu__ops_reduce;         /* ops_vector.c: reduce_sum, reduce_max */
 tpu__op_fn tpu__ops_window;         /* ops_window.c: im2col ... avg_pool_grad, reshape */
+tpu__op_fn tpu__ops_conv;           /* ops_conv.c: conv2d and its two gradients */
 tpu__op_fn tpu__ops_softmax_xent;   /* ops_train.c */
 tpu__op_fn tpu__ops_classify_count; /* ops_train.c */
 tpu__op_fn tpu__ops_sgd_momentum;   /* ops_train.c */

@@ -32,11 +32,6 @@
 #include "ops_int.h"
 #include "util.h"
 
-/* The window of an op with its image's example count, in size_t for indexing. */
-struct geom {
-    size_t n, h, w, c, kh, kw, sh, sw, pt, pl, ho, wo;
-};
-
 /* The first and one-past-last window offset along one axis that land in the image: output
  * index o, stride s, padding p, kernel k, image size len. */
 static void in_image(size_t o, size_t s, size_t p, size_t k, size_t len, size_t *lo, size_t *hi)
@@ -46,16 +41,13 @@ static void in_image(size_t o, size_t s, size_t p, size_t k, size_t len, size_t 
     *hi = start + k > len + p ? len + p - start : k;
 }
 
-/* Checks the window attributes and the image's element count `elems` (role `role`), and
- * fills g. The verifier's WINDOW rule checks the same; repeated here so that an unverified
- * program fails with TPU_ESHAPE instead of reading out of bounds. */
-static int get_geom(const struct tpu_op *op, const char *role, size_t elems, struct geom *g,
-                    struct tpu_diag *d)
+int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
+                      struct tpu__win_geom *g, struct tpu_diag *d)
 {
     const struct tpu_window *wn = &op->attrs.win;
     const char *name = tpu_opcode_name(op->code);
-    *g = (struct geom){0, wn->h, wn->w, wn->c, wn->kh, wn->kw, wn->sh, wn->sw,
-                       wn->pt, wn->pl, wn->ho, wn->wo};
+    *g = (struct tpu__win_geom){0, wn->h, wn->w, wn->c, wn->kh, wn->kw, wn->sh, wn->sw,
+                                wn->pt, wn->pl, wn->ho, wn->wo};
     /* all fields are below 2^32, so the products of two and the sums below fit 64 bits */
     size_t per = 0, k_cols = 0;
     if (!g->h || !g->w || !g->c || !g->kh || !g->kw || !g->sh || !g->sw || !g->ho || !g->wo ||
@@ -86,9 +78,7 @@ static int get_geom(const struct tpu_op *op, const char *role, size_t elems, str
     return 0;
 }
 
-/* The rows of the window ops' outputs: N*ho*wo, or TPU__OPS_ANY if it does not fit 32 bits
- * (then no buffer matches and the check fails). */
-static uint32_t out_rows(const struct geom *g)
+uint32_t tpu__win_out_rows(const struct tpu__win_geom *g)
 {
     size_t r;
     if (!tpu__mul_size(g->n, g->ho * g->wo, &r) || r >= TPU__OPS_ANY)
@@ -106,31 +96,32 @@ static int check_f32_elems(struct tpu_diag *d, const struct tpu_op *op, const ch
     return rc;
 }
 
-static void im2col(const struct geom *g, const float *x, float *y)
+void tpu__win_im2col(const struct tpu__win_geom *g, const void *x_, size_t esize, void *y_)
 {
     const size_t k_cols = g->kh * g->kw * g->c;
+    const unsigned char *x = x_;
+    unsigned char *y = y_;
     for (size_t n = 0, r = 0; n < g->n; n++)
         for (size_t oy = 0; oy < g->ho; oy++)
             for (size_t ox = 0; ox < g->wo; ox++, r++) {
-                float *row = y + r * k_cols; /* [kh][kw][c] */
+                unsigned char *row = y + r * k_cols * esize; /* [kh][kw][c] */
                 for (size_t ky = 0; ky < g->kh; ky++)
                     for (size_t kx = 0; kx < g->kw; kx++) {
-                        float *dst = row + (ky * g->kw + kx) * g->c;
+                        unsigned char *dst = row + (ky * g->kw + kx) * g->c * esize;
                         const size_t iy = oy * g->sh + ky, ix = ox * g->sw + kx; /* + pad */
                         if (iy < g->pt || iy - g->pt >= g->h || ix < g->pl ||
                             ix - g->pl >= g->w) {
-                            for (size_t ci = 0; ci < g->c; ci++)
-                                dst[ci] = 0.0f;
+                            memset(dst, 0, g->c * esize); /* +0 in f32 and in bf16 */
                             continue;
                         }
-                        const float *src =
-                            x + ((n * g->h + iy - g->pt) * g->w + ix - g->pl) * g->c;
-                        memcpy(dst, src, g->c * sizeof *dst);
+                        const unsigned char *src =
+                            x + ((n * g->h + iy - g->pt) * g->w + ix - g->pl) * g->c * esize;
+                        memcpy(dst, src, g->c * esize);
                     }
             }
 }
 
-static void col2im(const struct geom *g, const float *cols, float *y)
+void tpu__win_col2im(const struct tpu__win_geom *g, const float *cols, float *y)
 {
     const size_t k_cols = g->kh * g->kw * g->c;
     memset(y, 0, g->n * g->h * g->w * g->c * sizeof *y);
@@ -158,7 +149,8 @@ struct win_pos {
     size_t ky0, ky1, kx0, kx1, base;
 };
 
-static void window_at(const struct geom *g, size_t n, size_t oy, size_t ox, struct win_pos *p)
+static void window_at(const struct tpu__win_geom *g, size_t n, size_t oy, size_t ox,
+                      struct win_pos *p)
 {
     in_image(oy, g->sh, g->pt, g->kh, g->h, &p->ky0, &p->ky1);
     in_image(ox, g->sw, g->pl, g->kw, g->w, &p->kx0, &p->kx1);
@@ -167,7 +159,8 @@ static void window_at(const struct geom *g, size_t n, size_t oy, size_t ox, stru
 }
 
 /* The image index of the first max of the window p at channel ci (max_pool's rule). */
-static size_t argmax(const struct geom *g, const struct win_pos *p, size_t ci, const float *x)
+static size_t argmax(const struct tpu__win_geom *g, const struct win_pos *p, size_t ci,
+                     const float *x)
 {
     size_t best = p->base + ci;
     float m = x[best];
@@ -185,8 +178,8 @@ static size_t argmax(const struct geom *g, const struct win_pos *p, size_t ci, c
 
 /* max_pool, max_pool_grad, avg_pool, avg_pool_grad: x the image (NULL for avg_pool_grad),
  * dy the output gradient (NULL for the forward ops), out y or dx. */
-static void pool(enum tpu_opcode code, const struct geom *g, const float *x, const float *dy,
-                 float *out)
+static void pool(enum tpu_opcode code, const struct tpu__win_geom *g, const float *x,
+                 const float *dy, float *out)
 {
     const bool grad = code == TPU_OP_MAX_POOL_GRAD || code == TPU_OP_AVG_POOL_GRAD;
     if (grad)
@@ -253,30 +246,30 @@ int tpu__ops_window(const struct tpu_op *op, const struct tpu__op_ctx *cx, struc
     const struct tpu__bufmem *in0 = &cx->bufs[op->in[0]];
     const char *out_role = tpu_opcode_operand_name(op->code, true, 0);
     const char *in_role = tpu_opcode_operand_name(op->code, false, 0);
-    struct geom g;
+    struct tpu__win_geom g;
     int rc;
     switch (op->code) {
     case TPU_OP_IM2COL:
     case TPU_OP_MAX_POOL:
     case TPU_OP_AVG_POOL: /* in0 is the image */
-        rc = get_geom(op, in_role, tpu__ops_count(in0), &g, d);
+        rc = tpu__win_geom_get(op, in_role, tpu__ops_count(in0), &g, d);
         if (!rc)
             rc = tpu__ops_check_buf(d, op, in_role, in0, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
         if (!rc)
-            rc = tpu__ops_check_buf(d, op, out_role, out, TPU_F32, out_rows(&g),
+            rc = tpu__ops_check_buf(d, op, out_role, out, TPU_F32, tpu__win_out_rows(&g),
                                     (uint32_t)(op->code == TPU_OP_IM2COL ? g.kh * g.kw * g.c
                                                                          : g.c));
         if (rc)
             return rc;
         if (op->code == TPU_OP_IM2COL)
-            im2col(&g, in0->data, out->data);
+            tpu__win_im2col(&g, in0->data, sizeof(float), out->data);
         else
             pool(op->code, &g, in0->data, NULL, out->data);
         return 0;
     case TPU_OP_COL2IM:
     case TPU_OP_AVG_POOL_GRAD:
     case TPU_OP_MAX_POOL_GRAD: { /* the output is the image */
-        rc = get_geom(op, out_role, tpu__ops_count(out), &g, d);
+        rc = tpu__win_geom_get(op, out_role, tpu__ops_count(out), &g, d);
         const bool cols = op->code == TPU_OP_COL2IM;
         const struct tpu__bufmem *x =
             op->code == TPU_OP_MAX_POOL_GRAD ? &cx->bufs[op->in[1]] : NULL;
@@ -285,12 +278,12 @@ int tpu__ops_window(const struct tpu_op *op, const struct tpu__op_ctx *cx, struc
         if (!rc && x)
             rc = check_f32_elems(d, op, "x", x, g.n * g.h * g.w * g.c);
         if (!rc)
-            rc = tpu__ops_check_buf(d, op, in_role, in0, TPU_F32, out_rows(&g),
+            rc = tpu__ops_check_buf(d, op, in_role, in0, TPU_F32, tpu__win_out_rows(&g),
                                     (uint32_t)(cols ? g.kh * g.kw * g.c : g.c));
         if (rc)
             return rc;
         if (cols)
-            col2im(&g, in0->data, out->data);
+            tpu__win_col2im(&g, in0->data, out->data);
         else
             pool(op->code, &g, x ? x->data : NULL, in0->data, out->data);
         return 0;

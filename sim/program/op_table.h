@@ -37,6 +37,7 @@ enum tpu__op_rule {
     TPU__RULE_QUANTIZE,
     TPU__RULE_REDUCE,
     TPU__RULE_WINDOW,
+    TPU__RULE_CONV,       /* program_verify_conv.c */
     TPU__RULE_RESHAPE,
     TPU__RULE_SOFTMAX_XENT,
     TPU__RULE_CLASSIFY_COUNT,

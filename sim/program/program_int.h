@@ -64,6 +64,13 @@ uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_a
 int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, char *msg,
                        size_t size);
 
+/* program_verify_window.c: rule T14 (the op table's rule CONV) for the conv2d ops; cfg may be
+ * NULL (no check of the chip's matrix unit). Returns 0, or TPU_EINVAL (window fields,
+ * passes), TPU_ESHAPE (shapes and dtypes) or TPU_EUNSUPPORTED (no bf16 matrix unit) with the
+ * sentence in msg. */
+int tpu__verify_conv(const struct tpu_program *p, const struct tpu_op *op,
+                     const struct tpu_chip_config *cfg, char *msg, size_t size);
+
 /* program_verify_train.c: the rules of the training ops (mse, count_rows, dropout_mask) and
  * of the optimizers' schedules, for op `op` of `p` whose other rules hold; has_loop and
  * loop_var give the program's loop. Returns 0, or a TPU_E code with the sentence in msg

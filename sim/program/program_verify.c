@@ -44,12 +44,14 @@
  *   T8  infeed writes a temp. (T9-T11 and A4, the training ops: program_verify_train.c)
  *   T12 im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad (WINDOW) and
  *   T13 reshape (RESHAPE): program_verify_window.c states them.
+ *   T14 conv2d, conv2d_grad_input, conv2d_grad_filter (CONV): program_verify_window.c.
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
  *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
  *       relu_grad, exp and all_reduce; never for
- *       matmul (the array reads a and b while y drains), reductions, convert, softmax_xent,
- *       classify_count, collective_permute, the window ops, reshape, or an optimizer's grad.
+ *       matmul or the conv2d ops (the array reads its inputs while the output drains),
+ *       reductions, convert, softmax_xent, classify_count, collective_permute, the window
+ *       ops, reshape, or an optimizer's grad.
  *   D2  A temp is read only after it is written: earlier in the same loop iteration, or
  *       before the loop. Params are always defined. After the loop, a temp written only in
  *       the loop body is undefined (the loop may run zero times).
@@ -523,6 +525,11 @@ static int check_op_types(struct verifier *v)
         int rc = tpu__verify_window(v->p, v->op, msg, sizeof msg);
         return rc ? fail_op(v, rc, "%s", msg) : 0;
     }
+    case TPU__RULE_CONV: {
+        char msg[TPU_DIAG_MAX];
+        int rc = tpu__verify_conv(v->p, v->op, v->cfg, msg, sizeof msg);
+        return rc ? fail_op(v, rc, "%s", msg) : 0;
+    }
     case TPU__RULE_SOFTMAX_XENT:
         return check_softmax_xent(v);
     case TPU__RULE_CLASSIFY_COUNT:
@@ -560,6 +567,8 @@ static int check_aliasing(struct verifier *v)
                 continue;
             const char *why = info->rule == TPU__RULE_MATMUL
                                   ? " (the array reads a and b while y drains)"
+                              : info->rule == TPU__RULE_CONV
+                                  ? " (the array reads its inputs while the output drains)"
                                   : "";
             return fail_op(v, TPU_EINVAL, "output %s and input %s are both '%s'; %s cannot "
                            "write a buffer it reads%s: use another buffer", out_role(v, k),

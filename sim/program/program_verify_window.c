@@ -1,6 +1,7 @@
-/* The verifier's rules for the window ops and reshape (program_verify.c lists every rule and
- * calls these for the op table's rules WINDOW and RESHAPE). It checks shapes, dtypes and the
- * window's geometry only; what the ops compute is sim/ops/ops_window.c's.
+/* The verifier's rules for the window ops, reshape and the conv2d ops (program_verify.c lists
+ * every rule and calls these for the op table's rules WINDOW, RESHAPE and CONV). It checks
+ * shapes, dtypes and the window's geometry only; what the ops compute is sim/ops/
+ * ops_window.c's and ops_conv.c's.
  *
  *   T12 WINDOW (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad): every
  *       window field is at least 1 except pt and pl; kh*kw*c < 2^32-1 (the ops index
@@ -10,11 +11,19 @@
  *       N >= 1, in any 2-D shape; max_pool_grad's dx has x's shape. im2col's y and col2im's
  *       cols are [N*ho*wo, kh*kw*c]; the pooling outputs y and the gradients dy are
  *       [N*ho*wo, c].
- *   T13 RESHAPE (reshape): y has x's dtype and element count, any shapes. */
+ *   T13 RESHAPE (reshape): y has x's dtype and element count, any shapes.
+ *   T14 CONV (conv2d, conv2d_grad_input, conv2d_grad_filter): the window fields as WINDOW's.
+ *       The inputs are f32 or bf16 in any mix, the output f32 (the accumulators' type).
+ *       passes is 1, 3 or 6, and 3 or 6 need an f32 input (matmul's A3). The image (x;
+ *       conv2d_grad_input's dx) has N*h*w*c elements, N >= 1, in any 2-D shape; the kernel w
+ *       and conv2d_grad_filter's dw are [kh*kw*c, f]; y and dy are [N*ho*wo, f], with f the
+ *       columns of w (conv2d, conv2d_grad_input) or of dy (conv2d_grad_filter). With a chip
+ *       config, the chip's matrix unit multiplies bf16 (matmul's T1). */
 #include <inttypes.h>
 #include <stdio.h>
 
 #include "program_int.h"
+#include "tpusim/config.h"
 
 /* a * b, or UINT64_MAX if it overflows. */
 static uint64_t mul_sat(uint64_t a, uint64_t b)
@@ -208,4 +217,95 @@ int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, cha
         snprintf(msg, size, "%s has no window rule", tpu_opcode_name(op->code));
         return TPU_EINVAL;
     }
+}
+
+/* Operand `role` of a conv op must be [rows, cols] (`why` gives the reason). */
+static int conv_shape(const struct tpu_op *op, const char *role,
+                      const struct tpu_buffer_desc *b, uint64_t rows, uint64_t cols,
+                      const char *why, char *msg, size_t size)
+{
+    if (b->rows == rows && b->cols == cols)
+        return 0;
+    char s[96];
+    snprintf(msg, size, "%s %s must be [%" PRIu64 ", %" PRIu64 "] (rule CONV: %s); declare "
+             "it %s[%" PRIu64 ", %" PRIu64 "] or fix the window of %s", role, bdesc(b, s), rows,
+             cols, why, tpu_dtype_name(b->dtype), rows, cols, tpu_opcode_name(op->code));
+    return TPU_ESHAPE;
+}
+
+int tpu__verify_conv(const struct tpu_program *p, const struct tpu_op *op,
+                     const struct tpu_chip_config *cfg, char *msg, size_t size)
+{
+    int rc = check_fields(op, msg, size);
+    if (rc)
+        return rc;
+    const char *name = tpu_opcode_name(op->code);
+    const struct tpu_buffer_desc *out = tpu_program_buffer(p, op->out[0]);
+    const struct tpu_buffer_desc *in[2] = {tpu_program_buffer(p, op->in[0]),
+                                           tpu_program_buffer(p, op->in[1])};
+    char s1[96], s2[96];
+    bool any_f32 = false;
+    for (unsigned k = 0; k < 2; k++) {
+        const char *role = tpu_opcode_operand_name(op->code, false, k);
+        if (in[k]->dtype != TPU_F32 && in[k]->dtype != TPU_BF16) {
+            snprintf(msg, size, "input %s %s is %s, but %s multiplies f32 or bf16 on the "
+                     "matrix unit (rule CONV); convert '%s' to f32 or bf16 first", role,
+                     bdesc(in[k], s1), tpu_dtype_name(in[k]->dtype), name, in[k]->name);
+            return TPU_ESHAPE;
+        }
+        any_f32 = any_f32 || in[k]->dtype == TPU_F32;
+    }
+    const char *out_role = tpu_opcode_operand_name(op->code, true, 0);
+    if (out->dtype != TPU_F32) {
+        snprintf(msg, size, "output %s %s must be f32: %s gives f32, the accumulators' type "
+                 "(rule CONV); declare it f32 and convert afterwards if needed", out_role,
+                 bdesc(out, s1), name);
+        return TPU_ESHAPE;
+    }
+    const unsigned passes = op->attrs.passes;
+    if (passes != 1 && passes != 3 && passes != 6) {
+        snprintf(msg, size, "passes=%u; %s runs in 1 pass (bf16 inputs: mixed precision), or "
+                 "3 or 6 bf16 passes (f32 precision) (rule CONV): set passes to 1, 3 or 6",
+                 passes, name);
+        return TPU_EINVAL;
+    }
+    if (passes != 1 && !any_f32) {
+        snprintf(msg, size, "passes=%u needs an f32 input (it splits f32 values into bf16 "
+                 "parts; bf16 inputs are exact in one pass), but %s is %s and %s is %s (rule "
+                 "CONV); use passes=1", passes, tpu_opcode_operand_name(op->code, false, 0),
+                 bdesc(in[0], s1), tpu_opcode_operand_name(op->code, false, 1),
+                 bdesc(in[1], s2));
+        return TPU_EINVAL;
+    }
+    const struct tpu_window *w = &op->attrs.win;
+    const uint64_t k_cols = mul_sat(mul_sat(w->kh, w->kw), w->c);
+    const bool grad_input = op->code == TPU_OP_CONV2D_GRAD_INPUT;
+    uint64_t n = 0;
+    rc = grad_input ? need_image(op, "output dx", out, &n, msg, size)
+                    : need_image(op, "input x", in[0], &n, msg, size);
+    if (rc)
+        return rc;
+    const uint64_t rows = mul_sat(n, mul_sat(w->ho, w->wo));
+    const char *kernel = "the kernel is [kh*kw*c, f], one row per window element";
+    const char *win_rows = "N*ho*wo rows, one per window, and f columns, one per filter";
+    if (op->code == TPU_OP_CONV2D_GRAD_FILTER) {
+        rc = conv_shape(op, "input dy", in[1], rows, in[1]->cols, win_rows, msg, size);
+        if (!rc)
+            rc = conv_shape(op, "output dw", out, k_cols, in[1]->cols, kernel, msg, size);
+    } else {
+        rc = conv_shape(op, "input w", in[1], k_cols, in[1]->cols, kernel, msg, size);
+        if (!rc && grad_input)
+            rc = conv_shape(op, "input dy", in[0], rows, in[1]->cols, win_rows, msg, size);
+        else if (!rc)
+            rc = conv_shape(op, "output y", out, rows, in[1]->cols, win_rows, msg, size);
+    }
+    if (rc)
+        return rc;
+    if (cfg && !(cfg->mxu_dtypes & TPU_DTYPE_BIT(TPU_BF16))) {
+        snprintf(msg, size, "chip '%s' has no bf16 matrix unit (it multiplies int8 only), and "
+                 "%s multiplies bf16 (rule CONV); use a chip with a bf16 matrix unit",
+                 cfg->name, name);
+        return TPU_EUNSUPPORTED;
+    }
+    return 0;
 }

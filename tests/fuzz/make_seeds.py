@@ -177,6 +177,19 @@ outfeed dx
 outfeed da
 outfeed r
 """,
+    'conv.tpuprog': """program conv
+param k: bf16[18, 4]
+param dk: f32[18, 4]
+temp  x: f32[2, 50]
+temp  y: f32[18, 4]
+temp  dx: f32[2, 50]
+x = infeed
+y = conv2d x, k h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
+dk = conv2d_grad_filter x, y h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3 passes=6
+dk = conv2d_grad_filter x, y h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3 accumulate
+dx = conv2d_grad_input y, k h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
+outfeed dx
+""",
     'bad_syntax.tpuprog': """program bad
 param a: f32[4, 0]
 y = frobnicate a
