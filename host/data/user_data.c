@@ -29,11 +29,14 @@ static void holds_text(const char *file, struct tpu_shape s, char *buf, size_t s
 {
     char st[48];
     tpu__shape_text(s, st, sizeof st);
+    int n; /* a long path is cut short in the message: checked, not an error */
     if (s.h == 1 && s.w == 1)
-        snprintf(buf, size, "%s holds examples of %s values", file, st);
+        n = snprintf(buf, size, "%s holds examples of %s values", file, st);
     else
-        snprintf(buf, size, "%s holds %s examples (%llu values)", file, st,
-                 (unsigned long long)s.h * s.w * s.c);
+        n = snprintf(buf, size, "%s holds %s examples (%llu values)", file, st,
+                     (unsigned long long)s.h * s.w * s.c);
+    if (n < 0 && size > 0)
+        buf[0] = '\0';
 }
 
 static bool same_shape(struct tpu_shape a, struct tpu_shape b)
