@@ -28,6 +28,7 @@
 #include "chip/timing.h"
 #include "ops/ops.h"
 #include "xorshift.h"
+#include "expect_same_bits.h"
 
 /* ---- geometry ------------------------------------------------------------------------------ */
 
@@ -153,21 +154,6 @@ static struct result run_text(const struct tpu_chip_config *cfg, const char *tex
     tpu_device_close(&dev);
     tpu_program_destroy(&p);
     return r;
-}
-
-static void expect_same(const float *got, const float *want, size_t count, const char *what)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t a, b;
-        memcpy(&a, &got[i], 4);
-        memcpy(&b, &want[i], 4);
-        if (a != b && bad++ < 5)
-            printf("  %s[%zu]: got %.9g want %.9g\n", what, i, (double)got[i],
-                   (double)want[i]);
-    }
-    if (bad)
-        fail_msg("%s: %zu of %zu elements differ", what, bad, count);
 }
 
 /* ---- the programs ------------------------------------------------------------------------- */

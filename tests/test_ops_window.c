@@ -25,6 +25,7 @@
 #include "chip/timing.h"
 #include "ops/ops.h"
 #include "xorshift.h"
+#include "expect_same_bits.h"
 
 #define X TPU_NO_BUF
 
@@ -139,22 +140,6 @@ static void expect_error(int rc, const struct tpu_diag *d, int code, const char 
         fail_msg("got %d (want %d): %s", rc, code, d->msg);
     if (!strstr(d->msg, frag1) || (frag2 && !strstr(d->msg, frag2)))
         fail_msg("message \"%s\" lacks \"%s\" or \"%s\"", d->msg, frag1, frag2 ? frag2 : "");
-}
-
-/* Bit for bit; on failure prints the count and the first mismatches. */
-static void expect_same(const float *got, const float *want, size_t count, const char *what)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t a, b;
-        memcpy(&a, &got[i], 4);
-        memcpy(&b, &want[i], 4);
-        if (a != b && bad++ < 5)
-            printf("  %s[%zu]: got %.9g want %.9g\n", what, i, (double)got[i],
-                   (double)want[i]);
-    }
-    if (bad)
-        fail_msg("%s: %zu of %zu elements differ", what, bad, count);
 }
 
 static void fill(struct rng *r, float *v, size_t count, bool integers)
