@@ -26,6 +26,7 @@
 #include "ops/ops.h"
 #include "xorshift.h"
 #include "expect_same_bits.h"
+#include "keras_window.h"
 
 #define X TPU_NO_BUF
 
@@ -41,16 +42,8 @@ static struct geo make_geo(uint32_t n, uint32_t h, uint32_t w, uint32_t c, uint3
                            uint32_t kw, uint32_t sh, uint32_t sw, bool same)
 {
     struct geo g = {n, h, w, c, kh, kw, sh, sw, 0, 0, 0, 0};
-    if (same) {
-        g.ho = (h + sh - 1) / sh;
-        g.wo = (w + sw - 1) / sw;
-        int64_t ph = (int64_t)(g.ho - 1) * sh + kh - h, pw = (int64_t)(g.wo - 1) * sw + kw - w;
-        g.pt = ph > 0 ? (uint32_t)(ph / 2) : 0;
-        g.pl = pw > 0 ? (uint32_t)(pw / 2) : 0;
-    } else {
-        g.ho = (h - kh) / sh + 1;
-        g.wo = (w - kw) / sw + 1;
-    }
+    keras_axis(h, kh, sh, same, &g.ho, &g.pt);
+    keras_axis(w, kw, sw, same, &g.wo, &g.pl);
     return g;
 }
 
