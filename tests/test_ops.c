@@ -29,12 +29,6 @@
 
 /* ---- data ------------------------------------------------------------------------------------ */
 
-/* uniform in [lo, hi) */
-static float rnd_f32(struct rng *r, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rnd(r) >> 40) / (double)(1ull << 24));
-}
-
 /* Mostly ordinary values, with -0, +-Inf, NaN, subnormals and extremes mixed in. */
 static float rnd_edge(struct rng *r)
 {

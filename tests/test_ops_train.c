@@ -71,11 +71,6 @@ static void run_ok(const struct tpu_op *op, struct bufs *s, int64_t *vars)
         fail_msg("unexpected error %d: %s", rc, d.msg);
 }
 
-static float rnd_f32(struct rng *r, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rnd(r) >> 40) / (double)(1ull << 24));
-}
-
 static uint32_t fbits(float f)
 {
     uint32_t u;
