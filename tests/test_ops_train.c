@@ -24,28 +24,9 @@
 #include "ops/ops.h"
 #include "chip/timing.h"
 #include "xorshift.h"
+#include "op_bufs.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-
-#define NB 8
-struct bufs {
-    struct tpu__bufmem b[NB];
-};
-
-static void *bset(struct bufs *s, uint32_t id, enum tpu_dtype t, uint32_t rows, uint32_t cols)
-{
-    free(s->b[id].data);
-    s->b[id].data = calloc((size_t)rows * cols + 1, 4);
-    assert_non_null(s->b[id].data);
-    s->b[id] = (struct tpu__bufmem){s->b[id].data, t, rows, cols};
-    return s->b[id].data;
-}
-
-static void bfree(struct bufs *s)
-{
-    for (int i = 0; i < NB; i++)
-        free(s->b[i].data);
-}
 
 static struct tpu_op mkop(enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t o2,
                           uint32_t i0, uint32_t i1, uint32_t i2)

@@ -25,6 +25,7 @@
 #include "chip/timing.h"
 #include "ops/ops.h"
 #include "xorshift.h"
+#include "op_bufs.h"
 #include "expect_same_bits.h"
 #include "keras_window.h"
 
@@ -76,28 +77,6 @@ static long at(const struct geo *g, uint32_t n, uint32_t oy, uint32_t ox, uint32
                uint32_t kx, uint32_t ci)
 {
     return pix(g, n, (long)oy * g->sh + ky - g->pt, (long)ox * g->sw + kx - g->pl, ci);
-}
-
-#define NB 4
-struct bufs {
-    struct tpu__bufmem b[NB];
-};
-
-static float *bset(struct bufs *s, uint32_t id, enum tpu_dtype t, size_t rows, size_t cols)
-{
-    free(s->b[id].data);
-    s->b[id].data = calloc(rows * cols + 1, tpu_dtype_bytes(t));
-    assert_non_null(s->b[id].data);
-    s->b[id] = (struct tpu__bufmem){s->b[id].data, t, (uint32_t)rows, (uint32_t)cols};
-    return s->b[id].data;
-}
-
-static void bfree(struct bufs *s)
-{
-    for (int i = 0; i < NB; i++) {
-        free(s->b[i].data);
-        s->b[i].data = NULL;
-    }
 }
 
 static struct tpu_op mkop(enum tpu_opcode code, uint32_t out, uint32_t in0, uint32_t in1,
