@@ -21,24 +21,7 @@
 #include "tpusim/models.h"
 #include "tpusim/mxu.h"
 #include "tpusim/program.h"
-
-static struct tpu_chip_config tiny(void)
-{
-    struct tpu_chip_config cfg;
-    struct tpu_diag d = {0};
-    if (tpu_config_load_preset("tiny", &cfg, &d) != 0)
-        fail_msg("%s", d.msg);
-    return cfg;
-}
-
-static struct tpu_program *parse(const char *text)
-{
-    struct tpu_program *p = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_program_parse(text, "test", &p, &d) != 0)
-        fail_msg("parse: %s", d.msg);
-    return p;
-}
+#include "device_helpers.h"
 
 static struct tpu_device *open_tiny(uint32_t n_chips, unsigned threads, bool timing_only,
                                     bool trace)
@@ -50,18 +33,7 @@ static struct tpu_device *open_tiny(uint32_t n_chips, unsigned threads, bool tim
     s.n_threads = threads;
     s.timing_only = timing_only;
     s.trace = trace;
-    struct tpu_device *dev = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_device_open(&s, &dev, &d) != 0)
-        fail_msg("open: %s", d.msg);
-    return dev;
-}
-
-static void load(struct tpu_device *dev, const struct tpu_program *p)
-{
-    struct tpu_diag d = {0};
-    if (tpu_device_load(dev, p, &d) != 0)
-        fail_msg("load: %s", d.msg);
+    return open_settings(&s);
 }
 
 static inline uint32_t bufid(const struct tpu_program *p, const char *name)

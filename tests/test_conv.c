@@ -28,6 +28,8 @@
 #include "chip/timing.h"
 #include "ops/ops.h"
 #include "xorshift.h"
+#include "expect_same_bits.h"
+#include "keras_window.h"
 
 /* ---- geometry ------------------------------------------------------------------------------ */
 
@@ -43,16 +45,8 @@ static struct geo make_geo(uint32_t n, uint32_t h, uint32_t w, uint32_t c, uint3
                            uint32_t img_rows)
 {
     struct geo g = {n, h, w, c, kh, kw, sh, sw, 0, 0, 0, 0, f, img_rows};
-    if (same) {
-        g.ho = (h + sh - 1) / sh;
-        g.wo = (w + sw - 1) / sw;
-        int64_t ph = (int64_t)(g.ho - 1) * sh + kh - h, pw = (int64_t)(g.wo - 1) * sw + kw - w;
-        g.pt = ph > 0 ? (uint32_t)(ph / 2) : 0;
-        g.pl = pw > 0 ? (uint32_t)(pw / 2) : 0;
-    } else {
-        g.ho = (h - kh) / sh + 1;
-        g.wo = (w - kw) / sw + 1;
-    }
+    keras_axis(h, kh, sh, same, &g.ho, &g.pt);
+    keras_axis(w, kw, sw, same, &g.wo, &g.pl);
     return g;
 }
 
@@ -153,21 +147,6 @@ static struct result run_text(const struct tpu_chip_config *cfg, const char *tex
     tpu_device_close(&dev);
     tpu_program_destroy(&p);
     return r;
-}
-
-static void expect_same(const float *got, const float *want, size_t count, const char *what)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t a, b;
-        memcpy(&a, &got[i], 4);
-        memcpy(&b, &want[i], 4);
-        if (a != b && bad++ < 5)
-            printf("  %s[%zu]: got %.9g want %.9g\n", what, i, (double)got[i],
-                   (double)want[i]);
-    }
-    if (bad)
-        fail_msg("%s: %zu of %zu elements differ", what, bad, count);
 }
 
 /* ---- the programs ------------------------------------------------------------------------- */

@@ -22,53 +22,11 @@
 #include <zlib.h>
 
 #include "tpusim/dataset.h"
-
-struct fixture {
-    char dir[64];
-};
+#include "tmp_fixture.h"
 
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    strcpy(f->dir, "/tmp/tpusim-dataset-XXXXXX");
-    if (!mkdtemp(f->dir)) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-/* Removes every file the test made (subdirectories one level deep too), then the directory. */
-static void remove_tree(const char *dir)
-{
-    DIR *dp = opendir(dir);
-    if (!dp)
-        return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(dp))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(dp);
-    rmdir(dir);
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    remove_tree(f->dir);
-    free(f);
-    return 0;
+    return tmp_fixture_setup(state, "/tmp/tpusim-dataset-XXXXXX");
 }
 
 /* ---- writing test files ---------------------------------------------------------------- */

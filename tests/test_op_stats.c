@@ -21,6 +21,7 @@
 
 #include "tpusim/device.h"
 #include "tpusim/program.h"
+#include "device_helpers.h"
 
 enum { STEPS = 2, MAX_OPS = 32 };
 
@@ -47,24 +48,6 @@ static const char *const step_program =
     "  outfeed r\n"
     "}\n";
 
-static struct tpu_chip_config tiny(void)
-{
-    struct tpu_chip_config cfg;
-    struct tpu_diag d = {0};
-    if (tpu_config_load_preset("tiny", &cfg, &d) != 0)
-        fail_msg("%s", d.msg);
-    return cfg;
-}
-
-static struct tpu_program *parse(const char *text)
-{
-    struct tpu_program *p = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_program_parse(text, "test", &p, &d) != 0)
-        fail_msg("parse: %s", d.msg);
-    return p;
-}
-
 static struct tpu_device *open_tiny(bool op_stats, bool timing_only, unsigned threads)
 {
     struct tpu_chip_config cfg = tiny();
@@ -73,18 +56,7 @@ static struct tpu_device *open_tiny(bool op_stats, bool timing_only, unsigned th
     s.op_stats = op_stats;
     s.timing_only = timing_only;
     s.n_threads = threads;
-    struct tpu_device *dev = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_device_open(&s, &dev, &d) != 0)
-        fail_msg("open: %s", d.msg);
-    return dev;
-}
-
-static void load(struct tpu_device *dev, const struct tpu_program *p)
-{
-    struct tpu_diag d = {0};
-    if (tpu_device_load(dev, p, &d) != 0)
-        fail_msg("load: %s", d.msg);
+    return open_settings(&s);
 }
 
 static void get_stats(const struct tpu_device *dev, uint32_t core, struct tpu_op_stats *out,

@@ -26,14 +26,9 @@
 #include "chip/timing.h"
 #include "xorshift.h"
 #include "ref_gemm.h"
+#include "op_bufs.h"
 
 /* ---- data ------------------------------------------------------------------------------------ */
-
-/* uniform in [lo, hi) */
-static float rnd_f32(struct rng *r, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rnd(r) >> 40) / (double)(1ull << 24));
-}
 
 /* Mostly ordinary values, with -0, +-Inf, NaN, subnormals and extremes mixed in. */
 static float rnd_edge(struct rng *r)
@@ -46,35 +41,9 @@ static float rnd_edge(struct rng *r)
     return rnd_f32(r, -8.0f, 8.0f);
 }
 
-/* Up to 8 buffers indexed by id, each with its own zeroed memory. */
-#define NB 8
-struct bufs {
-    struct tpu__bufmem b[NB];
-};
-
 static size_t dt_bytes(enum tpu_dtype t)
 {
     return t == TPU_BF16 ? 2 : t == TPU_INT8 ? 1 : 4;
-}
-
-static void *bset(struct bufs *s, uint32_t id, enum tpu_dtype t, uint32_t rows,
-                  uint32_t cols)
-{
-    free(s->b[id].data);
-    s->b[id].data = calloc((size_t)rows * cols + 1, dt_bytes(t));
-    assert_non_null(s->b[id].data);
-    s->b[id].dtype = t;
-    s->b[id].rows = rows;
-    s->b[id].cols = cols;
-    return s->b[id].data;
-}
-
-static void bfree(struct bufs *s)
-{
-    for (int i = 0; i < NB; i++) {
-        free(s->b[i].data);
-        s->b[i].data = NULL;
-    }
 }
 
 static struct tpu_op mkop(enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t o2,

@@ -24,28 +24,9 @@
 #include "ops/ops.h"
 #include "chip/timing.h"
 #include "xorshift.h"
+#include "op_bufs.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-
-#define NB 8
-struct bufs {
-    struct tpu__bufmem b[NB];
-};
-
-static void *bset(struct bufs *s, uint32_t id, enum tpu_dtype t, uint32_t rows, uint32_t cols)
-{
-    free(s->b[id].data);
-    s->b[id].data = calloc((size_t)rows * cols + 1, 4);
-    assert_non_null(s->b[id].data);
-    s->b[id] = (struct tpu__bufmem){s->b[id].data, t, rows, cols};
-    return s->b[id].data;
-}
-
-static void bfree(struct bufs *s)
-{
-    for (int i = 0; i < NB; i++)
-        free(s->b[i].data);
-}
 
 static struct tpu_op mkop(enum tpu_opcode code, uint32_t o0, uint32_t o1, uint32_t o2,
                           uint32_t i0, uint32_t i1, uint32_t i2)
@@ -69,11 +50,6 @@ static void run_ok(const struct tpu_op *op, struct bufs *s, int64_t *vars)
     int rc = tpu__op_compute(op, s->b, vars, 8, 1, NULL, &d);
     if (rc)
         fail_msg("unexpected error %d: %s", rc, d.msg);
-}
-
-static float rnd_f32(struct rng *r, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rnd(r) >> 40) / (double)(1ull << 24));
 }
 
 static uint32_t fbits(float f)

@@ -25,6 +25,9 @@
 #include "chip/timing.h"
 #include "ops/ops.h"
 #include "xorshift.h"
+#include "op_bufs.h"
+#include "expect_same_bits.h"
+#include "keras_window.h"
 
 #define X TPU_NO_BUF
 
@@ -40,16 +43,8 @@ static struct geo make_geo(uint32_t n, uint32_t h, uint32_t w, uint32_t c, uint3
                            uint32_t kw, uint32_t sh, uint32_t sw, bool same)
 {
     struct geo g = {n, h, w, c, kh, kw, sh, sw, 0, 0, 0, 0};
-    if (same) {
-        g.ho = (h + sh - 1) / sh;
-        g.wo = (w + sw - 1) / sw;
-        int64_t ph = (int64_t)(g.ho - 1) * sh + kh - h, pw = (int64_t)(g.wo - 1) * sw + kw - w;
-        g.pt = ph > 0 ? (uint32_t)(ph / 2) : 0;
-        g.pl = pw > 0 ? (uint32_t)(pw / 2) : 0;
-    } else {
-        g.ho = (h - kh) / sh + 1;
-        g.wo = (w - kw) / sw + 1;
-    }
+    keras_axis(h, kh, sh, same, &g.ho, &g.pt);
+    keras_axis(w, kw, sw, same, &g.wo, &g.pl);
     return g;
 }
 
@@ -82,28 +77,6 @@ static long at(const struct geo *g, uint32_t n, uint32_t oy, uint32_t ox, uint32
                uint32_t kx, uint32_t ci)
 {
     return pix(g, n, (long)oy * g->sh + ky - g->pt, (long)ox * g->sw + kx - g->pl, ci);
-}
-
-#define NB 4
-struct bufs {
-    struct tpu__bufmem b[NB];
-};
-
-static float *bset(struct bufs *s, uint32_t id, enum tpu_dtype t, size_t rows, size_t cols)
-{
-    free(s->b[id].data);
-    s->b[id].data = calloc(rows * cols + 1, tpu_dtype_bytes(t));
-    assert_non_null(s->b[id].data);
-    s->b[id] = (struct tpu__bufmem){s->b[id].data, t, (uint32_t)rows, (uint32_t)cols};
-    return s->b[id].data;
-}
-
-static void bfree(struct bufs *s)
-{
-    for (int i = 0; i < NB; i++) {
-        free(s->b[i].data);
-        s->b[i].data = NULL;
-    }
 }
 
 static struct tpu_op mkop(enum tpu_opcode code, uint32_t out, uint32_t in0, uint32_t in1,
@@ -139,22 +112,6 @@ static void expect_error(int rc, const struct tpu_diag *d, int code, const char 
         fail_msg("got %d (want %d): %s", rc, code, d->msg);
     if (!strstr(d->msg, frag1) || (frag2 && !strstr(d->msg, frag2)))
         fail_msg("message \"%s\" lacks \"%s\" or \"%s\"", d->msg, frag1, frag2 ? frag2 : "");
-}
-
-/* Bit for bit; on failure prints the count and the first mismatches. */
-static void expect_same(const float *got, const float *want, size_t count, const char *what)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t a, b;
-        memcpy(&a, &got[i], 4);
-        memcpy(&b, &want[i], 4);
-        if (a != b && bad++ < 5)
-            printf("  %s[%zu]: got %.9g want %.9g\n", what, i, (double)got[i],
-                   (double)want[i]);
-    }
-    if (bad)
-        fail_msg("%s: %zu of %zu elements differ", what, bad, count);
 }
 
 static void fill(struct rng *r, float *v, size_t count, bool integers)

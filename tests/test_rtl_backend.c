@@ -37,6 +37,8 @@
 #include "tpusim/device.h"
 #include "tpusim/models.h"
 #include "tpusim/program.h"
+#include "device_helpers.h"
+#include "rtl_helpers.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -66,25 +68,6 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static struct tpu_chip_config tiny(void)
-{
-    struct tpu_chip_config cfg;
-    struct tpu_diag d = {0};
-    if (tpu_config_load_preset("tiny", &cfg, &d) != 0)
-        fail_msg("%s", d.msg);
-    return cfg;
-}
-
-static struct tpu_mxu_rtl_provider *make_provider(const struct tpu_chip_config *cfg)
-{
-    struct tpu_mxu_rtl_provider *p = NULL;
-    struct tpu_diag d = {0};
-    uint32_t units = cfg->chips_per_host * cfg->cores_per_chip * cfg->mxu_per_core;
-    if (tpu_mxu_rtl_provider_create(cfg->mxu_rows, cfg->mxu_cols, units, &p, &d) != 0)
-        fail_msg("provider: %s", d.msg);
-    return p;
-}
-
 /* Opens a device of one chip; with the RTL provider when p is not NULL. */
 static struct tpu_device *open_dev(const struct tpu_chip_config *cfg,
                                    const struct tpu_mxu_rtl_provider *p)
@@ -94,20 +77,7 @@ static struct tpu_device *open_dev(const struct tpu_chip_config *cfg,
     s.n_threads = 2;
     s.op_stats = true;
     s.mxu = tpu_mxu_rtl_provider_get(p);
-    struct tpu_device *dev = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_device_open(&s, &dev, &d) != 0)
-        fail_msg("open: %s", d.msg);
-    return dev;
-}
-
-static struct tpu_program *parse(const char *text)
-{
-    struct tpu_program *prog = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_program_parse(text, "test", &prog, &d) != 0)
-        fail_msg("parse: %s", d.msg);
-    return prog;
+    return open_settings(&s);
 }
 
 static uint32_t bufid(const struct tpu_program *p, const char *name)

@@ -21,6 +21,8 @@
 #include "mxu_rtl_provider.h"
 #include "tpusim/device.h"
 #include "tpusim/program.h"
+#include "device_helpers.h"
+#include "rtl_helpers.h"
 
 #define MAX_CORES 2
 
@@ -36,25 +38,6 @@ static uint64_t rnd(struct rng *r) /* xorshift64* */
     return r->s * 0x2545F4914F6CDD1Dull;
 }
 
-static struct tpu_chip_config tiny(void)
-{
-    struct tpu_chip_config cfg;
-    struct tpu_diag d = {0};
-    if (tpu_config_load_preset("tiny", &cfg, &d) != 0)
-        fail_msg("%s", d.msg);
-    return cfg;
-}
-
-static struct tpu_mxu_rtl_provider *make_provider(const struct tpu_chip_config *cfg)
-{
-    struct tpu_mxu_rtl_provider *p = NULL;
-    struct tpu_diag d = {0};
-    uint32_t units = cfg->chips_per_host * cfg->cores_per_chip * cfg->mxu_per_core;
-    if (tpu_mxu_rtl_provider_create(cfg->mxu_rows, cfg->mxu_cols, units, &p, &d) != 0)
-        fail_msg("provider: %s", d.msg);
-    return p;
-}
-
 /* A device of one chip; with the RTL provider when p is not NULL. */
 static struct tpu_device *open_dev(const struct tpu_chip_config *cfg,
                                    const struct tpu_mxu_rtl_provider *p)
@@ -63,20 +46,7 @@ static struct tpu_device *open_dev(const struct tpu_chip_config *cfg,
     tpu_device_default_settings(&s, cfg);
     s.n_threads = 2;
     s.mxu = p ? tpu_mxu_rtl_provider_get(p) : NULL;
-    struct tpu_device *dev = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_device_open(&s, &dev, &d) != 0)
-        fail_msg("open: %s", d.msg);
-    return dev;
-}
-
-static struct tpu_program *parse(const char *text)
-{
-    struct tpu_program *prog = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_program_parse(text, "test", &prog, &d) != 0)
-        fail_msg("parse: %s", d.msg);
-    return prog;
+    return open_settings(&s);
 }
 
 /* f32 values of every kind: mostly moderate, now and then tiny (subnormal products), huge

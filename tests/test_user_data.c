@@ -23,42 +23,11 @@
 #include "tpusim/dataset.h"
 #include "tpusim/dataset_input.h"
 #include "tpusim/npy.h"
-
-struct fixture {
-    char dir[64];
-};
+#include "tmp_fixture.h"
 
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    strcpy(f->dir, "/tmp/tpusim-userdata-XXXXXX");
-    if (!mkdtemp(f->dir)) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    DIR *dp = opendir(f->dir);
-    struct dirent *e;
-    char path[512];
-    while (dp && (e = readdir(dp))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", f->dir, e->d_name);
-        unlink(path);
-    }
-    if (dp)
-        closedir(dp);
-    rmdir(f->dir);
-    free(f);
-    return 0;
+    return tmp_fixture_setup(state, "/tmp/tpusim-userdata-XXXXXX");
 }
 
 static const char *at(const struct fixture *f, const char *name, char *buf)

@@ -25,4 +25,10 @@ static inline unsigned rnd_below(struct rng *r, unsigned n)
     return (unsigned)((rnd(r) >> 33) % n);
 }
 
+/* Uniform in [lo, hi), from the high 24 bits. */
+static inline float rnd_f32(struct rng *r, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(rnd(r) >> 40) / (double)(1ull << 24));
+}
+
 #endif

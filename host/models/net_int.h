@@ -68,4 +68,9 @@ extern const char *const tpu__net_param_suffix[TPU__P_COUNT];
 bool tpu__net_has_param(const struct tpu__net_layer *L, int k);
 bool tpu__net_trainable(int k);
 
+/* Whether spec passes tpu_train_spec_check and net has an output, as building or modelling
+ * net needs; net and spec are not NULL. (net_model.c) */
+int tpu__net_check_ready(const struct tpu_net *net, const struct tpu_train_spec *spec,
+                         struct tpu_diag *d);
+
 #endif

@@ -306,12 +306,9 @@ static int check_build(const struct tpu_net *net, const struct tpu_train_spec *s
 {
     if (!net || !spec)
         return tpu__fail(d, TPU_EINVAL, "tpu_net_build needs a net and a training spec");
-    int rc = tpu_train_spec_check(spec, d);
+    int rc = tpu__net_check_ready(net, spec, d);
     if (rc)
         return rc;
-    if (!net->has_output)
-        return tpu__fail(d, TPU_EINVAL, "net '%s' has no output; call tpu_net_set_output "
-                         "with the tensor the loss reads", net->name);
     if (mode != TPU_MODE_TRAIN && mode != TPU_MODE_EVAL && mode != TPU_MODE_PREDICT)
         return tpu__fail(d, TPU_EINVAL, "mode %d is not train, eval or predict", (int)mode);
     if (B < 1 || G < B)

@@ -97,17 +97,26 @@ fill:
         data[e] = value;
 }
 
-int tpu_net_model(struct tpu_model *m, const struct tpu_net *net,
-                  const struct tpu_train_spec *spec, struct tpu_diag *d)
+int tpu__net_check_ready(const struct tpu_net *net, const struct tpu_train_spec *spec,
+                         struct tpu_diag *d)
 {
-    if (!m || !net || !spec)
-        return tpu__fail(d, TPU_EINVAL, "tpu_net_model needs a model, a net and a spec");
     int rc = tpu_train_spec_check(spec, d);
     if (rc)
         return rc;
     if (!net->has_output)
         return tpu__fail(d, TPU_EINVAL, "net '%s' has no output; call tpu_net_set_output "
                          "with the tensor the loss reads", net->name);
+    return 0;
+}
+
+int tpu_net_model(struct tpu_model *m, const struct tpu_net *net,
+                  const struct tpu_train_spec *spec, struct tpu_diag *d)
+{
+    if (!m || !net || !spec)
+        return tpu__fail(d, TPU_EINVAL, "tpu_net_model needs a model, a net and a spec");
+    int rc = tpu__net_check_ready(net, spec, d);
+    if (rc)
+        return rc;
     /* the binding lives in the net (the model's ctx points at it); the net is otherwise left
        as it is */
     struct tpu_net *mut = (struct tpu_net *)net;
