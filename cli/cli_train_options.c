@@ -193,7 +193,8 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "names, or train-images*, train-labels*, t10k-images*,\n"
              "t10k-labels*) or a NumPy set: x_train.npy, y_train.npy,\n"
              "x_test.npy, y_test.npy (Keras's load_data names);\n"
-             "x (N,h,w,c), (N,h,w) or (N,features), y (N,) labels;\n"
+             "x (N,h,w,c), (N,h,w) or (N,features), y (N,) labels,\n"
+             "or float targets (N,k) for mean_squared_error;\n"
              "uint8 scales by 1/255, other types are taken as they\n"
              "are (default: Fashion-MNIST, the Debian package's path)"},
     {.name = "--seed", .kind = TPU__CLI_U64, T(rc.seed), .min = 0, .max = UINT64_MAX, .arg = "N",

@@ -327,6 +327,8 @@ def model_file_trains_evaluates_predicts_and_resumes():
         p = run('evaluate', '--model', other, '--data', w.images, '--model-dir', md, *TINY,
                 expect=1)
         assert 'head' in p.stderr or 'dense' in p.stderr, p.stderr
+        assert ('it was saved from a different model; use a fresh --model-dir, or the model '
+                'and optimizer it was saved with') in p.stderr, p.stderr
     finally:
         w.close()
 
@@ -482,6 +484,8 @@ def model_option_errors():
         for opt in ('--model FILE.json', '--optimizer', '--weight-decay X', '--lr-schedule',
                     '--warmup-steps N', '--decay-steps N', '--decay-rate X'):
             assert opt in help_text, opt
+        assert 'y (N,) labels,\n' in help_text and \
+            'or float targets (N,k) for mean_squared_error;' in help_text, help_text
     finally:
         w.close()
 
