@@ -470,7 +470,8 @@ def model_option_errors():
         expect_error(['train', *m, '--lr-schedule', 'linear'], 2, "--lr-schedule 'linear' is "
                      'not one of constant, step, cosine')
         expect_error(['train', *m, '--optimizer', 'adamw', '--weight-decay', '1'], 2,
-                     "--weight-decay '1' is not a number from 0 to 0.999999")
+                     "--weight-decay '1' is not a number at least 0 and less than 1; "
+                     "give e.g. --weight-decay 0.1")
         expect_error(['train', *m, '--decay-steps', '0'], 2, "--decay-steps '0' is not a whole "
                      'number from 1 to 4294967295')
         expect_error(['train', *m, '--warmup-steps', 'x'], 2, "--warmup-steps 'x' is not a "
