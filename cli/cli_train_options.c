@@ -162,7 +162,9 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "--model: the learning rate by step (default constant);\n"
              "step: times --decay-rate every --decay-steps steps;\n"
              "cosine: linear warm-up over --warmup-steps, then a\n"
-             "cosine down to rate x --decay-rate over --decay-steps"},
+             "cosine down to rate x --decay-rate over --decay-steps;\n"
+             "tpusim (not TPUEstimator) warns when every step of\n"
+             "the run has a rate of 0"},
     {.name = "--warmup-steps", .kind = TPU__CLI_U64, T(tspec.warmup_steps), .min = 0,
      .max = UINT32_MAX, .arg = "N", TPU__CLI_GIVEN(struct train_opts, warmup_given),
      .help = "cosine's linear warm-up from 0 (default 0)"},

@@ -334,6 +334,33 @@ def model_file_trains_evaluates_predicts_and_resumes():
 
 
 @case
+def an_ended_schedule_warns_that_nothing_trains():
+    w = Work()
+    try:
+        md = w.path('md')
+        run('train', '--model', w.small, '--data', w.images, '--steps', '12', '--no-eval',
+            '--model-dir', md, *TINY)
+        sched = ['--optimizer', 'adamw', '--lr-schedule', 'cosine', '--decay-steps', '5']
+        p = run('train', '--model', w.small, '--data', w.images, '--steps', '2', '--no-eval',
+                '--model-dir', md, *sched, '--decay-rate', '0', *TINY)
+        assert ('tpusim train: warning: global step 12 is past the end of the cosine schedule '
+                '(warm-up 0 + 5 decay steps) with --decay-rate 0: the learning rate is 0 for '
+                'the steps of this run; give a larger --decay-steps or a --decay-rate above 0\n'
+                ) in p.stderr, p.stderr
+        # a rate above 0 at the end, or a schedule that has not ended: no warning
+        p = run('train', '--model', w.small, '--data', w.images, '--steps', '2', '--no-eval',
+                '--model-dir', md, *sched, '--decay-rate', '0.1', *TINY)
+        assert 'warning' not in p.stderr, p.stderr
+        p = run('train', '--model', w.small, '--data', w.images, '--steps', '2', '--no-eval',
+                '--model-dir', w.path('fresh'), *sched, '--decay-rate', '0', *TINY)
+        assert 'warning' not in p.stderr, p.stderr
+        assert 'tpusim (not TPUEstimator) warns when every step of\n' in \
+            run('train', '--help').stdout
+    finally:
+        w.close()
+
+
+@case
 def regression_model_reports_no_accuracy():
     w = Work()
     try:
