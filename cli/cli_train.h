@@ -47,6 +47,7 @@ struct train_opts {
     uint64_t limit;
     unsigned config_depth;   /* inside --config's file: 1 */
     bool length_from_config; /* --steps, --max-steps or --epochs came from the file */
+    bool model_from_config;  /* --config's file named the --model file */
 };
 
 /* Fills o (whose cmd is set: "train", "evaluate" or "predict") from the defaults and argv.

@@ -16,7 +16,11 @@
 int tpu__cli_train_load_net(const struct train_opts *o, struct tpu_net **net)
 {
     struct tpu_diag d = {0};
-    if (tpu_net_load_file(o->model_file, net, &d))
+    int rc = tpu_net_load_file(o->model_file, net, &d);
+    if (rc == TPU_EIO && o->model_from_config)
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "--model: %s (paths in --config FILE are "
+                              "relative to the current directory)", d.msg);
+    if (rc)
         return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "--model: %s", d.msg);
     return 0;
 }

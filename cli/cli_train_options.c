@@ -348,7 +348,10 @@ static int config_member(const struct tpu__cli_parse *p, const char *path, const
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys are the "
                               "long options of 'tpusim %s --help' with '_' for '-'", path, key,
                               cmd);
-    return tpu__cli_opts_set(p, opt, v, true);
+    int rc = tpu__cli_opts_set(p, opt, v, true);
+    if (!rc && !strcmp(name, "--model"))
+        ((struct train_opts *)p->target)->model_from_config = true;
+    return rc;
 }
 
 /* --config FILE: the options of a JSON object, through the same table as the command line. */

@@ -508,6 +508,16 @@ def model_option_errors():
         expect_error(['train', '--model'], 2, "option '--model' needs a value")
         expect_error(['train', '--model', w.path('none.json')], 1, "--model: cannot open model "
                      f"file '{w.path('none.json')}'")
+        # a --model path in a config file is relative to the current directory, as on the
+        # command line: the message says so
+        cfg = w.path('c.json')
+        with open(cfg, 'w') as f:
+            json.dump({'model': 'none.json'}, f)
+        expect_error(['train', '--config', cfg], 1, "--model: cannot open model file "
+                     "'none.json'")
+        p = run('train', '--config', cfg, expect=1)
+        assert p.stderr.rstrip('\n').endswith('(paths in --config FILE are relative to the '
+                                               'current directory)'), p.stderr
         help_text = run('train', '--help').stdout
         for opt in ('--model FILE.json', '--optimizer', '--weight-decay X', '--lr-schedule',
                     '--warmup-steps N', '--decay-steps N', '--decay-rate X'):
