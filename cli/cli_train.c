@@ -411,6 +411,8 @@ static int train_then_evaluate(struct run *r, struct tpu_dataset_input *in,
     if (train_bad || (eval_follows && tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d)))
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
                               train_bad ? "" : " (or give --no-eval)");
+    if (r->net)
+        tpu__cli_train_warn_zero_rate(o, steps, max_steps);
     double w0 = tpu__cli_now_s();
     int rc = tpu_estimator_train(r->est, &in->input, steps, max_steps, &d);
     t->train_wall = tpu__cli_now_s() - w0;

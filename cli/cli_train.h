@@ -47,6 +47,7 @@ struct train_opts {
     uint64_t limit;
     unsigned config_depth;   /* inside --config's file: 1 */
     bool length_from_config; /* --steps, --max-steps or --epochs came from the file */
+    bool model_from_config;  /* --config's file named the --model file */
 };
 
 /* Fills o (whose cmd is set: "train", "evaluate" or "predict") from the defaults and argv.
@@ -68,6 +69,12 @@ int tpu__cli_train_fit_mlp(struct train_opts *o, bool need_train_data,
 /* --model: reads the model file into *net (the caller frees it with tpu_net_destroy). 0, or
  * the exit code after printing the error. (cli_train_net.c) */
 int tpu__cli_train_load_net(const struct train_opts *o, struct tpu_net **net);
+
+/* Warns on stderr (tpusim's own warning) when every step of a --model run of `steps` (or up
+ * to `max_steps`) from the model dir's latest checkpoint has a learning rate of 0.
+ * (cli_train_net.c) */
+void tpu__cli_train_warn_zero_rate(const struct train_opts *o, uint64_t steps,
+                                   uint64_t max_steps);
 
 /* --model: checks the data against the net's input and loss (before any work), and completes
  * o->tspec from the options (the optimizer's fields, the seed) and checks it. 0, or the exit

@@ -10,12 +10,17 @@
 #include "cli.h"
 #include "cli_train.h"
 #include "tpusim/dataset.h"
+#include "tpusim/checkpoint.h"
 #include "tpusim/net.h"
 
 int tpu__cli_train_load_net(const struct train_opts *o, struct tpu_net **net)
 {
     struct tpu_diag d = {0};
-    if (tpu_net_load_file(o->model_file, net, &d))
+    int rc = tpu_net_load_file(o->model_file, net, &d);
+    if (rc == TPU_EIO && o->model_from_config)
+        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "--model: %s (paths in --config FILE are "
+                              "relative to the current directory)", d.msg);
+    if (rc)
         return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "--model: %s", d.msg);
     return 0;
 }
@@ -97,4 +102,38 @@ void tpu__cli_train_optimizer_text(const struct train_opts *o, bool net, char *b
         snprintf(buf, size, "%s, cosine schedule (warm-up %u step%s, then %u steps down to "
                  "x %g)", name, t->warmup_steps, t->warmup_steps == 1 ? "" : "s",
                  t->decay_steps, (double)t->decay_rate);
+}
+
+/* tpusim's own warning (TPUEstimator would train on): a --model run whose every step has a
+ * learning rate of 0, such as a resume past the end of a cosine schedule with --decay-rate 0. */
+void tpu__cli_train_warn_zero_rate(const struct train_opts *o, uint64_t steps, uint64_t max_steps)
+{
+    const struct tpu_train_spec *t = &o->tspec;
+    if (o->json || t->schedule == TPU_SCHEDULE_CONSTANT)
+        return;
+    uint64_t start = 0;
+    struct tpu_diag d = {0};
+    if (o->rc.model_dir[0] && tpu_checkpoint_latest(o->rc.model_dir, &start, NULL, 0, &d))
+        start = 0;
+    const uint64_t end = steps ? start + steps : max_steps;
+    if (end <= start)
+        return;
+    const struct tpu_op_attrs a = {.alpha = t->learning_rate, .schedule = (int32_t)t->schedule,
+                                   .warmup = t->warmup_steps, .decay_steps = t->decay_steps,
+                                   .decay_rate = t->decay_rate};
+    /* a rate of 0 comes only at a warm-up's first step or after a schedule's end, where it
+       stays: the first million steps tell */
+    for (uint64_t g = start + 1; g <= end && g <= start + 1000000; g++)
+        if (tpu_lr_schedule_value(&a, (int64_t)g) != 0.0f)
+            return;
+    if (t->schedule == TPU_SCHEDULE_COSINE)
+        fprintf(stderr, "tpusim train: warning: global step %llu is past the end of the cosine "
+                "schedule (warm-up %u + %u decay steps) with --decay-rate 0: the learning rate "
+                "is 0 for the steps of this run; give a larger --decay-steps or a --decay-rate "
+                "above 0\n", (unsigned long long)start, (unsigned)t->warmup_steps,
+                (unsigned)t->decay_steps);
+    else
+        fprintf(stderr, "tpusim train: warning: the learning rate is 0 for the steps of this run "
+                "(global steps %llu to %llu); give a --decay-rate above 0\n",
+                (unsigned long long)start + 1, (unsigned long long)end);
 }

@@ -162,7 +162,9 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "--model: the learning rate by step (default constant);\n"
              "step: times --decay-rate every --decay-steps steps;\n"
              "cosine: linear warm-up over --warmup-steps, then a\n"
-             "cosine down to rate x --decay-rate over --decay-steps"},
+             "cosine down to rate x --decay-rate over --decay-steps;\n"
+             "tpusim (not TPUEstimator) warns when every step of\n"
+             "the run has a rate of 0"},
     {.name = "--warmup-steps", .kind = TPU__CLI_U64, T(tspec.warmup_steps), .min = 0,
      .max = UINT32_MAX, .arg = "N", TPU__CLI_GIVEN(struct train_opts, warmup_given),
      .help = "cosine's linear warm-up from 0 (default 0)"},
@@ -193,7 +195,8 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "names, or train-images*, train-labels*, t10k-images*,\n"
              "t10k-labels*) or a NumPy set: x_train.npy, y_train.npy,\n"
              "x_test.npy, y_test.npy (Keras's load_data names);\n"
-             "x (N,h,w,c), (N,h,w) or (N,features), y (N,) labels;\n"
+             "x (N,h,w,c), (N,h,w) or (N,features), y (N,) labels,\n"
+             "or float targets (N,k) for mean_squared_error;\n"
              "uint8 scales by 1/255, other types are taken as they\n"
              "are (default: Fashion-MNIST, the Debian package's path)"},
     {.name = "--seed", .kind = TPU__CLI_U64, T(rc.seed), .min = 0, .max = UINT64_MAX, .arg = "N",
@@ -345,7 +348,10 @@ static int config_member(const struct tpu__cli_parse *p, const char *path, const
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: unknown option '%s'; the keys are the "
                               "long options of 'tpusim %s --help' with '_' for '-'", path, key,
                               cmd);
-    return tpu__cli_opts_set(p, opt, v, true);
+    int rc = tpu__cli_opts_set(p, opt, v, true);
+    if (!rc && !strcmp(name, "--model"))
+        ((struct train_opts *)p->target)->model_from_config = true;
+    return rc;
 }
 
 /* --config FILE: the options of a JSON object, through the same table as the command line. */

@@ -24,13 +24,25 @@ int tpu__cli_opts_bad_u64(const struct tpu__cli_parse *p, const char *opt, const
                           min);
 }
 
+/* The tables write an open bound "less than 1" as .hi = 0.999999 (the largest value a
+ * user is likely to type below 1); the message says the bound as the rule has it. */
+#define TPU__CLI_BELOW_1 0.999999
+
 static int bad_double(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
                       const char *value)
 {
-    char qb[TPU__QUOTE_BYTES];
-    return tpu__cli_error(p->cmd, TPU_CLI_USAGE,
-                          "%s '%s' is not a number from %g to %g", opt->name,
-                          tpu__quote(value, qb, sizeof qb), opt->lo, opt->hi);
+    char qb[TPU__QUOTE_BYTES], range[96];
+    if (opt->hi == TPU__CLI_BELOW_1)
+        snprintf(range, sizeof range, "at least %g and less than 1", opt->lo);
+    else
+        snprintf(range, sizeof range, "from %g to %g", opt->lo, opt->hi);
+    /* the example: 0.1 or 1 where the range holds them, else its low end */
+    const double example = opt->lo <= 0.1 && 0.1 <= opt->hi ? 0.1
+                           : opt->lo <= 1 && 1 <= opt->hi   ? 1
+                                                            : opt->lo;
+    return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s '%s' is not a number %s; give e.g. %s %g",
+                          opt->name, tpu__quote(value, qb, sizeof qb), range, opt->name,
+                          example);
 }
 
 /* The allowed words of opt, "a, b, c", into buf. */

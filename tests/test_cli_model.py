@@ -327,6 +327,35 @@ def model_file_trains_evaluates_predicts_and_resumes():
         p = run('evaluate', '--model', other, '--data', w.images, '--model-dir', md, *TINY,
                 expect=1)
         assert 'head' in p.stderr or 'dense' in p.stderr, p.stderr
+        assert ('it was saved from a different model; use a fresh --model-dir, or the model '
+                'and optimizer it was saved with') in p.stderr, p.stderr
+    finally:
+        w.close()
+
+
+@case
+def an_ended_schedule_warns_that_nothing_trains():
+    w = Work()
+    try:
+        md = w.path('md')
+        run('train', '--model', w.small, '--data', w.images, '--steps', '12', '--no-eval',
+            '--model-dir', md, *TINY)
+        sched = ['--optimizer', 'adamw', '--lr-schedule', 'cosine', '--decay-steps', '5']
+        p = run('train', '--model', w.small, '--data', w.images, '--steps', '2', '--no-eval',
+                '--model-dir', md, *sched, '--decay-rate', '0', *TINY)
+        assert ('tpusim train: warning: global step 12 is past the end of the cosine schedule '
+                '(warm-up 0 + 5 decay steps) with --decay-rate 0: the learning rate is 0 for '
+                'the steps of this run; give a larger --decay-steps or a --decay-rate above 0\n'
+                ) in p.stderr, p.stderr
+        # a rate above 0 at the end, or a schedule that has not ended: no warning
+        p = run('train', '--model', w.small, '--data', w.images, '--steps', '2', '--no-eval',
+                '--model-dir', md, *sched, '--decay-rate', '0.1', *TINY)
+        assert 'warning' not in p.stderr, p.stderr
+        p = run('train', '--model', w.small, '--data', w.images, '--steps', '2', '--no-eval',
+                '--model-dir', w.path('fresh'), *sched, '--decay-rate', '0', *TINY)
+        assert 'warning' not in p.stderr, p.stderr
+        assert 'tpusim (not TPUEstimator) warns when every step of\n' in \
+            run('train', '--help').stdout
     finally:
         w.close()
 
@@ -468,7 +497,8 @@ def model_option_errors():
         expect_error(['train', *m, '--lr-schedule', 'linear'], 2, "--lr-schedule 'linear' is "
                      'not one of constant, step, cosine')
         expect_error(['train', *m, '--optimizer', 'adamw', '--weight-decay', '1'], 2,
-                     "--weight-decay '1' is not a number from 0 to 0.999999")
+                     "--weight-decay '1' is not a number at least 0 and less than 1; "
+                     "give e.g. --weight-decay 0.1")
         expect_error(['train', *m, '--decay-steps', '0'], 2, "--decay-steps '0' is not a whole "
                      'number from 1 to 4294967295')
         expect_error(['train', *m, '--warmup-steps', 'x'], 2, "--warmup-steps 'x' is not a "
@@ -478,10 +508,22 @@ def model_option_errors():
         expect_error(['train', '--model'], 2, "option '--model' needs a value")
         expect_error(['train', '--model', w.path('none.json')], 1, "--model: cannot open model "
                      f"file '{w.path('none.json')}'")
+        # a --model path in a config file is relative to the current directory, as on the
+        # command line: the message says so
+        cfg = w.path('c.json')
+        with open(cfg, 'w') as f:
+            json.dump({'model': 'none.json'}, f)
+        expect_error(['train', '--config', cfg], 1, "--model: cannot open model file "
+                     "'none.json'")
+        p = run('train', '--config', cfg, expect=1)
+        assert p.stderr.rstrip('\n').endswith('(paths in --config FILE are relative to the '
+                                               'current directory)'), p.stderr
         help_text = run('train', '--help').stdout
         for opt in ('--model FILE.json', '--optimizer', '--weight-decay X', '--lr-schedule',
                     '--warmup-steps N', '--decay-steps N', '--decay-rate X'):
             assert opt in help_text, opt
+        assert 'y (N,) labels,\n' in help_text and \
+            'or float targets (N,k) for mean_squared_error;' in help_text, help_text
     finally:
         w.close()
 

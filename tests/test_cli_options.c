@@ -172,7 +172,7 @@ static void bad_values_have_one_wording(void **state)
             const bool few = o->kind == TPU__CLI_ENUM || (o->kind == TPU__CLI_U64 && o->n_only);
             const char *rule = few                          ? "is not one of"
                                : o->kind == TPU__CLI_U64    ? "is not a whole number from"
-                               : o->kind == TPU__CLI_DOUBLE ? "is not a number from"
+                               : o->kind == TPU__CLI_DOUBLE ? "is not a number"
                                                             : NULL;
             if (!rule || !in_scope(&refs[t], o))
                 continue;
@@ -183,7 +183,7 @@ static void bad_values_have_one_wording(void **state)
                 fail_msg("%s: got %s", o->name, err);
             /* a range gets an example; a list of values is its own example */
             snprintf(want, sizeof want, "; give e.g. %s ", o->name);
-            if (o->kind == TPU__CLI_U64 && !few)
+            if ((o->kind == TPU__CLI_U64 && !few) || o->kind == TPU__CLI_DOUBLE)
                 assert_non_null(strstr(err, want));
             else
                 assert_null(strstr(err, "give e.g."));

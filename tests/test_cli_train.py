@@ -356,7 +356,12 @@ def usage_errors_have_the_shared_wordings():
                  "(see 'tpusim evaluate --help')")
     expect_error(['train', '--chips', '0'], 2, "--chips '0' is not a whole number from 1 to "
                  "4096; give e.g. --chips 1")
-    expect_error(['train', '--l2', '11'], 2, "--l2 '11' is not a number from 0 to 10\n")
+    expect_error(['train', '--l2', '11'], 2,
+                 "--l2 '11' is not a number from 0 to 10; give e.g. --l2 0.1\n")
+    expect_error(['train', '--decay-rate', '2'], 2,
+                 "--decay-rate '2' is not a number from 0 to 1; give e.g. --decay-rate 0.1\n")
+    expect_error(['train', '--momentum', '1'], 2, "--momentum '1' is not a number at least 0 "
+                 "and less than 1; give e.g. --momentum 0.1\n")
     expect_error(['train', '--optimizer', 'rmsprop'], 2, "--optimizer 'rmsprop' is not one of "
                  "adam, sgd, adamw\n")
     expect_error(['train', '--passes', '2'], 2, "--passes '2' is not one of 1, 3, 6 (bf16, XLA "

@@ -471,7 +471,8 @@ int tpu_net_set_output(struct tpu_net *net, uint32_t tensor, enum tpu_loss loss,
         if (s.c < 2)
             return tpu__fail(d, TPU_ESHAPE, "net '%s': softmax cross-entropy needs at least 2 "
                              "classes, but output '%s' is " SHAPE_FMT "; end with a dense "
-                             "layer of one unit per class (or use mse for one value)",
+                             "layer of one unit per class (or use the loss mean_squared_error "
+                             "(TPU_LOSS_MSE) for one value)",
                              net->name, L->desc.name, SHAPE_ARGS(s));
     } else if (loss != TPU_LOSS_MSE) {
         return tpu__fail(d, TPU_EINVAL, "net '%s': loss %d is neither softmax cross-entropy "
