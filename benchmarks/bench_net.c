@@ -21,8 +21,9 @@
  *   bench_net resnet50 FILE [GLOBAL]
  *       ResNet-50's timing-only training step on tpu-v3's and on tpu-v4's host (8 replicas
  *       each), global batch GLOBAL (default 512: 64 per core; bench_resnet50 measures the
- *       simulated speed at 128 per core): the host time to build it (read the file, lower it, open the device, load) and to
- *       run it, against the limit of one second for both together; exits 1 over it. */
+ *       simulated speed at 128 per core): the host time to build it (read the file, lower
+ *       it, open the device, load) and to run it, against the limit of one second for both
+ *       together; exits 1 over it. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>

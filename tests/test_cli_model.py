@@ -327,7 +327,7 @@ def model_file_trains_evaluates_predicts_and_resumes():
         p = run('evaluate', '--model', other, '--data', w.images, '--model-dir', md, *TINY,
                 expect=1)
         assert 'head' in p.stderr or 'dense' in p.stderr, p.stderr
-        assert ('it was saved from a different model; use a fresh --model-dir, or the model '
+        assert ('it was saved from a different model; use an empty model_dir, or the model '
                 'and optimizer it was saved with') in p.stderr, p.stderr
     finally:
         w.close()

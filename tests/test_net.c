@@ -282,7 +282,8 @@ static void test_shape_errors(void **state)
     assert_int_equal(tpu_net_unary(n, NULL, TPU_LAYER_FLATTEN, x, &flat, &d), 0);
     assert_int_equal(tpu_net_dense(n, "one", flat, 1, TPU_ACT_NONE, &dense, &d), 0);
     assert_int_equal(tpu_net_set_output(n, dense, TPU_LOSS_SOFTMAX_XENT, &d), TPU_ESHAPE);
-    assert_has(d.msg, "at least 2 classes", "'one' is 1 x 1 x 1", "mean_squared_error (TPU_LOSS_MSE)", NULL);
+    assert_has(d.msg, "at least 2 classes", "'one' is 1 x 1 x 1",
+               "mean_squared_error (TPU_LOSS_MSE)", NULL);
     assert_int_equal(tpu_net_set_output(n, dense, TPU_LOSS_MSE, &d), 0);
     assert_int_equal(tpu_net_set_output(n, 0, TPU_LOSS_MSE, &d), TPU_EINVAL);
     assert_has(d.msg, "the output is the input", NULL);

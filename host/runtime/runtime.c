@@ -339,8 +339,8 @@ static int restore_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
             found = found || !strcmp(info.tensors[k].name, b->name);
         if (!found)
             rc = tpu__fail(d, TPU_ESHAPE, "%s has no param '%s' that the %s program needs; it "
-                           "was saved from a different model; use a fresh --model-dir, or the model and "
-                           "optimizer it was saved with", path, b->name,
+                           "was saved from a different model; use an empty model_dir, or the "
+                           "model and optimizer it was saved with", path, b->name,
                            tpu_program_name(e->mp.prog));
     }
     struct tpu_tensor *t = NULL;

@@ -191,7 +191,8 @@ int tpu_dataset_check_pair(const struct tpu_dataset *train, const struct tpu_dat
  * storage; "?" outside [0, 10). */
 const char *tpu_dataset_fashion_mnist_class_name(int32_t label);
 
-/* Frees x, y and targets and zeroes the struct. Accepts NULL and an already freed (zeroed) struct. */
+/* Frees x, y and targets and zeroes the struct. Accepts NULL and an already freed (zeroed)
+ * struct. */
 void tpu_dataset_free(struct tpu_dataset *ds);
 
 /* Writes into perm[0 .. n) a permutation of 0 .. n-1 that depends only on (seed, epoch), the

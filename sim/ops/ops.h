@@ -26,8 +26,8 @@ struct tpu__bufmem {
  * that ops do not allocate once it has grown; NULL makes each op allocate and free its own.
  * The program is verified, so shapes are right (they are checked again cheaply: TPU_ESHAPE).
  * Returns 0; TPU_ERANGE for bad data the verifier cannot see (a label out of range, Adam's
- * or a schedule's step below 1, a variable overflowing); TPU_ENOMEM; TPU_ETHREAD; or TPU_EINVAL for an op
- * that is not local (infeed, outfeed, collectives, loops). */
+ * or a schedule's step below 1, a variable overflowing); TPU_ENOMEM; TPU_ETHREAD; or
+ * TPU_EINVAL for an op that is not local (infeed, outfeed, collectives, loops). */
 int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
                     uint32_t tile_rows, unsigned n_threads, struct tpu__scratch *scratch,
                     struct tpu_diag *d);

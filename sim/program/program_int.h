@@ -59,8 +59,8 @@ float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit);
 uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_attr *ad);
 
 /* program_verify_window.c: rules T12 and T13 (the op table's rules WINDOW and RESHAPE) for
- * op, whose operand ids are valid. Returns 0, or TPU_EINVAL (window fields) or TPU_ESHAPE (shapes and
- * dtypes) with the sentence in msg (the verifier prefixes the op). */
+ * op, whose operand ids are valid. Returns 0, or TPU_EINVAL (window fields) or TPU_ESHAPE
+ * (shapes and dtypes) with the sentence in msg (the verifier prefixes the op). */
 int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, char *msg,
                        size_t size);
 
