@@ -23,6 +23,7 @@
 
 #include "chip_int.h"
 #include "mxu_provider.h"
+#include "program/liveness.h"
 #include "util.h"
 
 static void log_msg(const struct chip_device *dev, enum tpu_log_level level, const char *msg)
@@ -161,28 +162,11 @@ static int place_buffers(struct chip_device *dev, const struct tpu_program *p)
         rc = TPU_ENOMEM;
         goto out;
     }
-    size_t loop_begin = SIZE_MAX, loop_end = SIZE_MAX;
-    for (size_t b = 0; b < nb; b++) {
-        first[b] = SIZE_MAX;
-        last[b] = 0;
-    }
+    tpu__program_live_ranges(p, first, last); /* the HBM check's rule, the loop's too */
     for (size_t i = 0; i < n_ops; i++) {
         const struct tpu_op *op = tpu_program_op(p, i);
-        if (op->code == TPU_OP_LOOP_BEGIN)
-            loop_begin = i;
-        if (op->code == TPU_OP_LOOP_END)
-            loop_end = i;
         if (op->code == TPU_OP_INFEED)
             infed[op->out[0]] = true;
-        for (int k = 0; k < TPU_OP_MAX_OUT; k++)
-            if (op->out[k] != TPU_NO_BUF && first[op->out[k]] == SIZE_MAX)
-                first[op->out[k]] = i;
-        for (int k = 0; k < TPU_OP_MAX_IN; k++)
-            if (op->in[k] != TPU_NO_BUF)
-                last[op->in[k]] = i;
-        for (int k = 0; k < TPU_OP_MAX_OUT; k++)
-            if (op->out[k] != TPU_NO_BUF && last[op->out[k]] < i)
-                last[op->out[k]] = i;
     }
     const uint64_t budget = dev->cfg.vmem_bytes / 2;
     for (size_t b = 0; b < nb; b++) {
@@ -191,8 +175,6 @@ static int place_buffers(struct chip_device *dev, const struct tpu_program *p)
         if (bd->kind != TPU_BUF_TEMP || infed[b] || first[b] == SIZE_MAX)
             continue;
         size_t lo = first[b], hi = last[b] < lo ? lo : last[b];
-        if (loop_begin != SIZE_MAX && lo < loop_begin && hi > loop_begin && hi < loop_end)
-            hi = loop_end;
         uint64_t bytes = tpu_buffer_bytes(bd), peak = 0;
         for (size_t i = lo; i <= hi; i++)
             peak = usage[i] > peak ? usage[i] : peak;

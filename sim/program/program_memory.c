@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "liveness.h"
 #include "program_int.h"
 #include "util.h"
 
@@ -37,9 +38,8 @@ static bool is_loop_marker(const struct tpu_op *op)
     return op->code == TPU_OP_LOOP_BEGIN || op->code == TPU_OP_LOOP_END;
 }
 
-/* The life of every buffer: lo[b] .. hi[b] (op indices), lo[b] NONE for a buffer no op
- * writes. Only temps' lives are used. */
-static void live_ranges(const struct tpu_program *p, size_t *lo, size_t *hi)
+/* liveness.h; here only temps' lives are used */
+void tpu__program_live_ranges(const struct tpu_program *p, size_t *lo, size_t *hi)
 {
     const size_t nb = tpu_program_n_buffers(p), n_ops = tpu_program_n_ops(p);
     size_t lb = NONE, le = NONE;
@@ -89,7 +89,7 @@ static int measure(const struct tpu_program *p, struct tpu_program_memory *m, bo
         return TPU_ENOMEM;
     }
     size_t *hi = lo + nb;
-    live_ranges(p, lo, hi);
+    tpu__program_live_ranges(p, lo, hi);
     for (size_t b = 0; b < nb; b++) {
         const struct tpu_buffer_desc *bd = tpu_program_buffer(p, (uint32_t)b);
         const uint64_t bytes = tpu_buffer_bytes(bd);
