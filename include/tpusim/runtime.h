@@ -55,6 +55,19 @@ enum tpu_host_time {
     TPU_HOST_TIME_MEASURED,    /* the host phases' wall time */
 };
 
+/* A tensor's partition over the logical cores of a replica (TPUConfig.input_partition_dims):
+ * one count per dimension of the per-replica tensor, the batch dimension first. rank 0 is
+ * None: the tensor is replicated to every core of the replica. A product of 1 sends it to
+ * logical core 0 only. Otherwise the product equals num_cores_per_replica; the parts go to
+ * logical cores in row-major order over the counts, and a dimension that does not divide
+ * splits as TPU infeed splits it (include/tpusim/shard.h). */
+#define TPU_PARTITION_MAX_RANK 8
+
+struct tpu_partition_dims {
+    uint32_t rank; /* 0: None */
+    uint32_t dims[TPU_PARTITION_MAX_RANK];
+};
+
 struct tpu_run_config {
     /* TPUConfig */
     uint64_t iterations_per_loop;     /* steps per launch (when iterations_per_loop_s is 0) */
@@ -66,7 +79,10 @@ struct tpu_run_config {
     enum tpu_eval_input eval_training_input_configuration;
     double initial_infeed_sleep_secs;
     uint64_t host_call_every_n_steps; /* 0: never */
-    uint32_t num_hosts;               /* hosts of the pod slice; 1 here */
+    uint32_t num_hosts;               /* hosts of the pod slice, simulated in this process */
+    /* input_partition_dims: 0 (None), 1 (features) or 2 (features, labels) entries */
+    uint32_t n_input_partition_dims;
+    struct tpu_partition_dims input_partition_dims[2];
     /* RunConfig / TPUEstimator */
     uint32_t train_batch_size, eval_batch_size, predict_batch_size; /* global */
     char model_dir[512];              /* empty: no checkpoints, no metrics log */
