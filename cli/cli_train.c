@@ -766,6 +766,8 @@ int tpu__cli_train(int argc, char **argv)
     int rc = tpu__cli_train_parse_args(argc, argv, &r.o);
     if (rc)
         return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
+    if (r.o.check_equivalence || r.o.equivalence_free_running)
+        return tpu__cli_train_check_equivalence(&r.o);
     if (!strcmp(r.o.cmd, "train"))
         rc = cmd_train(&r);
     else if (!strcmp(r.o.cmd, "evaluate"))

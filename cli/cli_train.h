@@ -45,6 +45,8 @@ struct train_opts {
     bool json, reference, no_eval, timing_only;
     bool int8; /* --int8: evaluate/predict the checkpoint quantized to int8 */
     uint64_t limit;
+    uint64_t check_equivalence; /* --check-equivalence N: steps to compare (0: no check) */
+    bool equivalence_free_running; /* --equivalence-free-running */
     unsigned config_depth;   /* inside --config's file: 1 */
     bool length_from_config; /* --steps, --max-steps or --epochs came from the file */
     bool model_from_config;  /* --config's file named the --model file */
@@ -92,6 +94,10 @@ void tpu__cli_train_describe(const struct train_opts *o, const struct tpu_net *n
  * (warm-up 100 steps, decay over 1000)". (cli_train_net.c) */
 void tpu__cli_train_optimizer_text(const struct train_opts *o, bool net, char *buf,
                                    size_t size);
+
+/* train --check-equivalence N: the sharded run against one core, a table or --json; the
+ * exit code (1 when a step is outside the bound). (cli_equivalence.c) */
+int tpu__cli_train_check_equivalence(struct train_opts *o);
 
 /* The values of a net's output per example: the classes (softmax cross-entropy) or the
  * targets' size (MSE). (cli_train_net.c) */

@@ -268,6 +268,17 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "only the first N test examples"},
     {.name = "--output", .kind = TPU__CLI_TEXT, T(output), PATH, .scope = CMD_PREDICT,
      .scope_why = "only predict writes logits", .arg = "FILE.npy", .help = "write the logits"},
+    {.name = "--check-equivalence", .kind = TPU__CLI_U64, T(check_equivalence), .min = 1,
+     .max = 100000, .scope = CMD_TRAIN, .scope_why = "it trains the model twice", .arg = "N",
+     .help = "train N steps sharded as configured and on one core\n"
+             "(the same examples), compare loss and params after\n"
+             "each step with the bound; exit 1 if outside it;\n"
+             "each step starts both runs from the one-core params"},
+    {.name = "--equivalence-free-running", .kind = TPU__CLI_FLAG,
+     T(equivalence_free_running), .scope = CMD_TRAIN,
+     .scope_why = "it is a mode of --check-equivalence",
+     .help = "--check-equivalence: let each run go on from its own\n"
+             "params (the differences accumulate)"},
     {.name = "--int8", .kind = TPU__CLI_FLAG, T(int8), .scope = CMD_EVALUATE | CMD_PREDICT,
      .scope_why = "it quantizes a trained checkpoint: train in bf16, then evaluate or predict "
                   "with --int8",

@@ -243,6 +243,29 @@ int tpu_estimator_read_param(const struct tpu_estimator *e, const char *name, fl
     return 0;
 }
 
+int tpu_estimator_write_param(struct tpu_estimator *e, const char *name, const float *data,
+                              size_t bytes, struct tpu_diag *d)
+{
+    if (e->timing_only)
+        return tpu__fail(d, TPU_EUNSUPPORTED, "param '%s': a timing-only device computes no "
+                         "values", name);
+    if (!e->loaded || !e->have_params)
+        return tpu__fail(d, TPU_EINVAL, "param '%s': the estimator has no params yet; train, "
+                         "evaluate or predict first (they initialize or restore them)", name);
+    int rc = params_from_device(e, d); /* the other params: the device's newer values */
+    if (rc)
+        return rc;
+    struct tpu__host_param *hp = find_param(e, name);
+    if (!hp)
+        return tpu__fail(d, TPU_ENOTFOUND, "the model has no param '%s'", name);
+    if (bytes != (size_t)hp->rows * hp->cols * sizeof(float))
+        return tpu__fail(d, TPU_ESHAPE, "param '%s' is [%u, %u] f32: %zu bytes, not %zu", name,
+                         hp->rows, hp->cols, (size_t)hp->rows * hp->cols * sizeof(float), bytes);
+    memcpy(hp->data, data, bytes);
+    e->params_on_device = false; /* the host copy is newer: the next launch writes it */
+    return 0;
+}
+
 int tpu__runtime_save_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
 {
     if (!e->cfg.model_dir[0] || e->timing_only)
@@ -438,7 +461,7 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     if (rc)
         return rc;
     if (e->loaded && e->mode == mode && e->batch_per_replica == per_replica)
-        return 0;
+        return e->params_on_device ? 0 : params_to_device(e, d); /* written by write_param */
     e->mode_loading = mode;
     if ((rc = params_from_device(e, d)))
         return rc;

@@ -358,6 +358,7 @@ void *tpu__pass_outfeed_thread(void *arg)
     }
     const uint32_t cpr = e->n_cores / e->n_replicas;
     for (uint64_t s = 0; s < p->steps; s++) {
+        double global_loss = 0; /* training: the replicas' shares, in replica order */
         /* Every core of a replica runs the replica's program and outfeeds; the first core's
          * tensors are the replica's, the others' are drained and dropped (a queue nobody
          * drains fills up and stops its core for good). */
@@ -374,8 +375,9 @@ void *tpu__pass_outfeed_thread(void *arg)
                 }
                 if (c % cpr != 0)
                     continue;
-                if (p->mode == TPU_MODE_TRAIN && rep == 0) {
-                    if (outfeed_train_step(p, s, buf, &d))
+                if (p->mode == TPU_MODE_TRAIN) {
+                    global_loss += t == 0 ? buf[0] : 0.0f;
+                    if (rep == 0 && outfeed_train_step(p, s, buf, &d))
                         goto out;
                 } else if (p->mode == TPU_MODE_EVAL) {
                     pthread_mutex_lock(&p->lock);
@@ -392,6 +394,15 @@ void *tpu__pass_outfeed_thread(void *arg)
             }
         }
         pthread_mutex_lock(&p->lock);
+        if (p->mode == TPU_MODE_TRAIN) {
+            if (grow((void **)&p->global_losses, &p->global_loss_cap, s + 1,
+                     sizeof *p->global_losses)) {
+                pthread_mutex_unlock(&p->lock);
+                tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
+                goto out;
+            }
+            p->global_losses[s] = e->timing_only ? NAN : (float)global_loss;
+        }
         p->drained = s + 1;
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->lock);

@@ -82,6 +82,9 @@ struct tpu__pass {
     uint32_t *real_rows;          /* [lock] real rows per step (eval/predict), grows */
     uint64_t real_cap;
     float *losses;                /* [lock] replica 0's loss per step, grows */
+    float *global_losses;         /* [lock] the global batch's loss per step (every replica's
+                                     share), grows */
+    uint64_t global_loss_cap;
     uint64_t loss_cap;
     /* eval sums [lock] */
     double loss_sum, correct, count;

@@ -240,7 +240,7 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
     const uint64_t start = l->start, end = l->end, ran = l->ran;
     const struct tpu_core_counters *before = &L->before;
     *li = (struct tpu_loop_info){.mode = p->mode, .global_step = e->global_step, .steps = ran};
-    li->loss = NAN; /* none yet: no step ran, or no values (timing-only) */
+    li->loss = li->global_loss = NAN; /* none yet: no step ran, or no values (timing-only) */
     if (p->mode == TPU_MODE_EVAL) {
         pthread_mutex_lock(&p->lock);
         if (p->count > 0 && !e->timing_only)
@@ -250,6 +250,7 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
     if (training && ran && !e->timing_only) {
         pthread_mutex_lock(&p->lock);
         li->loss = p->losses[L->done - 1];
+        li->global_loss = p->global_losses[L->done - 1];
         pthread_mutex_unlock(&p->lock);
     }
     li->device_seconds = (double)(end - start) / e->hz;
@@ -525,5 +526,6 @@ void tpu__pass_free(struct tpu__pass *p)
     pthread_cond_destroy(&p->cv);
     free(p->real_rows);
     free(p->losses);
+    free(p->global_losses);
     free(p->input_phases);
 }

@@ -162,6 +162,9 @@ struct tpu_loop_info {
     uint64_t steps;                /* steps this loop ran */
     float loss;                    /* train: replica 0's mean loss at the loop's last step;
                                       NaN when there is none (timing-only, no step ran) */
+    float global_loss;             /* train: the mean loss over the whole global batch at
+                                      the loop's last step (every replica's share, summed in
+                                      replica order); NaN when there is none */
     double device_seconds;         /* simulated device time of this loop */
     double host_seconds;           /* host time charged at this boundary */
     double total_seconds;          /* simulated time since the run began */
@@ -262,6 +265,10 @@ const struct tpu_loop_info *tpu_estimator_last_info(const struct tpu_estimator *
 /* Reads a param of replica 0 by name after training. */
 int tpu_estimator_read_param(const struct tpu_estimator *est, const char *name, float *data,
                              size_t bytes, struct tpu_diag *d);
+/* Sets a param (its whole value, as read_param gives it) on every replica, after a train,
+ * evaluate or predict call has loaded the params. The next call starts from it. */
+int tpu_estimator_write_param(struct tpu_estimator *est, const char *name, const float *data,
+                              size_t bytes, struct tpu_diag *d);
 
 /* The per-replica batch for a mode and the number of input_fn calls per step, as
  * TPUEstimator computes them; the message names the rule when the global batch does not

@@ -22,6 +22,7 @@
 
 #include "tpusim/runtime.h"
 #include "tpusim/shard.h"
+#include "tpusim/equivalence.h"
 #include "tpusim/models.h"
 #include "tpusim/net.h"
 #include "tpusim/reference.h"
