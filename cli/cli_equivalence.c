@@ -228,6 +228,18 @@ int tpu__cli_train_check_equivalence(struct train_opts *o)
     }
     char model[400];
     tpu__cli_train_describe(o, c.net, model, sizeof model);
+    struct tpu_layer_info li;
+    for (uint32_t i = 0; c.net && !o->json && i < tpu_net_n_layers(c.net); i++)
+        if (!tpu_net_layer(c.net, i, &li) && li.kind == TPU_LAYER_BATCH_NORM) {
+            fprintf(stderr, "tpusim train: warning: layer '%s' is batch norm, which reads the "
+                    "batch's statistics: %s; the bound assumes examples computed "
+                    "independently\n", li.name, li.desc.cross_replica
+                    ? "cross-replica, they carry the sums' rounding into every example's "
+                      "forward values, and one-pass bf16 matmuls may round them apart (give "
+                      "--passes 6 to see rounding only)"
+                    : "per replica, it is another model than one core on the global batch");
+            break;
+        }
     struct tpu_equivalence_report rep;
     struct printer pr = {.o = o, .chip = &chip, .model = model};
     s.on_step = print_step;
@@ -255,7 +267,9 @@ int tpu__cli_train_check_equivalence(struct train_opts *o)
     } else {
         printf("verdict: %llu of %llu steps OUTSIDE the bound; the sharded run does not compute "
                "the one-core model (largest param difference %.3g of its largest value in %s at "
-               "step %llu, largest loss difference %.3g)\n",
+               "step %llu, largest loss difference %.3g); if that param's exact gradient is 0 "
+               "(a bias before batch norm), Adam moves it by the sign of rounding alone: give "
+               "its layer use_bias false\n",
                (unsigned long long)rep.steps_outside, (unsigned long long)rep.steps,
                rep.worst.param_rel, rep.worst.worst_param, (unsigned long long)rep.worst.step,
                rep.max_loss_rel);
