@@ -43,7 +43,17 @@
  * the sign of a ReLU input, and from that step on the runs drift apart by more than rounding
  * (measured: the MLP at batch 128 on 8 replicas, step 12) with no error in the sharding; the
  * later steps' loss is budgeted at 2^-12 there, and the lockstep check is the proof.
- * With one replica of one core the two runs are the same operations: bit for bit. */
+ * With one replica of one core the two runs are the same operations: bit for bit.
+ *
+ * What the bound assumes: a forward pass that computes each example on its own (dense,
+ * convolution, pooling, dropout, activations: the MLP and the CNN of issue #12). Batch norm
+ * reads the batch's statistics. Per replica it is another model than one core on the global
+ * batch, and the check shows it (percent). Cross-replica, the statistics carry the sums'
+ * rounding into every example's forward values, and one-pass bf16 matmuls may then round a
+ * value to another bf16 within the step: such a model can fall outside the bound with no
+ * sharding error (with fp32 matmuls, 6 passes, it stays at rounding: 2e-5 of the params'
+ * largest values in the tests). And a param whose exact gradient is 0 (a bias before batch
+ * norm) moves under Adam by the sign of its rounding alone: give such a layer no bias. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -13,7 +13,10 @@
  *
  * The library prints nothing: each step's result goes to a callback, and the summary to the
  * caller's struct. BROADCAST training is refused: every replica sees the whole global batch,
- * so the sharded run trains on R copies of each example and is not the unsharded run. */
+ * so the sharded run trains on R copies of each example and is not the unsharded run.
+ *
+ * The bound assumes a model whose forward pass computes each example on its own; batch norm
+ * does not (host/shard/equivalence.c says what to expect of it). */
 #ifndef TPUSIM_EQUIVALENCE_H
 #define TPUSIM_EQUIVALENCE_H
 
