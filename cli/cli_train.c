@@ -169,6 +169,7 @@ struct run {
     struct tpu_model model;
     struct tpu_int8_mlp *q; /* --int8: the quantized checkpoint */
     struct progress prog;
+    struct step_shares shares; /* --step-shares */
 };
 
 /* --backend rtl: an RTL array for every MXU of the device, and --vcd on core 0's first. */
@@ -319,6 +320,7 @@ static int setup(struct run *r, bool need_train_data)
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace[0] != '\0';
+    s.op_stats = r->o.step_shares;
     if (r->o.int8 && (rc = setup_int8(r)))
         return rc;
     if (r->o.rtl && (rc = setup_rtl(r, &s)))
@@ -349,8 +351,12 @@ static int setup(struct run *r, bool need_train_data)
     }
     r->prog.o = &r->o;
     r->prog.wall0 = tpu__cli_now_s();
-    struct tpu_hook hook = {.ctx = &r->prog, .after_loop = after_loop};
-    if (tpu_estimator_create(r->dev, &cfg, &r->model, &hook, 1, &r->est, &d))
+    r->shares.dev = r->dev;
+    const struct tpu_hook hooks[2] = {
+        {.ctx = &r->prog, .after_loop = after_loop},
+        {.ctx = &r->shares, .after_loop = tpu__cli_step_shares_after_loop}};
+    if (tpu_estimator_create(r->dev, &cfg, &r->model, hooks, r->o.step_shares ? 2 : 1, &r->est,
+                             &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
     sigint_install(r->est);
     return 0;
@@ -363,6 +369,7 @@ static void teardown(struct run *r)
     tpu_int8_mlp_destroy(&r->q);
     tpu_net_destroy(&r->net); /* after the estimator, whose model points into it */
     tpu_device_close(&r->dev);
+    tpu__cli_step_shares_free(&r->shares);
 #ifdef TPUSIM_HAVE_RTL
     tpu_mxu_rtl_provider_destroy(&r->rtl); /* after the device that used it */
 #endif
@@ -510,6 +517,13 @@ static void print_train_json(const struct run *r, const struct train_result *t)
     if (o->reference)
         printf(", \"reference_test_accuracy\": %.6f, \"reference_wall_seconds\": %.3f",
                t->ref.test_accuracy, t->ref_wall);
+    if (o->step_shares && r->shares.measured)
+        printf(", \"steady_step_time_s\": %.9g, \"all_reduce_share\": %.6f, \"halo_share\": "
+               "%.6f", r->shares.device_s / (double)r->shares.steps,
+               r->shares.all_reduce_share, r->shares.halo_share);
+    else if (o->step_shares)
+        printf(", \"steady_step_time_s\": null, \"all_reduce_share\": null, \"halo_share\": "
+               "null");
     printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
     if (o->rtl) {
         uint32_t units;
@@ -564,6 +578,13 @@ static void print_train_text(const struct run *r, const struct train_result *t)
         printf("  infeed stall       %.1f %% of device time;  host overhead %.1f %% of time\n",
                100 * t->last.pass_infeed_stall_share, 100 * t->last.pass_host_overhead_share);
     }
+    if (o->step_shares && r->shares.measured)
+        printf("  step shares        %.1f us a step after the first loop: all-reduce %.1f %%, "
+               "halo exchange %.1f %%\n", 1e6 * r->shares.device_s / (double)r->shares.steps,
+               100 * r->shares.all_reduce_share, 100 * r->shares.halo_share);
+    else if (o->step_shares)
+        printf("  step shares        none: one training loop ran (give --steps above "
+               "--iterations-per-loop)\n");
     printf("  simulation         %.1f s of wall time for training\n", t->train_wall);
     if (o->rtl) {
         uint32_t units;

@@ -47,6 +47,7 @@ struct train_opts {
     uint64_t limit;
     uint64_t check_equivalence; /* --check-equivalence N: steps to compare (0: no check) */
     bool equivalence_free_running; /* --equivalence-free-running */
+    bool step_shares;           /* --step-shares */
     unsigned config_depth;   /* inside --config's file: 1 */
     bool length_from_config; /* --steps, --max-steps or --epochs came from the file */
     bool model_from_config;  /* --config's file named the --model file */
@@ -94,6 +95,25 @@ void tpu__cli_train_describe(const struct train_opts *o, const struct tpu_net *n
  * (warm-up 100 steps, decay over 1000)". (cli_train_net.c) */
 void tpu__cli_train_optimizer_text(const struct train_opts *o, bool net, char *buf,
                                    size_t size);
+
+/* --step-shares: the training steps after the first loop, from the device's per-op
+ * statistics (cli_step_shares.c): their simulated device time and the shares of the cores'
+ * time taken by all-reduce and by halo exchange. */
+struct step_shares {
+    struct tpu_device *dev;         /* set once the device is open */
+    struct tpu_op_stats *first;     /* [cores][ops] after the first training loop */
+    struct tpu_op_stats *now;       /* [cores][ops] after the latest */
+    size_t n_ops;
+    uint32_t n_cores;
+    bool measured;                  /* a loop after the first ran */
+    uint64_t steps;                 /* steps after the first loop */
+    double device_s;                /* their simulated device time */
+    double all_reduce_share, halo_share;
+};
+/* The estimator's after_loop hook (ctx: the struct step_shares). */
+int tpu__cli_step_shares_after_loop(void *ctx, const struct tpu_loop_info *li,
+                                    struct tpu_diag *d);
+void tpu__cli_step_shares_free(struct step_shares *s);
 
 /* train --check-equivalence N: the sharded run against one core, a table or --json; the
  * exit code (1 when a step is outside the bound). (cli_equivalence.c) */

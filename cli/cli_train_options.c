@@ -268,6 +268,11 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "only the first N test examples"},
     {.name = "--output", .kind = TPU__CLI_TEXT, T(output), PATH, .scope = CMD_PREDICT,
      .scope_why = "only predict writes logits", .arg = "FILE.npy", .help = "write the logits"},
+    {.name = "--step-shares", .kind = TPU__CLI_FLAG, T(step_shares), .scope = CMD_TRAIN,
+     .scope_why = "it measures training steps",
+     .help = "report the steady step time and the shares of it\n"
+             "taken by all-reduce and halo exchange (the steps\n"
+             "after the first loop; per-op statistics)"},
     {.name = "--check-equivalence", .kind = TPU__CLI_U64, T(check_equivalence), .min = 1,
      .max = 100000, .scope = CMD_TRAIN, .scope_why = "it trains the model twice", .arg = "N",
      .help = "train N steps sharded as configured and on one core\n"

@@ -3,7 +3,8 @@
 on 1, 2, 4 and 8 cores equals one core on the global batch for the MLP and the CNN
 (configs/models/cnn.json: convolutions, max pool, dropout); the table and --json; exit status 1
 when the sharded run is another model (per-replica batch norm), and every option that does not
-go with the check refused with its reason.
+go with the check refused with its reason. Also `tpusim train --step-shares`, which the scaling
+figure (benchmarks/scaling.py) reads.
 
 The bounds are the library's (host/shard/equivalence.c): the loss of a step from the same
 params within 2 gamma(G + 1) (a theorem: a sum of non-negative terms in two orders), the
@@ -177,6 +178,25 @@ def per_replica_batch_norm_is_another_model_and_exits_1():
         assert per['max_param_rel'] > 0.05, per
         assert cross['max_param_rel'] < min(2.0 ** -10, per['max_param_rel'] / 1000), (cross, per)
         assert cross['max_loss_rel'] < 1e-5 and per['max_loss_rel'] > 0.01, (cross, per)
+
+
+@case
+def step_shares_measure_the_all_reduce_of_the_steps_after_the_first():
+    args = ['train', '--chip', 'tiny', '--layers', '32', '--train-batch-size', '16',
+            '--timing-only', '--no-eval', '--verbose', '0', '--step-shares', '--steps', '3',
+            '--iterations-per-loop', '1']
+    j = json.loads(run(*args, '--chips', '2', '--json').stdout)
+    assert 0 < j['all_reduce_share'] < 1 and j['halo_share'] == 0, j
+    assert 0 < j['steady_step_time_s'] <= j['step_time_s'], j
+    with tempfile.TemporaryDirectory() as d:
+        j = json.loads(run(*args, '--chip', one_core_chip(d), '--json').stdout)
+        assert j['replicas'] == 1 and j['all_reduce_share'] == 0, j
+    p = run(*args)
+    line = [x for x in p.stdout.splitlines() if x.startswith('  step shares')]
+    assert len(line) == 1 and 'us a step after the first loop: all-reduce' in line[0], p.stdout
+    # one loop: no step after the first to measure
+    j = json.loads(run(*args[:-4], '--steps', '2', '--json').stdout)
+    assert j['all_reduce_share'] is None and j['steady_step_time_s'] is None, j
 
 
 @case

@@ -297,6 +297,10 @@ int tpu_device_op_stats(const struct tpu_device *dev, uint32_t core, struct tpu_
  * TPU_EINVAL when no program is loaded. */
 int tpu_device_memory(const struct tpu_device *dev, struct tpu_program_memory *out);
 
+/* The loaded program (the device's own copy: op i of it is op i of tpu_device_op_stats), or
+ * NULL when none is loaded. Borrowed: valid until the next load or close. */
+const struct tpu_program *tpu_device_program(const struct tpu_device *dev);
+
 /* Adds an event of the host's own to the timeline (a loop phase: "hooks", "launch"). */
 int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t start_cycle,
                           uint64_t end_cycle);

@@ -274,6 +274,11 @@ int tpu_device_memory(const struct tpu_device *dev, struct tpu_program_memory *o
     return 0;
 }
 
+const struct tpu_program *tpu_device_program(const struct tpu_device *dev)
+{
+    return dev->prog;
+}
+
 /* ---- host access ------------------------------------------------------------------------ */
 
 static int check_buffer_access(const struct tpu_device *dev, uint32_t core, uint32_t buf,
