@@ -48,9 +48,16 @@ static int check_config(const struct tpu_run_config *c, const struct tpu_device 
     if (c->initial_infeed_sleep_secs < 0 || c->initial_infeed_sleep_secs > 3600)
         return tpu__fail(d, TPU_EINVAL, "initial_infeed_sleep_secs %g must be from 0 to 3600",
                          c->initial_infeed_sleep_secs);
-    if (c->num_hosts != 1)
-        return tpu__fail(d, TPU_EUNSUPPORTED, "num_hosts %u: one process simulates one host; "
-                         "run several hosts as several processes", c->num_hosts);
+    const uint32_t chips = cores / tpu_device_chip(dev)->cores_per_chip;
+    if (c->num_hosts < 1 || c->num_hosts > chips || chips % c->num_hosts)
+        return tpu__fail(d, TPU_EINVAL, "num_hosts %u does not divide the device's %u chips "
+                         "evenly (every host drives the same number of chips); give a divisor "
+                         "of %u, or open the device with num_hosts x chips per host chips",
+                         c->num_hosts, chips, chips);
+    if (c->n_input_partition_dims > 2)
+        return tpu__fail(d, TPU_EINVAL, "input_partition_dims has %u entries; it takes 1 "
+                         "(the features) or 2 (the features, then the labels)",
+                         c->n_input_partition_dims);
     if (c->save_checkpoints_steps && !c->model_dir[0])
         return tpu__fail(d, TPU_EINVAL, "save_checkpoints_steps %llu needs a model_dir to write "
                          "checkpoints to", (unsigned long long)c->save_checkpoints_steps);
@@ -100,6 +107,27 @@ int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cf
         }
         memcpy(e->hooks, hooks, n_hooks * sizeof *hooks);
         e->n_hooks = n_hooks;
+    }
+    e->hosts = cfg->num_hosts;
+    e->chips_per_host = e->n_cores / tpu_device_chip(dev)->cores_per_chip / e->hosts;
+    /* the rules that do not depend on a batch size, now (each mode's batch is checked when
+     * the mode runs): the plan of training with a global batch every mode's batch rules
+     * accept */
+    struct tpu__pass_probe {
+        struct tpu_shard_spec s;
+        struct tpu_shard_plan plan;
+    } probe;
+    rc = tpu__runtime_shard_spec(e, TPU_MODE_TRAIN, &probe.s, d);
+    if (!rc) {
+        probe.s.global_batch = e->n_replicas * e->hosts;
+        memset(&probe.plan, 0, sizeof probe.plan);
+        rc = tpu__runtime_plan_make(e, &probe.s, &probe.plan, d);
+        tpu__runtime_plan_free(&probe.plan);
+    }
+    if (rc) {
+        free(e->hooks);
+        free(e);
+        return rc;
     }
     e->wall_start = tpu__runtime_wall_s();
     *out = e;
@@ -155,8 +183,11 @@ int tpu_estimator_check_mode(const struct tpu_estimator *e, enum tpu_mode mode,
                          "device does not compute; open the device without timing_only",
                          mode_word[mode], mode == TPU_MODE_EVAL ? "loss and accuracy"
                                                                 : "the model's outputs");
-    uint32_t pr, calls, per_call;
-    return tpu_per_replica_batch(&e->cfg, mode, e->n_replicas, &pr, &calls, &per_call, d);
+    struct tpu_shard_spec s;
+    struct tpu_shard_plan plan;
+    int rc = tpu__runtime_plan(e, mode, &s, &plan, d);
+    tpu__runtime_plan_free(&plan);
+    return rc;
 }
 
 /* A stop was requested: TPU_ECANCELED with a sentence, before any work of a call. */
@@ -389,7 +420,8 @@ static uint64_t program_core_bytes(const struct tpu_program *p)
  * structures: those already reduce what is available). A timing-only device holds no values:
  * only its host copies count. */
 static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_program *mp,
-                             uint32_t per_call, struct tpu_diag *d)
+                             const struct tpu_shard_spec *spec, uint32_t per_call,
+                             struct tpu_diag *d)
 {
     const struct tpu_chip_config *chip = tpu_device_chip(e->dev);
     uint64_t core_bytes = program_core_bytes(mp->prog), params = 0, batch = 0;
@@ -397,7 +429,14 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
     for (uint32_t t = 0; t < mp->n_infeed; t++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
         in_step += tpu_buffer_bytes(b);
-        batch += (uint64_t)per_call * b->cols * tpu_dtype_bytes(b->dtype);
+        /* the call's tensors are whole (a partitioned one is cut as it is queued) */
+        uint64_t row = (uint64_t)b->cols * tpu_dtype_bytes(b->dtype);
+        if (t < spec->n_tensors) {
+            row = tpu_dtype_bytes(b->dtype);
+            for (uint32_t i = 0; i < spec->tensors[t].rank; i++)
+                row *= spec->tensors[t].shape[i];
+        }
+        batch += (uint64_t)per_call * row * e->hosts; /* a batch per host's thread */
     }
     for (uint32_t t = 0; t < mp->n_outfeed; t++)
         out_step += tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[t]));
@@ -432,9 +471,12 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
 /* Loads the program of `mode` (if another is loaded) and puts the params on the device. */
 static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_diag *d)
 {
-    uint32_t per_replica, calls, per_call;
-    int rc = tpu_per_replica_batch(&e->cfg, mode, e->n_replicas, &per_replica, &calls,
-                                   &per_call, d);
+    struct tpu_shard_spec spec;
+    struct tpu_shard_plan plan;
+    int rc = tpu__runtime_plan(e, mode, &spec, &plan, d);
+    const uint32_t per_replica = plan.per_replica_batch, global = spec.global_batch;
+    const uint32_t per_call = plan.n_calls ? plan.calls[0].batch : 0;
+    tpu__runtime_plan_free(&plan);
     if (rc)
         return rc;
     if (e->loaded && e->mode == mode && e->batch_per_replica == per_replica)
@@ -442,14 +484,13 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     e->mode_loading = mode;
     if ((rc = params_from_device(e, d)))
         return rc;
-    const uint32_t global = per_replica * e->n_replicas;
     struct tpu_model_program mp;
     memset(&mp, 0, sizeof mp);
     rc = e->model.build(e->model.ctx, mode, per_replica, global, &mp, d);
     if (rc)
         return rc;
     if ((rc = tpu_program_verify(mp.prog, tpu_device_chip(e->dev), d)) ||
-        (rc = check_host_memory(e, &mp, per_call, d)) ||
+        (rc = check_host_memory(e, &mp, &spec, per_call, d)) ||
         (rc = tpu_device_load(e->dev, mp.prog, d))) {
         tpu_program_destroy(&mp.prog);
         return rc;
@@ -490,13 +531,10 @@ static int begin_pass(struct tpu_estimator *e, struct tpu__pass *p, const struct
                       enum tpu_mode mode, uint64_t steps, uint64_t start_step,
                       struct tpu_diag *d)
 {
-    tpu__pass_init(p, e, input, mode);
+    int rc = tpu__pass_init(p, e, input, mode, d);
     p->steps = steps;
-    tpu_per_replica_batch(&e->cfg, mode, e->n_replicas, &p->per_replica, &p->calls,
-                          &p->per_call, NULL);
-    int rc = 0;
-    if (input->start)
-        rc = input->start(input->ctx, mode, start_step, p->per_replica * e->n_replicas, d);
+    if (!rc && input->start)
+        rc = input->start(input->ctx, mode, start_step, p->global_batch, d);
     if (rc)
         tpu__pass_free(p);
     return rc;
