@@ -484,8 +484,10 @@ static void test_host_phases_on_the_timeline(void **state)
                            (uint64_t)llround(li->total_seconds * hz), kinds);
     assert_string_equal(kinds, "LHLHCLHLHC");
 
-    /* evaluation adds its own launches and hooks and one input batch per step: 200 examples
-     * in batches of 16 are 13 steps (the last padded), run in loops of 3, 3, 3, 3, 1 */
+    /* evaluation adds its own launches and hooks and its input batches: 200 examples in
+     * batches of 16 are 13 steps (the last padded), run in loops of 3, 3, 3, 3, 1; under
+     * PER_HOST_V2 evaluation too calls the input function once per replica (TPUEstimator's
+     * rule: eval_training_input_configuration only matters for PER_HOST_V1), 2 per step */
     struct tpu_eval_result r;
     struct tpu_diag d = {0};
     if (tpu_estimator_evaluate(e->est, &e->in.input, 0, &r, &d))
@@ -496,7 +498,7 @@ static void test_host_phases_on_the_timeline(void **state)
     assert_int_equal(h.hooks, 4 + 5);
     assert_int_equal(h.checkpoint, 2);
     assert_int_equal(h.train_input, 20);
-    assert_int_equal(h.eval_input, 13);
+    assert_int_equal(h.eval_input, 13 * 2);
     assert_int_equal(h.other, 0);
     env_free(e);
     remove_dir(dir);

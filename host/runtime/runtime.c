@@ -121,8 +121,8 @@ int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cf
     if (!rc) {
         probe.s.global_batch = e->n_replicas * e->hosts;
         memset(&probe.plan, 0, sizeof probe.plan);
-        rc = tpu__runtime_plan_make(e, &probe.s, &probe.plan, d);
-        tpu__runtime_plan_free(&probe.plan);
+        rc = tpu_shard_plan_make(&probe.s, &probe.plan, d);
+        tpu_shard_plan_free(&probe.plan);
     }
     if (rc) {
         free(e->hooks);
@@ -186,7 +186,7 @@ int tpu_estimator_check_mode(const struct tpu_estimator *e, enum tpu_mode mode,
     struct tpu_shard_spec s;
     struct tpu_shard_plan plan;
     int rc = tpu__runtime_plan(e, mode, &s, &plan, d);
-    tpu__runtime_plan_free(&plan);
+    tpu_shard_plan_free(&plan);
     return rc;
 }
 
@@ -476,7 +476,7 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     int rc = tpu__runtime_plan(e, mode, &spec, &plan, d);
     const uint32_t per_replica = plan.per_replica_batch, global = spec.global_batch;
     const uint32_t per_call = plan.n_calls ? plan.calls[0].batch : 0;
-    tpu__runtime_plan_free(&plan);
+    tpu_shard_plan_free(&plan);
     if (rc)
         return rc;
     if (e->loaded && e->mode == mode && e->batch_per_replica == per_replica)

@@ -474,6 +474,7 @@ void *tpu__pass_outfeed_thread(void *arg)
         return NULL;
     }
     const uint32_t cpr = e->n_cores / e->n_replicas;
+    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
     for (uint64_t s = 0; s < p->steps; s++) {
         /* Every core of a replica runs the replica's program and outfeeds; the first core's
          * tensors are the replica's, the others' are drained and dropped (a queue nobody
@@ -489,7 +490,9 @@ void *tpu__pass_outfeed_thread(void *arg)
                         tpu__pass_fail(p, rc, &d);
                     goto out;
                 }
-                if (c % cpr != 0)
+                /* a broadcast input gives every replica the same examples: evaluation and
+                 * prediction count replica 0's, so that each example counts once */
+                if (c % cpr != 0 || (broadcast && rep != 0))
                     continue;
                 if (p->mode == TPU_MODE_TRAIN && rep == 0) {
                     if (outfeed_train_step(p, s, buf, &d))

@@ -197,14 +197,6 @@ int tpu__runtime_shard_spec(const struct tpu_estimator *e, enum tpu_mode mode,
  * tpu_shard_plan_free. */
 int tpu__runtime_plan(const struct tpu_estimator *e, enum tpu_mode mode,
                       struct tpu_shard_spec *s, struct tpu_shard_plan *plan, struct tpu_diag *d);
-/* The plan of a spec (tpu_shard_plan_make) and its release (tpu_shard_plan_free; accepts a
- * zeroed plan). */
-int tpu__runtime_plan_make(const struct tpu_estimator *e, const struct tpu_shard_spec *s,
-                           struct tpu_shard_plan *plan, struct tpu_diag *d);
-void tpu__runtime_plan_free(struct tpu_shard_plan *plan);
-int tpu__runtime_slice_of(const struct tpu_shard_spec *s, const struct tpu_shard_plan *p,
-                          uint32_t tensor, uint32_t lcore, struct tpu_shard_slice *out,
-                          struct tpu_diag *d);
 /* The bytes of one row of infeed tensor t as the input function fills it: the tensor's
  * size per example (from the spec's shape when the model describes it, else the program's
  * infeed buffer's columns) times its element size. */

@@ -588,7 +588,7 @@ static int pass_slices(struct tpu__pass *p, struct tpu_diag *d)
                 sl->whole = true;
                 continue;
             }
-            int rc = tpu__runtime_slice_of(&p->spec, &p->plan, t, k, &sl->s, d);
+            int rc = tpu_shard_slice_of(&p->spec, &p->plan, t, k, &sl->s, d);
             if (rc)
                 return rc;
             sl->full[0] = p->per_replica;
@@ -670,5 +670,5 @@ void tpu__pass_free(struct tpu__pass *p)
     for (uint32_t i = 0; p->feeders && i < p->n_feeders; i++)
         free(p->feeders[i].calls);
     free(p->feeders);
-    tpu__runtime_plan_free(&p->plan);
+    tpu_shard_plan_free(&p->plan);
 }

@@ -63,47 +63,6 @@ int tpu__runtime_shard_spec(const struct tpu_estimator *e, enum tpu_mode mode,
     return 0;
 }
 
-/* INTERIM until shard/'s tpu_shard_plan_make lands: the calls from the batch arithmetic. */
-#include <stdlib.h>
-#include "shard/shard_int.h"
-static int interim_plan_make(const struct tpu_estimator *e, const struct tpu_shard_spec *s,
-                             struct tpu_shard_plan *p, struct tpu_diag *d)
-{
-    uint32_t per_replica, calls, per_call;
-    struct tpu_run_config cf = e->cfg;
-    cf.train_batch_size = cf.eval_batch_size = cf.predict_batch_size = s->global_batch;
-    int rc = tpu_per_replica_batch(&cf, s->mode, e->n_replicas, &per_replica, &calls,
-                                   &per_call, d);
-    if (rc)
-        return rc;
-    if (s->mode == TPU_MODE_TRAIN && e->cfg.per_host_input_for_training == TPU_BROADCAST)
-        per_replica = s->global_batch, per_call = s->global_batch;
-    p->n_cores = e->n_cores;
-    p->n_replicas = e->n_replicas;
-    p->cores_per_replica = e->n_cores / e->n_replicas;
-    p->cores_per_host = e->n_cores / e->hosts;
-    p->hosts = e->hosts;
-    p->per_replica_batch = per_replica;
-    p->n_calls = calls;
-    p->calls = calloc(calls, sizeof *p->calls);
-    if (!p->calls)
-        return tpu__fail(d, TPU_ENOMEM, "out of memory");
-    for (uint32_t c = 0; c < calls; c++) {
-        struct tpu__shard_call sc;
-        tpu__shard_call_plan(&e->cfg, s->mode, e->n_replicas, calls, per_call, per_replica, c,
-                             &sc);
-        struct tpu_shard_call *o = &p->calls[c];
-        o->first_replica = sc.first_replica;
-        o->n_replicas = sc.n_replicas;
-        o->rows_each = sc.rows_each;
-        o->broadcast = sc.broadcast;
-        o->batch = per_call;
-        o->shard = sc.broadcast ? 0 : c;
-        o->host = sc.first_replica * p->cores_per_replica / p->cores_per_host;
-    }
-    return 0;
-}
-
 int tpu__runtime_plan(const struct tpu_estimator *e, enum tpu_mode mode,
                       struct tpu_shard_spec *s, struct tpu_shard_plan *plan, struct tpu_diag *d)
 {
@@ -111,19 +70,7 @@ int tpu__runtime_plan(const struct tpu_estimator *e, enum tpu_mode mode,
     int rc = tpu__runtime_shard_spec(e, mode, s, d);
     if (rc)
         return rc;
-    return tpu__runtime_plan_make(e, s, plan, d);
-}
-
-int tpu__runtime_plan_make(const struct tpu_estimator *e, const struct tpu_shard_spec *s,
-                           struct tpu_shard_plan *plan, struct tpu_diag *d)
-{
-    return interim_plan_make(e, s, plan, d);
-}
-
-void tpu__runtime_plan_free(struct tpu_shard_plan *plan)
-{
-    free(plan->calls);
-    plan->calls = NULL;
+    return tpu_shard_plan_make(s, plan, d);
 }
 
 size_t tpu__runtime_row_bytes(const struct tpu_estimator *e, const struct tpu_shard_spec *s,
@@ -137,12 +84,4 @@ size_t tpu__runtime_row_bytes(const struct tpu_estimator *e, const struct tpu_sh
     for (uint32_t i = 0; i < s->tensors[t].rank; i++)
         n *= (size_t)s->tensors[t].shape[i];
     return n * esize;
-}
-
-int tpu__runtime_slice_of(const struct tpu_shard_spec *s, const struct tpu_shard_plan *p,
-                          uint32_t tensor, uint32_t lcore, struct tpu_shard_slice *out,
-                          struct tpu_diag *d)
-{
-    (void)s; (void)p; (void)tensor; (void)lcore; (void)out;
-    return tpu__fail(d, TPU_EUNSUPPORTED, "INTERIM: no slices yet");
 }
