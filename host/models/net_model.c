@@ -31,12 +31,11 @@ bool tpu__net_trainable(int k)
     return k < TPU__P_MM;
 }
 
-static int model_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                       uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
+static int model_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
+                       struct tpu_model_program *out, struct tpu_diag *d)
 {
     const struct tpu__net_binding *bd = ctx;
-    return tpu_net_build(bd->net, bd->spec, mode, batch_per_replica, global_batch, out, NULL,
-                         d);
+    return tpu_net_build(bd->net, bd->spec, mode, shape, out, NULL, d);
 }
 
 /* The infeed tensors as the input function fills them (net.h's infeed order): x [h, w, c]

@@ -137,9 +137,29 @@ enum tpu_mode { TPU_MODE_TRAIN = 0, TPU_MODE_EVAL, TPU_MODE_PREDICT };
 /* A model lowered to device programs. The program of each mode must declare variables
  * "iterations" (its loop's count) and "step" (the global step, advanced by training), infeed
  * the tensors in `infeed` order each step, and outfeed the tensors in `outfeed` order each
- * step (train: a [1][1] loss scaled by 1/global batch; eval: a [1][1] loss sum and [1][2]
- * counts (correct, real examples); predict: [batch][classes] outputs). */
+ * step (train: a [1][1] loss scaled by 1 / (B * R), struct tpu_build_shape; eval: a [1][1]
+ * loss sum and [1][2] counts (correct, real examples); predict: [batch][classes] outputs).
+ * The program is one core's: every core of the device runs it, a replica's cores with the
+ * logical index k = core % cores_per_replica. */
 #define TPU_MODEL_MAX_PARAMS 4096
+
+/* What a model's program is built for. The training loss is scaled by 1 / (B * R): that is
+ * 1 / global batch, except in BROADCAST, where every replica sees the whole global batch (B
+ * = global) and the sum all-reduce of the gradients over the R replicas must still give the
+ * mean loss's gradient. */
+struct tpu_build_shape {
+    uint32_t batch_per_replica;  /* B: rows each replica computes on per step */
+    uint32_t global_batch;       /* the global batch (BROADCAST: B = global) */
+    uint32_t n_replicas;         /* R */
+    uint32_t cores_per_replica;  /* P */
+    uint32_t n_dims;             /* entries of dims: 0, 1 (features) or 2 (features, labels) */
+    struct tpu_partition_dims dims[2]; /* input_partition_dims: dims[0] the features (x),
+                                          dims[1] the labels (labels, or an mse model's
+                                          targets and mask) */
+};
+
+/* How a param is cut over the cores of a replica (model parallelism). */
+enum tpu_param_split { TPU_SPLIT_NONE = 0, TPU_SPLIT_ROWS = 1, TPU_SPLIT_COLS = 2 };
 
 struct tpu_model_program {
     struct tpu_program *prog;       /* owned by the runtime after build returns */
@@ -147,6 +167,16 @@ struct tpu_model_program {
     uint32_t n_infeed, infeed[4];
     uint32_t n_outfeed, outfeed[4];
     uint32_t n_params, params[TPU_MODEL_MAX_PARAMS]; /* checkpointed state, in a fixed order */
+    /* Per param (parallel to params[]): how it is cut over a replica's cores, and the full
+     * size of the cut dimension. A split param's device buffer on logical core k holds rows
+     * (TPU_SPLIT_ROWS) or columns (TPU_SPLIT_COLS) [k*c, k*c + c) of the full param, c =
+     * ceil(full / P), zero past the end; the buffer's other dimension is the full one. The
+     * runtime keeps the full param on the host (init_param gets the full shape, checkpoints
+     * store it, so a checkpoint does not depend on the sharding), writes each core its slice
+     * and reads replica 0's cores back into the full param. TPU_SPLIT_NONE (0, what a zeroed
+     * program has): every core holds the whole param. */
+    uint8_t param_split[TPU_MODEL_MAX_PARAMS];
+    uint32_t param_full[TPU_MODEL_MAX_PARAMS];
     bool no_accuracy;                /* eval's counts hold no correct answers (a regression
                                         loss): the accuracy is NaN */
 };
@@ -161,10 +191,10 @@ struct tpu_infeed_shape {
 
 struct tpu_model {
     void *ctx;
-    /* Builds the program for `mode` with the given per-replica and global batch. */
-    int (*build)(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                 uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d);
-    /* Fills a param's initial value ([rows][cols] f32). */
+    /* Builds the program for `mode` and `shape`, filling all of *out. */
+    int (*build)(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
+                 struct tpu_model_program *out, struct tpu_diag *d);
+    /* Fills a param's initial value ([rows][cols] f32, the full param). */
     void (*init_param)(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,
                        uint64_t seed);
     /* Optional (may be NULL): the infeed tensors of `mode` as the input function fills them,
