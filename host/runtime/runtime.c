@@ -111,15 +111,17 @@ int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cf
     e->hosts = cfg->num_hosts;
     e->chips_per_host = e->n_cores / tpu_device_chip(dev)->cores_per_chip / e->hosts;
     /* the rules that do not depend on a batch size, now (each mode's batch is checked when
-     * the mode runs): the plan of training with a global batch every mode's batch rules
-     * accept */
+     * the mode runs): the plan of training with its batch when that splits over the replicas
+     * and the hosts (so messages show the run's shapes), else with one that does */
     struct tpu__pass_probe {
         struct tpu_shard_spec s;
         struct tpu_shard_plan plan;
     } probe;
     rc = tpu__runtime_shard_spec(e, TPU_MODE_TRAIN, &probe.s, d);
     if (!rc) {
-        probe.s.global_batch = e->n_replicas * e->hosts;
+        const uint32_t g = cfg->train_batch_size, unit = e->n_replicas * e->hosts;
+        probe.s.global_batch = g && (g % unit == 0 || cfg->per_host_input_for_training ==
+                                                          TPU_BROADCAST) ? g : unit;
         memset(&probe.plan, 0, sizeof probe.plan);
         rc = tpu_shard_plan_make(&probe.s, &probe.plan, d);
         tpu_shard_plan_free(&probe.plan);
