@@ -190,8 +190,17 @@ static int prepare(struct train_opts *o, struct check *c, struct tpu_equivalence
         return rc;
     memset(s, 0, sizeof *s);
     tpu_device_default_settings(&s->device, chip);
-    if (o->chips)
-        s->device.n_chips = o->chips;
+    /* --hosts: each host drives --chips chips (default the chip's chips_per_host), as in
+     * cli_train.c's setup */
+    const uint64_t per_host = o->chips ? o->chips : chip->chips_per_host;
+    const uint64_t hosts = o->rc.num_hosts ? o->rc.num_hosts : 1;
+    if (per_host * hosts > 4096)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %llu x %llu chips per host is %llu "
+                              "chips; tpusim simulates at most 4096 in one process: use fewer "
+                              "--hosts or --chips", (unsigned long long)hosts,
+                              (unsigned long long)per_host,
+                              (unsigned long long)(per_host * hosts));
+    s->device.n_chips = (uint32_t)(per_host * hosts);
     s->device.cores_per_replica = o->rc.num_cores_per_replica;
     s->device.n_threads = o->threads;
     s->run = o->rc;

@@ -222,12 +222,14 @@ static void test_per_replica_batch_norm_is_caught(void **state)
 
 /* A sharding error: a model that scales the loss by the per-replica batch instead of the
  * global one (so the all-reduce sums R means: gradients R times too large). */
-static int bad_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                     uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
+static int bad_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
+                     struct tpu_model_program *out, struct tpu_diag *d)
 {
     const struct tpu_model *inner = ctx;
-    (void)global_batch;
-    return inner->build(inner->ctx, mode, batch_per_replica, batch_per_replica, out, d);
+    struct tpu_build_shape wrong = *shape;
+    wrong.global_batch = shape->batch_per_replica;
+    wrong.n_replicas = 1;
+    return inner->build(inner->ctx, mode, &wrong, out, d);
 }
 
 static void bad_init(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,

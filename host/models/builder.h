@@ -46,4 +46,11 @@ int tpu__b_start(struct tpu__builder *b, const char *name, uint32_t *var_iterati
  * owns it; on an error the program is freed and b->rc returned. */
 int tpu__b_finish(struct tpu__builder *b, uint32_t var_iterations, struct tpu_program **prog);
 
+/* For the MLP models (mlp.c, quantize.c): refuses input partition dims other than None (they
+ * run every core of a replica on the whole replica batch, as one replica per core does; the
+ * layer graph of tpu_net_model partitions). `model` names the model in the message. */
+struct tpu_build_shape;
+int tpu__mlp_check_shape(const struct tpu_build_shape *shape, const char *model,
+                         struct tpu_diag *d);
+
 #endif

@@ -424,15 +424,43 @@ void tpu_mlp_model_program(struct tpu_mlp_program *mp, int mode, struct tpu_mode
     memcpy(out->params, mp->params, mp->n_params * sizeof *mp->params);
 }
 
-static int mlp_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                     uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
+int tpu__mlp_check_shape(const struct tpu_build_shape *shape, const char *model,
+                         struct tpu_diag *d)
 {
+    if (shape->n_replicas < 1 || (uint64_t)shape->batch_per_replica * shape->n_replicas >
+                                     UINT32_MAX)
+        return tpu__fail(d, TPU_EINVAL, "the %s: %u replicas of %u examples; use at least one "
+                         "replica and fewer than 2^32 examples in all", model,
+                         shape->n_replicas, shape->batch_per_replica);
+    for (uint32_t t = 0; t < shape->n_dims && t < 2; t++)
+        if (shape->dims[t].rank) {
+            char text[96];
+            size_t n = 0;
+            for (uint32_t k = 0; k < shape->dims[t].rank && k < TPU_PARTITION_MAX_RANK; k++)
+                n += (size_t)snprintf(text + n, n < sizeof text ? sizeof text - n : 0, "%s%u",
+                                      k ? ", " : "", shape->dims[t].dims[k]);
+            return tpu__fail(d, TPU_EUNSUPPORTED, "the %s takes no input_partition_dims, but "
+                             "the %s have [%s]; give None for them (every core of a replica "
+                             "then gets the whole tensor), or train a layer graph (a model "
+                             "file, or --layers with --cores-per-replica > 1), whose lowering "
+                             "partitions", model, t ? "labels" : "features", text);
+        }
+    return 0;
+}
+
+static int mlp_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
+                     struct tpu_model_program *out, struct tpu_diag *d)
+{
+    int rc = tpu__mlp_check_shape(shape, "MLP model", d);
+    if (rc)
+        return rc;
     struct tpu_mlp_spec s = *(const struct tpu_mlp_spec *)ctx;
-    s.batch_per_replica = batch_per_replica;
-    s.global_batch = global_batch;
+    s.batch_per_replica = shape->batch_per_replica;
+    /* the loss's scale is 1 / (B * R) (runtime.h): the global batch except in BROADCAST */
+    s.global_batch = shape->batch_per_replica * shape->n_replicas;
     static const enum tpu_mlp_kind kinds[] = {TPU_MLP_TRAIN, TPU_MLP_EVAL, TPU_MLP_PREDICT};
     struct tpu_mlp_program mp;
-    int rc = tpu_mlp_build(&s, kinds[mode], &mp, d);
+    rc = tpu_mlp_build(&s, kinds[mode], &mp, d);
     if (rc)
         return rc;
     tpu_mlp_model_program(&mp, mode, out);

@@ -27,10 +27,10 @@
  *                and all hold the same moving statistics). Evaluation and
  *                prediction: y = (x - moving_mean) * rsqrt(moving_variance + eps) * gamma +
  *                beta.
- * Loss: softmax_xent (alpha 1/global batch) of the output [B][K] with the labels, or mse of
- * the output as [B][size] with the targets and the mask. Evaluation: the same with alpha 1
- * (a per-example sum) and classify_count (mse: count_rows, no accuracy). Prediction
- * outfeeds the output as [B][size].
+ * Loss: softmax_xent (alpha 1 / (B * R), R replicas: runtime.h's struct tpu_build_shape) of
+ * the output [B][K] with the labels, or mse of the output as [B][size] with the targets and
+ * the mask. Evaluation: the same with alpha 1 (a per-example sum) and classify_count (mse:
+ * count_rows, no accuracy). Prediction outfeeds the output as [B][size].
  *
  * Backward, layers in reverse order, each only if the loss depends on it and some param
  * lies at or before it (the input gets no gradient). A tensor read by several layers gets
@@ -47,7 +47,7 @@
  *                     = inv * gamma * (dy - d_beta / R - xhat * d_gamma / R), the sums over
  *                  rows (cross_replica: all_reduce mean of d_beta / R and d_gamma / R, the
  *                  global means; the param gradients are all-reduced later as sums)
- * Then each param gradient is all_reduce'd (sum: the 1/global batch in the loss makes it the
+ * Then each param gradient is all_reduce'd (sum: the 1 / (B * R) in the loss makes it the
  * gradient of the mean loss), `step` advances, and the optimizer updates each trainable param
  * (l2 on kernels only; AdamW decays every trainable param, as Keras's default). Batch norm's
  * moving statistics are params without an optimizer.
@@ -185,7 +185,7 @@ static uint32_t loss_and_tail(struct lower *s)
                                       : tpu__b_buf(&s->b, s->train ? "dpred" : "dloss",
                                                    TPU_F32, TPU_BUF_TEMP, s->B, size);
     struct tpu_op_attrs at = tpu__nl_attrs0();
-    at.alpha = s->train ? 1.0f / (float)s->G : 1.0f;
+    at.alpha = s->train ? 1.0f / (float)((uint64_t)s->B * s->R) : 1.0f;
     if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
         tpu__nl_op(s, TPU_OP_SOFTMAX_XENT, loss, dpred, pred, s->labels, &at);
     } else {
@@ -302,19 +302,32 @@ static void lower_step(struct lower *s)
 }
 
 static int check_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
-                       enum tpu_mode mode, uint32_t B, uint32_t G, struct tpu_diag *d)
+                       enum tpu_mode mode, const struct tpu_build_shape *sh, struct tpu_diag *d)
 {
-    if (!net || !spec)
-        return tpu__fail(d, TPU_EINVAL, "tpu_net_build needs a net and a training spec");
+    if (!net || !spec || !sh)
+        return tpu__fail(d, TPU_EINVAL, "tpu_net_build needs a net, a training spec and a "
+                         "build shape");
     int rc = tpu__net_check_ready(net, spec, d);
     if (rc)
         return rc;
     if (mode != TPU_MODE_TRAIN && mode != TPU_MODE_EVAL && mode != TPU_MODE_PREDICT)
         return tpu__fail(d, TPU_EINVAL, "mode %d is not train, eval or predict", (int)mode);
+    const uint32_t B = sh->batch_per_replica, G = sh->global_batch;
     if (B < 1 || G < B)
         return tpu__fail(d, TPU_EINVAL, "net '%s': batch_per_replica %u and global batch %u: "
                          "each replica needs at least one example and the global batch is at "
                          "least the per-replica one", net->name, B, G);
+    if (sh->n_replicas < 1 || (uint64_t)B * sh->n_replicas > UINT32_MAX)
+        return tpu__fail(d, TPU_EINVAL, "net '%s': %u replicas of %u examples; use at least one "
+                         "replica and fewer than 2^32 examples in all", net->name,
+                         sh->n_replicas, B);
+    if (sh->cores_per_replica < 1 || sh->cores_per_replica > 128 ||
+        (sh->cores_per_replica & (sh->cores_per_replica - 1)))
+        return tpu__fail(d, TPU_EINVAL, "net '%s': cores_per_replica %u must be a power of two "
+                         "from 1 to 128", net->name, sh->cores_per_replica);
+    if (sh->n_dims > 2)
+        return tpu__fail(d, TPU_EINVAL, "net '%s': %u input partition dims; give at most 2 "
+                         "(the features, then the labels)", net->name, sh->n_dims);
     uint64_t params = 0;
     for (uint32_t i = 0; i < net->n_layers; i++) {
         const struct tpu__net_layer *L = &net->layers[i];
@@ -339,12 +352,12 @@ static int check_build(const struct tpu_net *net, const struct tpu_train_spec *s
 }
 
 int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
-                  enum tpu_mode mode, uint32_t batch_per_replica, uint32_t global_batch,
+                  enum tpu_mode mode, const struct tpu_build_shape *shape,
                   struct tpu_model_program *out, uint32_t **op_layer, struct tpu_diag *d)
 {
     if (op_layer)
         *op_layer = NULL;
-    int rc = check_build(net, spec, mode, batch_per_replica, global_batch, d);
+    int rc = check_build(net, spec, mode, shape, d);
     if (rc)
         return rc;
     struct lower s;
@@ -356,8 +369,10 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     s.spec = spec;
     s.mode = mode;
     s.train = mode == TPU_MODE_TRAIN;
-    s.B = batch_per_replica;
-    s.G = global_batch;
+    s.B = shape->batch_per_replica;
+    s.G = shape->global_batch;
+    s.R = shape->n_replicas;
+    s.P = shape->cores_per_replica;
     s.labels = s.targets = s.mask = N;
     s.r = calloc(1, sizeof *s.r);
     s.lw = calloc(net->n_layers, sizeof *s.lw);

@@ -33,7 +33,8 @@ struct lower {
     const struct tpu_train_spec *spec;
     enum tpu_mode mode;
     bool train;
-    uint32_t B, G;
+    uint32_t B, G;        /* examples per replica, the global batch */
+    uint32_t R, P;        /* replicas, cores per replica */
     struct tpu_model_program *r;
     struct lw *lw;
     uint32_t labels, targets, mask; /* infeed besides x */

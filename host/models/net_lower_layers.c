@@ -225,7 +225,7 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
      * same moving statistics and they see the whole global batch. */
     const uint32_t stat[2] = {mean, var}, mv[2] = {w->p[TPU__P_MM], w->p[TPU__P_MV]};
     const char *what[2] = {"mean_part", "var_part"};
-    const bool replicas_mean = !l->cross_replica && s->G > s->B;
+    const bool replicas_mean = !l->cross_replica && s->R > 1;
     for (int k = 0; k < 2; k++) {
         uint32_t part = tpu__nl_tmp(s, i, what[k], 1, C);
         if (replicas_mean) {

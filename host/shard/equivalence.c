@@ -181,7 +181,10 @@ static int model_shape_of(const struct tpu_model *m, uint32_t global_batch,
 {
     struct tpu_model_program mp;
     memset(&mp, 0, sizeof mp);
-    int rc = m->build(m->ctx, TPU_MODE_TRAIN, global_batch, global_batch, &mp, d);
+    const struct tpu_build_shape one = {.batch_per_replica = global_batch,
+                                        .global_batch = global_batch, .n_replicas = 1,
+                                        .cores_per_replica = 1};
+    int rc = m->build(m->ctx, TPU_MODE_TRAIN, &one, &mp, d);
     if (rc)
         return rc;
     out->n_infeed = mp.n_infeed;

@@ -11,13 +11,27 @@
  * tensor each logical core of a replica receives. The runtime feeds the device from it and
  * `tpusim shard` prints it; both take its errors, which name the value, the rule and the fix.
  *
- * Input functions by mode (TPUEstimator's):
- *   PER_SHARD_V1   once per replica (train only), batch = global / replicas
+ * Input functions per step (TPUEstimator's _InputPipeline; the mode's input is
+ * per_host_input_for_training, except that evaluation and prediction with
+ * eval_training_input_configuration SLICED are SLICED, and PER_SHARD_V1 is per core in
+ * training only):
+ *   PER_SHARD_V1   training: once per replica (= core), on its host, batch = global / replicas
  *   PER_HOST_V1    once per host, batch = global / hosts, split over the host's replicas
- *   PER_HOST_V2    once per replica, on the replica's host, batch = global / replicas
- *   BROADCAST      once, on host 0, batch = global; every replica receives all of it
- *   eval/predict   PER_HOST_V1: once per host, split; SLICED (eval): once on host 0 with
- *                  the global batch, sliced over the replicas
+ *                  (evaluation and prediction with PER_SHARD_V1 too)
+ *   PER_HOST_V2    once per replica, on the host of its logical core 0, batch = global /
+ *                  replicas (every mode; the only mode with input_partition_dims)
+ *   BROADCAST      once, on host 0, batch = global; every replica receives all of it (every
+ *                  mode: TPUEstimator's model_fn batch is then the global batch)
+ *   SLICED         evaluation, prediction: once on host 0 with the global batch, sliced over
+ *                  the replicas
+ * The rules (plan.c has the list with where each comes from): num_cores_per_replica 1, 2,
+ * 4, ... 128 and at most the cores; num_shards, if set, cores / num_cores_per_replica; a
+ * replica within one host's cores outside PER_HOST_V2; no PER_SHARD_V1 with model
+ * parallelism; the batch divides by the replicas except under BROADCAST; evaluation on
+ * several hosts needs BROADCAST, SLICED or PER_HOST_V2, prediction BROADCAST, SLICED or
+ * PER_HOST_V2 with one replica; input_partition_dims only with PER_HOST_V2 and
+ * num_cores_per_replica > 1, not with SLICED, each product 1 or num_cores_per_replica and,
+ * when not 1, the rank of the tensor.
  * Tensor slices (input_partition_dims, PER_HOST_V2 only): see struct tpu_partition_dims in
  * runtime.h. Along a dimension of size n cut into p parts, when p divides n every part has
  * n / p; otherwise parts of ceil(n / p) come first, then one part of what is left, then
@@ -52,7 +66,7 @@ struct tpu_shard_tensor {
 
 struct tpu_shard_spec {
     uint32_t hosts, chips_per_host, cores_per_chip;
-    uint32_t num_cores_per_replica;           /* 1, 2, 4, ... 128 */
+    uint32_t num_cores_per_replica;           /* 1, 2, 4, ... 128; 0: unset (one) */
     uint32_t num_shards;                      /* replicas; 0: cores / num_cores_per_replica */
     enum tpu_input_mode train_input;          /* per_host_input_for_training */
     enum tpu_eval_input eval_input;           /* eval_training_input_configuration */
