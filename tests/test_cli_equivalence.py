@@ -99,6 +99,16 @@ def cnn_data_parallel_on_1_2_4_8_cores_equals_one_core():
 
 
 @case
+def hosts_and_every_comparable_input_mode_equal_one_core():
+    # 2 hosts x 2 chips of tiny: 8 replicas, each host's input_fn calls on its own thread
+    for mode in ('PER_HOST_V2', 'PER_HOST_V1', 'PER_SHARD_V1'):
+        j = check(*MLP, '--hosts', '2', '--chips', '2', '--per-host-input-for-training', mode,
+                  '--check-equivalence', '2')
+        assert j['hosts'] == 2, j
+        assert_within(j, 8, 2)
+
+
+@case
 def the_table_names_the_bound_each_step_and_the_verdict():
     p = run('train', *MLP, '--chips', '2', '--check-equivalence', '2')
     lines = p.stdout.splitlines()

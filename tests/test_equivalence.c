@@ -388,6 +388,67 @@ static void test_free_running(void **state)
     fixture_free(&f);
 }
 
+/* The bounds by configuration, exactly. */
+static void test_bounds(void **state)
+{
+    (void)state;
+    struct tpu_equivalence_bound b;
+    const double u = ldexp(1.0, -24);
+    tpu_equivalence_bound_of(1, 1, 64, false, &b);
+    assert_true(b.exact && b.loss_rel == 0 && b.param_rel == 0);
+    assert_non_null(strstr(b.why, "bit for bit"));
+    tpu_equivalence_bound_of(8, 1, 64, false, &b);
+    assert_false(b.exact);
+    assert_true(b.loss_rel == 2 * (65 * u / (1 - 65 * u)) && b.loss_rel_later == b.loss_rel);
+    assert_true(b.param_rel == ldexp(1.0, -10));
+    assert_non_null(strstr(b.why, "data parallelism over 8 replicas"));
+    tpu_equivalence_bound_of(8, 1, 64, true, &b);
+    assert_true(b.loss_rel_later == ldexp(1.0, -12));
+    /* model parallelism: the partitioned lowering's 2e-5 on the loss */
+    tpu_equivalence_bound_of(1, 4, 64, false, &b);
+    assert_true(b.loss_rel == 2e-5 && b.loss_rel_later == 2e-5);
+    assert_true(b.param_rel == ldexp(1.0, -10));
+    assert_non_null(strstr(b.why, "model parallelism over 4 cores a replica (1 replica)"));
+    tpu_equivalence_bound_of(2, 2, 64, false, &b);
+    assert_non_null(strstr(b.why, "model parallelism over 2 cores a replica (2 replicas)"));
+}
+
+/* In BROADCAST every replica sees the whole global batch and scales its loss by
+ * 1 / (G * R): global_loss adds the R shares up to the mean, the one-core loss to rounding. */
+static void test_broadcast_global_loss_is_the_mean(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_init(&f, 4);
+    fixture_mlp(&f);
+    f.s.run.per_host_input_for_training = TPU_BROADCAST;
+    struct tpu_diag d = {0};
+    struct tpu_device *dev = NULL;
+    ok(tpu_device_open(&f.s.device, &dev, &d), &d);
+    struct tpu_estimator *est = NULL;
+    ok(tpu_estimator_create(dev, &f.s.run, &f.s.model, NULL, 0, &est, &d), &d);
+    ok(tpu_estimator_train(est, &f.in.input, 1, 0, &d), &d);
+    const float g4 = tpu_estimator_last_info(est)->global_loss;
+    tpu_estimator_destroy(&est);
+    tpu_device_close(&dev);
+    struct tpu_device_settings one;
+    device_of(&one, 1);
+    f.s.run.per_host_input_for_training = TPU_PER_HOST_V2;
+    ok(tpu_device_open(&one, &dev, &d), &d);
+    ok(tpu_estimator_create(dev, &f.s.run, &f.s.model, NULL, 0, &est, &d), &d);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, &f.ds, 5);
+    ok(tpu_estimator_train(est, &in.input, 1, 0, &d), &d);
+    const float g1 = tpu_estimator_last_info(est)->global_loss;
+    tpu_dataset_input_free(&in);
+    tpu_estimator_destroy(&est);
+    tpu_device_close(&dev);
+    /* each replica sums the same 16 terms in the same order, scaled by 1 / 64; four such
+     * shares add up to the one-core mean within a few roundings */
+    assert_true(fabs((double)g4 - g1) <= 8 * ldexp(1.0, -24) * g1);
+    fixture_free(&f);
+}
+
 static void expect_refusal(struct fixture *f, int code, const char *text)
 {
     struct tpu_equivalence_report r;
@@ -472,6 +533,8 @@ int main(void)
         cmocka_unit_test(test_global_loss_sums_the_replicas),
         cmocka_unit_test(test_write_param),
         cmocka_unit_test(test_free_running),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_broadcast_global_loss_is_the_mean),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_input_ends),
         cmocka_unit_test(test_callback_stops),

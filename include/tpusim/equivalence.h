@@ -105,8 +105,9 @@ struct tpu_equivalence_report {
  * global batch, and whether the runs are free-running. Data parallelism (cores per replica
  * 1): bit for bit with one replica; else the loss of a step from the same params within
  * 2 gamma(G + 1) (gamma(n) = n u / (1 - n u), u = 2^-24) and the params within 2^-10 of
- * their largest value; free-running, the loss after the first step within 2^-12.
- * host/shard/equivalence.c derives them. */
+ * their largest value. Model parallelism (cores per replica > 1): the loss within 2e-5 (the
+ * partitioned lowering's bound), the params within 2^-10. Free-running, the loss after the
+ * first step within 2^-12. host/shard/equivalence.c derives them. */
 void tpu_equivalence_bound_of(uint32_t n_replicas, uint32_t cores_per_replica,
                               uint32_t global_batch, bool free_running,
                               struct tpu_equivalence_bound *out);
