@@ -55,6 +55,9 @@ int tpu__cli_check_output_dir(const char *cmd, const char *opt, const char *path
  * anything; prints an error like any option error. Returns an exit code (0 when valid). */
 int tpu__cli_train_check_config(const char *cmd, const char *path);
 
+/* `tpusim shard` (cli_shard.c): the shard plan of a pod slice, as text, JSON or SVG. */
+int tpu__cli_shard(int argc, char **argv);
+
 /* `tpusim model` (cli_model.c): model show. */
 int tpu__cli_model(int argc, char **argv);
 
