@@ -391,6 +391,31 @@ def model_file_seeds():
         ' "name": "caf\\u00e9"}],\r\n "loss": "softmax_cross_entropy"}\r\n')
 
 
+def partition_dims_seeds():
+    # input_partition_dims text: the forms a user writes, and each error's neighbourhood
+    for name, text in [
+            ('features.txt', '[[1, 4, 1, 1]]'),
+            ('features_labels.txt', '[[1, 2, 2, 1], None]'),
+            ('tuples.txt', '( (1, 2) , (2, 1), )'),
+            ('null_none.txt', '[[8], null]\n'),
+            ('uneven.txt', '[[2, 4]]'),
+            ('batch_split.txt', '[[4, 1, 2, 1, 1, 1, 1, 1]]'),
+            ('plus.txt', '[[+2, 1]]'),
+            ('zero.txt', '[[1, 0]]'),
+            ('negative.txt', '[[1, -2]]'),
+            ('huge.txt', '[[1, 99999999999999999999]]'),
+            ('third.txt', '[[1], [1], [1]]'),
+            ('features_none.txt', '[None, [1, 2]]'),
+            ('empty_list.txt', '[]'),
+            ('empty_entry.txt', '[[]]'),
+            ('nine_counts.txt', '[[1, 1, 1, 1, 1, 1, 1, 1, 2]]'),
+            ('float.txt', '[[1, 2.0]]'),
+            ('mismatched.txt', '[[1, 2)]'),
+            ('dict.txt', "[{'x': [1, 2]}]"),
+            ('trailing.txt', '[[1, 2]] x')]:
+        put('partition_dims', name, text)
+
+
 def main():
     if os.path.isdir(SEEDS):
         shutil.rmtree(SEEDS)
@@ -403,6 +428,7 @@ def main():
     safetensors_seeds()
     ckpt_index_seeds()
     model_file_seeds()
+    partition_dims_seeds()
     for target in sorted(os.listdir(SEEDS)):
         print('%-12s %d seeds' % (target, len(os.listdir(os.path.join(SEEDS, target)))))
 
