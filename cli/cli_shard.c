@@ -342,9 +342,10 @@ static void print_text(const char *chip, const struct tpu_shard_spec *s,
         else if (c->n_replicas == 1)
             printf("replica %u, rows 0-%u\n", c->first_replica, c->rows_each - 1);
         else
-            printf("replicas %u-%u, %u rows each (replica %u + i: rows i x %u ...)\n",
-                   c->first_replica, c->first_replica + c->n_replicas - 1, c->rows_each,
-                   c->first_replica, c->rows_each);
+            printf("replicas %u-%u in order, %u rows each (rows 0-%u to replica %u, %u-%u "
+                   "to replica %u, ...)\n", c->first_replica,
+                   c->first_replica + c->n_replicas - 1, c->rows_each, c->rows_each - 1,
+                   c->first_replica, c->rows_each, 2 * c->rows_each - 1, c->first_replica + 1);
     }
     for (uint32_t t = 0; t < s->n_tensors; t++) {
         const struct tpu_shard_tensor *te = &s->tensors[t];

@@ -101,6 +101,14 @@ def text_output():
            '16x7x28x1' in out, out
     assert "tensor 'labels' [16, 1] per replica, partition dims None: every core of a replica " \
            "gets all of it" in out, out
+    out = run('shard', '--hosts', '2', '--per-host-input-for-training', 'PER_HOST_V1',
+              '--batch', '64').stdout
+    assert '     1     1      1      32  replicas 8-15 in order, 4 rows each (rows 0-3 to ' \
+           'replica 8, 4-7 to replica 9, ...)\n' in out, out
+    out = run('shard', '--hosts', '2', '--per-host-input-for-training', 'BROADCAST',
+              '--batch', '60').stdout
+    assert 'global batch 60, batch per replica 60 (every replica gets all of it)' in out, out
+    assert '  host 1: no calls\n' in out and 'replicas 0-15, all 60 rows to each' in out, out
     # uneven: 10 over 4 is 3, 3, 3, 1, each buffer 3 wide
     out = run('shard', '--batch', '8', '--cores-per-replica', '4', '--tensor', 'x:10',
               '--input-partition-dims', '[[1, 4]]').stdout
