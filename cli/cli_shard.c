@@ -272,7 +272,7 @@ static const char *placement(const struct tpu_shard_tensor *t)
         return "replicated";
     uint64_t prod = 1;
     for (uint32_t i = 0; i < t->dims.rank; i++)
-        prod *= t->dims.dims[i];
+        prod = prod > UINT32_MAX ? prod : prod * t->dims.dims[i];
     return prod == 1 ? "core0" : "partitioned";
 }
 

@@ -430,6 +430,12 @@ static void test_rules_dims(void **state)
     s.num_cores_per_replica = 4;
     expect_fail(&s, "tensor 'images': the product of its input partition dims [1, 2, 1, 1] is "
                 "2, and it should equal num_cores_per_replica 4", NULL);
+    /* a product past 2^64 does not wrap round to a valid one */
+    const uint32_t huge[4] = {65536, 65536, 65536, 65536};
+    s.tensors[0].dims.rank = 4;
+    memcpy(s.tensors[0].dims.dims, huge, sizeof huge);
+    expect_fail(&s, "the product of its input partition dims [65536, 65536, 65536, 65536] is "
+                "more than 4294967295, and it should equal num_cores_per_replica 4", NULL);
     const uint32_t bad_rank[3] = {1, 4, 1};
     s.tensors[0].dims.rank = 3;
     memcpy(s.tensors[0].dims.dims, bad_rank, sizeof bad_rank);

@@ -329,19 +329,24 @@ static int check_dims(const struct tpu_shard_spec *s, enum tpu__shard_feed feed,
             continue;
         uint64_t product = 1;
         for (uint32_t a = 0; a < t->dims.rank; a++)
-            product *= t->dims.dims[a];
+            product = product > UINT32_MAX ? product : product * t->dims.dims[a];
         if (product == 1)
             continue;
         char dt[96], st[160];
         tpu__shard_dims_text(&t->dims, dt, sizeof dt);
         tpu__shard_shape_text(per_replica, t, st, sizeof st);
-        if (product != cpr)
+        if (product != cpr) {
+            char pt[40];
+            if (product > UINT32_MAX)
+                snprintf(pt, sizeof pt, "more than %u", UINT32_MAX);
+            else
+                snprintf(pt, sizeof pt, "%llu", (unsigned long long)product);
             return tpu__fail(d, TPU_EINVAL, "tensor '%s': the product of its input partition "
-                             "dims %s is %llu, and it should equal num_cores_per_replica %u "
+                             "dims %s is %s, and it should equal num_cores_per_replica %u "
                              "(each part goes to one core of the replica) or be 1 (the whole "
                              "tensor to logical core 0); change the counts so that they "
-                             "multiply to %u", t->name, dt, (unsigned long long)product, cpr,
-                             cpr);
+                             "multiply to %u", t->name, dt, pt, cpr, cpr);
+        }
         if (t->dims.rank != t->rank + 1)
             return tpu__fail(d, TPU_EINVAL, "tensor '%s' of shape %s has %u dimensions (the "
                              "batch first), and its input partition dims %s have %u; give one "
