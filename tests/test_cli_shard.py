@@ -219,7 +219,7 @@ def rule_messages():
         (['--cores-per-replica', '3'] + B, 'num_cores_per_replica must be 1, 2, 4, 8, 16, 32, '
          '64 or 128 (TPUConfig); got 3; use 2 or 4'),
         (['--cores-per-replica', '16'] + B, 'num_cores_per_replica 16, is larger than the total '
-         'num of TPU cores in the system, 8 (1 hosts x 4 chips x 2 cores); use '
+         'num of TPU cores in the system, 8 (1 host x 4 chips x 2 cores); use '
          'num_cores_per_replica 8 or less'),
         (['--num-shards', '8', '--cores-per-replica', '2'] + B, 'num_shards 8 is not set '
          'correctly: the system has 8 cores and num_cores_per_replica is 2, so num_replicas is 4'),
