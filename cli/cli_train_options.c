@@ -233,6 +233,7 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "stable, at least 1); or auto: --tuner chooses"},
     {.name = "--tuner", .kind = TPU__CLI_ENUM, T(rc.tuner.kind), .words = tuner_words,
      .values = tuner_values, TPU__CLI_GIVEN(struct train_opts, tuner_given),
+     .values_help = "(model: tpusim's own, keras: Keras 2.15's StepsPerExecutionTuner)",
      .help = "who chooses with --iterations-per-loop auto (default\n"
              "model): model, tpusim's own (the smallest loop whose host\n"
              "overhead share is under --tuner-target-overhead, dividing\n"
@@ -265,7 +266,10 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--keep-checkpoint-max", .kind = TPU__CLI_U64, T(rc.keep_checkpoint_max), .min = 0,
      .max = 1000000, .arg = "N", .help = "checkpoints kept (default 5; 0: all)"},
     {.name = "--log-step-count-steps", .kind = TPU__CLI_U64, T(rc.log_step_count_steps),
-     .min = 0, .max = STEPS_MAX, .arg = "N", .help = "a log line every N steps (default 100)"},
+     .min = 0, .max = STEPS_MAX, .arg = "N",
+     .help = "a log line (--verbose 2) at the first loop boundary at\n"
+             "least N steps after the last one, as TPUEstimator's step\n"
+             "counter hook (default 100)"},
     {.name = "--host-call-every-n-steps", .kind = TPU__CLI_U64, T(rc.host_call_every_n_steps),
      .min = 0, .max = STEPS_MAX, .arg = "N", .help = "host calls every N steps (default 0: never)"},
     {.name = "--initial-infeed-sleep-secs", .kind = TPU__CLI_DOUBLE,
