@@ -147,6 +147,11 @@ def log_lines_follow_the_step_counter_cadence():
     steps = [int(m) for m in re.findall(r'^global step (\d+):', p.stderr, re.M)]
     # loops end at 3 6 9 12 15 18 20; the count starts at 3: lines at 9, 15 and 20
     assert steps == [9, 15, 20], p.stderr
+    # each shows the rate since the last line, and examples/sec is that rate times the global
+    # batch of 16 (to the printed rounding: 0.05 global_step/sec, 0.5 examples/sec)
+    for rate, ex in re.findall(r'^global step \d+: loss [^,]+, ([\d.]+) global_step/sec, '
+                               r'(\d+) examples/sec \(simulated\)$', p.stderr, re.M):
+        assert float(rate) > 0 and abs(int(ex) - float(rate) * 16) <= 0.05 * 16 + 0.5, p.stderr
 
 
 if __name__ == '__main__':

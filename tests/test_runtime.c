@@ -35,6 +35,8 @@ struct recorder {
     uint64_t loop_steps[64];
     double step_time[64];
     double device_s[64];
+    double end_s[64];        /* the loop's device end on the timeline */
+    double log_rate[64];     /* log_steps_per_s */
     bool log_due[64];
     int n;
     uint64_t host_calls[64];
@@ -50,6 +52,8 @@ static int rec_after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_
         r->loop_steps[r->n] = li->steps;
         r->step_time[r->n] = li->step_time_s;
         r->device_s[r->n] = li->device_seconds;
+        r->end_s[r->n] = li->total_seconds - li->host_seconds;
+        r->log_rate[r->n] = li->log_steps_per_s;
         r->log_due[r->n] = li->log_due;
         r->boundaries[r->n++] = li->global_step;
     }
@@ -220,6 +224,19 @@ static void test_log_cadence(void **state)
     assert_int_equal(e->rec.n, 7);
     for (int i = 0; i < 7; i++)
         assert_int_equal(e->rec.log_due[i], want[i]);
+    /* each line's rate is the steps since the last trigger over the simulated time between
+     * the two loops' device ends (host phases included): 6 steps from 3 to 9, 6 from 9 to 15,
+     * 5 from 15 to 20. The times here are rebuilt from rounded seconds (total less host):
+     * equal to 1e-9 relative. */
+    static const int line[][3] = {{2, 0, 6}, {4, 2, 6}, {6, 4, 5}};
+    for (int k = 0; k < 3; k++) {
+        int i = line[k][0], j = line[k][1];
+        double want_rate = line[k][2] / (e->rec.end_s[i] - e->rec.end_s[j]);
+        assert_true(fabs(e->rec.log_rate[i] - want_rate) <= 1e-9 * want_rate);
+        /* the host's phases slow it below the device's own rate */
+        assert_true(e->rec.log_rate[i] < 1 / e->rec.step_time[i]);
+    }
+    assert_true(e->rec.log_rate[1] == 0); /* no line: no rate */
     /* a loop longer than N: every boundary after the first is due */
     env_free(e);
     e = env_new();

@@ -182,6 +182,7 @@ struct pass_loop {
     struct tpu__loop_size size;      /* steps per launch (tune/) */
     bool log_started;                /* the step counter's first trigger happened */
     uint64_t last_log_step;          /* the global step of its last trigger */
+    uint64_t last_log_cycle;         /* and the device's end of that loop */
 };
 
 /* One launch: the steps it ran, and its device span [start, end] in cycles. */
@@ -272,9 +273,14 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
         if (!L->log_started) {
             L->log_started = true;
             L->last_log_step = e->global_step;
+            L->last_log_cycle = end;
         } else if (e->global_step >= L->last_log_step + e->cfg.log_step_count_steps) {
             li->log_due = true;
+            if (end > L->last_log_cycle)
+                li->log_steps_per_s = (double)(e->global_step - L->last_log_step) /
+                                      ((double)(end - L->last_log_cycle) / e->hz);
             L->last_log_step = e->global_step;
+            L->last_log_cycle = end;
         }
     }
     /* the cores' mean share of the loop spent waiting for infeed */

@@ -185,6 +185,9 @@ struct tpu_loop_info {
                                       starts the count (no line), then a line is due at the
                                       first boundary at least log_step_count_steps steps
                                       after the last one */
+    double log_steps_per_s;        /* when log_due: the global steps since the last line over
+                                      the simulated time since (host phases included), the
+                                      rate TPUEstimator's line shows */
 };
 
 struct tpu_hook {
