@@ -72,7 +72,7 @@ static double no_host(int i, uint64_t n)
     return 0;
 }
 
-/* ---- TPU_TUNER_TIME: TPUEstimator's IterationCountEstimator ----------------------------------- */
+/* ---- TPU_TUNER_TIME: TPUEstimator's IterationCountEstimator ------------------------------- */
 
 /* A: 1 s per launch; 1/16 s per step for launches 0..24, then 1/8 s. */
 static double ice_dev_a(int i, uint64_t n)
@@ -170,6 +170,13 @@ static void test_time_tuner_hold_rule(void **state)
     tpu_tuner_start(t);
     assert_int_equal(tpu_tuner_observe(t, 1, 0.4, 0, NULL), 0);
     assert_int_equal(tpu_tuner_steps_per_execution(t), 3);
+    /* at most max_steps, even for a launch timed at next to nothing */
+    tpu_tuner_stop(t);
+    tpu_tuner_start(t);
+    assert_int_equal(tpu_tuner_observe(t, 1, 1e-300, 0, NULL), 0);
+    assert_int_equal(tpu_tuner_steps_per_execution(t), TPU_TUNER_MAX_STEPS);
+    assert_int_equal(tpu_tuner_observe(t, 1, 1e-300, 0, NULL), 0);
+    assert_int_equal(tpu_tuner_steps_per_execution(t), TPU_TUNER_MAX_STEPS);
     /* at least 1: a step longer than the target */
     tpu_tuner_stop(t);
     tpu_tuner_start(t);
@@ -178,7 +185,7 @@ static void test_time_tuner_hold_rule(void **state)
     tpu_tuner_destroy(&t);
 }
 
-/* ---- TPU_TUNER_KERAS: Keras 2.15's StepsPerExecutionTuner ------------------------------------- */
+/* ---- TPU_TUNER_KERAS: Keras 2.15's StepsPerExecutionTuner --------------------------------- */
 
 /* A: 1/1024 s per step, 1/64 s of host time per launch */
 static double keras_dev_a(int i, uint64_t n)
@@ -322,7 +329,7 @@ static void test_keras_tuner_set_and_parameters(void **state)
     assert_true(got.change_threshold == 0.25);
     /* a bad value leaves the tuner as it was */
     assert_int_equal(tpu_tuner_set_keras(t, 0, 3, 0.25, &d), TPU_EINVAL);
-    assert_non_null(strstr(d.msg, "tuner interval 0 s must be above 0"));
+    assert_non_null(strstr(d.msg, "tuner interval 0 s must be from 0.000001"));
     assert_int_equal(tpu_tuner_set_keras(t, 2, 0, 0.25, &d), TPU_EINVAL);
     assert_non_null(strstr(d.msg, "change_spe_interval 0 must be from 1"));
     assert_int_equal(tpu_tuner_set_keras(t, 2, 3, 1.5, &d), TPU_EINVAL);
@@ -482,7 +489,10 @@ static void test_bad_settings(void **state)
     struct tpu_tuner_settings s;
     tpu_tuner_default_settings(&s, TPU_TUNER_KERAS);
     s.interval = 0;
-    expect_bad(&s, "tuner interval 0 s must be above 0 and at most 86400");
+    expect_bad(&s, "tuner interval 0 s must be from 0.000001 (a microsecond) to 86400 (a day) "
+               "of simulated time; e.g. 5");
+    s.interval = 5e-7;
+    expect_bad(&s, "tuner interval 5e-07 s must be from 0.000001");
     s.interval = NAN;
     expect_bad(&s, "tuner interval nan s");
     tpu_tuner_default_settings(&s, TPU_TUNER_KERAS);

@@ -100,6 +100,10 @@ static uint64_t get(struct tpu_tuner *t)
     e->last_iterations += delta;
     if (e->last_iterations < 1)
         e->last_iterations = 1;
+    /* beyond TPUEstimator: no more than max_steps (and so never infinite, for a launch timed
+     * at next to nothing) */
+    if (!(e->last_iterations <= (double)t->s.max_steps))
+        e->last_iterations = (double)t->s.max_steps;
     double r = floor(e->last_iterations + 0.5); /* int(x + 0.5) of a positive x */
     return r >= (double)t->s.max_steps ? t->s.max_steps : (uint64_t)r;
 }

@@ -60,10 +60,10 @@ int tpu_tuner_check_settings(const struct tpu_tuner_settings *s, struct tpu_diag
                          (unsigned long long)s->max_steps);
     switch (s->kind) {
     case TPU_TUNER_KERAS:
-        if (!(s->interval > 0 && s->interval <= 86400))
-            return tpu__fail(d, TPU_EINVAL, "tuner interval %g s must be above 0 and at most "
-                             "86400 (a day) of simulated time; e.g. 5, Keras's default",
-                             s->interval);
+        if (!(s->interval >= 1e-6 && s->interval <= 86400))
+            return tpu__fail(d, TPU_EINVAL, "tuner interval %g s must be from 0.000001 (a "
+                             "microsecond) to 86400 (a day) of simulated time; e.g. 5, Keras's "
+                             "default", s->interval);
         if (s->change_spe_interval < 1 || s->change_spe_interval > 1000000)
             return tpu__fail(d, TPU_EINVAL, "tuner change_spe_interval %u must be from 1 to "
                              "1000000 measurements; e.g. 10, Keras's default",

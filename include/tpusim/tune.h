@@ -86,7 +86,8 @@ struct tpu_tuner_settings {
     uint64_t initial_steps;      /* steps_per_execution at creation: 1 (1 to max_steps) */
     uint64_t max_steps;          /* the largest size chosen: TPU_TUNER_MAX_STEPS */
     /* TPU_TUNER_KERAS (Keras's names and defaults) */
-    double interval;             /* seconds (simulated) between measurements: 5 */
+    double interval;             /* seconds (simulated) between measurements: 5 (1e-6 to
+                                    86400) */
     uint32_t change_spe_interval; /* measurements per tuning decision: 10 */
     double change_threshold;     /* relative throughput change that acts: 0.1 (0 to 1) */
     /* TPU_TUNER_MODEL */
