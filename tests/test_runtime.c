@@ -422,12 +422,23 @@ static void test_auto_loop_size_errors(void **state)
     e->cfg.tuner.kind = TPU_TUNER_TIME;
     struct tpu_diag d = {0};
     assert_int_equal(env_open(e, &d), TPU_EINVAL);
+    tpu_device_close(&e->dev); /* no estimator: the next env_open opens a new device */
     assert_non_null(strstr(d.msg, "iterations_per_loop auto takes the model or the keras "
                                   "tuner, not tuner kind 2"));
     e->cfg.tuner.kind = TPU_TUNER_MODEL;
     e->cfg.tuner.target_overhead = 1.5;
     assert_int_equal(env_open(e, &d), TPU_EINVAL);
+    tpu_device_close(&e->dev); /* no estimator: the next env_open opens a new device */
     assert_non_null(strstr(d.msg, "tuner target_overhead 1.5 must be above 0 and below 1"));
+    /* a time per launch set directly is checked as the parser checks it */
+    e->cfg.tuner.target_overhead = 0.02;
+    e->cfg.iterations_per_loop_auto = false;
+    e->cfg.iterations_per_loop_s = 90000;
+    assert_int_equal(env_open(e, &d), TPU_EINVAL);
+    tpu_device_close(&e->dev); /* no estimator: the next env_open opens a new device */
+    assert_non_null(strstr(d.msg, "iterations_per_loop time 90000 s is more than 24 hours (86400 "
+                                  "s) of simulated time per launch; use 1s to 24h, e.g. 30s"));
+    e->cfg.iterations_per_loop_s = 0;
     /* a count or a time after auto replaces it */
     assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "8", NULL), 0);
     assert_false(e->cfg.iterations_per_loop_auto);

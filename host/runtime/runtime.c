@@ -54,6 +54,10 @@ static int check_config(const struct tpu_run_config *c, const struct tpu_device 
     if (c->iterations_per_loop_s < 0 || !isfinite(c->iterations_per_loop_s))
         return tpu__fail(d, TPU_EINVAL, "iterations_per_loop time %g s must be positive",
                          c->iterations_per_loop_s);
+    if (c->iterations_per_loop_s > 86400)
+        return tpu__fail(d, TPU_EINVAL, "iterations_per_loop time %g s is more than 24 hours "
+                         "(86400 s) of simulated time per launch; use 1s to 24h, e.g. 30s",
+                         c->iterations_per_loop_s);
     if (c->initial_infeed_sleep_secs < 0 || c->initial_infeed_sleep_secs > 3600)
         return tpu__fail(d, TPU_EINVAL, "initial_infeed_sleep_secs %g must be from 0 to 3600",
                          c->initial_infeed_sleep_secs);

@@ -104,8 +104,9 @@ struct tpu_run_config {
     double modeled_input_us_per_batch;
 };
 
-/* Defaults: iterations_per_loop 100 (auto's tuner: model, tune.h's defaults), PER_HOST_V2, batch sizes 0 (must be set), modeled
- * host time (launch 100 us, hooks 500 us, checkpoint 20 ms, input 50 us per batch). */
+/* Defaults: iterations_per_loop 100 (auto's tuner: model, tune.h's defaults), PER_HOST_V2,
+ * batch sizes 0 (must be set), modeled host time (launch 100 us, hooks 500 us, checkpoint
+ * 20 ms, input 50 us per batch). */
 void tpu_run_config_default(struct tpu_run_config *c);
 
 /* Parses iterations_per_loop as TPUEstimator does: exactly ^[1-9][0-9]*[smh]?$ (no leading
