@@ -88,10 +88,13 @@ def help_names_the_rules():
 @case
 def auto_model_tuner_sizes_the_loops():
     md = os.path.join(_TMP.name, 'auto_model')
-    run('train', *BASE, '--steps', '3000', '--iterations-per-loop', 'auto',
-        '--log-step-count-steps', '0', '--model-dir', md)
+    p = run('train', *BASE, '--steps', '3000', '--iterations-per-loop', 'auto',
+            '--log-step-count-steps', '0', '--model-dir', md)
     sizes = [s for s, _ in loops(md)]
     assert sum(sizes) == 3000, sizes
+    # the summary says where it ended: the size of the last full loop
+    assert f'  loop size          auto (model): {sizes[-2]} steps at the end\n' in p.stdout, \
+        (p.stdout, sizes)
     # from 1 step, at most 64-fold per loop, then a steady size
     assert sizes[0] == 1 and 1 < sizes[1] <= 64, sizes
     assert len(sizes) < 40, sizes
@@ -111,12 +114,17 @@ def auto_model_tuner_sizes_the_loops():
 @case
 def auto_model_tuner_keeps_the_log_cadence():
     md = os.path.join(_TMP.name, 'auto_cadence')
-    run('train', *BASE, '--steps', '400', '--iterations-per-loop', 'auto',
-        '--log-step-count-steps', '40', '--model-dir', md)
+    p = run('train', *BASE, '--steps', '400', '--iterations-per-loop', 'auto',
+            '--log-step-count-steps', '40', '--model-dir', md)
     sizes = [s for s, _ in loops(md)]
     assert sum(sizes) == 400, sizes
     assert all(40 % s == 0 for s in sizes[:-1]), sizes
     assert 40 in sizes, sizes  # the 2 % target wants more than 40 here: the cadence binds
+    # and the summary says so, with what the target wanted
+    m = re.search(r'^  loop size          auto \(model\): 40 steps at the end, held by the '
+                  r'cadence of --log-step-count-steps and --save-checkpoints-steps \(40\); the '
+                  r'2 % overhead target wants (\d+)$', p.stdout, re.M)
+    assert m and int(m.group(1)) > 40, p.stdout
 
 
 @case
@@ -125,19 +133,26 @@ def auto_keras_tuner_from_a_config_file():
     with open(cfg, 'w') as f:
         json.dump({'iterations_per_loop': 'auto', 'tuner': 'keras'}, f)
     md = os.path.join(_TMP.name, 'auto_keras')
-    run('train', *BASE, '--steps', '60', '--config', cfg, '--model-dir', md)
+    p = run('train', *BASE, '--steps', '60', '--config', cfg, '--model-dir', md)
     # Keras starts at 1 and measures every 5 s: 60 short steps end before its first change
     assert [s for s, _ in loops(md)] == [1] * 60, loops(md)
+    assert '  loop size          auto (keras): 1 step at the end\n' in p.stdout, p.stdout
 
 
 @case
 def time_per_launch_starts_with_one_step():
     md = os.path.join(_TMP.name, 'time')
-    run('train', *BASE, '--steps', '300', '--iterations-per-loop', '1s', '--model-dir', md)
+    p = run('train', *BASE, '--steps', '300', '--iterations-per-loop', '1s', '--model-dir',
+            md)
     sizes = [s for s, _ in loops(md)]
     # TPUEstimator's estimator has no launch to go by at first: 1 step; then 1 s of steps
     # (more than the 299 left)
     assert sizes == [1, 299], sizes
+    assert re.search(r"^  loop size          1 s per launch \(TPUEstimator's rule\): \d+ steps "
+                     r"at the end$", p.stdout, re.M), p.stdout
+    # a fixed count has no tuner to report
+    p = run('train', *BASE, '--steps', '30', '--iterations-per-loop', '10')
+    assert 'loop size' not in p.stdout, p.stdout
 
 
 @case

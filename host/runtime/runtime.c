@@ -144,6 +144,11 @@ void tpu_estimator_destroy(struct tpu_estimator **pe)
     *pe = NULL;
 }
 
+const struct tpu_tuner *tpu_estimator_tuner(const struct tpu_estimator *e, enum tpu_mode mode)
+{
+    return (unsigned)mode <= TPU_MODE_PREDICT ? e->tuners[mode] : NULL;
+}
+
 void tpu_estimator_request_stop(struct tpu_estimator *e)
 {
     atomic_store(&e->stop, 1);

@@ -270,6 +270,11 @@ int tpu_estimator_check_mode(const struct tpu_estimator *est, enum tpu_mode mode
 void tpu_estimator_request_stop(struct tpu_estimator *est);
 
 uint64_t tpu_estimator_global_step(const struct tpu_estimator *est);
+/* The tuner that sized the launches of `mode` (iterations_per_loop auto, or a time per
+ * launch), or NULL for a fixed count or a mode that has not run. The estimator owns it; read
+ * it with tune.h's getters between calls (its size is where the next call starts). */
+const struct tpu_tuner *tpu_estimator_tuner(const struct tpu_estimator *est, enum tpu_mode mode);
+
 /* The summary of the last train/evaluate call. */
 const struct tpu_loop_info *tpu_estimator_last_info(const struct tpu_estimator *est);
 /* Reads a param of replica 0 by name after training. */
