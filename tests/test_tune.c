@@ -444,6 +444,17 @@ static void test_model_tuner_cadence_and_target(void **state)
     assert_int_equal(tpu_tuner_observe(c, 50, model_dev(1, 50), 0.01, NULL), 0);
     assert_int_equal(tpu_tuner_steps_per_execution(c), 1000);
     tpu_tuner_destroy(&c);
+    /* a cadence above max_steps: its largest divisor within max_steps (1000 -> 500 for 600) */
+    s.max_steps = 600;
+    c = make(&s);
+    tpu_tuner_start(c);
+    for (int k = 0; k < 3; k++) {
+        uint64_t n = tpu_tuner_steps_per_execution(c);
+        assert_int_equal(tpu_tuner_observe(c, n, model_dev(k, n), 0.01, NULL), 0);
+    }
+    assert_int_equal(tpu_tuner_steps_per_execution(c), 500);
+    tpu_tuner_destroy(&c);
+    s.max_steps = TPU_TUNER_MAX_STEPS;
     /* a 10 % target: ceil(0.01390625 x 0.9 / (0.1 / 1024)) = ceil(128.16) = 129 */
     s.cadence_steps = 0;
     s.target_overhead = 0.1;

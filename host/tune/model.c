@@ -127,7 +127,9 @@ static uint64_t choose(struct tpu_tuner *t)
     m->cadence_bound = k && want > k;
     if (!k)
         return want;
-    return want >= k ? k : smallest_divisor_at_least(k, want);
+    uint64_t n = want >= k ? k : smallest_divisor_at_least(k, want);
+    /* a cadence longer than max_steps: its largest divisor that max_steps allows */
+    return n > t->s.max_steps ? largest_divisor_at_most(k, t->s.max_steps) : n;
 }
 
 void tpu__model_observe(struct tpu_tuner *t, uint64_t steps, double device_s, double host_s)
