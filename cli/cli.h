@@ -58,6 +58,9 @@ int tpu__cli_train_check_config(const char *cmd, const char *path);
 /* `tpusim model` (cli_model.c): model show. */
 int tpu__cli_model(int argc, char **argv);
 
+/* `tpusim bench` (cli_bench.c): bench loops. */
+int tpu__cli_bench(int argc, char **argv);
+
 /* Writes n with a comma between groups of three digits ("1,199,882") into buf. */
 void tpu__cli_group_digits(uint64_t n, char *buf, size_t size);
 
