@@ -187,6 +187,31 @@ def bad_values_each_have_their_message():
     assert 'usage: tpusim bench loops' in p.stdout and '--extend-above' in p.stdout, p.stdout
 
 
+@case
+def train_timing_only_runs_on_every_preset_with_traces_and_model_files():
+    """What a sweep relies on, checked through `tpusim train`: --timing-only trains on every
+    preset that can train (tpu-v1 multiplies int8 only and is refused as without
+    --timing-only), with a trace, and with model files; no evaluation follows."""
+    if not os.path.isdir('/usr/share/datasets/fashion-mnist'):
+        raise Skip('Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)')
+    with tempfile.TemporaryDirectory() as d:
+        t = os.path.join(d, 't.json')
+        for chip in ('tiny', 'tpu-v2', 'tpu-v3', 'tpu-v4'):
+            for model in (['--layers', '8'], ['--model', CNN]):
+                p = run('train', '--chip', chip, *model, '--timing-only', '--steps', '4',
+                        '--iterations-per-loop', '2', '--train-batch-size', '64', '--trace',
+                        t, '--json', '--verbose', '0')
+                j = json.loads(p.stdout)
+                assert j['global_step'] == 4 and j['loss'] is None, (chip, model, j)
+                assert j['step_time_s'] > 0 and 'test_accuracy' not in j, (chip, model, j)
+                with open(t) as f:
+                    ev = json.load(f)['traceEvents']
+                loops = [e for e in ev if e['ph'] == 'X' and e['name'] == 'device loop']
+                assert len(loops) == 2, (chip, model, len(loops))
+        expect_error(['train', '--chip', 'tpu-v1', '--timing-only', '--steps', '1'], 2,
+                     "chip 'tpu-v1' cannot train: its matrix unit multiplies int8 only")
+
+
 if os.sep in cli_harness.TPUSIM:
     cli_harness.TPUSIM = os.path.abspath(cli_harness.TPUSIM)
 
