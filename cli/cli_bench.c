@@ -402,20 +402,28 @@ static bool have_gnuplot(void)
     return false;
 }
 
+/* Text inside a single-quoted gnuplot string, where '' stands for ' and nothing else is
+ * special. */
+static void gp_text(FILE *g, const char *s)
+{
+    for (; *s; s++)
+        fprintf(g, *s == '\'' ? "''" : "%c", *s);
+}
+
 /* Throughput (left axis) and the three shares (right axis) against the loop size (log 2),
  * the knee marked by a dashed line. The data goes inline (a gnuplot datablock). */
 static int write_plot(const struct sweep_out *w)
 {
     const char *cmd = "bench loops";
-    FILE *g = popen("gnuplot 2>&1", "w");
+    /* gnuplot's own messages, if any, go to stderr: stdout may be --json's */
+    FILE *g = popen("gnuplot 1>&2", "w");
     if (!g)
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "--plot: cannot run gnuplot (%s)",
                               strerror(errno));
     const bool svg = ends_with(w->o->plot, ".svg");
     fprintf(g, "set terminal %s size 900,560\n", svg ? "svg" : "pngcairo");
     fprintf(g, "set output '");
-    for (const char *c = w->o->plot; *c; c++)
-        fprintf(g, *c == '\'' ? "''" : "%c", *c);
+    gp_text(g, w->o->plot);
     fprintf(g, "'\n$d << EOD\n");
     for (size_t i = 0; i < w->n; i++)
         fprintf(g, "%llu %.9g %.9g %.9g %.9g\n",
@@ -423,9 +431,12 @@ static int write_plot(const struct sweep_out *w)
                 100 * w->p[i].host_overhead_share, 100 * w->p[i].infeed_stall_share,
                 100 * w->p[i].device_busy_share);
     fprintf(g, "EOD\n");
-    fprintf(g, "set title \"%s on %s x %u, global batch %u (simulated; host time %s)\" "
-               "noenhanced\n", w->model, w->s->device.chip.name, w->s->device.n_chips,
-            w->s->run.train_batch_size,
+    fprintf(g, "set title '");
+    gp_text(g, w->model);
+    fprintf(g, " on ");
+    gp_text(g, w->s->device.chip.name);
+    fprintf(g, " x %u, global batch %u (simulated; host time %s)' noenhanced\n",
+            w->s->device.n_chips, w->s->run.train_batch_size,
             w->s->run.host_time == TPU_HOST_TIME_MEASURED ? "measured" : "modeled");
     fprintf(g, "set xlabel 'iterations\\_per\\_loop (steps per launch)'\n"
                "set ylabel 'examples/s'\nset y2label 'share of time (%%)'\n"

@@ -275,10 +275,10 @@ size_t tpu_sweep_best(const struct tpu_sweep_point *points, size_t n)
 
 size_t tpu_sweep_knee(const struct tpu_sweep_point *points, size_t n, double tolerance)
 {
-    const double floor_eps = (1 - tolerance) * points[tpu_sweep_best(points, n)].examples_per_s;
+    const double enough = (1 - tolerance) * points[tpu_sweep_best(points, n)].examples_per_s;
     size_t knee = tpu_sweep_best(points, n);
     for (size_t i = 0; i < n; i++)
-        if (points[i].examples_per_s >= floor_eps &&
+        if (points[i].examples_per_s >= enough &&
             points[i].iterations_per_loop < points[knee].iterations_per_loop)
             knee = i;
     return knee;
