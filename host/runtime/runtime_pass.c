@@ -27,10 +27,7 @@
  * input cost of each batch. Costs are modeled constants or measured wall time (config).
  * Each cost charged is also a host phase on the device's timeline (when it traces), at the
  * cycle and for the cycles charged: "launch", "hooks", "checkpoint save", "<mode> input
- * batch". Two more tracks show the loops themselves, in the trace's "loops" process: "device
- * loop", each launch's span on the device (from its start to its last core's end), and
- * "device idle", the bubble from one loop's end (or the pass's start) to the next one's
- * start, while the host runs the boundary and the launch.
+ * batch".
  *
  * How many steps each launch runs is tune/'s (the loop size); which replicas each input_fn
  * call feeds is shard/'s. */
@@ -182,7 +179,6 @@ struct pass_loop {
     /* the pass so far: device and host cycles, MACs and MAC capacity, infeed waits */
     double acc_dev, acc_host, acc_macs, acc_cap, acc_stall;
     struct tpu__loop_size size;      /* steps per launch (tune/) */
-    uint64_t device_end;             /* where the last launch ended on the device (cycles) */
 };
 
 /* One launch: the steps it ran, and its device span [start, end] in cycles. */
@@ -208,14 +204,8 @@ static int launch_loop(struct tpu_estimator *e, struct tpu__pass *p, struct pass
     trace_host_phase(e, "launch", e->host_cycle, l->start - e->host_cycle);
     l->end = l->start;
     l->ran = n;
-    if (l->start > L->device_end)
-        tpu_device_trace_host(e->dev, "device idle", L->device_end, l->start);
     struct tpu_diag rd = {0};
     int r = tpu_device_run(e->dev, l->start, &l->end, &rd);
-    if (r == 0 || r == TPU_EEND) {
-        L->device_end = l->end > l->start ? l->end : l->start;
-        tpu_device_trace_host(e->dev, "device loop", l->start, L->device_end);
-    }
     if (r == TPU_EEND) {
         /* the input ended: the device stopped at the start of the missing step */
         L->ended = true;
@@ -483,8 +473,7 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     if (rc)
         return rc;
     const bool training = p->mode == TPU_MODE_TRAIN;
-    struct pass_loop L = {.target_step = target_step, .last_ckpt = e->global_step,
-                          .device_end = e->host_cycle};
+    struct pass_loop L = {.target_step = target_step, .last_ckpt = e->global_step};
     tpu__loop_size_init(&L.size, &e->cfg);
     sum_counters(e, &L.before);
     while (!L.ended && !L.stop && pass_loop_more(e, p, &L)) {

@@ -297,15 +297,15 @@ int tpu_device_op_stats(const struct tpu_device *dev, uint32_t core, struct tpu_
  * TPU_EINVAL when no program is loaded. */
 int tpu_device_memory(const struct tpu_device *dev, struct tpu_program_memory *out);
 
-/* Adds an event of the host's own to the timeline (a loop phase: "hooks", "launch"), on a
- * track of that name in the trace's "host" process. Names that begin with "device " (the
- * runtime's "device loop" and "device idle": each launch's span on the device and the bubble
- * between launches) go to a process of their own, "loops", beside the chips'. */
+/* Adds an event of the host's own to the timeline (a loop phase: "hooks", "launch"). */
 int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t start_cycle,
                           uint64_t end_cycle);
 /* Writes the recorded timeline as Chrome trace event JSON (opens in Perfetto):
  * one process per chip, one track per unit per core, queue depths as counters, host
- * phases on a host track. Atomically (temporary file, rename). */
+ * phases on a host track, and a "loops" process with the device's launches: "device loop",
+ * each tpu_device_run's span from its start cycle to its end, and "device idle", the gap
+ * before it since the previous run's end (or cycle 0), when the host runs its loop boundary
+ * and the launch (the bubble between loops). Atomically (temporary file, rename). */
 int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struct tpu_diag *d);
 
 /* ---- the backend seam ------------------------------------------------------------------ */

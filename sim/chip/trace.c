@@ -147,12 +147,6 @@ static void op_label(const struct chip_device *dev, const struct trace_event *e,
                  e->kind ? " " : "", kind_name[e->kind & 3]);
 }
 
-/* Whether a host phase is one of the runtime's loops seen from the device (device.h). */
-static unsigned is_loop_phase(const char *name)
-{
-    return strncmp(name, "device ", 7) == 0;
-}
-
 /* Called only on a device that traces (the device API checks settings.trace). */
 int tpu__chip_write_trace(void *impl, const char *path, struct tpu_diag *d)
 {
@@ -198,22 +192,30 @@ int tpu__chip_write_trace(void *impl, const char *path, struct tpu_diag *d)
                     ci, c->chip, q->cycle * us_per_cycle, q->infeed_depth, q->outfeed_depth);
         }
     }
-    /* the runtime's loops as the device sees them ("device loop", "device idle": names that
-     * begin with "device ") go to a process of their own, so the host's holds host work only */
-    bool loops = false;
-    for (size_t i = 0; i < dev->host_trace.n && !loops; i++)
-        loops = is_loop_phase(dev->host_names[dev->host_trace.events[i].op]);
-    if (loops)
-        fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %u, \"args\": "
-                   "{\"name\": \"loops\"}}", n_chips + 1);
     for (size_t i = 0; i < dev->host_trace.n; i++) {
         const struct trace_event *e = &dev->host_trace.events[i];
         /* one track per phase name: phases of different host threads overlap in time, and
          * Perfetto drops events that overlap on one track without nesting */
         fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %u, \"tid\": %u, "
                    "\"ts\": %.6f, \"dur\": %.6f}",
-                dev->host_names[e->op], n_chips + is_loop_phase(dev->host_names[e->op]), e->op,
+                dev->host_names[e->op], n_chips, e->op, e->start * us_per_cycle,
+                (e->end - e->start) * us_per_cycle);
+    }
+    /* the launches: each run's span, and the gap before it (the bubble between loops) */
+    if (dev->run_trace.n)
+        fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %u, \"args\": "
+                   "{\"name\": \"loops\"}}", n_chips + 1);
+    uint64_t idle_from = 0;
+    for (size_t i = 0; i < dev->run_trace.n; i++) {
+        const struct trace_event *e = &dev->run_trace.events[i];
+        if (e->start > idle_from)
+            fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"device idle\", \"pid\": %u, "
+                       "\"tid\": 1, \"ts\": %.6f, \"dur\": %.6f}", n_chips + 1,
+                    idle_from * us_per_cycle, (e->start - idle_from) * us_per_cycle);
+        fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"device loop\", \"pid\": %u, "
+                   "\"tid\": 0, \"ts\": %.6f, \"dur\": %.6f}", n_chips + 1,
                 e->start * us_per_cycle, (e->end - e->start) * us_per_cycle);
+        idle_from = tpu__max_u64(idle_from, e->end);
     }
     fprintf(f, "\n]}\n");
     return tpu__atomic_commit(f, tmp, path, true, d);
