@@ -76,10 +76,11 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
         if (done >= p->total_steps)
             fputc('\n', stderr);
     } else if (p->o->verbose == 2 && li->log_due) {
-        /* TPUEstimator's log_step_count_steps line, in simulated time */
+        /* TPUEstimator's log_step_count_steps line (its StepCounterHook and
+         * ExamplesPerSecondHook): the rate since the last line, in simulated time */
         fprintf(stderr, "global step %llu: loss %s, %.1f global_step/sec, %.0f examples/sec "
                 "(simulated)\n", (unsigned long long)li->global_step, loss,
-                li->step_time_s > 0 ? 1.0 / li->step_time_s : 0, li->examples_per_s);
+                li->log_steps_per_s, li->log_steps_per_s * p->o->rc.train_batch_size);
     }
     if (p->o->verbose == 2 && p->steps_per_epoch) {
         uint64_t epoch = li->global_step / p->steps_per_epoch;

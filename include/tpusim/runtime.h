@@ -33,6 +33,7 @@
 #include "tpusim/device.h"
 #include "tpusim/error.h"
 #include "tpusim/program.h"
+#include "tpusim/tune.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,8 +72,12 @@ struct tpu_partition_dims {
 struct tpu_run_config {
     /* TPUConfig */
     uint64_t iterations_per_loop;     /* steps per launch (when iterations_per_loop_s is 0) */
-    double iterations_per_loop_s;     /* > 0: a time per launch in simulated seconds ("30s");
-                                         the loop size adapts to the measured step time */
+    double iterations_per_loop_s;     /* > 0: a time per launch in simulated seconds ("30s"):
+                                         each launch's size is TPUEstimator's
+                                         IterationCountEstimator's (tune.h, TPU_TUNER_TIME) */
+    bool iterations_per_loop_auto;    /* "auto": `tuner` chooses each launch's size */
+    struct tpu_tuner_settings tuner;  /* auto's tuner: kind TPU_TUNER_MODEL (default) or
+                                         TPU_TUNER_KERAS, and its parameters (tune.h) */
     uint32_t num_shards;              /* replicas; 0 = all cores / cores per replica */
     uint32_t num_cores_per_replica;   /* 1, 2, 4, ... 128 */
     enum tpu_input_mode per_host_input_for_training;
@@ -99,13 +104,14 @@ struct tpu_run_config {
     double modeled_input_us_per_batch;
 };
 
-/* Defaults: iterations_per_loop 100, PER_HOST_V2, batch sizes 0 (must be set), modeled
+/* Defaults: iterations_per_loop 100 (auto's tuner: model, tune.h's defaults), PER_HOST_V2, batch sizes 0 (must be set), modeled
  * host time (launch 100 us, hooks 500 us, checkpoint 20 ms, input 50 us per batch). */
 void tpu_run_config_default(struct tpu_run_config *c);
 
 /* Parses iterations_per_loop as TPUEstimator does: exactly ^[1-9][0-9]*[smh]?$ (no leading
  * zeros, signs, spaces, fractions or exponents). A count of steps from 1 to 10^12 ("100"),
- * or a time of 1 s to 24 h of simulated time ("30s", "5m", "2h") into the config. */
+ * or a time of 1 s to 24 h of simulated time ("30s", "5m", "2h") into the config; or "auto"
+ * (iterations_per_loop_auto: c->tuner chooses). */
 int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tpu_diag *d);
 int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out);
 
@@ -174,8 +180,14 @@ struct tpu_loop_info {
     /* the same figures over the whole pass (this train/evaluate/predict call) so far */
     double pass_device_seconds, pass_host_seconds, pass_examples_per_s;
     double pass_mxu_utilization, pass_infeed_stall_share, pass_host_overhead_share;
-    bool log_due;                  /* the loop crossed a multiple of log_step_count_steps:
-                                      time for a global_step/sec log line */
+    bool log_due;                  /* time for a global_step/sec log line, on TPUEstimator's
+                                      step counter cadence: the train call's first boundary
+                                      starts the count (no line), then a line is due at the
+                                      first boundary at least log_step_count_steps steps
+                                      after the last one */
+    double log_steps_per_s;        /* when log_due: the global steps since the last line over
+                                      the simulated time since (host phases included), the
+                                      rate TPUEstimator's line shows */
 };
 
 struct tpu_hook {
