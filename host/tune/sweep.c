@@ -96,6 +96,7 @@ static int simulate(const struct tpu_sweep_settings *s, uint64_t size, struct me
     struct tpu_run_config cfg = s->run;
     cfg.iterations_per_loop = size;
     cfg.iterations_per_loop_s = 0;
+    cfg.iterations_per_loop_auto = false;
     cfg.model_dir[0] = '\0';
     cfg.save_checkpoints_steps = 0; /* charged by make_point: a sweep writes none */
     cfg.num_cores_per_replica = ds.cores_per_replica ? ds.cores_per_replica : 1;
