@@ -76,7 +76,7 @@ enum tpu_sweep_method {
 struct tpu_sweep_point {
     uint64_t iterations_per_loop;
     enum tpu_sweep_method method;
-    uint32_t loops;                /* loops measured (after the warm-up) */
+    uint32_t loops;                /* loops measured (after the warm-up); 0: extended */
     double examples_per_s;         /* simulated, host time included */
     double step_time_s;            /* device time per step */
     double device_busy_share;      /* the device working (not waiting for infeed) */
