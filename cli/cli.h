@@ -61,6 +61,9 @@ int tpu__cli_shard(int argc, char **argv);
 /* `tpusim model` (cli_model.c): model show. */
 int tpu__cli_model(int argc, char **argv);
 
+/* `tpusim bench` (cli_bench.c): bench loops. */
+int tpu__cli_bench(int argc, char **argv);
+
 /* Writes n with a comma between groups of three digits ("1,199,882") into buf. */
 void tpu__cli_group_digits(uint64_t n, char *buf, size_t size);
 

@@ -19,6 +19,7 @@ static const struct {
     {"model", tpu__cli_model, "show a model file's layers and where a training step's time goes"},
     {"shard", tpu__cli_shard,
      "show how a batch and its tensors split over hosts, replicas and cores"},
+    {"bench", tpu__cli_bench, "sweep iterations_per_loop: throughput and host overhead by loop size"},
 };
 
 static void usage(FILE *f)

@@ -363,9 +363,34 @@ def check_shard(argv, p, _before):
         assert len(parts) in (1, cpr), len(parts)
 
 
+def check_bench(argv, p, _before):
+    """bench loops: one row per loop size asked for (the table or --json), one of them marked
+    as the smallest within 1 % of the best; --csv and --plot files written."""
+    mx, lst = opt(argv, '--max'), opt(argv, '--list')
+    sizes = [int(x) for x in lst.split(',')] if lst else \
+        [1 << i for i in range(int(mx or 1024).bit_length())]
+    if '--json' in argv:
+        j = json.loads(p.stdout)
+        assert [x['iterations_per_loop'] for x in j['points']] == sizes, j
+        assert j['knee'] in sizes and j['best'] in sizes, j
+        assert j['timing_only'] == ('--timing-only' in argv), j
+    else:
+        rows = [l for l in p.stdout.splitlines() if l[:1] in ' *' and l[1:].split()[:1] and
+                l[1:].split()[0].isdigit()]
+        assert [int(r[1:].split()[0]) for r in rows] == sizes, p.stdout
+        assert sum(r[0] == '*' for r in rows) == 1, p.stdout
+    if opt(argv, '--csv'):
+        with open(path(opt(argv, '--csv'))) as f:
+            assert len(f.read().splitlines()) == 1 + len(sizes)
+    if opt(argv, '--plot'):
+        with open(path(opt(argv, '--plot')), 'rb') as f:
+            head = f.read(8)
+        assert head == b'\x89PNG\r\n\x1a\n' or head.startswith(b'<?xml'), head
+
+
 CHECKS = {'train': check_train, 'evaluate': check_evaluate, 'predict': check_predict,
           'program': check_program, 'config': check_config, 'gemm': check_gemm,
-          'model': check_model, 'shard': check_shard}
+          'model': check_model, 'shard': check_shard, 'bench': check_bench}
 
 
 def run_readme_line(readme_argv):

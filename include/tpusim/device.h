@@ -302,7 +302,10 @@ int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t sta
                           uint64_t end_cycle);
 /* Writes the recorded timeline as Chrome trace event JSON (opens in Perfetto):
  * one process per chip, one track per unit per core, queue depths as counters, host
- * phases on a host track. Atomically (temporary file, rename). */
+ * phases on a host track, and a "loops" process with the device's launches: "device loop",
+ * each tpu_device_run's span from its start cycle to its end, and "device idle", the gap
+ * before it since the previous run's end (or cycle 0), when the host runs its loop boundary
+ * and the launch (the bubble between loops). Atomically (temporary file, rename). */
 int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struct tpu_diag *d);
 
 /* ---- the backend seam ------------------------------------------------------------------ */

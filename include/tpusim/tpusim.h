@@ -32,5 +32,6 @@
 #include "tpusim/checkpoint.h"
 #include "tpusim/npy.h"
 #include "tpusim/topology_file.h"
+#include "tpusim/sweep.h"
 
 #endif
