@@ -23,10 +23,13 @@
  * The op's compute time is spread evenly over its chunks.
  *
  * Infeed completes when its data is in HBM (feed.c); waiting for it is an INFEED_EMPTY
- * stall. Outfeed occupies the outfeed port for the transfer; waiting for a free slot is an
+ * stall. An infeed with the flag core0 on a core other than its replica's logical core 0
+ * takes nothing from the queue, zeroes its y and completes at issue (no link time).
+ * Outfeed occupies the outfeed port for the transfer; waiting for a free slot is an
  * OUTFEED_FULL stall. A collective starts when the last participant arrives (waits are SYNC
- * stalls) and takes tpu__all_reduce_cycles / tpu__permute_cycles on every participant's ICI
- * unit; its values are summed in replica order, so they do not depend on arrival order.
+ * stalls) and takes tpu__all_reduce_cycles / tpu__permute_cycles (the halo ops: their
+ * slowest transfer, timing.c) on every participant's ICI unit; its values are summed in
+ * replica (or logical core) order, so they do not depend on arrival order.
  *
  * Per-op statistics (settings.op_stats, device.h struct tpu_op_stats). Whatever an op adds to
  * its core's counters is also added to the op's statistics: the counters are copied before

@@ -72,7 +72,11 @@ uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t
  * per image element: max_pool W * 1 (a max); avg_pool W * 1 (an add) + 4 per output (the
  * divide by the count); max_pool_grad W * 2 (the max, then the compare that finds its first
  * position) + 1 per output (the add into dx) + 1 per dx element (clearing dx);
- * avg_pool_grad W * 1 (an add) + 4 per output (dy / count) + 1 per dx element. */
+ * avg_pool_grad W * 1 (an add) + 4 per output (dy / count) + 1 per dx element.
+ * A row-partitioned window op (parts >= 2) is counted the same way over its own buffers:
+ * the local out's N*hoc*wo rows (padding rows included: the unit sweeps them) and the ext
+ * image's elements; a partitioned conv2d op's GEMM likewise has M = N*hoc*wo rows.
+ * row_mask sweeps its output (1 op per element: a compare-select). */
 static const struct {
     uint8_t unit; /* enum tpu_unit */
     uint8_t vpu_ops;

@@ -330,7 +330,11 @@ int tpu__verify_conv(const struct tpu_program *p, const struct tpu_op *op,
         return rc;
     const uint64_t rows = mul_sat(n, mul_sat(out_rows(w), w->wo));
     const char *kernel = "the kernel is [kh*kw*c, f], one row per window element";
-    const char *win_rows = "N*ho*wo rows, one per window, and f columns, one per filter";
+    const char *win_rows = w->parts > 1 ? "N*hoc*wo rows with parts > 1 (the core's local "
+                                          "out, hoc = ceil(ho/parts)), and f columns, one per "
+                                          "filter"
+                                        : "N*ho*wo rows, one per window, and f columns, one "
+                                          "per filter";
     if (op->code == TPU_OP_CONV2D_GRAD_FILTER) {
         rc = conv_shape(op, "input dy", in[1], rows, in[1]->cols, win_rows, msg, size);
         if (!rc)
