@@ -1,7 +1,8 @@
 /* Row partitioning's ops (program.h's "Row partitioning"), their values: the partitioned
  * window and conv ops, halo (f32 and bf16), halo_grad, row_mask, dropout_mask with a window,
  * all_reduce over the cores of a replica (values, order, timing), infeed core0. Their
- * verifier and load rules, text form and the halo's timing are test_partition_rules.c's. *
+ * verifier and load rules, text form and the halo's timing are test_partition_rules.c's.
+ *
  * The partitioned forms run on a device with P cores per replica (the tiny preset, P / 2
  * chips): halo, then the op, then for the adjoints halo_grad. They are compared with the
  * unpartitioned op computed on one core (tpu__op_compute, the chip's own op function):
