@@ -97,7 +97,14 @@ static void test_load_parts_vs_replica(void **state)
         if (!strstr(d.msg, words[i]))
             fail_msg("message \"%s\" lacks \"%s\"", d.msg, words[i]);
     tpu_device_close(&dev);
+    /* one core per replica: the fix is a program without partitioning */
     s.n_chips = 1;
+    s.cores_per_replica = 1;
+    dev = open_settings(&s);
+    assert_int_equal(tpu_device_load(dev, p, &d), TPU_EINVAL);
+    if (!strstr(d.msg, "has 1 core per replica") || !strstr(d.msg, "without row partitioning"))
+        fail_msg("message \"%s\"", d.msg);
+    tpu_device_close(&dev);
     s.cores_per_replica = 2;
     dev = open_settings(&s);
     load(dev, p);

@@ -230,11 +230,43 @@ static void test_conv_passes_refused(void **state)
     tpu_mxu_rtl_provider_destroy(&p);
 }
 
+/* A row-partitioned convolution (parts = 2 on a device of 2 cores per replica) is refused
+ * by the RTL provider with TPU_EUNSUPPORTED; the native backend runs it
+ * (tests/test_partition_ops.c). */
+static void test_conv_parts_refused(void **state)
+{
+    (void)state;
+    const struct tpu_chip_config cfg = tiny();
+    struct tpu_mxu_rtl_provider *p = make_provider(&cfg);
+    /* 4 rows over 2 cores: hoc = 2, E = (2-1)*1 + 3 = 4 */
+    struct tpu_program *prog = parse("program t\n"
+                                     "param x: f32[16, 8]\n"
+                                     "param w: f32[72, 8]\n"
+                                     "param y: f32[8, 8]\n"
+                                     "y = conv2d x, w h=4 w=4 c=8 kh=3 kw=3 sh=1 sw=1 pt=1 "
+                                     "pl=1 ho=4 wo=4 parts=2\n");
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &cfg);
+    s.cores_per_replica = 2;
+    s.mxu = tpu_mxu_rtl_provider_get(p);
+    struct tpu_device *dev = open_settings(&s);
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_device_load(dev, prog, &d), 0);
+    assert_int_equal(tpu_device_run(dev, 0, NULL, &d), TPU_EUNSUPPORTED);
+    if (!strstr(d.msg, "conv2d: its window is row-partitioned (parts=2), which the rtl matrix "
+                       "unit does not run") || !strstr(d.msg, "use the native backend"))
+        fail_msg("message: %s", d.msg);
+    tpu_device_close(&dev);
+    tpu_program_destroy(&prog);
+    tpu_mxu_rtl_provider_destroy(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_convs_match_native),
         cmocka_unit_test(test_conv_passes_refused),
+        cmocka_unit_test(test_conv_parts_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -239,14 +239,18 @@ static int check_program_fits(const struct tpu_device *dev, const struct tpu_pro
             continue;
         char line[160];
         tpu_program_format_op(prog, i, line, sizeof line);
+        char fix[64];
+        if (cpr == 1)
+            snprintf(fix, sizeof fix, "without row partitioning (no parts)");
+        else
+            snprintf(fix, sizeof fix, "for %u parts", (unsigned)cpr);
         return tpu__fail(d, TPU_EINVAL,
                          "program '%s', op %zu '%s': its window is split over parts=%u cores, "
-                         "but the device has %u cores per replica; a row-partitioned op runs "
+                         "but the device has %u core%s per replica; a row-partitioned op runs "
                          "over the cores of one replica, so parts must equal cores_per_replica: "
-                         "open the device with cores_per_replica %u or build the program for "
-                         "%u parts",
+                         "open the device with cores_per_replica %u or build the program %s",
                          tpu_program_name(prog), i, line, (unsigned)parts, (unsigned)cpr,
-                         (unsigned)parts, (unsigned)cpr);
+                         cpr == 1 ? "" : "s", (unsigned)parts, fix);
     }
     if (cfg->ici_topology == TPU_TOPO_NONE && has_cross_chip_collective(dev, prog))
         return tpu__fail(d, TPU_EUNSUPPORTED,

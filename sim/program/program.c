@@ -420,7 +420,8 @@ int tpu_program_add_op(struct tpu_program *p, const struct tpu_op *op, struct tp
         return tpu__fail(d, TPU_EINVAL, "op %zu (%s): variable id %u, but the program has %zu "
                          "variables; add the variable first", p->n_ops, name, c.attrs.var,
                          p->n_vars);
-    if (c.attrs.win.parts == 1) /* one part is no partitioning: one spelling of it */
+    if (c.attrs.win.parts == 1 && (tpu_opcode_attrs(op->code) & TPU_ATTR_WINDOW))
+        /* one part is no partitioning: one spelling of it */
         c.attrs.win.parts = 0;
     if (grow((void **)&p->ops, &p->cap_ops, p->n_ops, sizeof *p->ops))
         return tpu__fail(d, TPU_ENOMEM, "out of memory adding op %zu (%s)", p->n_ops, name);
