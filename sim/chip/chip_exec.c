@@ -572,8 +572,8 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
     }
     if (!dev->s.timing_only) {
         int e = unit == TPU_UNIT_MXU && dev->s.mxu
-                    ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, op, c->bufs,
-                                           &c->provider_mxu_cycles, d)
+                    ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, c->index_in_replica,
+                                           op, c->bufs, &c->provider_mxu_cycles, d)
                     : tpu__op_compute_core(op, c->bufs, c->vars, c->replica,
                                            c->index_in_replica, dev->cfg.mxu_rows,
                                            dev->s.kernel_threads ? dev->s.kernel_threads : 1,

@@ -114,6 +114,20 @@ void tpu__conv_zero_pad_rows(const struct tpu__win_geom *g, float *y, size_t f)
                 memset(y + r * f, 0, g->wo * f * sizeof *y);
 }
 
+void tpu__conv_copy_real_rows(const struct tpu__win_geom *g, const void *src, size_t row_bytes,
+                              void *dst)
+{
+    const size_t m = g->n * g->hos * g->wo;
+    for (size_t r = 0; r < m; r++) {
+        const size_t oy = g->oy0 + (r / g->wo) % g->hos;
+        unsigned char *to = (unsigned char *)dst + r * row_bytes;
+        if (oy >= g->ho)
+            memset(to, 0, row_bytes);
+        else
+            memcpy(to, (const unsigned char *)src + r * row_bytes, row_bytes);
+    }
+}
+
 int tpu__ops_conv(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct tpu_diag *d)
 {
     const char *name = tpu_opcode_name(op->code);
@@ -149,17 +163,8 @@ int tpu__ops_conv(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct 
                          name, m, kc);
     const void *b_data = in1->data;
     if (dy_copy) {
-        unsigned char *dy = (unsigned char *)cols + dy_at;
-        const size_t row_bytes = f * dy_esize;
-        for (size_t r = 0; r < m; r++) {
-            const size_t oy = cg.g.oy0 + (r / cg.g.wo) % cg.g.hos;
-            if (oy >= cg.g.ho)
-                memset(dy + r * row_bytes, 0, row_bytes);
-            else
-                memcpy(dy + r * row_bytes, (const unsigned char *)in1->data + r * row_bytes,
-                       row_bytes);
-        }
-        b_data = dy;
+        tpu__conv_copy_real_rows(&cg.g, in1->data, f * dy_esize, (unsigned char *)cols + dy_at);
+        b_data = (unsigned char *)cols + dy_at;
     }
     const bool x_f32 = in0->dtype == TPU_F32, other_f32 = in1->dtype == TPU_F32;
     switch (op->code) {

@@ -81,6 +81,11 @@ int tpu__ops_conv_check(const struct tpu_op *op, uint32_t part, const struct tpu
 /* Writes 0 to the rows [N*hos*wo][f] of y whose output row is padding (oy >= ho: a
  * partitioned window's last cores), as the forward conv2d does after its GEMM. */
 void tpu__conv_zero_pad_rows(const struct tpu__win_geom *g, float *y, size_t f);
+/* Copies the window-side rows [N*hos*wo] of `row_bytes` bytes each from src to dst, writing
+ * 0 in place of the padding rows (oy >= ho): conv2d_grad_filter's dy as it multiplies it, so
+ * that dy's padding rows are never read. */
+void tpu__conv_copy_real_rows(const struct tpu__win_geom *g, const void *src, size_t row_bytes,
+                              void *dst);
 
 struct tpu__op_ctx;
 
