@@ -190,6 +190,27 @@ dk = conv2d_grad_filter x, y h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
 dx = conv2d_grad_input y, k h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
 outfeed dx
 """,
+    'partition.tpuprog': """program partition
+var step
+param xl: f32[4, 8]
+param w: f32[18, 3]
+temp  x: f32[4, 8]
+temp  xe: f32[6, 8]
+temp  y: f32[16, 3]
+temp  m: f32[4, 8]
+temp  d: f32[4, 8]
+temp  dxe: f32[6, 8]
+temp  dx: f32[4, 8]
+x = infeed core0
+xl = all_reduce x reduce=sum group=replica_cores
+xe = halo xl h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+y = conv2d xe, w h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+m = row_mask h=8 w=4 c=2 kh=1 kw=1 sh=1 sw=1 pt=0 pl=0 ho=8 wo=4 parts=2
+d = dropout_mask var=step imm=7 alpha=0.5 h=8 w=4 c=2 parts=2
+dxe = conv2d_grad_input y, w h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+dx = halo_grad dxe h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+outfeed dx
+""",
     'bad_syntax.tpuprog': """program bad
 param a: f32[4, 0]
 y = frobnicate a
