@@ -27,10 +27,15 @@
  * input cost of each batch. Costs are modeled constants or measured wall time (config).
  * Each cost charged is also a host phase on the device's timeline (when it traces), at the
  * cycle and for the cycles charged: "launch", "hooks", "checkpoint save", "<mode> input
- * batch".
+ * batch" ("<mode> input batch host H" with several hosts: each host's infeed thread has a
+ * clock of its own, so the hosts' input phases run side by side).
  *
- * How many steps each launch runs is tune/'s (the loop size); which replicas each input_fn
- * call feeds is shard/'s. */
+ * Several hosts: one infeed thread per host that makes calls, each on its own clock; a step
+ * is fed when every host has queued its part of it (fed is the least over the hosts); the
+ * last infeed thread to end closes the device's infeed.
+ *
+ * How many steps each launch runs is tune/'s (the loop size); which host makes each input_fn
+ * call, with what batch, and which replicas and slices it feeds is shard/'s plan. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -14,10 +14,13 @@
  *   - a finite training input ends training cleanly at the last full step (with a warning;
  *     strict_input makes it an error).
  *
- * Threads: the caller's thread runs the loops and hooks; an infeed thread runs the input
- * function and fills the per-core infeed queues; an outfeed thread drains the outfeed
- * queues and runs host calls. They hand data to each other only through the device's queues
- * and the estimator's lock-guarded status.
+ * Threads: the caller's thread runs the loops and hooks; an infeed thread per host (of
+ * num_hosts) runs that host's input function calls and fills the infeed queues of the cores
+ * they feed, each core its slice of each tensor (input_partition_dims: the whole tensor, its
+ * part padded to the largest part, or nothing on logical cores after the first for dims of
+ * product 1); an outfeed thread drains the outfeed queues and runs host calls. They hand
+ * data to each other only through the device's queues and the estimator's lock-guarded
+ * status.
  *
  * Time: device time is simulated. The host's own phases (input function, hooks and
  * checkpoints, launches) are charged to the same timeline either with their measured wall
