@@ -88,9 +88,9 @@ static struct tpu_window window_of(const struct lower *s, uint32_t i)
     const struct tpu__net_layer *L = &s->net->layers[i];
     const struct tpu_shape x = L->in_shape;
     struct tpu_window w = {x.h, x.w, x.c, L->desc.kh, L->desc.kw, L->desc.sh, L->desc.sw,
-                           L->pt, L->pl, L->out.h, L->out.w};
+                           L->pt, L->pl, L->out.h, L->out.w, 0};
     if (L->desc.kind == TPU_LAYER_GLOBAL_AVG_POOL2D)
-        w = (struct tpu_window){x.h, x.w, x.c, x.h, x.w, x.h, x.w, 0, 0, 1, 1};
+        w = (struct tpu_window){x.h, x.w, x.c, x.h, x.w, x.h, x.w, 0, 0, 1, 1, 0};
     return w;
 }
 
