@@ -1020,7 +1020,8 @@ static const struct parse_case parse_cases[] = {
      {"t:7:5: softmax_xent has 2 outputs (loss, dlogits), got 1"}},
     {HEAD "y = outfeed x\n", {"t:7:5: outfeed has no outputs, got 1 ('y'); write 'outfeed <inputs>'"}},
     {HEAD "y = infeed x\n", {"t:7:12: infeed takes no inputs, got 1"}},
-    {HEAD "y = infeed alpha=1\n", {"t:7:12: infeed takes no attributes, got 'alpha'"}},
+    {HEAD "y = infeed alpha=1\n", {"t:7:12: unknown attribute 'alpha' for infeed; infeed takes core0"}},
+    {HEAD "y = relu x alpha=1\n", {"t:7:12: relu takes no attributes, got 'alpha'"}},
     {HEAD "y = var_add n 1\n", {"t:7:5: var_add has no outputs, got 1 ('y')"}},
     {HEAD "var_add n\n", {"t:7:10: expected the integer to add after 'var_add n', found the end of the line"}},
     {HEAD "var_add n x\n", {"t:7:11: expected an integer for var_add's increment, found 'x'"}},
@@ -1456,7 +1457,7 @@ static void test_verify_built(void **state)
         {TPU_OP_EXP, "exp does not read attribute var"},
         {TPU_OP_MATMUL, "matmul does not read attribute imm"},
         {TPU_OP_SCALE, "scale does not read attribute eps"},
-        {TPU_OP_ALL_REDUCE, "all_reduce does not read attribute group"},
+        {TPU_OP_RELU, "relu does not read attribute group"},
         {TPU_OP_SOFTMAX_XENT, "softmax_xent does not read attribute axis"},
     };
     for (size_t k = 0; k < sizeof strays / sizeof strays[0]; k++) {

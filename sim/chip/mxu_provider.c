@@ -440,15 +440,24 @@ static int provider_gemm(const struct tpu_mxu_provider *p, const struct tpu_chip
  * matmul on the provider, with the patches im2col(x) formed before it (conv2d,
  * conv2d_grad_filter) or the product's col2im after it (conv2d_grad_input), in memory of its
  * own. The values are the native op's bit for bit: the same patches, the same one-pass
- * product (a bf16 GEMM is exact to mxu.h's order), the same col2im. */
+ * product (a bf16 GEMM is exact to mxu.h's order), the same col2im. A row-partitioned
+ * window (parts > 1) is refused with TPU_EUNSUPPORTED: the provider is not told the core's
+ * place in its replica. */
 static int provider_conv(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
                          uint32_t core, const struct tpu_op *op, struct tpu__bufmem *bufs,
                          uint64_t *cycles, struct tpu_diag *d)
 {
     const char *name = p->name ? p->name : "external";
     const char *opname = tpu_opcode_name(op->code);
+    if (op->attrs.win.parts > 1)
+        return tpu__fail(d, TPU_EUNSUPPORTED,
+                         "%s: its window is row-partitioned (parts=%u), which the %s matrix "
+                         "unit does not run (it takes whole images only); use the native "
+                         "backend for spatially partitioned convolutions, or cores_per_replica "
+                         "1 without input partitioning", opname, (unsigned)op->attrs.win.parts,
+                         name);
     struct tpu__conv_gemm cg;
-    int rc = tpu__ops_conv_check(op, bufs, &cg, d);
+    int rc = tpu__ops_conv_check(op, 0, bufs, &cg, d);
     if (rc)
         return rc;
     struct tpu__bufmem *out = &bufs[op->out[0]];
