@@ -144,7 +144,11 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "infeed thread and input clock: the device has hosts x\n"
              "chips chips"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
-     .max = 128, .arg = "N", .help = "model parallelism (default 1)"},
+     .max = 128, .arg = "N",
+     .help = "model parallelism (default 1): the model is split over N\n"
+             "cores of each replica (configs/models/README.md); the\n"
+             "--layers MLP is then lowered as a net of dense layers,\n"
+             "pairs split by columns, then rows (same param names)"},
     {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
      .help = "host threads simulating the cores (default: all CPUs)"},
     {.name = "--timing-only", .kind = TPU__CLI_FLAG, T(timing_only), .scope = CMD_TRAIN,
