@@ -207,26 +207,15 @@ static void gather(struct tpu_device *dev, const struct tpu_model_program *mp, u
     }
 }
 
-/* Trains STEPS steps of `model` on P cores of one replica with features dims fd (rank 0:
- * None), one step per launch. probe: the layer whose output is outfed at each step. */
-static void train(const struct tpu_model *model, const struct data *x, uint32_t P,
-                  const struct tpu_partition_dims *fd, const char *probe, struct result *res)
+/* Writes every param: full values from the model's init_param (vary: those it fills with
+ * one value, such as biases, gamma and the moving statistics, get varied values around it,
+ * so that a param read in the wrong place shows), each core its part; res lists them. */
+static void write_params(struct tpu_device *dev, const struct tpu_model_program *mp,
+                         const struct tpu_model *model, uint32_t P, bool vary,
+                         struct result *res)
 {
     struct tpu_diag d = {0};
-    memset(res, 0, sizeof *res);
-    struct tpu_device *dev = open_device(P);
-    const struct tpu_build_shape sh = {.batch_per_replica = x->B, .global_batch = x->B,
-                                       .n_replicas = 1, .cores_per_replica = P, .n_dims = 1,
-                                       .dims = {*fd}};
-    struct tpu_model_program *mp = calloc(1, sizeof *mp);
-    assert_non_null(mp);
-    ok(model->build(model->ctx, TPU_MODE_TRAIN, &sh, mp, &d), &d);
-    if (probe)
-        add_probe(mp, probe);
-    ok(tpu_program_verify(mp->prog, tpu_device_chip(dev), &d), &d);
-    ok(tpu_device_load(dev, mp->prog, &d), &d);
-
-    /* the params: full values from the model's init_param, each core its part */
+    struct rng r = {0x9a7a};
     res->n_params = mp->n_params;
     res->params = calloc(mp->n_params, sizeof *res->params);
     assert_non_null(res->params);
@@ -240,6 +229,13 @@ static void train(const struct tpu_model *model, const struct data *x, uint32_t 
         float *part = malloc((size_t)b->rows * b->cols * sizeof *part);
         assert_true(full && part);
         model->init_param(model->ctx, q->name, q->rows, q->cols, full, SEED + i);
+        const size_t n = (size_t)q->rows * q->cols;
+        bool constant = true;
+        for (size_t e = 1; e < n; e++)
+            constant = constant && full[e] == full[0];
+        if (vary && constant) /* 0 or 1 (bias, beta, gamma, moving statistics): varied */
+            for (size_t e = 0; e < n; e++)
+                full[e] = full[0] + rnd_f32(&r, full[0] > 0 ? -0.5f : -0.2f, 0.2f);
         for (uint32_t k = 0; k < P; k++) {
             const float *src = full;
             if (mp->param_split[i] != TPU_SPLIT_NONE) {
@@ -252,11 +248,24 @@ static void train(const struct tpu_model *model, const struct data *x, uint32_t 
         free(full);
         free(part);
     }
+}
 
+static bool product_one(const struct tpu_partition_dims *p)
+{
     uint64_t product = 1;
-    for (uint32_t k = 0; k < fd->rank; k++)
-        product *= fd->dims[k];
-    const bool core0 = fd->rank && product == 1;
+    for (uint32_t k = 0; k < p->rank; k++)
+        product *= p->dims[k];
+    return p->rank && product == 1;
+}
+
+/* Step s's inputs to the P cores: x (its rows of every example for features dims [1, P, 1,
+ * 1], zero past the image's last row; nothing to cores > 0 for dims of product 1), then,
+ * unless predicting, the labels (nothing to cores > 0 for labels dims of product 1). */
+static void infeed(struct tpu_device *dev, const struct tpu_model_program *mp,
+                   const struct data *x, uint32_t s, uint32_t P,
+                   const struct tpu_partition_dims *fd, const struct tpu_partition_dims *ld)
+{
+    struct tpu_diag d = {0};
     const bool rows = fd->rank == 4 && fd->dims[1] == P && P > 1;
     const uint32_t hc = rows ? (x->h + P - 1) / P : x->h;
     const size_t img = (size_t)x->h * x->w * x->c, lrow = (size_t)x->w * x->c;
@@ -265,14 +274,66 @@ static void train(const struct tpu_model *model, const struct data *x, uint32_t 
     assert_int_equal(xb->cols, hc * lrow);
     float *xs = calloc((size_t)x->B * hc * lrow, sizeof *xs);
     assert_non_null(xs);
-    uint32_t probe_id = 0;
+    const float *gx = x->x + (size_t)s * x->B * img;
+    for (uint32_t k = 0; k < P; k++) {
+        for (uint32_t n = 0; n < x->B; n++)
+            for (uint32_t i = 0; i < hc; i++) {
+                uint32_t g = (rows ? k * hc : 0) + i;
+                float *dst = xs + ((size_t)n * hc + i) * lrow;
+                if (g < x->h)
+                    memcpy(dst, gx + n * img + (size_t)g * lrow, lrow * sizeof *dst);
+                else
+                    memset(dst, 0, lrow * sizeof *dst);
+            }
+        if (!(product_one(fd) && k > 0))
+            ok(tpu_device_infeed(dev, k, xs, tpu_buffer_bytes(xb), 0, &d), &d);
+        if (mp->n_infeed > 1 && !(product_one(ld) && k > 0))
+            ok(tpu_device_infeed(dev, k, x->labels + (size_t)s * x->B, x->B * sizeof(int32_t),
+                                 0, &d), &d);
+    }
+    free(xs);
+}
+
+/* Builds `mode` of `model` for one replica of P cores on a fresh device and loads it. */
+static struct tpu_model_program *build_load(struct tpu_device *dev, const struct tpu_model *model,
+                                            enum tpu_mode mode, const struct data *x,
+                                            uint32_t P, const struct tpu_partition_dims *fd,
+                                            const struct tpu_partition_dims *ld,
+                                            const char *probe)
+{
+    struct tpu_diag d = {0};
+    const struct tpu_build_shape sh = {.batch_per_replica = x->B, .global_batch = x->B,
+                                       .n_replicas = 1, .cores_per_replica = P, .n_dims = 2,
+                                       .dims = {*fd, *ld}};
+    struct tpu_model_program *mp = calloc(1, sizeof *mp);
+    assert_non_null(mp);
+    ok(model->build(model->ctx, mode, &sh, mp, &d), &d);
+    if (probe)
+        add_probe(mp, probe);
+    ok(tpu_program_verify(mp->prog, tpu_device_chip(dev), &d), &d);
+    ok(tpu_device_load(dev, mp->prog, &d), &d);
+    return mp;
+}
+
+/* Trains STEPS steps of `model` on P cores of one replica with features dims fd and labels
+ * dims ld (rank 0: None), one step per launch. probe: the layer whose output is outfed. */
+static void train(const struct tpu_model *model, const struct data *x, uint32_t P,
+                  const struct tpu_partition_dims *fd, const struct tpu_partition_dims *ld,
+                  const char *probe, struct result *res)
+{
+    struct tpu_diag d = {0};
+    memset(res, 0, sizeof *res);
+    struct tpu_device *dev = open_device(P);
+    struct tpu_model_program *mp = build_load(dev, model, TPU_MODE_TRAIN, x, P, fd, ld, probe);
+    write_params(dev, mp, model, P, false, res);
     const struct tpu_buffer_desc *pb = NULL;
     float *pl = NULL;
     if (probe) {
         char name[64];
+        uint32_t id = 0;
         snprintf(name, sizeof name, "%s.y", probe);
-        assert_int_equal(tpu_program_find_buffer(mp->prog, name, &probe_id), 0);
-        pb = tpu_program_buffer(mp->prog, probe_id);
+        assert_int_equal(tpu_program_find_buffer(mp->prog, name, &id), 0);
+        pb = tpu_program_buffer(mp->prog, id);
         pl = malloc(tpu_buffer_bytes(pb));
         res->probe_n = (size_t)pb->rows * pb->cols * P;
         res->probe = calloc(res->probe_n, sizeof *res->probe);
@@ -280,23 +341,7 @@ static void train(const struct tpu_model *model, const struct data *x, uint32_t 
     }
     for (uint32_t s = 0; s < STEPS; s++) {
         ok(tpu_device_set_var(dev, mp->var_iterations, 1), &d);
-        const float *gx = x->x + (size_t)s * x->B * img;
-        for (uint32_t k = 0; k < P; k++) {
-            /* core k's rows of every example, zero past the image's last row */
-            for (uint32_t n = 0; n < x->B; n++)
-                for (uint32_t i = 0; i < hc; i++) {
-                    uint32_t g = (rows ? k * hc : 0) + i;
-                    float *dst = xs + ((size_t)n * hc + i) * lrow;
-                    if (g < x->h)
-                        memcpy(dst, gx + n * img + (size_t)g * lrow, lrow * sizeof *dst);
-                    else
-                        memset(dst, 0, lrow * sizeof *dst);
-                }
-            if (!(core0 && k > 0))
-                ok(tpu_device_infeed(dev, k, xs, tpu_buffer_bytes(xb), 0, &d), &d);
-            ok(tpu_device_infeed(dev, k, x->labels + (size_t)s * x->B, x->B * sizeof(int32_t),
-                                 0, &d), &d);
-        }
+        infeed(dev, mp, x, s, P, fd, ld);
         ok(tpu_device_run(dev, 0, NULL, &d), &d);
         for (uint32_t k = 0; k < P; k++) {
             if (probe) {
@@ -317,10 +362,42 @@ static void train(const struct tpu_model *model, const struct data *x, uint32_t 
             gather(dev, mp, P, res, s == 0 ? 0 : 1);
     }
     free(pl);
-    free(xs);
     tpu_program_destroy(&mp->prog);
     free(mp);
     tpu_device_close(&dev);
+}
+
+/* One prediction step of `model` on P cores with features dims fd, the params varied
+ * (write_params): the outputs [B][size], malloc'd (core 0's; every core's must be the same
+ * bits). */
+static float *predict(const struct tpu_model *model, const struct data *x, uint32_t P,
+                      const struct tpu_partition_dims *fd, size_t *n)
+{
+    struct tpu_diag d = {0};
+    struct tpu_device *dev = open_device(P);
+    const struct tpu_partition_dims none = {0, {0}};
+    struct tpu_model_program *mp = build_load(dev, model, TPU_MODE_PREDICT, x, P, fd, &none,
+                                              NULL);
+    struct result scratch = {0};
+    write_params(dev, mp, model, P, true, &scratch);
+    result_free(&scratch);
+    ok(tpu_device_set_var(dev, mp->var_iterations, 1), &d);
+    infeed(dev, mp, x, 0, P, fd, &none);
+    ok(tpu_device_run(dev, 0, NULL, &d), &d);
+    const struct tpu_buffer_desc *ob = tpu_program_buffer(mp->prog, mp->outfeed[0]);
+    *n = (size_t)ob->rows * ob->cols;
+    float *out = malloc(*n * sizeof *out), *other = malloc(*n * sizeof *other);
+    assert_true(out && other);
+    for (uint32_t k = 0; k < P; k++) {
+        ok(tpu_device_outfeed(dev, k, k ? other : out, *n * sizeof *out, 0, NULL, &d), &d);
+        if (k && memcmp(out, other, *n * sizeof *out))
+            fail_msg("core %u's predictions differ from core 0's", k);
+    }
+    free(other);
+    tpu_program_destroy(&mp->prog);
+    free(mp);
+    tpu_device_close(&dev);
+    return out;
 }
 
 /* ---- comparing ------------------------------------------------------------------------------ */
@@ -482,7 +559,7 @@ static void nudge(const struct data *x, struct data *y)
  * with_control: also the one-core run on inputs moved by one ulp, whose difference scales
  * the bound (a net whose training amplifies rounding, see test_resnet_small_rows). */
 static void check_file(const char *file, const char *probe, uint32_t ho, uint32_t wo, uint32_t C,
-                       bool with_control)
+                       bool with_control, bool predict_exact)
 {
     struct tpu_net *net = load_model(file);
     struct tpu_train_spec spec = sgd();
@@ -492,14 +569,14 @@ static void check_file(const char *file, const char *probe, uint32_t ho, uint32_
     struct data x, y;
     make_data(&x, 2, 28, 28, 1, 10, 0x5eed);
     struct result one, two, four, ctl;
-    train(&m, &x, 1, &NONE_DIMS, probe, &one);
+    train(&m, &x, 1, &NONE_DIMS, &NONE_DIMS, probe, &one);
     if (with_control) {
         nudge(&x, &y);
-        train(&m, &y, 1, &NONE_DIMS, NULL, &ctl);
+        train(&m, &y, 1, &NONE_DIMS, &NONE_DIMS, NULL, &ctl);
         free(y.x);
     }
-    train(&m, &x, 2, &ROWS2, probe, &two);
-    train(&m, &x, 4, &ROWS4, probe, &four);
+    train(&m, &x, 2, &ROWS2, &NONE_DIMS, probe, &two);
+    train(&m, &x, 4, &ROWS4, &NONE_DIMS, probe, &four);
     char what[64];
     snprintf(what, sizeof what, "%s on 2 cores", file);
     compare_probe(what, &one, &two, 2, x.B, ho, wo, C);
@@ -512,6 +589,32 @@ static void check_file(const char *file, const char *probe, uint32_t ho, uint32_
     result_free(&four);
     if (with_control)
         result_free(&ctl);
+
+    /* prediction (batch norm with the moving statistics, varied params): bit-identical where
+       no sum crosses the cut (resnet_small: its only all-reduce adds zeros), else within
+       REL_TOL of the outputs' largest magnitude (cnn: the dense layer split by rows) */
+    size_t n1, n2, n4;
+    float *p1 = predict(&m, &x, 1, &NONE_DIMS, &n1);
+    float *p2 = predict(&m, &x, 2, &ROWS2, &n2);
+    float *p4 = predict(&m, &x, 4, &ROWS4, &n4);
+    assert_int_equal(n1, n2);
+    assert_int_equal(n1, n4);
+    double scale = 0, diff = 0;
+    for (size_t e = 0; e < n1; e++) {
+        scale = fmax(scale, fabs((double)p1[e]));
+        diff = fmax(diff, fmax(fabs((double)p1[e] - p2[e]), fabs((double)p1[e] - p4[e])));
+    }
+    printf("%s: predictions on 2 and 4 cores: largest difference %.3g of the largest "
+           "magnitude %.3g\n", file, diff / scale, scale);
+    if (predict_exact) {
+        assert_memory_equal(p1, p2, n1 * sizeof *p1);
+        assert_memory_equal(p1, p4, n1 * sizeof *p1);
+    } else {
+        assert_true(diff <= REL_TOL * scale);
+    }
+    free(p1);
+    free(p2);
+    free(p4);
     data_free(&x);
     tpu_net_destroy(&net);
 }
@@ -519,7 +622,7 @@ static void check_file(const char *file, const char *probe, uint32_t ho, uint32_
 static void test_cnn_rows(void **state)
 {
     (void)state;
-    check_file("cnn.json", "conv2d", 26, 26, 32, false);
+    check_file("cnn.json", "conv2d", 26, 26, 32, false, false);
 }
 
 /* resnet_small's training at this batch (2 examples, so batch norm's statistics cover few
@@ -532,7 +635,7 @@ static void test_cnn_rows(void **state)
 static void test_resnet_small_rows(void **state)
 {
     (void)state;
-    check_file("resnet_small.json", "stem_conv", 28, 28, 16, true);
+    check_file("resnet_small.json", "stem_conv", 28, 28, 16, true, true);
 }
 
 /* The MLP: one core runs tpu_mlp_build's program; 2 and 4 cores the net of dense layers,
@@ -556,10 +659,10 @@ static void test_mlp_dense_split(void **state)
     make_data(&x, 8, 1, 1, 20, 10, 0xfeed);
     const struct tpu_partition_dims one_core = {2, {1, 1}};
     struct result one, two, four;
-    train(&m, &x, 1, &NONE_DIMS, NULL, &one);
-    train(&m, &x, 2, &NONE_DIMS, NULL, &two);
-    train(&m, &x, 4, &one_core, NULL, &four);
-    compare("MLP on 2 cores", &one, &two, NULL);
+    train(&m, &x, 1, &NONE_DIMS, &NONE_DIMS, NULL, &one);
+    train(&m, &x, 2, &NONE_DIMS, &one_core, NULL, &two);
+    train(&m, &x, 4, &one_core, &NONE_DIMS, NULL, &four);
+    compare("MLP on 2 cores (labels to core 0)", &one, &two, NULL);
     compare("MLP on 4 cores (features to core 0)", &one, &four, NULL);
     result_free(&one);
     result_free(&two);
