@@ -148,7 +148,9 @@ static int bench_open(struct bench *b, const char *model, const char *chip_name,
         if (tpu_net_model(&b->model, b->net, &b->spec, &d))
             goto fail;
     }
-    if (b->model.build(b->model.ctx, TPU_MODE_TRAIN, b->batch, global, &b->mp, &d) ||
+    const struct tpu_build_shape shape = {.batch_per_replica = b->batch, .global_batch = global,
+                                          .n_replicas = b->replicas, .cores_per_replica = 1};
+    if (b->model.build(b->model.ctx, TPU_MODE_TRAIN, &shape, &b->mp, &d) ||
         tpu_device_load(b->dev, b->mp.prog, &d))
         goto fail;
     const struct tpu_program *p = b->mp.prog;

@@ -158,7 +158,9 @@ int main(int argc, char **argv)
         tpu_program_destroy(&mp.prog);
         free(op_layer);
         op_layer = NULL;
-        if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, b, b * cores, &mp, &op_layer, &d)) {
+        const struct tpu_build_shape shape = {.batch_per_replica = b, .global_batch = b * cores,
+                                              .n_replicas = cores, .cores_per_replica = 1};
+        if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, &shape, &mp, &op_layer, &d)) {
             status = fail("build", &d);
             goto out;
         }

@@ -172,8 +172,10 @@ static int measure(const struct tpu_net *net, struct profile *p)
     struct tpu_model_program mp;
     memset(&mp, 0, sizeof mp);
     uint32_t *op_layer = NULL;
-    if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, p->batch / p->cores, p->batch, &mp, &op_layer,
-                      &d))
+    const struct tpu_build_shape shape = {.batch_per_replica = p->batch / p->cores,
+                                          .global_batch = p->batch, .n_replicas = p->cores,
+                                          .cores_per_replica = 1};
+    if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, &shape, &mp, &op_layer, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     struct probe pr = {.n_ops = tpu_program_n_ops(mp.prog)};
     tpu_program_destroy(&mp.prog);

@@ -314,8 +314,16 @@ static int setup(struct run *r, bool need_train_data)
         return rc;
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &r->chip);
-    if (r->o.chips)
-        s.n_chips = r->o.chips;
+    /* --hosts: each host drives --chips chips (default the chip's chips_per_host) */
+    const uint64_t per_host = r->o.chips ? r->o.chips : r->chip.chips_per_host;
+    const uint64_t hosts = r->o.rc.num_hosts ? r->o.rc.num_hosts : 1;
+    if (per_host * hosts > 4096)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %llu x %llu chips per host is %llu "
+                              "chips; tpusim simulates at most 4096 in one process: use fewer "
+                              "--hosts or --chips", (unsigned long long)hosts,
+                              (unsigned long long)per_host,
+                              (unsigned long long)(per_host * hosts));
+    s.n_chips = (uint32_t)(per_host * hosts);
     s.cores_per_replica = r->o.rc.num_cores_per_replica;
     s.n_threads = r->o.threads;
     s.timing_only = r->o.timing_only;
@@ -485,6 +493,8 @@ static void print_train_json(const struct run *r, const struct train_result *t)
     printf("{\"chip\": ");
     tpu__cli_json_string(stdout, r->chip.name);
     printf(", \"replicas\": %u", tpu_device_n_replicas(r->dev));
+    if (r->o.rc.num_hosts > 1) /* --hosts: only then, so one host's summary keeps its keys */
+        printf(", \"hosts\": %u", r->o.rc.num_hosts);
     if (r->net) {
         printf(", \"model\": ");
         tpu__cli_json_string(stdout, tpu_net_name(r->net));
@@ -559,9 +569,12 @@ static void print_train_text(const struct run *r, const struct train_result *t)
     char model[400], optimizer[160];
     tpu__cli_train_describe(o, r->net, model, sizeof model);
     tpu__cli_train_optimizer_text(o, r->net != NULL, optimizer, sizeof optimizer);
-    printf("tpusim train: %s on %s, %u replica%s, %s matmul inputs, %s\n", model,
+    char hosts[32] = "";
+    if (o->rc.num_hosts > 1)
+        snprintf(hosts, sizeof hosts, " (%u hosts)", o->rc.num_hosts);
+    printf("tpusim train: %s on %s, %u replica%s%s, %s matmul inputs, %s\n", model,
            r->chip.name, tpu_device_n_replicas(r->dev),
-           tpu_device_n_replicas(r->dev) == 1 ? "" : "s",
+           tpu_device_n_replicas(r->dev) == 1 ? "" : "s", hosts,
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)", optimizer);
     printf("  global step        %llu (global batch %u)\n", (unsigned long long)t->gstep,
            o->rc.train_batch_size);

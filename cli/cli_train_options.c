@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "cli_train.h"
 #include "options.h"
+#include "tpusim/shard.h"
 
 /* ---- option parsing ------------------------------------------------------------------------ */
 
@@ -60,6 +61,19 @@ static int set_ipl(const struct tpu__cli_parse *p, const struct tpu__cli_opt *op
     (void)opt;
     if (tpu_run_config_set_ipl(&o->rc, v, &d))
         return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s", d.msg);
+    return 0;
+}
+
+/* --input-partition-dims: TPUConfig's input_partition_dims as Python writes it. */
+static int set_partition_dims(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
+                              const char *v)
+{
+    struct train_opts *o = p->target;
+    struct tpu_diag d = {0};
+    (void)opt;
+    if (tpu_partition_dims_parse(v, o->rc.input_partition_dims, &o->rc.n_input_partition_dims,
+                                 &d))
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "--input-partition-dims: %s", d.msg);
     return 0;
 }
 
@@ -124,9 +138,19 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "chip preset or JSON file (default tpu-v3); training needs\n"
              "a bf16 matrix unit (tpu-v1's is int8 only)"},
     {.name = "--chips", .kind = TPU__CLI_U64, T(chips), .min = 1, .max = 4096, .arg = "N",
-     .help = "chips on the host (default: the chip's chips_per_host)"},
+     .help = "chips on each host (default: the chip's chips_per_host)"},
+    {.name = "--hosts", .kind = TPU__CLI_U64, T(rc.num_hosts), .min = 1, .max = 1024,
+     .arg = "N",
+     .help = "hosts of the pod slice, simulated in this process\n"
+             "(default 1), each driving --chips chips, with its own\n"
+             "infeed thread and input clock: the device has hosts x\n"
+             "chips chips"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
-     .max = 128, .arg = "N", .help = "model parallelism (default 1)"},
+     .max = 128, .arg = "N",
+     .help = "model parallelism (default 1): the model is split over N\n"
+             "cores of each replica (configs/models/README.md); the\n"
+             "--layers MLP is then lowered as a net of dense layers,\n"
+             "pairs split by columns, then rows (same param names)"},
     {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
      .help = "host threads simulating the cores (default: all CPUs)"},
     {.name = "--timing-only", .kind = TPU__CLI_FLAG, T(timing_only), .scope = CMD_TRAIN,
@@ -256,7 +280,17 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "how the global batch is split (default PER_HOST_V2)"},
     {.name = "--eval-training-input-configuration", .kind = TPU__CLI_ENUM,
      T(rc.eval_training_input_configuration), .words = eval_input_words,
-     .values = eval_input_values, .help = "the same for evaluation (default PER_HOST_V1)"},
+     .values = eval_input_values,
+     .help = "SLICED: evaluation and prediction read once, on host 0,\n"
+             "sliced over the replicas; PER_HOST_V1 (default): as\n"
+             "--per-host-input-for-training says"},
+    {.name = "--input-partition-dims", .kind = TPU__CLI_CUSTOM, .set = set_partition_dims,
+     .max_chars = OPT_TEXT_MAX, .arg = "DIMS",
+     .help = "spatial partitioning of the input over a replica's\n"
+             "cores, as in Python: '[[1, 2, 1, 1], None]' (features\n"
+             "NHWC, then labels); None: every core gets all of it;\n"
+             "product 1: logical core 0 only; otherwise the product\n"
+             "is --cores-per-replica. PER_HOST_V2 only"},
     {.name = "--model-dir", .kind = TPU__CLI_TEXT, T(rc.model_dir),
      .max_chars = OPT_MODEL_DIR_MAX, .arg = "DIR",
      .help = "checkpoints (safetensors) and metrics.jsonl; at most\n511 characters"},
@@ -313,6 +347,12 @@ const struct tpu__cli_opts tpu__cli_train_options = {
         "Options marked [train], [train, evaluate] or [predict] belong to those subcommands only;\n"
         "the others to all three (as TPUEstimator's constructor arguments do: those a subcommand\n"
         "does not use have no effect). evaluate and predict need --model-dir with a checkpoint.\n"
+        "Input modes follow TPUEstimator (input_fn per replica, per host, or once on host 0 with\n"
+        "the global batch for BROADCAST, every replica seeing all of it). Where tpusim differs:\n"
+        "--hosts are simulated in one process and share one input (the data set), so the calls\n"
+        "of a step are made one at a time in host order, each on its host's infeed thread, and\n"
+        "several hosts read the same examples as one; evaluation and prediction pad the last\n"
+        "batch and count every example once (also under BROADCAST).\n"
         "\n",
     .footer =
         "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"

@@ -15,6 +15,13 @@ static inline void ok(int rc, const struct tpu_diag *d)
         fail_msg("error %d: %s", rc, d->msg);
 }
 
+/* The build shape of R = global / per_replica replicas (at least one) of one core each. */
+#define DATA_SHAPE(per_replica, global)                                                       \
+    (&(struct tpu_build_shape){.batch_per_replica = (per_replica), .global_batch = (global), \
+                               .n_replicas = (global) >= (per_replica)                     \
+                                                 ? (global) / (per_replica) : 1,           \
+                               .cores_per_replica = 1})
+
 static inline struct tpu_net *new_net(uint32_t h, uint32_t w, uint32_t c)
 {
     struct tpu_net *net = NULL;

@@ -212,7 +212,9 @@ static void test_resnet50_memory(void **state)
     struct tpu_model_program mp;
     memset(&mp, 0, sizeof mp);
     struct tpu_diag d = {0};
-    if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, 128, 128 * 8, &mp, NULL, &d) != 0)
+    const struct tpu_build_shape shape = {.batch_per_replica = 128, .global_batch = 128 * 8,
+                                          .n_replicas = 8, .cores_per_replica = 1};
+    if (tpu_net_build(net, &spec, TPU_MODE_TRAIN, &shape, &mp, NULL, &d) != 0)
         fail_msg("build: %s", d.msg);
     struct tpu_program_memory m;
     assert_int_equal(tpu_program_memory(mp.prog, &m), 0);

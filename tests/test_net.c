@@ -22,6 +22,13 @@
 #include "tpusim/runtime.h"
 #include "toy_dataset.h"
 
+/* The build shape of R = global / per_replica replicas (at least one) of one core each. */
+#define DATA_SHAPE(per_replica, global)                                                       \
+    (&(struct tpu_build_shape){.batch_per_replica = (per_replica), .global_batch = (global), \
+                               .n_replicas = (global) >= (per_replica)                     \
+                                                 ? (global) / (per_replica) : 1,           \
+                               .cores_per_replica = 1})
+
 /* Asserts that msg contains every one of the NULL-terminated strings. */
 static void assert_has(const char *msg, ...)
 {
@@ -563,7 +570,8 @@ static void test_programs_verify(void **state)
                 spec.passes = m == 2 ? 3 : 1;
                 struct tpu_model_program mp;
                 uint32_t *op_layer = NULL;
-                OK(tpu_net_build(nets[k], &spec, (enum tpu_mode)m, 4, 8, &mp, &op_layer, D));
+                OK(tpu_net_build(nets[k], &spec, (enum tpu_mode)m, DATA_SHAPE(4, 8), &mp,
+                                 &op_layer, D));
                 struct tpu_diag d = {0};
                 if (tpu_program_verify(mp.prog, &chip, &d)) {
                     char *text = NULL;
@@ -606,20 +614,23 @@ static void test_programs_verify(void **state)
     }
     /* without op_layer; and the errors */
     struct tpu_model_program mp;
-    OK(tpu_net_build(nets[0], &spec, TPU_MODE_TRAIN, 2, 2, &mp, NULL, D));
+    OK(tpu_net_build(nets[0], &spec, TPU_MODE_TRAIN, DATA_SHAPE(2, 2), &mp, NULL, D));
     tpu_program_destroy(&mp.prog);
     struct tpu_diag d;
-    assert_int_equal(tpu_net_build(nets[0], &spec, TPU_MODE_TRAIN, 4, 2, &mp, NULL, &d),
+    assert_int_equal(tpu_net_build(nets[0], &spec, TPU_MODE_TRAIN, DATA_SHAPE(4, 2), &mp, NULL,
+                                   &d),
                      TPU_EINVAL);
     assert_has(d.msg, "batch_per_replica 4 and global batch 2", NULL);
     spec.passes = 2;
-    assert_int_equal(tpu_net_build(nets[0], &spec, TPU_MODE_TRAIN, 4, 8, &mp, NULL, &d),
+    assert_int_equal(tpu_net_build(nets[0], &spec, TPU_MODE_TRAIN, DATA_SHAPE(4, 8), &mp, NULL,
+                                   &d),
                      TPU_EINVAL);
     assert_has(d.msg, "passes 2", NULL);
     struct tpu_net *bare;
     OK(tpu_net_create("bare", 2, 2, 1, &bare, D));
     tpu_train_spec_default(&spec);
-    assert_int_equal(tpu_net_build(bare, &spec, TPU_MODE_EVAL, 4, 8, &mp, NULL, &d),
+    assert_int_equal(tpu_net_build(bare, &spec, TPU_MODE_EVAL, DATA_SHAPE(4, 8), &mp, NULL,
+                                   &d),
                      TPU_EINVAL);
     assert_has(d.msg, "net 'bare' has no output", "tpu_net_set_output", NULL);
     struct tpu_model model;
@@ -639,7 +650,7 @@ static void test_lowering_ops(void **state)
     spec.optimizer = TPU_OPT_SGD_MOMENTUM;
     struct tpu_model_program mp;
     uint32_t *op_layer = NULL;
-    OK(tpu_net_build(n, &spec, TPU_MODE_TRAIN, 4, 8, &mp, &op_layer, D));
+    OK(tpu_net_build(n, &spec, TPU_MODE_TRAIN, DATA_SHAPE(4, 8), &mp, &op_layer, D));
     unsigned count[TPU_OP_COUNT] = {0};
     unsigned all_reduce_mean = 0;
     for (size_t i = 0; i < tpu_program_n_ops(mp.prog); i++) {
@@ -804,7 +815,7 @@ static float *read_params(const struct run *r, const struct tpu_net *n,
                           const struct tpu_train_spec *spec, size_t *count)
 {
     struct tpu_model_program mp;
-    OK(tpu_net_build(n, spec, TPU_MODE_TRAIN, 8, 16, &mp, NULL, D));
+    OK(tpu_net_build(n, spec, TPU_MODE_TRAIN, DATA_SHAPE(8, 16), &mp, NULL, D));
     size_t total = 0;
     for (uint32_t i = 0; i < mp.n_params; i++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp.prog, mp.params[i]);
@@ -868,7 +879,7 @@ static void init_all(const struct tpu_net *n, const struct tpu_train_spec *spec,
     struct tpu_model m;
     OK(tpu_net_model(&m, n, spec, D));
     struct tpu_model_program mp;
-    OK(m.build(m.ctx, TPU_MODE_TRAIN, 2, 4, &mp, D));
+    OK(m.build(m.ctx, TPU_MODE_TRAIN, DATA_SHAPE(2, 4), &mp, D));
     bool found = false;
     for (uint32_t i = 0; i < mp.n_params; i++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp.prog, mp.params[i]);

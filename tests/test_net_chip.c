@@ -97,11 +97,11 @@ static void wrapped_init(void *ctx, const char *name, uint32_t rows, uint32_t co
     }
 }
 
-static int wrapped_build(void *ctx, enum tpu_mode mode, uint32_t per_replica, uint32_t global,
+static int wrapped_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
                          struct tpu_model_program *out, struct tpu_diag *d)
 {
     struct wrapped *w = ctx;
-    return w->inner.build(w->inner.ctx, mode, per_replica, global, out, d);
+    return w->inner.build(w->inner.ctx, mode, shape, out, d);
 }
 
 /* ---- the input: one fixed global batch, in order ------------------------------------------- */
@@ -179,8 +179,8 @@ static void find_masks(struct mask_ctx *m, const struct tpu_train_spec *spec, ui
     struct tpu_model_program mp;
     memset(&mp, 0, sizeof mp);
     uint32_t *op_layer = NULL;
-    ok(tpu_net_build(m->net, spec, TPU_MODE_TRAIN, global / replicas, global, &mp, &op_layer,
-                     &d), &d);
+    ok(tpu_net_build(m->net, spec, TPU_MODE_TRAIN, DATA_SHAPE(global / replicas, global), &mp,
+                     &op_layer, &d), &d);
     int64_t step = (int64_t)global_step;
     for (size_t i = 0; i < tpu_program_n_ops(mp.prog); i++) {
         const struct tpu_op *op = tpu_program_op(mp.prog, i);
@@ -287,8 +287,8 @@ static uint32_t train_buffer(const struct tpu_net *net, const struct tpu_train_s
     struct tpu_diag d = {0};
     struct tpu_model_program mp;
     memset(&mp, 0, sizeof mp);
-    ok(tpu_net_build(net, spec, TPU_MODE_TRAIN, cc->global / cc->replicas, cc->global, &mp,
-                     NULL, &d), &d);
+    ok(tpu_net_build(net, spec, TPU_MODE_TRAIN, DATA_SHAPE(cc->global / cc->replicas, cc->global),
+                     &mp, NULL, &d), &d);
     uint32_t id = 0;
     assert_int_equal(tpu_program_find_buffer(mp.prog, name, &id), 0);
     tpu_program_destroy(&mp.prog);

@@ -677,8 +677,10 @@ static void test_host_phases_on_the_timeline(void **state)
                            (uint64_t)llround(li->total_seconds * hz), kinds);
     assert_string_equal(kinds, "LHLHCLHLHC");
 
-    /* evaluation adds its own launches and hooks and one input batch per step: 200 examples
-     * in batches of 16 are 13 steps (the last padded), run in loops of 3, 3, 3, 3, 1 */
+    /* evaluation adds its own launches and hooks and its input batches: 200 examples in
+     * batches of 16 are 13 steps (the last padded), run in loops of 3, 3, 3, 3, 1; under
+     * PER_HOST_V2 evaluation too calls the input function once per replica (TPUEstimator's
+     * rule: eval_training_input_configuration only matters for PER_HOST_V1), 2 per step */
     struct tpu_eval_result r;
     struct tpu_diag d = {0};
     if (tpu_estimator_evaluate(e->est, &e->in.input, 0, &r, &d))
@@ -689,7 +691,7 @@ static void test_host_phases_on_the_timeline(void **state)
     assert_int_equal(h.hooks, 4 + 5);
     assert_int_equal(h.checkpoint, 2);
     assert_int_equal(h.train_input, 20);
-    assert_int_equal(h.eval_input, 13);
+    assert_int_equal(h.eval_input, 13 * 2);
     assert_int_equal(h.other, 0);
     env_free(e);
     remove_dir(dir);
@@ -1127,11 +1129,11 @@ static void test_model_parallel_eval_and_predict_finish(void **state)
 /* A model whose program outfeeds a tensor it does not declare: nobody drains it, the cores
  * stop, and the feed threads wait on the device. The watchdog must end the run with an
  * error promptly. */
-static int undeclared_build(void *ctx, enum tpu_mode mode, uint32_t bpr, uint32_t global,
+static int undeclared_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
                             struct tpu_model_program *out, struct tpu_diag *d)
 {
     const struct tpu_model *inner = ctx;
-    int rc = inner->build(inner->ctx, mode, bpr, global, out, d);
+    int rc = inner->build(inner->ctx, mode, shape, out, d);
     out->n_outfeed = 0;
     return rc;
 }
@@ -1435,6 +1437,194 @@ static void test_host_memory_is_checked_before_allocating(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- issue #12: split params (model parallelism's layout on the host and the device) ------ */
+
+/* A model of three params whose step only scales them, so the values show where each part
+ * went: "a" full [5][4] split by rows over the replica's cores, "b" full [2][3] split by
+ * columns, "c" [1][1] whole (its value is the loss). Its input is the MLP's (x, labels). */
+struct split_model {
+    uint32_t builds;      /* build calls */
+    uint32_t last_cores;  /* the cores per replica of the last build */
+};
+
+static int split_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *sh,
+                       struct tpu_model_program *out, struct tpu_diag *d)
+{
+    struct split_model *m = ctx;
+    (void)mode; /* the tests only train it */
+    const uint32_t P = sh->cores_per_replica, ar = (5 + P - 1) / P, bc = (3 + P - 1) / P;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "program split\nvar iterations\nvar step\n"
+             "param a: f32[%u, 4]\nparam b: f32[2, %u]\nparam c: f32[1, 1]\n"
+             "temp x: f32[%u, %u]\ntemp labels: int32[%u, 1]\ntemp loss: f32[1, 1]\n"
+             "loop iterations {\n x = infeed\n labels = infeed\n var_add step 1\n"
+             " a = scale a alpha=2\n b = scale b alpha=3\n loss = scale c alpha=1\n"
+             " outfeed loss\n}\n",
+             ar, bc, sh->batch_per_replica, FEATURES, sh->batch_per_replica);
+    memset(out, 0, sizeof *out);
+    int rc = tpu_program_parse(text, "split", &out->prog, d);
+    if (rc)
+        return rc;
+    const char *const in[] = {"x", "labels"}, *const params[] = {"a", "b", "c"};
+    for (int k = 0; k < 2; k++)
+        tpu_program_find_buffer(out->prog, in[k], &out->infeed[out->n_infeed++]);
+    tpu_program_find_buffer(out->prog, "loss", &out->outfeed[out->n_outfeed++]);
+    for (int k = 0; k < 3; k++)
+        tpu_program_find_buffer(out->prog, params[k], &out->params[out->n_params++]);
+    tpu_program_find_var(out->prog, "iterations", &out->var_iterations);
+    tpu_program_find_var(out->prog, "step", &out->var_step);
+    if (P > 1) {
+        out->param_split[0] = TPU_SPLIT_ROWS;
+        out->param_full[0] = 5;
+        out->param_split[1] = TPU_SPLIT_COLS;
+        out->param_full[1] = 3;
+    }
+    m->builds++;
+    m->last_cores = P;
+    return 0;
+}
+
+/* a[r][c] = 10 r + c + 1, b[r][c] = 100 + 10 r + c, c = 0.5: each value tells its place. */
+static void split_init(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,
+                       uint64_t seed)
+{
+    (void)ctx;
+    (void)seed;
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t c = 0; c < cols; c++)
+            data[r * cols + c] = name[0] == 'a'   ? (float)(10 * r + c + 1)
+                                 : name[0] == 'b' ? (float)(100 + 10 * r + c)
+                                                  : 0.5f;
+}
+
+static void test_split_params_slice_and_gather(void **state)
+{
+    (void)state;
+    char *dir = temp_dir();
+    struct env *e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    e->cfg.num_cores_per_replica = 2;
+    e->cfg.iterations_per_loop = 2;
+    struct tpu_chip_config chip;
+    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.cores_per_replica = 2;
+    assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+    struct split_model sm = {0};
+    struct tpu_model model = {.ctx = &sm, .build = split_build, .init_param = split_init};
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_create(e->dev, &e->cfg, &model, NULL, 0, &e->est, &d), 0);
+    train_ok(e, 2, 0);
+    assert_int_equal(sm.last_cores, 2);
+    /* the host holds the full params, each value scaled by 2 (a) or 3 (b) per step */
+    float a[5 * 4], b[2 * 3], c;
+    assert_int_equal(tpu_estimator_read_param(e->est, "a", a, sizeof a, &d), 0);
+    assert_int_equal(tpu_estimator_read_param(e->est, "b", b, sizeof b, &d), 0);
+    assert_int_equal(tpu_estimator_read_param(e->est, "c", &c, sizeof c, &d), 0);
+    for (uint32_t r = 0; r < 5; r++)
+        for (uint32_t k = 0; k < 4; k++)
+            assert_float_equal(a[r * 4 + k], 4.0f * (float)(10 * r + k + 1), 0);
+    for (uint32_t r = 0; r < 2; r++)
+        for (uint32_t k = 0; k < 3; k++)
+            assert_float_equal(b[r * 3 + k], 9.0f * (float)(100 + 10 * r + k), 0);
+    assert_float_equal(c, 0.5f, 0);
+    /* the device: logical core 1 holds rows 3..4 of a and a zero row past the end, and
+     * column 2 of b and a zero column */
+    uint32_t ida = 0, idb = 0;
+    float a1[3 * 4], b1[2 * 2];
+    struct tpu_program *p = NULL;
+    struct tpu_model_program *mp = calloc(1, sizeof *mp);
+    assert_non_null(mp);
+    assert_int_equal(split_build(&sm, TPU_MODE_TRAIN,
+                                 &(struct tpu_build_shape){.batch_per_replica = 16,
+                                                           .global_batch = 16,
+                                                           .n_replicas = 1,
+                                                           .cores_per_replica = 2},
+                                 mp, &d), 0);
+    p = mp->prog;
+    assert_int_equal(tpu_program_find_buffer(p, "a", &ida), 0);
+    assert_int_equal(tpu_program_find_buffer(p, "b", &idb), 0);
+    tpu_program_destroy(&mp->prog);
+    free(mp);
+    assert_int_equal(tpu_device_read(e->dev, 1, ida, a1, sizeof a1, &d), 0);
+    assert_int_equal(tpu_device_read(e->dev, 1, idb, b1, sizeof b1, &d), 0);
+    for (uint32_t r = 0; r < 3; r++)
+        for (uint32_t k = 0; k < 4; k++)
+            assert_float_equal(a1[r * 4 + k], r + 3 < 5 ? 4.0f * (float)(10 * (r + 3) + k + 1)
+                                                         : 0.0f, 0);
+    for (uint32_t r = 0; r < 2; r++) {
+        assert_float_equal(b1[r * 2], 9.0f * (float)(100 + 10 * r + 2), 0);
+        assert_float_equal(b1[r * 2 + 1], 0.0f, 0);
+    }
+    /* the checkpoint of the last step holds the full params: a one-core run resumes */
+    uint64_t step = 0;
+    char path[1024];
+    assert_int_equal(tpu_checkpoint_latest(dir, &step, path, sizeof path, &d), 0);
+    assert_int_equal(step, 2);
+    struct tpu_checkpoint_info info;
+    assert_int_equal(tpu_checkpoint_inspect(path, &info, &d), 0);
+    for (size_t i = 0; i < info.n_tensors; i++) {
+        if (!strcmp(info.tensors[i].name, "a")) {
+            assert_int_equal(info.tensors[i].rows, 5);
+            assert_int_equal(info.tensors[i].cols, 4);
+        }
+        if (!strcmp(info.tensors[i].name, "b")) {
+            assert_int_equal(info.tensors[i].rows, 2);
+            assert_int_equal(info.tensors[i].cols, 3);
+        }
+    }
+    tpu_checkpoint_info_free(&info);
+    env_close(e);
+    tpu_dataset_input_init(&e->in, &e->ds, 3);
+    e->cfg.num_cores_per_replica = 1;
+    s.cores_per_replica = 1;
+    assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+    assert_int_equal(tpu_estimator_create(e->dev, &e->cfg, &model, NULL, 0, &e->est, &d), 0);
+    train_ok(e, 1, 0);
+    assert_int_equal(sm.last_cores, 1);
+    assert_int_equal(tpu_estimator_read_param(e->est, "a", a, sizeof a, &d), 0);
+    for (uint32_t r = 0; r < 5; r++)
+        for (uint32_t k = 0; k < 4; k++)
+            assert_float_equal(a[r * 4 + k], 8.0f * (float)(10 * r + k + 1), 0);
+    env_free(e);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* A model whose split does not match its buffer is refused, naming the param. */
+static int bad_split_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *sh,
+                           struct tpu_model_program *out, struct tpu_diag *d)
+{
+    int rc = split_build(ctx, mode, sh, out, d);
+    if (!rc)
+        out->param_full[0] = 7; /* the buffer has ceil(5 / 2) = 3 rows, not ceil(7 / 2) */
+    return rc;
+}
+
+static void test_split_params_mismatch_is_refused(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.num_cores_per_replica = 2;
+    struct tpu_chip_config chip;
+    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.cores_per_replica = 2;
+    assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+    struct split_model sm = {0};
+    struct tpu_model model = {.ctx = &sm, .build = bad_split_build, .init_param = split_init};
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_create(e->dev, &e->cfg, &model, NULL, 0, &e->est, &d), 0);
+    assert_int_equal(tpu_estimator_train(e->est, &e->in.input, 1, 0, &d), TPU_ESHAPE);
+    assert_non_null(strstr(d.msg, "splits param 'a' (split 1) with a full size of 7 over 2 "
+                                  "cores per replica, but its buffer is [3, 4]"));
+    assert_non_null(strstr(d.msg, "ceil(full / cores per replica) = 4"));
+    env_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1464,6 +1654,8 @@ int main(void)
         cmocka_unit_test(test_stop_during_initial_infeed_sleep),
         cmocka_unit_test(test_iterations_per_loop_grammar),
         cmocka_unit_test(test_host_memory_is_checked_before_allocating),
+        cmocka_unit_test(test_split_params_slice_and_gather),
+        cmocka_unit_test(test_split_params_mismatch_is_refused),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }

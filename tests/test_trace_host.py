@@ -72,14 +72,15 @@ def evaluation_after_training_adds_its_input_batches():
     need_data()
     with tempfile.TemporaryDirectory() as d:
         t = os.path.join(d, 't.json')
-        # 10000 test examples in batches of 2000: 5 steps, 1 input_fn call each (one host),
-        # and a 6th call that finds the input's end (charged like any other)
+        # 10000 test examples in batches of 2000: 5 steps of 2 input_fn calls each (PER_HOST_V2
+        # evaluates as TPUEstimator does: once per replica, tiny's 2), and an 11th call that
+        # finds the input's end (charged like any other)
         run('train', '--chip', 'tiny', '--layers', '8', '--steps', '2',
             '--iterations-per-loop', '2', '--eval-batch-size', '2000', '--verbose', '0',
             '--trace', t)
         count, _, _ = host_phases(t)
         assert count['train input batch'] == 4, count
-        assert count['eval input batch'] == 6, count
+        assert count['eval input batch'] == 11, count
         assert count['launch'] == count['hooks'] == 1 + 3, count  # eval: loops of 2, 2, 1
         assert count['checkpoint save'] == 0, count  # no model_dir
 

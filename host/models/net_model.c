@@ -31,12 +31,39 @@ bool tpu__net_trainable(int k)
     return k < TPU__P_MM;
 }
 
-static int model_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                       uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
+static int model_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
+                       struct tpu_model_program *out, struct tpu_diag *d)
 {
     const struct tpu__net_binding *bd = ctx;
-    return tpu_net_build(bd->net, bd->spec, mode, batch_per_replica, global_batch, out, NULL,
-                         d);
+    return tpu_net_build(bd->net, bd->spec, mode, shape, out, NULL, d);
+}
+
+/* The infeed tensors as the input function fills them (net.h's infeed order): x [h, w, c]
+ * per example, then for training and evaluation the labels [1] (softmax cross-entropy), or
+ * the targets [size] and the row mask [1] (MSE); prediction infeeds x only. The runtime
+ * cuts them with input_partition_dims. */
+static int model_infeed_shapes(void *ctx, enum tpu_mode mode, uint32_t *n,
+                               struct tpu_infeed_shape out[4], struct tpu_diag *d)
+{
+    const struct tpu__net_binding *bd = ctx;
+    const struct tpu_net *net = bd->net;
+    (void)d;
+    const struct tpu_shape in = net->layers[0].out;
+    out[0] = (struct tpu_infeed_shape){.name = "features", .rank = 3,
+                                       .dims = {in.h, in.w, in.c}};
+    *n = 1;
+    if (mode == TPU_MODE_PREDICT)
+        return 0;
+    if (net->loss == TPU_LOSS_MSE) {
+        out[1] = (struct tpu_infeed_shape){.name = "targets", .rank = 1,
+                                           .dims = {tpu__shape_size(net->layers[net->output].out)}};
+        out[2] = (struct tpu_infeed_shape){.name = "mask", .rank = 1, .dims = {1}};
+        *n = 3;
+    } else {
+        out[1] = (struct tpu_infeed_shape){.name = "labels", .rank = 1, .dims = {1}};
+        *n = 2;
+    }
+    return 0;
 }
 
 /* FNV-1a of a param's name. */
@@ -136,5 +163,6 @@ int tpu_net_model(struct tpu_model *m, const struct tpu_net *net,
     m->ctx = (void *)bd;
     m->build = model_build;
     m->init_param = model_init;
+    m->infeed_shapes = model_infeed_shapes;
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/builder.h"
 #include "tpusim/checkpoint.h"
 #include "tpusim/quantize.h"
 #include "tpusim/runtime.h"
@@ -342,19 +343,22 @@ int tpu_int8_check_chip(const struct tpu_chip_config *chip, struct tpu_diag *d)
 
 /* ---- the runtime model ---------------------------------------------------------------------- */
 
-static int int8_build(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                      uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d)
+static int int8_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
+                      struct tpu_model_program *out, struct tpu_diag *d)
 {
     const struct tpu_int8_mlp *q = ctx;
     if (mode == TPU_MODE_TRAIN)
         return tpu__fail(d, TPU_EUNSUPPORTED, "the int8 model is quantized from a trained "
                          "checkpoint for evaluate and predict; it cannot be trained (train the "
                          "fp32 model, then quantize its checkpoint again)");
+    int rc = tpu__mlp_check_shape(shape, "int8 MLP model", d);
+    if (rc)
+        return rc;
     struct tpu_mlp_spec s = q->spec;
-    s.batch_per_replica = batch_per_replica;
-    s.global_batch = global_batch;
+    s.batch_per_replica = shape->batch_per_replica;
+    s.global_batch = shape->batch_per_replica * shape->n_replicas;
     struct tpu_mlp_program mp;
-    int rc = tpu_mlp_build_int8(&s, mode == TPU_MODE_EVAL ? TPU_MLP_EVAL : TPU_MLP_PREDICT,
+    rc = tpu_mlp_build_int8(&s, mode == TPU_MODE_EVAL ? TPU_MLP_EVAL : TPU_MLP_PREDICT,
                                 q->in_alpha, &mp, d);
     if (rc)
         return rc;

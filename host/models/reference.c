@@ -108,12 +108,18 @@ static void free_layers(struct layer *L, uint32_t n)
 static int init_weights(struct layer *L, const struct tpu_model *model, uint32_t B,
                         uint64_t seed, struct tpu_diag *d)
 {
-    struct tpu_model_program mp;
-    int rc = model->build(model->ctx, TPU_MODE_TRAIN, B, B, &mp, d);
-    if (rc)
+    const struct tpu_build_shape shape = {.batch_per_replica = B, .global_batch = B,
+                                          .n_replicas = 1, .cores_per_replica = 1};
+    struct tpu_model_program *mp = calloc(1, sizeof *mp);
+    if (!mp)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    int rc = model->build(model->ctx, TPU_MODE_TRAIN, &shape, mp, d);
+    if (rc) {
+        free(mp);
         return rc;
-    for (uint32_t i = 0; i < mp.n_params; i++) {
-        const struct tpu_buffer_desc *bd = tpu_program_buffer(mp.prog, mp.params[i]);
+    }
+    for (uint32_t i = 0; i < mp->n_params; i++) {
+        const struct tpu_buffer_desc *bd = tpu_program_buffer(mp->prog, mp->params[i]);
         unsigned l = 0;
         if ((bd->name[0] == 'w' || bd->name[0] == 'b') && !strchr(bd->name, '.')) {
             l = (unsigned)atoi(bd->name + 1);
@@ -121,7 +127,8 @@ static int init_weights(struct layer *L, const struct tpu_model *model, uint32_t
                               bd->name[0] == 'w' ? L[l].w : L[l].b, seed + i);
         }
     }
-    tpu_program_destroy(&mp.prog);
+    tpu_program_destroy(&mp->prog);
+    free(mp);
     return 0;
 }
 

@@ -61,9 +61,16 @@ static int check_config(const struct tpu_run_config *c, const struct tpu_device 
     if (c->initial_infeed_sleep_secs < 0 || c->initial_infeed_sleep_secs > 3600)
         return tpu__fail(d, TPU_EINVAL, "initial_infeed_sleep_secs %g must be from 0 to 3600",
                          c->initial_infeed_sleep_secs);
-    if (c->num_hosts != 1)
-        return tpu__fail(d, TPU_EUNSUPPORTED, "num_hosts %u: one process simulates one host; "
-                         "run several hosts as several processes", c->num_hosts);
+    const uint32_t chips = cores / tpu_device_chip(dev)->cores_per_chip;
+    if (c->num_hosts < 1 || c->num_hosts > chips || chips % c->num_hosts)
+        return tpu__fail(d, TPU_EINVAL, "num_hosts %u does not divide the device's %u chips "
+                         "evenly (every host drives the same number of chips); give a divisor "
+                         "of %u, or open the device with num_hosts x chips per host chips",
+                         c->num_hosts, chips, chips);
+    if (c->n_input_partition_dims > 2)
+        return tpu__fail(d, TPU_EINVAL, "input_partition_dims has %u entries; it takes 1 "
+                         "(the features) or 2 (the features, then the labels)",
+                         c->n_input_partition_dims);
     if (c->save_checkpoints_steps && !c->model_dir[0])
         return tpu__fail(d, TPU_EINVAL, "save_checkpoints_steps %llu needs a model_dir to write "
                          "checkpoints to", (unsigned long long)c->save_checkpoints_steps);
@@ -113,6 +120,29 @@ int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cf
         }
         memcpy(e->hooks, hooks, n_hooks * sizeof *hooks);
         e->n_hooks = n_hooks;
+    }
+    e->hosts = cfg->num_hosts;
+    e->chips_per_host = e->n_cores / tpu_device_chip(dev)->cores_per_chip / e->hosts;
+    /* the rules that do not depend on a batch size, now (each mode's batch is checked when
+     * the mode runs): the plan of training with its batch when that splits over the replicas
+     * and the hosts (so messages show the run's shapes), else with one that does */
+    struct tpu__pass_probe {
+        struct tpu_shard_spec s;
+        struct tpu_shard_plan plan;
+    } probe;
+    rc = tpu__runtime_shard_spec(e, TPU_MODE_TRAIN, &probe.s, d);
+    if (!rc) {
+        const uint32_t g = cfg->train_batch_size, unit = e->n_replicas * e->hosts;
+        probe.s.global_batch = g && (g % unit == 0 || cfg->per_host_input_for_training ==
+                                                          TPU_BROADCAST) ? g : unit;
+        memset(&probe.plan, 0, sizeof probe.plan);
+        rc = tpu_shard_plan_make(&probe.s, &probe.plan, d);
+        tpu_shard_plan_free(&probe.plan);
+    }
+    if (rc) {
+        free(e->hooks);
+        free(e);
+        return rc;
     }
     e->wall_start = tpu__runtime_wall_s();
     *out = e;
@@ -175,8 +205,11 @@ int tpu_estimator_check_mode(const struct tpu_estimator *e, enum tpu_mode mode,
                          "device does not compute; open the device without timing_only",
                          mode_word[mode], mode == TPU_MODE_EVAL ? "loss and accuracy"
                                                                 : "the model's outputs");
-    uint32_t pr, calls, per_call;
-    return tpu_per_replica_batch(&e->cfg, mode, e->n_replicas, &pr, &calls, &per_call, d);
+    struct tpu_shard_spec s;
+    struct tpu_shard_plan plan;
+    int rc = tpu__runtime_plan(e, mode, &s, &plan, d);
+    tpu_shard_plan_free(&plan);
+    return rc;
 }
 
 /* A stop was requested: TPU_ECANCELED with a sentence, before any work of a call. */
@@ -208,39 +241,140 @@ static struct tpu__host_param *find_param(struct tpu_estimator *e, const char *n
     return NULL;
 }
 
+/* Param i of the loaded program as the host holds it: the full shape (a split param's
+ * device buffer holds one core's part of it, runtime.h). */
+static void host_shape(const struct tpu_model_program *mp, uint32_t i, uint32_t *rows,
+                       uint32_t *cols)
+{
+    const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->params[i]);
+    *rows = mp->param_split[i] == TPU_SPLIT_ROWS ? mp->param_full[i] : b->rows;
+    *cols = mp->param_split[i] == TPU_SPLIT_COLS ? mp->param_full[i] : b->cols;
+}
+
+/* Copies between a full param [rows][cols] (the host's) and logical core k's part of it (the
+ * device buffer [brows][bcols], runtime.h's layout): to_part 1 fills the part (zero past the
+ * end of the full param), 0 puts the part back into the full param. */
+static void copy_part(enum tpu_param_split split, uint32_t k, float *full, uint32_t rows,
+                      uint32_t cols, float *part, uint32_t brows, uint32_t bcols, bool to_part)
+{
+    for (uint32_t r = 0; r < brows; r++)
+        for (uint32_t c = 0; c < bcols; c++) {
+            uint64_t fr = r, fc = c;
+            if (split == TPU_SPLIT_ROWS)
+                fr += (uint64_t)k * brows;
+            else
+                fc += (uint64_t)k * bcols;
+            const bool inside = fr < rows && fc < cols;
+            float *pv = &part[(size_t)r * bcols + c];
+            if (to_part)
+                *pv = inside ? full[fr * cols + fc] : 0.0f;
+            else if (inside)
+                full[fr * cols + fc] = *pv;
+        }
+}
+
+/* Checks the split of every param of a freshly built program against its buffers: the cut
+ * dimension holds ceil(full / P) of the full param's. A model that breaks it is refused. */
+static int check_splits(const struct tpu_estimator *e, const struct tpu_model_program *mp,
+                        struct tpu_diag *d)
+{
+    const uint32_t P = e->n_cores / e->n_replicas;
+    for (uint32_t i = 0; i < mp->n_params; i++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->params[i]);
+        const uint8_t split = mp->param_split[i];
+        if (split == TPU_SPLIT_NONE)
+            continue;
+        const uint32_t part = split == TPU_SPLIT_ROWS ? b->rows : b->cols;
+        const uint32_t full = mp->param_full[i];
+        if (split > TPU_SPLIT_COLS || full < 1 || part != (full + P - 1) / P)
+            return tpu__fail(d, TPU_ESHAPE, "the %s program '%s' splits param '%s' (split %u) "
+                             "with a full size of %u over %u cores per replica, but its buffer "
+                             "is [%u, %u]; a split param's cut dimension must be ceil(full / "
+                             "cores per replica) = %u (a bug in the model's build)",
+                             mode_word[e->mode_loading], tpu_program_name(mp->prog), b->name,
+                             split, full, P, b->rows, b->cols, full ? (full + P - 1) / P : 0);
+    }
+    return 0;
+}
+
+/* Every core gets its params: the whole param, or (a split param) its logical core's part. */
 static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
 {
-    for (uint32_t i = 0; i < e->mp.n_params && !e->timing_only; i++) {
+    const uint32_t P = e->n_cores / e->n_replicas;
+    float *part = NULL;
+    size_t part_cap = 0;
+    int rc = 0;
+    for (uint32_t i = 0; i < e->mp.n_params && !e->timing_only && !rc; i++) {
         uint32_t id = e->mp.params[i];
         const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, id);
         struct tpu__host_param *hp = find_param(e, b->name);
-        for (uint32_t c = 0; c < e->n_cores; c++) {
-            int rc = tpu_device_write(e->dev, c, id, hp->data,
-                                      (size_t)hp->rows * hp->cols * sizeof(float), d);
-            if (rc)
-                return rc;
+        const enum tpu_param_split split = (enum tpu_param_split)e->mp.param_split[i];
+        const size_t bytes = (size_t)b->rows * b->cols * sizeof(float);
+        if (split != TPU_SPLIT_NONE && bytes > part_cap) {
+            float *np = realloc(part, bytes);
+            if (!np) {
+                rc = tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", b->name);
+                break;
+            }
+            part = np;
+            part_cap = bytes;
+        }
+        for (uint32_t c = 0; c < e->n_cores && !rc; c++) {
+            const float *src = hp->data;
+            if (split != TPU_SPLIT_NONE) {
+                copy_part(split, c % P, hp->data, hp->rows, hp->cols, part, b->rows, b->cols,
+                          true);
+                src = part;
+            }
+            rc = tpu_device_write(e->dev, c, id, src, bytes, d);
         }
     }
+    free(part);
+    if (rc)
+        return rc;
     tpu_device_set_var(e->dev, e->mp.var_step, (int64_t)e->global_step);
     e->params_on_device = true;
     return 0;
 }
 
-/* Replica 0's params into the host copy. */
+/* Replica 0's params into the host copy: a whole param from core 0, a split one from each of
+ * replica 0's cores (logical core k is core k). */
 static int params_from_device(struct tpu_estimator *e, struct tpu_diag *d)
 {
     if (!e->loaded || !e->params_on_device || e->timing_only)
         return 0;
-    for (uint32_t i = 0; i < e->mp.n_params; i++) {
+    const uint32_t P = e->n_cores / e->n_replicas;
+    float *part = NULL;
+    size_t part_cap = 0;
+    int rc = 0;
+    for (uint32_t i = 0; i < e->mp.n_params && !rc; i++) {
         uint32_t id = e->mp.params[i];
         const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, id);
         struct tpu__host_param *hp = find_param(e, b->name);
-        int rc = tpu_device_read(e->dev, 0, id, hp->data,
-                                 (size_t)hp->rows * hp->cols * sizeof(float), d);
-        if (rc)
-            return rc;
+        const enum tpu_param_split split = (enum tpu_param_split)e->mp.param_split[i];
+        const size_t bytes = (size_t)b->rows * b->cols * sizeof(float);
+        if (split == TPU_SPLIT_NONE) {
+            rc = tpu_device_read(e->dev, 0, id, hp->data, bytes, d);
+            continue;
+        }
+        if (bytes > part_cap) {
+            float *np = realloc(part, bytes);
+            if (!np) {
+                rc = tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", b->name);
+                break;
+            }
+            part = np;
+            part_cap = bytes;
+        }
+        for (uint32_t k = 0; k < P && !rc; k++) {
+            rc = tpu_device_read(e->dev, k, id, part, bytes, d);
+            if (!rc)
+                copy_part(split, k, hp->data, hp->rows, hp->cols, part, b->rows, b->cols,
+                          false);
+        }
     }
-    return 0;
+    free(part);
+    return rc;
 }
 
 int tpu_estimator_read_param(const struct tpu_estimator *e, const char *name, float *data,
@@ -318,7 +452,9 @@ static int ensure_host_params(struct tpu_estimator *e, struct tpu_diag *d)
 {
     for (uint32_t i = 0; i < e->mp.n_params; i++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, e->mp.params[i]);
-        int rc = host_param(e, b->name, b->rows, b->cols, tpu_program_name(e->mp.prog), d);
+        uint32_t rows, cols;
+        host_shape(&e->mp, i, &rows, &cols);
+        int rc = host_param(e, b->name, rows, cols, tpu_program_name(e->mp.prog), d);
         if (rc)
             return rc;
     }
@@ -409,7 +545,8 @@ static uint64_t program_core_bytes(const struct tpu_program *p)
  * structures: those already reduce what is available). A timing-only device holds no values:
  * only its host copies count. */
 static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_program *mp,
-                             uint32_t per_call, struct tpu_diag *d)
+                             const struct tpu_shard_spec *spec, uint32_t per_call,
+                             struct tpu_diag *d)
 {
     const struct tpu_chip_config *chip = tpu_device_chip(e->dev);
     uint64_t core_bytes = program_core_bytes(mp->prog), params = 0, batch = 0;
@@ -417,14 +554,23 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
     for (uint32_t t = 0; t < mp->n_infeed; t++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
         in_step += tpu_buffer_bytes(b);
-        batch += (uint64_t)per_call * b->cols * tpu_dtype_bytes(b->dtype);
+        /* the call's tensors are whole (a partitioned one is cut as it is queued) */
+        uint64_t row = (uint64_t)b->cols * tpu_dtype_bytes(b->dtype);
+        if (t < spec->n_tensors) {
+            row = tpu_dtype_bytes(b->dtype);
+            for (uint32_t i = 0; i < spec->tensors[t].rank; i++)
+                row *= spec->tensors[t].shape[i];
+        }
+        batch += (uint64_t)per_call * row * e->hosts; /* a batch per host's thread */
     }
     for (uint32_t t = 0; t < mp->n_outfeed; t++)
         out_step += tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[t]));
     for (uint32_t i = 0; i < mp->n_params; i++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->params[i]);
+        uint32_t rows, cols;
+        host_shape(mp, i, &rows, &cols);
         if (!find_param(e, b->name))
-            params += tpu_buffer_bytes(b);
+            params += (uint64_t)rows * cols * sizeof(float);
     }
     uint64_t queues = in_step * chip->infeed_queue_depth + out_step * chip->outfeed_queue_depth;
     const uint64_t device = e->timing_only ? 0 : e->n_cores * (core_bytes + queues);
@@ -452,9 +598,12 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
 /* Loads the program of `mode` (if another is loaded) and puts the params on the device. */
 static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_diag *d)
 {
-    uint32_t per_replica, calls, per_call;
-    int rc = tpu_per_replica_batch(&e->cfg, mode, e->n_replicas, &per_replica, &calls,
-                                   &per_call, d);
+    struct tpu_shard_spec spec;
+    struct tpu_shard_plan plan;
+    int rc = tpu__runtime_plan(e, mode, &spec, &plan, d);
+    const uint32_t per_replica = plan.per_replica_batch, global = spec.global_batch;
+    const uint32_t per_call = plan.n_calls ? plan.calls[0].batch : 0;
+    tpu_shard_plan_free(&plan);
     if (rc)
         return rc;
     if (e->loaded && e->mode == mode && e->batch_per_replica == per_replica)
@@ -462,20 +611,30 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     e->mode_loading = mode;
     if ((rc = params_from_device(e, d)))
         return rc;
-    const uint32_t global = per_replica * e->n_replicas;
-    struct tpu_model_program mp;
-    memset(&mp, 0, sizeof mp);
-    rc = e->model.build(e->model.ctx, mode, per_replica, global, &mp, d);
-    if (rc)
-        return rc;
-    if ((rc = tpu_program_verify(mp.prog, tpu_device_chip(e->dev), d)) ||
-        (rc = check_host_memory(e, &mp, per_call, d)) ||
-        (rc = tpu_device_load(e->dev, mp.prog, d))) {
-        tpu_program_destroy(&mp.prog);
+    struct tpu_build_shape shape = {
+        .batch_per_replica = per_replica,
+        .global_batch = global, /* BROADCAST: the per-replica batch is the global one */
+        .n_replicas = e->n_replicas,
+        .cores_per_replica = e->n_cores / e->n_replicas,
+        .n_dims = e->cfg.n_input_partition_dims,
+    };
+    memcpy(shape.dims, e->cfg.input_partition_dims, sizeof shape.dims);
+    struct tpu_model_program *mp = calloc(1, sizeof *mp); /* ~50 KB: not on the stack */
+    if (!mp)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    rc = e->model.build(e->model.ctx, mode, &shape, mp, d);
+    if (!rc && ((rc = check_splits(e, mp, d)) ||
+                (rc = tpu_program_verify(mp->prog, tpu_device_chip(e->dev), d)) ||
+                (rc = check_host_memory(e, mp, &spec, per_call, d)) ||
+                (rc = tpu_device_load(e->dev, mp->prog, d))))
+        tpu_program_destroy(&mp->prog);
+    if (rc) {
+        free(mp);
         return rc;
     }
     tpu_program_destroy(&e->mp.prog);
-    e->mp = mp;
+    e->mp = *mp;
+    free(mp);
     e->loaded = true;
     e->mode = mode;
     e->batch_per_replica = per_replica;
@@ -510,13 +669,10 @@ static int begin_pass(struct tpu_estimator *e, struct tpu__pass *p, const struct
                       enum tpu_mode mode, uint64_t steps, uint64_t start_step,
                       struct tpu_diag *d)
 {
-    tpu__pass_init(p, e, input, mode);
+    int rc = tpu__pass_init(p, e, input, mode, d);
     p->steps = steps;
-    tpu_per_replica_batch(&e->cfg, mode, e->n_replicas, &p->per_replica, &p->calls,
-                          &p->per_call, NULL);
-    int rc = 0;
-    if (input->start)
-        rc = input->start(input->ctx, mode, start_step, p->per_replica * e->n_replicas, d);
+    if (!rc && input->start)
+        rc = input->start(input->ctx, mode, start_step, p->global_batch, d);
     if (rc)
         tpu__pass_free(p);
     return rc;

@@ -1,5 +1,8 @@
-/* The threads of a pass (runtime_pass.c draws the whole pass): the infeed thread, which runs
- * the input pipeline ahead of the device and fills the cores' infeed queues; the outfeed
+/* The threads of a pass (runtime_pass.c draws the whole pass): one infeed thread per host
+ * that makes input_fn calls (shard/'s plan says which), which runs that host's calls ahead of
+ * the device, one call at a time across the hosts in the plan's order (the "turn", below),
+ * each charged to its host's own clock, and fills the infeed queues of the cores each call
+ * feeds with their slices of each tensor; the outfeed
  * thread, which drains every core's outfeed, keeps replica 0's loss, runs the host calls and
  * sums evaluation and prediction outputs; and the watchdog, which ends a deadlocked run with
  * an error. They share the pass (struct tpu__pass, runtime_int.h) under its lock, and end
@@ -83,22 +86,23 @@ static void initial_infeed_sleep(struct tpu__pass *p)
     }
 }
 
-/* One input_fn call's tensors, [per_call][cols] each, in the program's infeed order. */
+/* One input_fn call's tensors, [batch][row] each, in the program's infeed order, as the input
+ * function fills them (a partitioned tensor whole: the slices are cut when it is queued). */
 struct call_batch {
     void *bufs[4];
     size_t row_bytes[4];
     bool is_int[4];
 };
 
-static int call_batch_alloc(struct call_batch *cb, const struct tpu_model_program *mp,
-                            uint32_t per_call)
+static int call_batch_alloc(struct call_batch *cb, const struct tpu__pass *p, uint32_t batch)
 {
+    const struct tpu_model_program *mp = &p->e->mp;
     memset(cb, 0, sizeof *cb);
     for (uint32_t t = 0; t < mp->n_infeed; t++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
-        cb->row_bytes[t] = (size_t)b->cols * tpu_dtype_bytes(b->dtype);
+        cb->row_bytes[t] = tpu__runtime_row_bytes(p->e, &p->spec, t);
         cb->is_int[t] = b->dtype == TPU_INT32;
-        cb->bufs[t] = malloc(cb->row_bytes[t] * per_call);
+        cb->bufs[t] = malloc(cb->row_bytes[t] * (batch ? batch : 1));
         if (!cb->bufs[t])
             return TPU_ENOMEM;
     }
@@ -111,14 +115,14 @@ static void call_batch_free(struct call_batch *cb)
         free(cb->bufs[t]);
 }
 
-/* Pads rows n_real .. per_call - 1 of every tensor: zeros, and -1 (a masked label) in
- * integer tensors. */
+/* Pads rows n_real .. batch - 1 of every tensor: zeros, and -1 (a masked label) in integer
+ * tensors. */
 static void call_batch_pad(struct call_batch *cb, uint32_t n_tensors, uint32_t n_real,
-                           uint32_t per_call)
+                           uint32_t batch)
 {
     for (uint32_t t = 0; t < n_tensors; t++) {
         char *base = cb->bufs[t];
-        size_t pad = (size_t)(per_call - n_real) * cb->row_bytes[t];
+        size_t pad = (size_t)(batch - n_real) * cb->row_bytes[t];
         if (cb->is_int[t])
             memset(base + n_real * cb->row_bytes[t], 0xff, pad); /* -1: a masked label */
         else
@@ -126,27 +130,80 @@ static void call_batch_pad(struct call_batch *cb, uint32_t n_tensors, uint32_t n
     }
 }
 
-/* Queues call `call`'s tensors on the infeed of every core of the replicas it feeds (shard/
- * says which, with which rows), ready at host cycle `clock`. Returns 0 or the device's
- * error (TPU_ECANCELED when the pass was canceled). */
-static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb, uint32_t call,
-                           uint64_t clock, struct tpu_diag *d)
+/* Copies the slice [begin, end) of a row-major tensor of dims full[0 .. rank) at src into the
+ * start of a row-major buffer of dims sl->padded at dst, zeros elsewhere (TPU infeed pads a
+ * short part to the largest part's size). */
+static void gather_slice(char *dst, const char *src, size_t esize, const uint64_t *full,
+                         const struct tpu_shard_slice *sl)
+{
+    const uint32_t rank = sl->rank;
+    size_t dst_bytes = esize;
+    for (uint32_t i = 0; i < rank; i++)
+        dst_bytes *= (size_t)sl->padded[i];
+    memset(dst, 0, dst_bytes);
+    for (uint32_t i = 0; i < rank; i++)
+        if (sl->end[i] <= sl->begin[i])
+            return; /* an empty part: all padding */
+    /* strides of both, in elements */
+    uint64_t sstride[TPU_PARTITION_MAX_RANK], dstride[TPU_PARTITION_MAX_RANK];
+    sstride[rank - 1] = dstride[rank - 1] = 1;
+    for (uint32_t i = rank - 1; i > 0; i--) {
+        sstride[i - 1] = sstride[i] * full[i];
+        dstride[i - 1] = dstride[i] * sl->padded[i];
+    }
+    const size_t run = (size_t)(sl->end[rank - 1] - sl->begin[rank - 1]) * esize;
+    uint64_t idx[TPU_PARTITION_MAX_RANK] = {0}; /* offsets within the slice, but the last */
+    for (;;) {
+        uint64_t so = sl->begin[rank - 1], doff = 0;
+        for (uint32_t i = 0; i + 1 < rank; i++) {
+            so += (sl->begin[i] + idx[i]) * sstride[i];
+            doff += idx[i] * dstride[i];
+        }
+        memcpy(dst + doff * esize, src + so * esize, run);
+        int i = (int)rank - 2;
+        for (; i >= 0; i--) {
+            if (++idx[i] < sl->end[i] - sl->begin[i])
+                break;
+            idx[i] = 0;
+        }
+        if (i < 0)
+            return;
+    }
+}
+
+/* Queues call `call`'s tensors on the infeed of every core of the replicas it feeds, ready at
+ * host cycle `clock`: each replica takes its rows of the call's batch (or all of them, when
+ * broadcast), and each logical core of the replica its slice of each tensor as the plan
+ * says: the whole tensor (no partition dims), nothing (dims of product 1, on logical cores
+ * after the first), or its part, padded. `scratch` holds the largest part. Returns 0 or the
+ * device's error (TPU_ECANCELED when the pass was canceled). */
+static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb,
+                           const struct tpu_shard_call *call, char *scratch, uint64_t clock,
+                           struct tpu_diag *d)
 {
     struct tpu_estimator *e = p->e;
     const struct tpu_model_program *mp = &e->mp;
-    struct tpu__shard_call plan;
-    tpu__shard_call_plan(&e->cfg, p->mode, e->n_replicas, p->calls, p->per_call,
-                         p->per_replica, call, &plan);
-    const uint32_t cpr = e->n_cores / e->n_replicas;
-    for (uint32_t r = 0; r < plan.n_replicas; r++) {
-        uint32_t rep = plan.first_replica + r;
-        uint32_t row0 = tpu__shard_call_row0(&plan, r);
+    const uint32_t cpr = p->plan.cores_per_replica;
+    for (uint32_t r = 0; r < call->n_replicas; r++) {
+        const uint32_t rep = call->first_replica + r;
+        const uint32_t row0 = call->broadcast ? 0 : r * call->rows_each;
         for (uint32_t k = 0; k < cpr; k++) {
-            uint32_t core = rep * cpr + k;
+            const uint32_t core = rep * cpr + k;
             for (uint32_t t = 0; t < mp->n_infeed; t++) {
-                int rc = tpu_device_infeed(e->dev, core,
-                                           (char *)cb->bufs[t] + row0 * cb->row_bytes[t],
-                                           plan.rows_each * cb->row_bytes[t], clock, d);
+                const char *rows = (const char *)cb->bufs[t] + row0 * cb->row_bytes[t];
+                const void *data = rows;
+                size_t bytes = (size_t)p->per_replica * cb->row_bytes[t];
+                if (p->slices) {
+                    const struct tpu__slice *sl = &p->slices[t * cpr + k];
+                    if (!sl->s.receives)
+                        continue;
+                    if (!sl->whole) {
+                        gather_slice(scratch, rows, sl->esize, sl->full, &sl->s);
+                        data = scratch;
+                        bytes = sl->bytes;
+                    }
+                }
+                int rc = tpu_device_infeed(e->dev, core, data, bytes, clock, d);
                 if (rc)
                     return rc;
             }
@@ -158,22 +215,45 @@ static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb, uin
 /* Keeps an input_fn call's host phase for the timeline (the caller's thread moves it there,
  * see flush_input_phases). An allocation failure drops it, as the device's own timeline
  * drops events: the trace never stops a run. */
-static void record_input_phase(struct tpu__pass *p, uint64_t step, uint64_t start_cycle,
-                               uint64_t cycles)
+static void record_input_phase(struct tpu__pass *p, uint64_t step, uint32_t call,
+                               uint32_t host, uint64_t start_cycle, uint64_t cycles)
 {
     pthread_mutex_lock(&p->lock);
     if (!grow((void **)&p->input_phases, &p->input_phases_cap, p->n_input_phases + 1,
               sizeof *p->input_phases))
         p->input_phases[p->n_input_phases++] =
-            (struct tpu__host_phase){.step = step, .start_cycle = start_cycle, .cycles = cycles};
+            (struct tpu__host_phase){.step = step, .start_cycle = start_cycle, .cycles = cycles,
+                                     .call = call, .host = host};
     pthread_mutex_unlock(&p->lock);
 }
 
-/* The input ended before the step the infeed thread was reading: no further step is fed. */
-static void mark_input_ended(struct tpu__pass *p)
+/* Waits until call `ci` of step s is the next input_fn call of the pass (the calls are made
+ * one at a time in the plan's order, so that the input function need not be thread-safe and
+ * the data stream does not depend on the hosts). False when the thread is to stop instead:
+ * the input ended or feeding stopped before step s, or the pass failed. */
+static bool wait_turn(struct tpu__pass *p, uint64_t s, uint32_t ci)
+{
+    const uint64_t mine = s * p->plan.n_calls + ci;
+    pthread_mutex_lock(&p->lock);
+    p->turn_waiters++;
+    while (p->turn != mine && !p->error && !p->finished && s < p->end_step)
+        pthread_cond_wait(&p->cv, &p->lock);
+    p->turn_waiters--;
+    const bool go = p->turn == mine && !p->error && !p->finished && s < p->end_step;
+    pthread_mutex_unlock(&p->lock);
+    return go;
+}
+
+/* The call of the turn is made: the next one may go. `end_step` (UINT64_MAX: none) is the
+ * first step no host is to feed, when this call found the input's end; `ended` marks the
+ * input ended. */
+static void pass_turn(struct tpu__pass *p, uint64_t end_step, bool ended)
 {
     pthread_mutex_lock(&p->lock);
-    p->input_ended = true;
+    p->turn++;
+    if (end_step < p->end_step)
+        p->end_step = end_step;
+    p->input_ended = p->input_ended || ended;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->lock);
 }
@@ -194,37 +274,81 @@ static void infeed_stop(struct tpu__pass *p, uint64_t s)
     }
     pthread_mutex_lock(&p->lock);
     p->stopped = true;
+    if (s < p->end_step)
+        p->end_step = s;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->lock);
 }
 
+/* A host queued all its calls of step s: the pass's fed count is the least over the hosts,
+ * and the step's real rows (counted as the calls were made) are complete once every host
+ * has fed it. */
+static void feeder_fed(struct tpu__feeder *f, uint64_t s)
+{
+    struct tpu__pass *p = f->p;
+    pthread_mutex_lock(&p->lock);
+    f->fed = s + 1;
+    uint64_t least = UINT64_MAX;
+    for (uint32_t i = 0; i < p->n_feeders; i++)
+        least = p->feeders[i].fed < least ? p->feeders[i].fed : least;
+    p->fed = least;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Adds a call's real rows to its step's count. */
+static int count_real_rows(struct tpu__pass *p, uint64_t s, uint32_t n_real)
+{
+    pthread_mutex_lock(&p->lock);
+    uint64_t old = p->real_cap;
+    int rc = grow((void **)&p->real_rows, &p->real_cap, s + 1, sizeof *p->real_rows);
+    if (!rc) {
+        if (p->real_cap > old)
+            memset(p->real_rows + old, 0, (p->real_cap - old) * sizeof *p->real_rows);
+        p->real_rows[s] += n_real;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* A host's infeed thread: its calls of each step, each when its turn comes, on its own host
+ * clock (the input cost of each call is charged to it, so hosts read in parallel), then the
+ * call's tensors onto the infeed queues of the cores it feeds. The last infeed thread to end
+ * closes the device's infeed. */
 void *tpu__pass_infeed_thread(void *arg)
 {
-    struct tpu__pass *p = arg;
+    struct tpu__feeder *f = arg;
+    struct tpu__pass *p = f->p;
     struct tpu_estimator *e = p->e;
     const struct tpu_model_program *mp = &e->mp;
     struct tpu_diag d = {0};
     initial_infeed_sleep(p);
     struct call_batch cb;
-    if (call_batch_alloc(&cb, mp, p->per_call)) {
+    char *scratch = p->scratch_bytes ? malloc(p->scratch_bytes) : NULL;
+    if (call_batch_alloc(&cb, p, p->plan.calls[0].batch) ||
+        (p->scratch_bytes && !scratch)) {
         tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the input batch"), &d);
         goto out;
     }
     uint64_t clock = e->host_cycle;
-    bool last_step = false;
-    for (uint64_t s = 0; s < p->steps && !last_step; s++) {
-        if (atomic_load(&e->stop)) {
-            infeed_stop(p, s);
-            goto out;
-        }
-        uint32_t real_total = 0;
-        for (uint32_t call = 0; call < p->calls; call++) {
+    for (uint64_t s = 0; s < p->steps; s++) {
+        for (uint32_t i = 0; i < f->n_calls; i++) {
+            const uint32_t ci = f->calls[i];
+            const struct tpu_shard_call *call = &p->plan.calls[ci];
+            if (!wait_turn(p, s, ci))
+                goto out;
+            if (ci == 0 && atomic_load(&e->stop)) {
+                /* seen at the first call of a step: no host feeds this step */
+                infeed_stop(p, s);
+                pass_turn(p, UINT64_MAX, false);
+                goto out;
+            }
             uint32_t n_real = 0;
             double t0 = tpu__runtime_wall_s();
-            int rc = p->input->next(p->input->ctx, p->mode, call, p->per_call, cb.bufs, &n_real,
-                                    &d);
+            int rc = p->input->next(p->input->ctx, p->mode, call->shard, call->batch, cb.bufs,
+                                    &n_real, &d);
             const uint64_t cost = tpu__host_cost(e, e->cfg.modeled_input_us_per_batch, t0);
-            record_input_phase(p, s, clock, cost);
+            record_input_phase(p, s, ci, f->host, clock, cost);
             clock += cost;
             if (rc < 0) {
                 struct tpu_diag why = d;
@@ -234,48 +358,44 @@ void *tpu__pass_infeed_thread(void *arg)
                 tpu__pass_fail(p, rc, &d);
                 goto out;
             }
-            if (n_real > p->per_call)
-                n_real = p->per_call;
-            if (rc == 0 || (p->mode == TPU_MODE_TRAIN && n_real < p->per_call)) {
+            if (n_real > call->batch)
+                n_real = call->batch;
+            bool last_step = false;
+            if (rc == 0 || (p->mode == TPU_MODE_TRAIN && n_real < call->batch)) {
                 /* the input ended. Training never uses a partial step: the pass ends before
                  * step s. Evaluation and prediction pad the rest of the step and end. */
-                if (p->mode == TPU_MODE_TRAIN || (call == 0 && rc == 0)) {
-                    mark_input_ended(p);
+                if (p->mode == TPU_MODE_TRAIN || (ci == 0 && rc == 0)) {
+                    pass_turn(p, s, true);
                     goto out;
                 }
                 if (rc == 0)
                     n_real = 0;
                 last_step = true;
-            } else if (n_real < p->per_call) {
+            } else if (n_real < call->batch) {
                 last_step = true; /* a short batch: the input has nothing after it */
             }
-            real_total += n_real;
-            call_batch_pad(&cb, mp->n_infeed, n_real, p->per_call);
-            if ((rc = call_batch_push(p, &cb, call, clock, &d))) {
+            pass_turn(p, last_step ? s + 1 : UINT64_MAX, last_step);
+            if ((rc = count_real_rows(p, s, n_real))) {
+                tpu__pass_fail(p, tpu__fail(&d, rc, "out of memory"), &d);
+                goto out;
+            }
+            call_batch_pad(&cb, mp->n_infeed, n_real, call->batch);
+            if ((rc = call_batch_push(p, &cb, call, scratch, clock, &d))) {
                 if (rc != TPU_ECANCELED)
                     tpu__pass_fail(p, rc, &d);
                 goto out;
             }
         }
-        pthread_mutex_lock(&p->lock);
-        int rc = grow((void **)&p->real_rows, &p->real_cap, s + 1, sizeof *p->real_rows);
-        if (!rc) {
-            p->real_rows[s] = real_total;
-            p->fed = s + 1;
-        }
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->lock);
-        if (rc) {
-            tpu__pass_fail(p, tpu__fail(&d, rc, "out of memory"), &d);
-            goto out;
-        }
+        feeder_fed(f, s);
     }
-    pthread_mutex_lock(&p->lock);
-    p->input_ended = p->input_ended || last_step;
-    pthread_mutex_unlock(&p->lock);
 out:
-    tpu_device_infeed_close(e->dev);
+    pthread_mutex_lock(&p->lock);
+    const bool last_out = --p->feeding == 0;
+    pthread_mutex_unlock(&p->lock);
+    if (last_out)
+        tpu_device_infeed_close(e->dev);
     call_batch_free(&cb);
+    free(scratch);
     feeder_exits(p);
     return NULL;
 }
@@ -357,6 +477,7 @@ void *tpu__pass_outfeed_thread(void *arg)
         return NULL;
     }
     const uint32_t cpr = e->n_cores / e->n_replicas;
+    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
     for (uint64_t s = 0; s < p->steps; s++) {
         /* Every core of a replica runs the replica's program and outfeeds; the first core's
          * tensors are the replica's, the others' are drained and dropped (a queue nobody
@@ -372,7 +493,9 @@ void *tpu__pass_outfeed_thread(void *arg)
                         tpu__pass_fail(p, rc, &d);
                     goto out;
                 }
-                if (c % cpr != 0)
+                /* a broadcast input gives every replica the same examples: evaluation and
+                 * prediction count replica 0's, so that each example counts once */
+                if (c % cpr != 0 || (broadcast && rep != 0))
                     continue;
                 if (p->mode == TPU_MODE_TRAIN && rep == 0) {
                     if (outfeed_train_step(p, s, buf, &d))
@@ -427,7 +550,9 @@ void *tpu__pass_watchdog_thread(void *arg)
         pthread_cond_timedwait(&p->cv, &p->lock, &ts);
         if (p->finished || p->error)
             break;
-        const uint32_t live = p->live_feeders; /* read first: it only falls */
+        /* the feed threads that could act: those not waiting for their turn to call the
+         * input function (read first: it only falls) */
+        const uint32_t live = p->live_feeders - p->turn_waiters;
         pthread_mutex_unlock(&p->lock);
         struct tpu_device_watch w;
         tpu_device_watch(e->dev, &w);

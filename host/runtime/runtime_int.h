@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "tpusim/runtime.h"
+#include "tpusim/shard.h"
 
 /* A param's host copy, kept across program switches (train -> eval keeps the weights). */
 struct tpu__host_param {
@@ -31,6 +32,7 @@ struct tpu_estimator {
     struct tpu_hook *hooks;
     size_t n_hooks;
     uint32_t n_replicas, n_cores;
+    uint32_t hosts, chips_per_host;   /* the pod slice: cfg.num_hosts, the device's chips each */
     double hz;
     bool timing_only;      /* the device computes no values: no params, checkpoints or loss */
     atomic_int stop;       /* tpu_estimator_request_stop was called (any thread, or a signal
@@ -59,10 +61,34 @@ struct tpu_estimator {
 };
 
 /* A host phase charged to the simulated timeline, kept until it goes to the device's trace:
- * step of the pass it belongs to, its start cycle on the host clock that charged it, and its
+ * step of the pass it belongs to, the input_fn call of the step (its index in the plan), its
+ * start cycle on the host clock that charged it (the clock of the call's host), and its
  * cost in cycles. */
 struct tpu__host_phase {
     uint64_t step, start_cycle, cycles;
+    uint32_t call, host;
+};
+
+/* What logical core k of a replica receives of one infeed tensor (the plan's slice), and
+ * what cutting it takes: the per-replica tensor's dims (full), its element size, and the
+ * bytes queued (the padded part). `whole`: the slice is the whole tensor (no partition dims
+ * or a single part), queued as it is. */
+struct tpu__slice {
+    struct tpu_shard_slice s;
+    bool whole;
+    size_t esize, bytes;
+    uint64_t full[TPU_PARTITION_MAX_RANK];
+};
+
+/* One host's infeed thread of a pass: the host, its calls of each step (indices into the
+ * plan's calls, in plan order), and the complete steps it has queued. */
+struct tpu__feeder {
+    struct tpu__pass *p;
+    pthread_t thread;
+    uint32_t host;
+    uint32_t n_calls, *calls;   /* owned */
+    uint64_t fed;               /* [p->lock] */
+    bool started;
 };
 
 /* One train, evaluate or predict call: what the caller's thread and the two feed threads
@@ -73,16 +99,34 @@ struct tpu__pass {
     const struct tpu_input *input;
     enum tpu_mode mode;
     uint64_t steps;               /* steps to feed (UINT64_MAX: until the input ends) */
-    uint32_t per_replica, calls, per_call;
+    uint32_t per_replica;         /* rows each replica computes on per step */
+    uint32_t global_batch;        /* the mode's global batch: the examples of a step */
+    struct tpu_shard_spec spec;   /* the mode's shard spec and plan (owned: the calls) */
+    struct tpu_shard_plan plan;
+    /* the slices of each infeed tensor for each logical core, [tensor][lcore]; NULL when
+     * no tensor is partitioned (every core receives each tensor whole) */
+    struct tpu__slice *slices;
+    size_t scratch_bytes;         /* the largest cut slice (each infeed thread's buffer) */
+    /* the infeed threads, one per host that makes calls [n_feeders] */
+    struct tpu__feeder *feeders;
+    uint32_t n_feeders;
+    uint64_t turn;                /* [lock] the next input_fn call, step * calls + call: the
+                                     calls are made one at a time, in the plan's order */
+    uint64_t end_step;            /* [lock] no host feeds step end_step or later (the input
+                                     ended); UINT64_MAX until then */
+    uint32_t turn_waiters;        /* [lock] infeed threads waiting for their turn */
+    uint32_t feeding;             /* [lock] infeed threads still running: the last one out
+                                     closes the device's infeed */
 
     pthread_mutex_t lock;
     pthread_cond_t cv;
     int error;                    /* [lock] first error of any thread */
     struct tpu_diag diag;         /* [lock] */
     bool input_ended;             /* [lock] */
-    uint64_t fed;                 /* [lock] complete steps queued */
+    uint64_t fed;                 /* [lock] complete steps queued (on every host) */
     uint64_t drained;             /* [lock] steps whose outfeed was processed */
-    uint32_t *real_rows;          /* [lock] real rows per step (eval/predict), grows */
+    uint32_t *real_rows;          /* [lock] real rows per step (eval/predict), summed over
+                                     the step's calls, grows */
     uint64_t real_cap;
     float *losses;                /* [lock] replica 0's loss per step, grows */
     uint64_t loss_cap;
@@ -109,9 +153,10 @@ double tpu__runtime_wall_s(void);
  * (run_config.host_time). (runtime_pass.c) */
 uint64_t tpu__host_cost(const struct tpu_estimator *e, double modeled_us, double t0);
 
-/* The threads of a pass, started by tpu__pass_run with the pass as their argument
+/* The threads of a pass, started by tpu__pass_run: one infeed thread per feeder (its
+ * argument a struct tpu__feeder), the outfeed thread and the watchdog (the pass)
  * (runtime_feed.c). */
-void *tpu__pass_infeed_thread(void *pass);
+void *tpu__pass_infeed_thread(void *feeder);
 void *tpu__pass_outfeed_thread(void *pass);
 void *tpu__pass_watchdog_thread(void *pass);
 
@@ -126,11 +171,12 @@ bool tpu__pass_failed(struct tpu__pass *p);
  * no values to save). (runtime.c) */
 int tpu__runtime_save_checkpoint(struct tpu_estimator *e, struct tpu_diag *d);
 
-/* A pass of `mode` over `in` from the current global step; the caller then sets steps,
- * per_replica, calls, per_call (and emit for predict). tpu__pass_free releases it after
- * tpu__pass_run. */
-void tpu__pass_init(struct tpu__pass *p, struct tpu_estimator *e, const struct tpu_input *in,
-                    enum tpu_mode mode);
+/* A pass of `mode` over `in` from the current global step: its plan (the mode's batch
+ * must have been checked) and one feeder per host that makes calls; the caller then sets
+ * steps (and emit for predict). tpu__pass_free releases it after tpu__pass_run (also after
+ * a failed init). */
+int tpu__pass_init(struct tpu__pass *p, struct tpu_estimator *e, const struct tpu_input *in,
+                   enum tpu_mode mode, struct tpu_diag *d);
 void tpu__pass_free(struct tpu__pass *p);
 
 /* Runs the pass: training up to global step target_step, evaluation and prediction for
@@ -144,5 +190,20 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
  * address space in use; `what` names which one it was. Returns 0, or TPU_ENOTFOUND when
  * none of them can be read (then *bytes is UINT64_MAX). (runtime_config.c) */
 int tpu__host_memory_available(uint64_t *bytes, char *what, size_t what_size);
+
+/* The shard spec of `mode` (runtime_plan.c): the device's hosts, chips and cores, the
+ * configuration's input modes and partition dims, the mode's global batch, and the model's
+ * infeed tensors (when the model describes them) with the dims that apply to each. */
+int tpu__runtime_shard_spec(const struct tpu_estimator *e, enum tpu_mode mode,
+                            struct tpu_shard_spec *s, struct tpu_diag *d);
+/* The plan of `mode` (every rule checked; messages from shard/): the caller frees it with
+ * tpu_shard_plan_free. */
+int tpu__runtime_plan(const struct tpu_estimator *e, enum tpu_mode mode,
+                      struct tpu_shard_spec *s, struct tpu_shard_plan *plan, struct tpu_diag *d);
+/* The bytes of one row of infeed tensor t as the input function fills it: the tensor's
+ * size per example (from the spec's shape when the model describes it, else the program's
+ * infeed buffer's columns) times its element size. */
+size_t tpu__runtime_row_bytes(const struct tpu_estimator *e, const struct tpu_shard_spec *s,
+                              uint32_t t);
 
 #endif

@@ -27,11 +27,16 @@
  * input cost of each batch. Costs are modeled constants or measured wall time (config).
  * Each cost charged is also a host phase on the device's timeline (when it traces), at the
  * cycle and for the cycles charged: "launch", "hooks", "checkpoint save", "<mode> input
- * batch".
+ * batch" ("<mode> input batch host H" with several hosts: each host's infeed thread has a
+ * clock of its own, so the hosts' input phases run side by side).
+ *
+ * Several hosts: one infeed thread per host that makes calls, each on its own clock; a step
+ * is fed when every host has queued its part of it (fed is the least over the hosts); the
+ * last infeed thread to end closes the device's infeed.
  *
  * How many steps each launch runs is tune/'s (the loop size: a count, or the estimator's tuner
- * of the pass's mode, told of each launch's device and host time); which replicas each
- * input_fn call feeds is shard/'s. */
+ * of the pass's mode, told of each launch's device and host time); which host makes each
+ * input_fn call, with what batch, and which replicas and slices it feeds is shard/'s plan. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -98,19 +103,38 @@ static void trace_host_phase(struct tpu_estimator *e, const char *name, uint64_t
     tpu_device_trace_host(e->dev, name, start_cycle, start_cycle + cycles);
 }
 
-/* Moves the input phases of the pass's steps before `steps` to the timeline, in the order the
- * infeed thread read them. Only the caller's thread calls it, at loop boundaries and once
- * after the threads are joined (steps UINT64_MAX), so the trace's order does not depend on
- * how far the infeed thread ran ahead. */
+/* Orders input phases by step, then by the call's place in the plan. */
+static int phase_order(const void *a, const void *b)
+{
+    const struct tpu__host_phase *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return x->call < y->call ? -1 : x->call > y->call;
+}
+
+/* Moves the input phases of the pass's steps before `steps` to the timeline, by step and by
+ * the call's place in the plan (the infeed threads of several hosts record them in any
+ * order). Only the caller's thread calls it, at loop boundaries and once after the threads
+ * are joined (steps UINT64_MAX), so the trace's order does not depend on how far the infeed
+ * threads ran ahead. With several hosts each phase names its host ("train input batch host
+ * 1"): their clocks run side by side. */
 static void flush_input_phases(struct tpu__pass *p, uint64_t steps)
 {
     pthread_mutex_lock(&p->lock);
+    qsort(p->input_phases, p->n_input_phases, sizeof *p->input_phases, phase_order);
     uint64_t n = 0;
     while (n < p->n_input_phases && p->input_phases[n].step < steps)
         n++;
-    for (uint64_t i = 0; i < n; i++)
-        trace_host_phase(p->e, input_phase_name[p->mode], p->input_phases[i].start_cycle,
+    for (uint64_t i = 0; i < n; i++) {
+        char name[32];
+        if (p->e->hosts > 1)
+            snprintf(name, sizeof name, "%s host %u", input_phase_name[p->mode],
+                     p->input_phases[i].host);
+        else
+            snprintf(name, sizeof name, "%s", input_phase_name[p->mode]);
+        trace_host_phase(p->e, name, p->input_phases[i].start_cycle,
                          p->input_phases[i].cycles);
+    }
     if (n) {
         memmove(p->input_phases, p->input_phases + n,
                 (p->n_input_phases - n) * sizeof *p->input_phases);
@@ -259,7 +283,7 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
     li->device_seconds = (double)(end - start) / e->hz;
     li->step_time_s = ran ? li->device_seconds / ran : 0;
     li->examples_per_s = li->device_seconds > 0
-                             ? (double)ran * p->per_replica * e->n_replicas / li->device_seconds
+                             ? (double)ran * p->global_batch / li->device_seconds
                              : 0;
     double cap = (double)(end - start) * tpu_device_chip(e->dev)->mxu_rows *
                  tpu_device_chip(e->dev)->mxu_cols * tpu_device_chip(e->dev)->mxu_per_core *
@@ -351,8 +375,8 @@ static void loop_host_figures(struct tpu_estimator *e, const struct tpu__pass *p
     li->pass_infeed_stall_share = L->acc_dev > 0 ? L->acc_stall / (L->acc_dev * e->n_cores) : 0;
     li->pass_host_overhead_share =
         L->acc_dev + L->acc_host > 0 ? L->acc_host / (L->acc_dev + L->acc_host) : 0;
-    li->pass_examples_per_s = L->acc_dev > 0 ? (double)L->done * p->per_replica *
-                                                   e->n_replicas / li->pass_device_seconds
+    li->pass_examples_per_s = L->acc_dev > 0 ? (double)L->done * p->global_batch /
+                                                   li->pass_device_seconds
                                              : 0;
 }
 
@@ -389,26 +413,60 @@ static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pa
     return 0;
 }
 
-/* The infeed, outfeed and watchdog threads of a pass. */
+/* The outfeed and watchdog threads of a pass (the infeed threads are the pass's feeders). */
 struct pass_threads {
-    pthread_t in, out, wd;
+    pthread_t out, wd;
 };
+
+/* Joins the feeders that were started. */
+static void join_feeders(struct tpu__pass *p)
+{
+    for (uint32_t i = 0; i < p->n_feeders; i++)
+        if (p->feeders[i].started) {
+            pthread_join(p->feeders[i].thread, NULL);
+            p->feeders[i].started = false;
+        }
+}
 
 static int start_threads(struct tpu__pass *p, struct pass_threads *t, struct tpu_diag *d)
 {
     struct tpu_estimator *e = p->e;
     tpu_device_reset_cancel(e->dev);
-    p->live_feeders = 2;
-    if (pthread_create(&t->in, NULL, tpu__pass_infeed_thread, p) != 0)
-        return tpu__fail(d, TPU_ETHREAD, "cannot start the infeed thread");
+    p->live_feeders = p->n_feeders + 1;
+    p->feeding = p->n_feeders;
+    for (uint32_t i = 0; i < p->n_feeders; i++) {
+        if (pthread_create(&p->feeders[i].thread, NULL, tpu__pass_infeed_thread,
+                           &p->feeders[i]) != 0) {
+            /* the threads started so far wait for turns that will not come: end them */
+            pthread_mutex_lock(&p->lock);
+            p->finished = true;
+            p->feeding -= p->n_feeders - i;
+            p->live_feeders -= p->n_feeders - i;
+            pthread_cond_broadcast(&p->cv);
+            pthread_mutex_unlock(&p->lock);
+            tpu_device_cancel(e->dev);
+            join_feeders(p);
+            return tpu__fail(d, TPU_ETHREAD, "cannot start the infeed thread of host %u",
+                             p->feeders[i].host);
+        }
+        p->feeders[i].started = true;
+    }
     if (pthread_create(&t->out, NULL, tpu__pass_outfeed_thread, p) != 0) {
+        pthread_mutex_lock(&p->lock);
+        p->finished = true;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->lock);
         tpu_device_cancel(e->dev);
-        pthread_join(t->in, NULL);
+        join_feeders(p);
         return tpu__fail(d, TPU_ETHREAD, "cannot start the outfeed thread");
     }
     if (pthread_create(&t->wd, NULL, tpu__pass_watchdog_thread, p) != 0) {
+        pthread_mutex_lock(&p->lock);
+        p->finished = true;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->lock);
         tpu_device_cancel(e->dev);
-        pthread_join(t->in, NULL);
+        join_feeders(p);
         pthread_join(t->out, NULL);
         return tpu__fail(d, TPU_ETHREAD, "cannot start the watchdog thread");
     }
@@ -425,7 +483,7 @@ static void join_threads(struct tpu__pass *p, struct pass_threads *t)
     pthread_mutex_unlock(&p->lock);
     pthread_join(t->wd, NULL);
     tpu_device_cancel(e->dev);
-    pthread_join(t->in, NULL);
+    join_feeders(p);
     pthread_join(t->out, NULL);
     tpu_device_reset_cancel(e->dev);
 }
@@ -537,16 +595,103 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     return pass_result(e, p, &L, rc, d);
 }
 
-void tpu__pass_init(struct tpu__pass *p, struct tpu_estimator *e, const struct tpu_input *in,
-                    enum tpu_mode mode)
+/* The slices of each infeed tensor for each logical core, when a tensor is partitioned:
+ * what each core receives and the bytes it takes, checked against the program's infeed
+ * buffer (the model lowered the same dims, so its buffer is the padded part). */
+static int pass_slices(struct tpu__pass *p, struct tpu_diag *d)
+{
+    struct tpu_estimator *e = p->e;
+    const struct tpu_model_program *mp = &e->mp;
+    const uint32_t cpr = p->plan.cores_per_replica;
+    bool any = false;
+    for (uint32_t t = 0; t < p->spec.n_tensors && t < mp->n_infeed; t++)
+        any = any || p->spec.tensors[t].dims.rank > 0;
+    if (!any)
+        return 0;
+    p->slices = calloc((size_t)mp->n_infeed * cpr, sizeof *p->slices);
+    if (!p->slices)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    for (uint32_t t = 0; t < mp->n_infeed; t++) {
+        const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
+        const size_t esize = tpu_dtype_bytes(b->dtype);
+        const struct tpu_shard_tensor *st = t < p->spec.n_tensors ? &p->spec.tensors[t] : NULL;
+        for (uint32_t k = 0; k < cpr; k++) {
+            struct tpu__slice *sl = &p->slices[t * cpr + k];
+            sl->esize = esize;
+            sl->s.receives = true;
+            if (!st || st->dims.rank == 0) {
+                sl->whole = true;
+                continue;
+            }
+            int rc = tpu_shard_slice_of(&p->spec, &p->plan, t, k, &sl->s, d);
+            if (rc)
+                return rc;
+            sl->full[0] = p->per_replica;
+            for (uint32_t i = 0; i < st->rank; i++)
+                sl->full[i + 1] = st->shape[i];
+            sl->bytes = esize;
+            bool whole = true;
+            for (uint32_t i = 0; i < sl->s.rank; i++) {
+                sl->bytes *= (size_t)sl->s.padded[i];
+                whole = whole && sl->s.begin[i] == 0 && sl->s.end[i] == sl->full[i] &&
+                        sl->s.padded[i] == sl->full[i];
+            }
+            sl->whole = whole;
+            if (!sl->s.receives)
+                continue;
+            if (sl->bytes != tpu_buffer_bytes(b))
+                return tpu__fail(d, TPU_ESHAPE, "the %s program infeeds '%s' as a [%u, %u] %s "
+                                 "buffer (%zu bytes) on each core, but input_partition_dims "
+                                 "give logical core %u a part of %zu bytes; the model did not "
+                                 "lower these partition dims (a bug in the model)",
+                                 tpu_program_name(mp->prog), st->name, b->rows, b->cols,
+                                 tpu_dtype_name(b->dtype), tpu_buffer_bytes(b), k, sl->bytes);
+            if (!whole && sl->bytes > p->scratch_bytes)
+                p->scratch_bytes = sl->bytes;
+        }
+    }
+    return 0;
+}
+
+int tpu__pass_init(struct tpu__pass *p, struct tpu_estimator *e, const struct tpu_input *in,
+                   enum tpu_mode mode, struct tpu_diag *d)
 {
     memset(p, 0, sizeof *p);
     p->e = e;
     p->input = in;
     p->mode = mode;
     p->step0 = e->global_step;
+    p->end_step = UINT64_MAX;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cv, NULL);
+    int rc = tpu__runtime_plan(e, mode, &p->spec, &p->plan, d);
+    if (rc)
+        return rc;
+    p->per_replica = p->plan.per_replica_batch;
+    p->global_batch = p->spec.global_batch;
+    if ((rc = pass_slices(p, d)))
+        return rc;
+    /* one feeder per host that makes calls, with its calls in plan order */
+    p->feeders = calloc(p->plan.hosts ? p->plan.hosts : 1, sizeof *p->feeders);
+    if (!p->feeders)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    for (uint32_t h = 0; h < p->plan.hosts; h++) {
+        uint32_t n = 0;
+        for (uint32_t c = 0; c < p->plan.n_calls; c++)
+            n += p->plan.calls[c].host == h;
+        if (!n)
+            continue;
+        struct tpu__feeder *f = &p->feeders[p->n_feeders++];
+        f->p = p;
+        f->host = h;
+        f->calls = malloc(n * sizeof *f->calls);
+        if (!f->calls)
+            return tpu__fail(d, TPU_ENOMEM, "out of memory");
+        for (uint32_t c = 0; c < p->plan.n_calls; c++)
+            if (p->plan.calls[c].host == h)
+                f->calls[f->n_calls++] = c;
+    }
+    return 0;
 }
 
 void tpu__pass_free(struct tpu__pass *p)
@@ -556,4 +701,9 @@ void tpu__pass_free(struct tpu__pass *p)
     free(p->real_rows);
     free(p->losses);
     free(p->input_phases);
+    free(p->slices);
+    for (uint32_t i = 0; p->feeders && i < p->n_feeders; i++)
+        free(p->feeders[i].calls);
+    free(p->feeders);
+    tpu_shard_plan_free(&p->plan);
 }

@@ -220,7 +220,9 @@ void tpu_train_spec_default(struct tpu_train_spec *s);
 /* Checks a spec (names the field, the rule and the fix). */
 int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
 
-/* Builds the program of `mode` for a per-replica and a global batch. Infeed: x f32
+/* Builds the program of `mode` for `shape` (runtime.h: the per-replica batch B, the global
+ * batch, the replicas R, the cores per replica P and the input partition dims; the training
+ * loss is scaled by 1 / (B * R)). Infeed: x f32
  * [B][h*w*c], then for softmax cross-entropy labels int32 [B][1] (-1: padding), for MSE
  * targets f32 [B][size] and a row mask int32 [B][1] (0 real, -1 padding); predict infeeds x
  * only. Outfeed as runtime.h says (eval of an MSE model: counts (0, real rows), and
@@ -235,7 +237,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
 #define TPU_NET_OP_LOSS UINT32_MAX
 #define TPU_NET_OP_STEP (UINT32_MAX - 1)
 int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
-                  enum tpu_mode mode, uint32_t batch_per_replica, uint32_t global_batch,
+                  enum tpu_mode mode, const struct tpu_build_shape *shape,
                   struct tpu_model_program *out, uint32_t **op_layer, struct tpu_diag *d);
 
 /* The net as a runtime model: builds its programs from `net` and `spec` (both must outlive

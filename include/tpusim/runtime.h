@@ -14,10 +14,13 @@
  *   - a finite training input ends training cleanly at the last full step (with a warning;
  *     strict_input makes it an error).
  *
- * Threads: the caller's thread runs the loops and hooks; an infeed thread runs the input
- * function and fills the per-core infeed queues; an outfeed thread drains the outfeed
- * queues and runs host calls. They hand data to each other only through the device's queues
- * and the estimator's lock-guarded status.
+ * Threads: the caller's thread runs the loops and hooks; an infeed thread per host (of
+ * num_hosts) runs that host's input function calls and fills the infeed queues of the cores
+ * they feed, each core its slice of each tensor (input_partition_dims: the whole tensor, its
+ * part padded to the largest part, or nothing on logical cores after the first for dims of
+ * product 1); an outfeed thread drains the outfeed queues and runs host calls. They hand
+ * data to each other only through the device's queues and the estimator's lock-guarded
+ * status.
  *
  * Time: device time is simulated. The host's own phases (input function, hooks and
  * checkpoints, launches) are charged to the same timeline either with their measured wall
@@ -39,16 +42,37 @@
 extern "C" {
 #endif
 
+/* The input modes, as TPUEstimator's InputPipelineConfig (shard.h computes the plan of
+ * calls; the runtime follows it). Each host of the pod slice (num_hosts, simulated in this
+ * process) has its own infeed thread, which makes that host's input_fn calls and feeds the
+ * cores the calls are for; each host's input time is charged on its own clock, so hosts
+ * read their input in parallel. Training:
+ *   PER_SHARD_V1  once per replica, on the replica's host, batch = global / replicas
+ *                 (not with num_cores_per_replica > 1)
+ *   PER_HOST_V1   once per host, batch = global / hosts, split over the host's replicas
+ *   PER_HOST_V2   once per replica, on the replica's host, batch = global / replicas; the
+ *                 only mode that takes input_partition_dims
+ *   BROADCAST     once, on host 0, batch = global; every replica receives the whole global
+ *                 batch (which need not divide by the replicas), and the model scales its
+ *                 loss by 1 / (global x replicas) so that the summed gradients are the mean's
+ * Where tpusim differs from TPUEstimator: one input function object serves every host, so
+ * the calls of a step are made one at a time, in the plan's order (host 0's first), each on
+ * its host's thread: an input function need not be thread-safe, and a run on several hosts
+ * reads the same examples in the same order as on one (TPUEstimator runs one input_fn per
+ * host process, which usually reads a shard of the files of its own). Host 0's thread also
+ * feeds the other hosts' replicas in BROADCAST and SLICED (the network between hosts is not
+ * modeled: each chip's data crosses its own host link). */
 enum tpu_input_mode {
     TPU_PER_SHARD_V1 = 0, /* input_fn per replica, batch = global / replicas */
     TPU_PER_HOST_V1,      /* input_fn per host, batch = global / hosts, split to replicas */
     TPU_PER_HOST_V2,      /* input_fn per host with the per-replica batch, once per replica */
-    TPU_BROADCAST,        /* input_fn once, per-replica batch, the same batch to every replica */
+    TPU_BROADCAST,        /* input_fn once on host 0, the global batch to every replica */
 };
 
 enum tpu_eval_input {
     TPU_EVAL_PER_HOST_V1 = 0, /* eval input per host, split to replicas */
-    TPU_EVAL_SLICED,          /* one eval input, sliced across replicas */
+    TPU_EVAL_SLICED,          /* one eval input on host 0 with the global batch, sliced
+                                 across the replicas */
 };
 
 enum tpu_host_time {
@@ -84,7 +108,9 @@ struct tpu_run_config {
     enum tpu_eval_input eval_training_input_configuration;
     double initial_infeed_sleep_secs;
     uint64_t host_call_every_n_steps; /* 0: never */
-    uint32_t num_hosts;               /* hosts of the pod slice, simulated in this process */
+    uint32_t num_hosts;               /* hosts of the pod slice, simulated in this process:
+                                         the device's chips divide evenly over them, host h
+                                         driving chips [h x n, h x n + n), n = chips / hosts */
     /* input_partition_dims: 0 (None), 1 (features) or 2 (features, labels) entries */
     uint32_t n_input_partition_dims;
     struct tpu_partition_dims input_partition_dims[2];
@@ -121,9 +147,29 @@ enum tpu_mode { TPU_MODE_TRAIN = 0, TPU_MODE_EVAL, TPU_MODE_PREDICT };
 /* A model lowered to device programs. The program of each mode must declare variables
  * "iterations" (its loop's count) and "step" (the global step, advanced by training), infeed
  * the tensors in `infeed` order each step, and outfeed the tensors in `outfeed` order each
- * step (train: a [1][1] loss scaled by 1/global batch; eval: a [1][1] loss sum and [1][2]
- * counts (correct, real examples); predict: [batch][classes] outputs). */
+ * step (train: a [1][1] loss scaled by 1 / (B * R), struct tpu_build_shape; eval: a [1][1]
+ * loss sum and [1][2] counts (correct, real examples); predict: [batch][classes] outputs).
+ * The program is one core's: every core of the device runs it, a replica's cores with the
+ * logical index k = core % cores_per_replica. */
 #define TPU_MODEL_MAX_PARAMS 4096
+
+/* What a model's program is built for. The training loss is scaled by 1 / (B * R): that is
+ * 1 / global batch, except in BROADCAST, where every replica sees the whole global batch (B
+ * = global) and the sum all-reduce of the gradients over the R replicas must still give the
+ * mean loss's gradient. */
+struct tpu_build_shape {
+    uint32_t batch_per_replica;  /* B: rows each replica computes on per step */
+    uint32_t global_batch;       /* the global batch (BROADCAST: B = global) */
+    uint32_t n_replicas;         /* R */
+    uint32_t cores_per_replica;  /* P */
+    uint32_t n_dims;             /* entries of dims: 0, 1 (features) or 2 (features, labels) */
+    struct tpu_partition_dims dims[2]; /* input_partition_dims: dims[0] the features (x),
+                                          dims[1] the labels (labels, or an mse model's
+                                          targets and mask) */
+};
+
+/* How a param is cut over the cores of a replica (model parallelism). */
+enum tpu_param_split { TPU_SPLIT_NONE = 0, TPU_SPLIT_ROWS = 1, TPU_SPLIT_COLS = 2 };
 
 struct tpu_model_program {
     struct tpu_program *prog;       /* owned by the runtime after build returns */
@@ -131,26 +177,55 @@ struct tpu_model_program {
     uint32_t n_infeed, infeed[4];
     uint32_t n_outfeed, outfeed[4];
     uint32_t n_params, params[TPU_MODEL_MAX_PARAMS]; /* checkpointed state, in a fixed order */
+    /* Per param (parallel to params[]): how it is cut over a replica's cores, and the full
+     * size of the cut dimension. A split param's device buffer on logical core k holds rows
+     * (TPU_SPLIT_ROWS) or columns (TPU_SPLIT_COLS) [k*c, k*c + c) of the full param, c =
+     * ceil(full / P), zero past the end; the buffer's other dimension is the full one. The
+     * runtime keeps the full param on the host (init_param gets the full shape, checkpoints
+     * store it, so a checkpoint does not depend on the sharding), writes each core its slice
+     * and reads replica 0's cores back into the full param. TPU_SPLIT_NONE (0, what a zeroed
+     * program has): every core holds the whole param. */
+    uint8_t param_split[TPU_MODEL_MAX_PARAMS];
+    uint32_t param_full[TPU_MODEL_MAX_PARAMS];
     bool no_accuracy;                /* eval's counts hold no correct answers (a regression
                                         loss): the accuracy is NaN */
 };
 
+/* One infeed tensor as the input function fills it: [batch, dims...] row-major, e.g. an
+ * image model's x [batch, h, w, c] (dims h, w, c) and its labels [batch, 1]. */
+struct tpu_infeed_shape {
+    char name[32];                              /* for messages: "features", "labels" */
+    uint32_t rank;                              /* dims per example: 1 .. 7 */
+    uint64_t dims[TPU_PARTITION_MAX_RANK - 1];
+};
+
 struct tpu_model {
     void *ctx;
-    /* Builds the program for `mode` with the given per-replica and global batch. */
-    int (*build)(void *ctx, enum tpu_mode mode, uint32_t batch_per_replica,
-                 uint32_t global_batch, struct tpu_model_program *out, struct tpu_diag *d);
-    /* Fills a param's initial value ([rows][cols] f32). */
+    /* Builds the program for `mode` and `shape`, filling all of *out. */
+    int (*build)(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
+                 struct tpu_model_program *out, struct tpu_diag *d);
+    /* Fills a param's initial value ([rows][cols] f32, the full param). */
     void (*init_param)(void *ctx, const char *name, uint32_t rows, uint32_t cols, float *data,
                        uint64_t seed);
+    /* Optional (may be NULL): the infeed tensors of `mode` as the input function fills them,
+     * in infeed order, into out[0 .. *n) (at most 4): each one's name and shape per example.
+     * The runtime needs it for input_partition_dims (dims[0] applies to out[0], the
+     * features; dims[1] to the others, the labels, or the targets and mask of an MSE
+     * model), to check the dims' ranks against the tensors' and to cut each tensor into the
+     * slices of a replica's logical cores. Without it a run takes no input_partition_dims. */
+    int (*infeed_shapes)(void *ctx, enum tpu_mode mode, uint32_t *n,
+                         struct tpu_infeed_shape out[4], struct tpu_diag *d);
 };
 
 /* An input function: fills `batch` rows of each infeed tensor (x as f32 [batch][features],
  * labels as int32 [batch][1], in the model's infeed order) for `mode`, and returns the number
  * of real rows (<= batch) through *n_real. Returns 1 with a batch, 0 at the end of the input
  * (nothing filled), or a negative error with a sentence in d. The runtime pads rows past
- * *n_real: zeros, and -1 in int32 tensors (the mask for labels). `shard` is the replica
- * (PER_SHARD_V1) or host index the call is for. Called from the infeed thread. */
+ * *n_real: zeros, and -1 in int32 tensors (the mask for labels). `shard` is what the call
+ * is for (struct tpu_shard_call): the replica (PER_SHARD_V1, PER_HOST_V2), the host
+ * (PER_HOST_V1, per-host evaluation and prediction) or 0 (BROADCAST, SLICED). Called from the
+ * infeed thread of the call's host, one call at a time in the plan's order (see the input
+ * modes above): with one host the calls of a step are shard 0, 1, ... in turn. */
 struct tpu_input {
     void *ctx;
     int (*next)(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
