@@ -740,7 +740,7 @@ static void test_refusals(void **state)
     expect_refused(cnn, 8, &rows8, NULL, "layer 'dense' (dense) reads 'flatten', the flatten "
                    "of an image cut by rows over the 8 cores of a replica (from "
                    "input_partition_dims [1, 8, 1, 1]): its kernel is split by the image's "
-                   "rows, which needs the image's rows to divide by the cores per replica");
+                   "rows, which needs the image's 12 rows to divide by the 8 cores per replica");
     tpu_net_destroy(&cnn);
 
     /* a reshape of a row-cut image, and a row-cut output */

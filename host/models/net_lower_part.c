@@ -187,12 +187,15 @@ static int plan_layer(struct lower *s, uint32_t i, struct tpu_diag *d)
             same_as(w, a);
             w->cl = L->out.c;
         } else if (pa == NL_FLAT) {
-            if ((uint64_t)a->cl * P != L->in_shape.c)
-                return refuse(s, i, in0, "its kernel is split by the image's rows, which "
-                              "needs the image's rows to divide by the cores per replica; "
-                              "use a stride or pool that leaves a multiple of the cores per "
-                              "replica, a global_avg_pool2d before it, or fewer cores per "
-                              "replica", d);
+            if ((uint64_t)a->cl * P != L->in_shape.c) {
+                char why[320];
+                snprintf(why, sizeof why, "its kernel is split by the image's rows, which "
+                         "needs the image's %u rows to divide by the %u cores per replica; "
+                         "use a stride or pool that leaves a multiple of %u rows, a "
+                         "global_avg_pool2d before it, or fewer cores per replica", a->img.h,
+                         P, P);
+                return refuse(s, i, in0, why, d);
+            }
             w->split = TPU_SPLIT_ROWS;
         } else if (pa == NL_COLS) {
             w->split = TPU_SPLIT_ROWS;
