@@ -13,7 +13,8 @@ link, so the core is the same as each core of the 2-core chip).
 
 usage: /usr/bin/python3 benchmarks/scaling.py [--tpusim BUILD/cli/tpusim] [--out DIR]
                                               [--steps N] [--check]
-Writes DIR/scaling.tsv and DIR/scaling.png (gnuplot), and prints the table. --check (the
+Writes DIR/scaling.tsv (with each row's command line) and DIR/scaling.png (gnuplot), and
+prints the table. --check (the
 `meson test --benchmark` registration) also asserts what the figure must show: a step's
 all-reduce share is 0 on one core and above 0 with several replicas, and halo exchange
 appears with spatial partitioning only. --series TEXT runs the series whose name holds TEXT.
@@ -41,11 +42,13 @@ def configurations():
     for model in (MLP, CNN):
         for hosts, chips in ((1, 0), (1, 1), (1, 2), (1, 4), (2, 4)):
             rows.append((model, 'data parallel', hosts, chips, 1, None))
-    for p in (2, 4):
-        for hosts, chips in ((1, p // 2), (1, 4), (2, 4)):
-            rows.append((MLP, f'dense split over {p} cores', hosts, chips, p, None))
-            rows.append((CNN, f'spatial, {p} cores a replica', hosts, chips, p,
-                         f'[[1, {p}, 1, 1], None]'))
+        for p in (2, 4):
+            for hosts, chips in ((1, p // 2), (1, 4), (2, 4)):
+                if model is MLP:
+                    rows.append((MLP, f'dense split over {p} cores', hosts, chips, p, None))
+                else:
+                    rows.append((CNN, f'spatial, {p} cores a replica', hosts, chips, p,
+                                 f'[[1, {p}, 1, 1], None]'))
     return rows
 
 
@@ -63,6 +66,16 @@ def one_core_chip(d):
     with open(path, 'w') as f:
         json.dump(chip, f)
     return path
+
+
+def shown(arg, chip1):
+    """An argument as the TSV shows it: paths relative to the repository, the script's own
+    1-core chip file by its name."""
+    if arg == chip1:
+        return 'tpu-v3-1core.json'
+    if ' ' in arg:
+        return f"'{arg}'"
+    return os.path.relpath(arg, ROOT) if arg.startswith('/') else arg
 
 
 def run(tpusim, chip1, cfg, steps):
@@ -89,12 +102,13 @@ def run(tpusim, chip1, cfg, steps):
         'step_us': 1e6 * j['steady_step_time_s'],
         'examples_per_s': batch / j['steady_step_time_s'],
         'all_reduce_share': j['all_reduce_share'], 'halo_share': j['halo_share'],
-        'command': 'tpusim ' + ' '.join(a if ' ' not in a else f"'{a}'" for a in args[1:]),
+        'command': 'tpusim ' + ' '.join(shown(a, chip1) for a in args[1:]),
     }
 
 
 COLS = ['model', 'series', 'hosts', 'chips', 'cores', 'cores_per_replica', 'replicas',
-        'global_batch', 'step_us', 'examples_per_s', 'all_reduce_share', 'halo_share']
+        'global_batch', 'step_us', 'examples_per_s', 'all_reduce_share', 'halo_share',
+        'command']
 
 
 def fmt(v):
@@ -123,23 +137,24 @@ def plot(tsv, png, rows):
     step_plots, share_plots = [], []
     for k, (m, s) in enumerate(series):
         title = f'{m.split(" ")[0]}, {s}'
-        step_plots.append(f'"{data}" index {k} using 1:2 with linespoints lw 2 pt {k + 4} '
+        style = f'lw 2 lc {k + 1} pt {k + 4}'
+        step_plots.append(f'"{data}" index {k} using 1:2 with linespoints {style} '
                           f'title "{title}"')
-        share_plots.append(f'"{data}" index {k} using 1:3 with linespoints lw 2 pt {k + 4} '
+        share_plots.append(f'"{data}" index {k} using 1:3 with linespoints {style} '
                            f'title "{title}: all-reduce"')
         if 'spatial' in s:
-            share_plots.append(f'"{data}" index {k} using 1:4 with linespoints lw 2 dt 2 '
-                               f'pt {k + 4} title "{title}: halo"')
+            share_plots.append(f'"{data}" index {k} using 1:4 with linespoints {style} dt 2 '
+                               f'title "{title}: halo"')
     script = f'''
-set terminal pngcairo size 1400,560 font ",10"
+set terminal pngcairo size 1400,720 font ",10"
 set output "{png}"
-set multiplot layout 1,2 title "tpusim, tpu-v3: training step, {PER_REPLICA} examples per replica (16 cores = 2 hosts x 4 chips)"
+set multiplot layout 1,2 title "tpusim, tpu-v3: a training step, {PER_REPLICA} examples per replica (16 cores: 2 hosts x 4 chips)"
 set logscale x 2
 set xrange [0.8:20]
 set xtics (1, 2, 4, 8, 16)
 set xlabel "cores"
 set grid
-set key left top font ",8"
+set key outside below font ",9" maxrows 6
 set ylabel "simulated step time (us), steps after the first"
 set logscale y
 plot {", ".join(step_plots)}

@@ -55,8 +55,14 @@ int tpu__cli_check_output_dir(const char *cmd, const char *opt, const char *path
  * anything; prints an error like any option error. Returns an exit code (0 when valid). */
 int tpu__cli_train_check_config(const char *cmd, const char *path);
 
+/* `tpusim shard` (cli_shard.c): the shard plan of a pod slice, as text, JSON or SVG. */
+int tpu__cli_shard(int argc, char **argv);
+
 /* `tpusim model` (cli_model.c): model show. */
 int tpu__cli_model(int argc, char **argv);
+
+/* `tpusim bench` (cli_bench.c): bench loops. */
+int tpu__cli_bench(int argc, char **argv);
 
 /* Writes n with a comma between groups of three digits ("1,199,882") into buf. */
 void tpu__cli_group_digits(uint64_t n, char *buf, size_t size);

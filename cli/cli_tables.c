@@ -17,6 +17,8 @@ const struct tpu__cli_table_ref *tpu__cli_tables(size_t *n)
         {{"config", "show"}, "config show", 0, &tpu__cli_config_show_options},
         {{"config", "check"}, "config check", 0, &tpu__cli_config_check_options},
         {{"model", "show"}, "model show", 0, &tpu__cli_model_show_options},
+        {{"shard", NULL}, "shard", 0, &tpu__cli_shard_options},
+        {{"bench", "loops"}, "bench loops", 0, &tpu__cli_bench_loops_options},
     };
     *n = sizeof tables / sizeof tables[0];
     return tables;

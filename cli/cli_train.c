@@ -76,10 +76,11 @@ static int after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag
         if (done >= p->total_steps)
             fputc('\n', stderr);
     } else if (p->o->verbose == 2 && li->log_due) {
-        /* TPUEstimator's log_step_count_steps line, in simulated time */
+        /* TPUEstimator's log_step_count_steps line (its StepCounterHook and
+         * ExamplesPerSecondHook): the rate since the last line, in simulated time */
         fprintf(stderr, "global step %llu: loss %s, %.1f global_step/sec, %.0f examples/sec "
                 "(simulated)\n", (unsigned long long)li->global_step, loss,
-                li->step_time_s > 0 ? 1.0 / li->step_time_s : 0, li->examples_per_s);
+                li->log_steps_per_s, li->log_steps_per_s * p->o->rc.train_batch_size);
     }
     if (p->o->verbose == 2 && p->steps_per_epoch) {
         uint64_t epoch = li->global_step / p->steps_per_epoch;
@@ -545,6 +546,35 @@ static void print_train_json(const struct run *r, const struct train_result *t)
     printf("}\n");
 }
 
+/* Where a tuned loop size ended (iterations_per_loop auto or a time), and what held it. */
+static void print_loop_size(const struct run *r)
+{
+    const struct tpu_tuner *tn = tpu_estimator_tuner(r->est, TPU_MODE_TRAIN);
+    if (!tn)
+        return;
+    struct tpu_tuner_settings s;
+    tpu_tuner_get_settings(tn, &s);
+    const unsigned long long spe = tpu_tuner_steps_per_execution(tn);
+    if (s.kind == TPU_TUNER_TIME) {
+        printf("  loop size          %g s per launch (TPUEstimator's rule): %llu step%s at the "
+               "end\n", s.target_s, spe, spe == 1 ? "" : "s");
+        return;
+    }
+    double fixed, step;
+    bool bound = false;
+    if (!tpu_tuner_model_estimate(tn, &fixed, &step, &bound) || !bound) {
+        printf("  loop size          auto (%s): %llu step%s at the end\n",
+               tpu_tuner_kind_name(s.kind), spe, spe == 1 ? "" : "s");
+        return;
+    }
+    /* the model tuner wanted longer loops than the log and checkpoint cadence allow */
+    double want = ceil(fixed * (1 - s.target_overhead) / (s.target_overhead * step));
+    printf("  loop size          auto (model): %llu steps at the end, held by the cadence of "
+           "--log-step-count-steps and --save-checkpoints-steps (%llu); the %g %% overhead "
+           "target wants %.0f\n", spe, (unsigned long long)s.cadence_steps,
+           100 * s.target_overhead, want);
+}
+
 static void print_train_text(const struct run *r, const struct train_result *t)
 {
     const struct train_opts *o = &r->o;
@@ -598,6 +628,7 @@ static void print_train_text(const struct run *r, const struct train_result *t)
     else if (o->step_shares)
         printf("  step shares        none: one training loop ran (give --steps above "
                "--iterations-per-loop)\n");
+    print_loop_size(r);
     printf("  simulation         %.1f s of wall time for training\n", t->train_wall);
     if (o->rtl) {
         uint32_t units;

@@ -40,6 +40,7 @@ struct train_opts {
     struct tpu_train_spec tspec;
     bool weight_decay_given, schedule_given, warmup_given, decay_steps_given, decay_rate_given;
     bool l2_given;
+    bool tuner_given, target_overhead_given; /* --tuner, --tuner-target-overhead */
     struct tpu_run_config rc;
     unsigned verbose;
     bool json, reference, no_eval, timing_only;

@@ -116,6 +116,8 @@ static const char *const train_scopes[] = {"train", "evaluate", "predict", NULL}
 static const char *const backend_words[] = {"native", "rtl", NULL};
 static const int backend_values[] = {0, 1};
 static const char *const optimizer_words[] = {"adam", "sgd", "adamw", NULL};
+static const char *const tuner_words[] = {"model", "keras", NULL};
+static const int tuner_values[] = {TPU_TUNER_MODEL, TPU_TUNER_KERAS};
 static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM, TPU_OPT_ADAMW};
 static const char *const schedule_words[] = {"constant", "step", "cosine", NULL};
 static const int schedule_values[] = {TPU_SCHEDULE_CONSTANT, TPU_SCHEDULE_STEP,
@@ -144,7 +146,11 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "infeed thread and input clock: the device has hosts x\n"
              "chips chips"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
-     .max = 128, .arg = "N", .help = "model parallelism (default 1)"},
+     .max = 128, .arg = "N",
+     .help = "model parallelism (default 1): the model is split over N\n"
+             "cores of each replica (configs/models/README.md); the\n"
+             "--layers MLP is then lowered as a net of dense layers,\n"
+             "pairs split by columns, then rows (same param names)"},
     {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
      .help = "host threads simulating the cores (default: all CPUs)"},
     {.name = "--timing-only", .kind = TPU__CLI_FLAG, T(timing_only), .scope = CMD_TRAIN,
@@ -243,8 +249,26 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .scope_why = "evaluate takes --steps batches", .arg = "X",
      .help = "train X epochs (default 1)"},
     {.name = "--iterations-per-loop", .kind = TPU__CLI_CUSTOM, .set = set_ipl,
-     .max_chars = OPT_TEXT_MAX, .arg = "N|Ns|Nm|Nh",
-     .help = "steps per launch (default 100), or simulated time per launch"},
+     .max_chars = OPT_TEXT_MAX, .arg = "N|Ns|Nm|Nh|auto",
+     .help = "steps per launch (default 100); or a simulated time per\n"
+             "launch, sized by TPUEstimator's rule (its\n"
+             "IterationCountEstimator: the target over the mean step\n"
+             "time of the last 20 launches, held when close and\n"
+             "stable, at least 1); or auto: --tuner chooses"},
+    {.name = "--tuner", .kind = TPU__CLI_ENUM, T(rc.tuner.kind), .words = tuner_words,
+     .values = tuner_values, TPU__CLI_GIVEN(struct train_opts, tuner_given),
+     .values_help = "(model: tpusim's own, keras: Keras 2.15's StepsPerExecutionTuner)",
+     .help = "who chooses with --iterations-per-loop auto (default\n"
+             "model): model, tpusim's own (the smallest loop whose host\n"
+             "overhead share is under --tuner-target-overhead, dividing\n"
+             "--log-step-count-steps and --save-checkpoints-steps);\n"
+             "keras, Keras 2.15's StepsPerExecutionTuner on simulated\n"
+             "time (from 1 step, x1.5 or x0.5 every 10 measurements\n"
+             "5 s apart)"},
+    {.name = "--tuner-target-overhead", .kind = TPU__CLI_DOUBLE, T(rc.tuner.target_overhead),
+     .lo = 1e-4, .hi = 0.5, .arg = "X",
+     TPU__CLI_GIVEN(struct train_opts, target_overhead_given),
+     .help = "the model tuner's host-overhead share (default 0.02)"},
     {.name = "--train-batch-size", .kind = TPU__CLI_U64, T(rc.train_batch_size), .min = 1,
      .max = BATCH_MAX, .arg = "N", .help = "global batch (default 512, as the next two)"},
     {.name = "--eval-batch-size", .kind = TPU__CLI_U64, T(rc.eval_batch_size), .min = 1,
@@ -276,7 +300,10 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--keep-checkpoint-max", .kind = TPU__CLI_U64, T(rc.keep_checkpoint_max), .min = 0,
      .max = 1000000, .arg = "N", .help = "checkpoints kept (default 5; 0: all)"},
     {.name = "--log-step-count-steps", .kind = TPU__CLI_U64, T(rc.log_step_count_steps),
-     .min = 0, .max = STEPS_MAX, .arg = "N", .help = "a log line every N steps (default 100)"},
+     .min = 0, .max = STEPS_MAX, .arg = "N",
+     .help = "a log line (--verbose 2) at the first loop boundary at\n"
+             "least N steps after the last one, as TPUEstimator's step\n"
+             "counter hook (default 100)"},
     {.name = "--host-call-every-n-steps", .kind = TPU__CLI_U64, T(rc.host_call_every_n_steps),
      .min = 0, .max = STEPS_MAX, .arg = "N", .help = "host calls every N steps (default 0: never)"},
     {.name = "--initial-infeed-sleep-secs", .kind = TPU__CLI_DOUBLE,
@@ -528,6 +555,15 @@ static int check_combinations(const struct train_opts *o)
     int rc = check_model_options(o);
     if (rc)
         return rc;
+    if (o->tuner_given && !o->rc.iterations_per_loop_auto)
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--tuner chooses the loop size of "
+                              "--iterations-per-loop auto; give --iterations-per-loop auto "
+                              "with it, or leave --tuner out");
+    if (o->target_overhead_given &&
+        !(o->rc.iterations_per_loop_auto && o->rc.tuner.kind == TPU_TUNER_MODEL))
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--tuner-target-overhead is the model "
+                              "tuner's: give --iterations-per-loop auto (and --tuner model, "
+                              "the default) with it, or leave it out");
     if (o->vcd[0] && !o->rtl)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
                               "it goes with --backend rtl");

@@ -17,6 +17,9 @@ static const struct {
     {"gemm", tpu__cli_gemm,
      "simulate a matrix multiply (or a SCALE-Sim layer table) on the matrix unit"},
     {"model", tpu__cli_model, "show a model file's layers and where a training step's time goes"},
+    {"shard", tpu__cli_shard,
+     "show how a batch and its tensors split over hosts, replicas and cores"},
+    {"bench", tpu__cli_bench, "sweep iterations_per_loop: throughput and host overhead by loop size"},
 };
 
 static void usage(FILE *f)

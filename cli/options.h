@@ -146,6 +146,8 @@ const struct tpu__cli_table_ref *tpu__cli_tables(size_t *n);
 /* The tables (beside their subcommands). */
 extern const struct tpu__cli_opts tpu__cli_gemm_options, tpu__cli_program_options,
     tpu__cli_train_options, tpu__cli_config_list_options, tpu__cli_config_show_options,
-    tpu__cli_config_check_options, tpu__cli_model_show_options;
+    tpu__cli_config_check_options, tpu__cli_model_show_options,
+    tpu__cli_shard_options;
+extern const struct tpu__cli_opts tpu__cli_bench_loops_options;
 
 #endif

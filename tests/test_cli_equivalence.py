@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """`tpusim train --check-equivalence N` as a user runs it (issue #12, item 6): data parallelism
 on 1, 2, 4 and 8 cores equals one core on the global batch for the MLP and the CNN
-(configs/models/cnn.json: convolutions, max pool, dropout); the table and --json; exit status 1
+(configs/models/cnn.json: convolutions, max pool, dropout), and so do model parallelism on 2
+and 4 cores a replica (the MLP's dense layers split, the CNN spatially partitioned) and hosts; the table and --json; exit status 1
 when the sharded run is another model (per-replica batch norm), and every option that does not
 go with the check refused with its reason. Also `tpusim train --step-shares`, which the scaling
 figure (benchmarks/scaling.py) reads.
 
 The bounds are the library's (host/shard/equivalence.c): the loss of a step from the same
-params within 2 gamma(G + 1) (a theorem: a sum of non-negative terms in two orders), the
-params within 2^-10 of their largest value (a budget for rounding carried through Adam). One
+params within 2 gamma(G + 1) (a theorem: a sum of non-negative terms in two orders; with model
+parallelism the partitioned lowering's 2e-5), the params within 2^-10 of their largest value
+(a budget for rounding carried through Adam). One
 replica of one core is bit for bit, and asserted as such.
 
 usage: test_cli_equivalence.py PATH/TO/tpusim
@@ -106,6 +108,44 @@ def hosts_and_every_comparable_input_mode_equal_one_core():
                   '--check-equivalence', '2')
         assert j['hosts'] == 2, j
         assert_within(j, 8, 2)
+
+
+def assert_model_parallel(j, cores, p, steps):
+    assert j['cores'] == cores and j['cores_per_replica'] == p, j
+    assert j['replicas'] == cores // p and len(j['steps']) == steps, j
+    b = j['bound']
+    assert b['exact'] is False and b['loss_rel'] == 2e-5 and b['param_rel'] == 2.0 ** -10, b
+    assert b['why'].startswith(f'model parallelism over {p} cores a replica'), b
+    assert j['within'] is True and j['steps_outside'] == 0, j
+    for s in j['steps']:
+        assert s['loss_rel'] <= b['loss_rel'] and s['param_rel'] <= b['param_rel'], (s, b)
+
+
+@case
+def mlp_dense_split_over_2_and_4_cores_equals_one_core():
+    # the MLP's dense layers split by columns, then rows, over the cores of a replica
+    for chips, p in ((1, 2), (2, 4), (2, 2)):
+        j = check(*MLP, '--chips', str(chips), '--cores-per-replica', str(p),
+                  '--check-equivalence', '2')
+        assert_model_parallel(j, 2 * chips, p, 2)
+
+
+@case
+def cnn_spatially_partitioned_over_2_and_4_cores_equals_one_core():
+    # cnn.json's images cut by rows (26 rows of the first convolution's output over 4 cores
+    # leave padding rows), halo exchange for the convolutions, dropout keyed by the global
+    # element, flatten into a dense layer split by rows
+    for chips, p in ((1, 2), (2, 4), (2, 2)):
+        j = check('--chip', 'tiny', '--chips', str(chips), '--model', CNN, '--train-batch-size',
+                  '8', '--cores-per-replica', str(p), '--input-partition-dims',
+                  f'[[1, {p}, 1, 1], None]', '--check-equivalence', '2', '--verbose', '0')
+        assert_model_parallel(j, 2 * chips, p, 2)
+    # on two hosts: a replica of 4 cores spans both (PER_HOST_V2 only)
+    j = check('--chip', 'tiny', '--hosts', '2', '--model', CNN, '--train-batch-size', '8',
+              '--cores-per-replica', '4', '--input-partition-dims', '[[1, 4, 1, 1], None]',
+              '--check-equivalence', '2', '--verbose', '0')
+    assert j['hosts'] == 2, j
+    assert_model_parallel(j, 4, 4, 2)
 
 
 @case

@@ -24,6 +24,8 @@ static int (*entry(const struct tpu__cli_table_ref *ref))(int, char **)
     return !strcmp(w, "gemm") ? tpu__cli_gemm : !strcmp(w, "program") ? tpu__cli_program
            : !strcmp(w, "config") ? tpu__cli_config
            : !strcmp(w, "model")  ? tpu__cli_model
+           : !strcmp(w, "shard")  ? tpu__cli_shard
+           : !strcmp(w, "bench")  ? tpu__cli_bench
                                   : tpu__cli_train;
 }
 

@@ -361,7 +361,7 @@ static void test_conv_without_arena(void **state)
     tpu_op_init(&op, TPU_OP_CONV2D);
     op.out[0] = 2, op.in[0] = 0, op.in[1] = 1;
     op.attrs.win = (struct tpu_window){g.h, g.w, g.c, g.kh, g.kw, g.sh, g.sw,
-                                       g.pt, g.pl, g.ho, g.wo};
+                                       g.pt, g.pl, g.ho, g.wo, 0};
     struct tpu_diag d = {0, ""};
     if (tpu__op_compute(&op, bufs, NULL, cfg.mxu_rows, 1, NULL, &d) != 0)
         fail_msg("%s", d.msg);
@@ -422,7 +422,7 @@ static void test_conv_text_round_trip(void **state)
     assert_int_equal(c->code, TPU_OP_CONV2D_GRAD_FILTER);
     assert_true(c->attrs.accumulate);
     assert_int_equal(c->attrs.passes, 3);
-    const struct tpu_window want = {5, 5, 3, 3, 3, 2, 2, 1, 1, 3, 3};
+    const struct tpu_window want = {5, 5, 3, 3, 3, 2, 2, 1, 1, 3, 3, 0};
     for (size_t i = 0; i < 3; i++)
         assert_memory_equal(&tpu_program_op(q, i)->attrs.win, &want, sizeof want);
     char line[256];

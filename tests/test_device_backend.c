@@ -520,9 +520,9 @@ static void test_training_through_a_wrapper_is_bit_identical(void **state)
     assert_int_equal(calls(&counts, E_INFEED_CLOSE), 2);
     assert_int_equal(calls(&counts, E_CANCEL), 2);
     /* the host phases: a launch and the hooks per loop (7 loops), an input batch per
-     * input_fn call (training, PER_HOST_V2: one per replica and step, 2 x 10; evaluation,
-     * PER_HOST_V1: one per step, 13), and the test's own event */
-    assert_int_equal(calls(&counts, E_TRACE_HOST), 2 * 7 + 2 * STEPS + 13 + 1);
+     * input_fn call (PER_HOST_V2, as TPUEstimator, in training and evaluation alike: one per
+     * replica and step, 2 x 10 and 2 x 13), and the test's own event */
+    assert_int_equal(calls(&counts, E_TRACE_HOST), 2 * 7 + 2 * STEPS + 2 * 13 + 1);
     assert_int_equal(calls(&counts, E_WRITE_TRACE), 1);
     assert_non_null(strstr(wrapped->trace, "\"name\": \"checked by the test\""));
 

@@ -128,16 +128,18 @@ static void fixture_free(struct fixture *f)
     tpu_net_destroy(&f->net);
 }
 
-/* Runs the check and asserts what holds on every data-parallel configuration. */
-static void check_ok(struct fixture *f, uint32_t cores, struct tpu_equivalence_report *r)
+/* Runs the check and asserts what holds on every configuration of `cores` cores, P of them
+ * a replica. */
+static void check_ok_p(struct fixture *f, uint32_t cores, uint32_t P,
+                       struct tpu_equivalence_report *r)
 {
     struct tpu_diag d = {0};
     int rc = tpu_equivalence_check(&f->s, r, &d);
     if (rc)
-        fail_msg("equivalence check on %u cores: %s", cores, d.msg);
+        fail_msg("equivalence check on %u cores, %u a replica: %s", cores, P, d.msg);
     assert_int_equal(r->n_cores, cores);
-    assert_int_equal(r->n_replicas, cores);
-    assert_int_equal(r->cores_per_replica, 1);
+    assert_int_equal(r->n_replicas, cores / P);
+    assert_int_equal(r->cores_per_replica, P);
     assert_int_equal(r->steps, STEPS);
     assert_int_equal(f->seen.n, STEPS);
     for (uint32_t i = 0; i < STEPS; i++) {
@@ -159,13 +161,21 @@ static void check_ok(struct fixture *f, uint32_t cores, struct tpu_equivalence_r
             assert_true(f->seen.steps[i].param_abs == 0);
             assert_string_equal(f->seen.steps[i].worst_param, "");
         }
-    } else {
+    } else if (P == 1) {
         assert_false(r->bound.exact);
         /* 2 gamma(G + 1), gamma(n) = n u / (1 - n u), u = 2^-24 */
         const double u = ldexp(1.0, -24), n = BATCH + 1;
         assert_true(r->bound.loss_rel == 2 * (n * u / (1 - n * u)));
         assert_true(r->bound.param_rel == ldexp(1.0, -10));
+    } else {
+        assert_true(r->bound.loss_rel == 2e-5); /* the partitioned lowering's */
+        assert_true(r->bound.param_rel == ldexp(1.0, -10));
     }
+}
+
+static void check_ok(struct fixture *f, uint32_t cores, struct tpu_equivalence_report *r)
+{
+    check_ok_p(f, cores, 1, r);
 }
 
 static void mlp_on(uint32_t cores)
@@ -199,6 +209,62 @@ static void test_cnn_1_core(void **state) { (void)state; cnn_on(1); }
 static void test_cnn_2_cores(void **state) { (void)state; cnn_on(2); }
 static void test_cnn_4_cores(void **state) { (void)state; cnn_on(4); }
 static void test_cnn_8_cores(void **state) { (void)state; cnn_on(8); }
+
+/* ---- model parallelism (host/models/net_lower_part.c) ----------------------------------- */
+
+/* P cores a replica. */
+static void model_parallel(struct fixture *f, uint32_t P)
+{
+    f->s.device.cores_per_replica = P;
+    f->s.run.num_cores_per_replica = P;
+}
+
+/* The MLP's dense layers split over the cores of a replica (columns, then rows). */
+static void mlp_split(uint32_t cores, uint32_t P)
+{
+    struct fixture f;
+    fixture_init(&f, cores);
+    fixture_mlp(&f);
+    model_parallel(&f, P);
+    struct tpu_equivalence_report r;
+    check_ok_p(&f, cores, P, &r);
+    assert_int_equal(r.n_params, 12); /* the whole params, as on one core */
+    fixture_free(&f);
+}
+
+static void test_mlp_split_2_cores(void **state) { (void)state; mlp_split(2, 2); }
+static void test_mlp_split_4_cores(void **state) { (void)state; mlp_split(4, 4); }
+static void test_mlp_split_2x2_cores(void **state) { (void)state; mlp_split(4, 2); }
+
+/* A CNN spatially partitioned: features dims [1, P, 1, 1] cut the 4x4 images by rows; the
+ * 3x3 convolution exchanges halo rows; dropout keyed by the global element; flatten of 4
+ * rows into a dense layer split by rows. */
+static void cnn_spatial(uint32_t cores, uint32_t P)
+{
+    struct fixture f;
+    fixture_init(&f, cores);
+    f.net = new_net(4, 4, 1);
+    uint32_t x = conv(f.net, 0, 6, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_RELU, true);
+    x = dropout(f.net, x, 0.25f);
+    x = unary(f.net, TPU_LAYER_FLATTEN, x);
+    x = dense(f.net, x, TOY_CLASSES, TPU_ACT_NONE);
+    output(f.net, x, TPU_LOSS_SOFTMAX_XENT);
+    tpu_train_spec_default(&f.tspec);
+    f.tspec.learning_rate = 0.01f;
+    f.tspec.seed = 7;
+    struct tpu_diag d = {0};
+    ok(tpu_net_model(&f.s.model, f.net, &f.tspec, &d), &d);
+    model_parallel(&f, P);
+    f.s.run.n_input_partition_dims = 1;
+    f.s.run.input_partition_dims[0] = (struct tpu_partition_dims){4, {1, P, 1, 1}};
+    struct tpu_equivalence_report r;
+    check_ok_p(&f, cores, P, &r);
+    fixture_free(&f);
+}
+
+static void test_cnn_spatial_2_cores(void **state) { (void)state; cnn_spatial(2, 2); }
+static void test_cnn_spatial_4_cores(void **state) { (void)state; cnn_spatial(4, 4); }
+static void test_cnn_spatial_2x2_cores(void **state) { (void)state; cnn_spatial(4, 2); }
 
 /* Batch norm with each replica's own statistics is another model (TPUEstimator's default
  * tf.layers batch norm does this): the check must say so, at the first step. */
@@ -527,6 +593,12 @@ int main(void)
         cmocka_unit_test(test_cnn_2_cores),
         cmocka_unit_test(test_cnn_4_cores),
         cmocka_unit_test(test_cnn_8_cores),
+        cmocka_unit_test(test_mlp_split_2_cores),
+        cmocka_unit_test(test_mlp_split_4_cores),
+        cmocka_unit_test(test_mlp_split_2x2_cores),
+        cmocka_unit_test(test_cnn_spatial_2_cores),
+        cmocka_unit_test(test_cnn_spatial_4_cores),
+        cmocka_unit_test(test_cnn_spatial_2x2_cores),
         cmocka_unit_test(test_per_replica_batch_norm_is_caught),
         cmocka_unit_test(test_sharding_error_is_caught),
         cmocka_unit_test(test_single_run_is_the_plain_run),

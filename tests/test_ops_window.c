@@ -51,7 +51,7 @@ static struct geo make_geo(uint32_t n, uint32_t h, uint32_t w, uint32_t c, uint3
 static struct tpu_window win_of(const struct geo *g)
 {
     return (struct tpu_window){g->h, g->w, g->c, g->kh, g->kw, g->sh, g->sw,
-                               g->pt, g->pl, g->ho, g->wo};
+                               g->pt, g->pl, g->ho, g->wo, 0};
 }
 
 static size_t img_elems(const struct geo *g)

@@ -223,6 +223,21 @@ static const struct verify_case verify_cases[] = {
     {"param dy: f32[9, 2]\nparam dx: int32[5, 10]\ndx = avg_pool_grad dy " WIN "\n",
      TPU_ESHAPE, {"output dx 'dx' int32[5, 10] is int32, but avg_pool_grad computes in f32",
                   NULL}},
+    /* row partitioning (parts >= 2): the image is the ext image of E = (hoc-1)*sh + kh
+     * rows, the window side the local out of hoc = ceil(ho/parts) rows; here parts=4:
+     * hc = 2, hoc = 1, E = 3 */
+    {"param x: f32[3, 10]\nparam w: f32[18, 4]\nparam y: f32[3, 4]\ny = conv2d x, w " WIN
+     " parts=4\n", TPU_OK, {NULL, NULL}},
+    {"param x: f32[5, 10]\nparam w: f32[18, 4]\nparam y: f32[3, 4]\ny = conv2d x, w " WIN
+     " parts=4\n", TPU_ESHAPE,
+     {"input x 'x' f32[5, 10] has 50 elements, not a multiple of E*w*c = 3*5*2", "ext image"}},
+    {"param x: f32[3, 10]\nparam w: f32[18, 4]\nparam y: f32[9, 4]\ny = conv2d x, w " WIN
+     " parts=4\n", TPU_ESHAPE,
+     {"output y 'y' f32[9, 4] must be [3, 4]", "local out, hoc = ceil(ho/parts)"}},
+    {"param dy: f32[3, 2]\nparam dx: f32[2, 15]\ndx = avg_pool_grad dy " WIN " parts=4\n",
+     TPU_OK, {NULL, NULL}},
+    {"param dy: f32[9, 2]\nparam dx: f32[2, 15]\ndx = avg_pool_grad dy " WIN " parts=4\n",
+     TPU_ESHAPE, {"input dy 'dy' f32[9, 2] must be [3, 2]", "parts=4: the core's local out"}},
     /* reshape */
     {"param x: f32[4, 3]\nparam y: bf16[2, 6]\ny = reshape x\n", TPU_ESHAPE,
      {"output y 'y' bf16[2, 6] and input x 'x' f32[4, 3] differ in dtype; reshape copies x's "

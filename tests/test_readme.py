@@ -42,6 +42,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 
 from cli_harness import CASES, TPUSIM, main, read_npy, write_fashion_subset, write_npy
 
@@ -342,9 +343,54 @@ def check_gemm(argv, p, _before):
         assert (len(sa), len(sa[0]), len(sb), len(sb[0])) == (m, k, k, n)
 
 
+def check_shard(argv, p, _before):
+    """shard: the plan names the pod slice and the batch asked for (--json: parsed, its calls
+    as many as it says); --svg writes an SVG with one part per logical core of the replica
+    (or one, for a tensor that is not split)."""
+    batch = int(opt(argv, '--batch'))
+    cpr = int(opt(argv, '--cores-per-replica', '1'))
+    if '--json' in argv:
+        j = json.loads(p.stdout)
+        assert j['global_batch'] == batch and j['num_cores_per_replica'] == cpr, j
+        assert len(j['input_fn']['calls']) == j['input_fn']['calls_per_step'], j
+    else:
+        assert p.stdout.startswith('pod slice: '), p.stdout[:200]
+        assert re.search(rf', input \S+: global batch {batch}, batch per replica \d+', p.stdout), \
+            p.stdout
+    if opt(argv, '--svg'):
+        root = ET.parse(path(opt(argv, '--svg'))).getroot()
+        parts = [g for g in root.iter('{http://www.w3.org/2000/svg}g') if g.get('class') == 'part']
+        assert len(parts) in (1, cpr), len(parts)
+
+
+def check_bench(argv, p, _before):
+    """bench loops: one row per loop size asked for (the table or --json), one of them marked
+    as the smallest within 1 % of the best; --csv and --plot files written."""
+    mx, lst = opt(argv, '--max'), opt(argv, '--list')
+    sizes = [int(x) for x in lst.split(',')] if lst else \
+        [1 << i for i in range(int(mx or 1024).bit_length())]
+    if '--json' in argv:
+        j = json.loads(p.stdout)
+        assert [x['iterations_per_loop'] for x in j['points']] == sizes, j
+        assert j['knee'] in sizes and j['best'] in sizes, j
+        assert j['timing_only'] == ('--timing-only' in argv), j
+    else:
+        rows = [l for l in p.stdout.splitlines() if l[:1] in ' *' and l[1:].split()[:1] and
+                l[1:].split()[0].isdigit()]
+        assert [int(r[1:].split()[0]) for r in rows] == sizes, p.stdout
+        assert sum(r[0] == '*' for r in rows) == 1, p.stdout
+    if opt(argv, '--csv'):
+        with open(path(opt(argv, '--csv'))) as f:
+            assert len(f.read().splitlines()) == 1 + len(sizes)
+    if opt(argv, '--plot'):
+        with open(path(opt(argv, '--plot')), 'rb') as f:
+            head = f.read(8)
+        assert head == b'\x89PNG\r\n\x1a\n' or head.startswith(b'<?xml'), head
+
+
 CHECKS = {'train': check_train, 'evaluate': check_evaluate, 'predict': check_predict,
           'program': check_program, 'config': check_config, 'gemm': check_gemm,
-          'model': check_model}
+          'model': check_model, 'shard': check_shard, 'bench': check_bench}
 
 
 def run_readme_line(readme_argv):

@@ -6,7 +6,9 @@
  *     holding edge values (NaN with payloads, Inf, subnormals, overflow): every output on
  *     every core equal bit for bit, every per-core counter equal, and each array ran each op;
  *     once with one MXU per core, once with two and 24 accumulator rows;
- *   - an f32 convolution in 6 bf16 passes is refused with the op's name and the fix.
+ *   - an f32 convolution in 6 bf16 passes is refused with the op's name and the fix;
+ *   - row-partitioned convolutions (parts 2) equal the native backend's on each core, their
+ *     padding rows included.
  * (tests/test_rtl_backend.c covers matmuls and a whole MLP training.) */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,11 +233,82 @@ static void test_conv_passes_refused(void **state)
     tpu_mxu_rtl_provider_destroy(&p);
 }
 
+/* Row-partitioned convolutions (parts = 2 on a device of 2 cores per replica) on the RTL
+ * provider equal the native backend's bit for bit on each core, padding rows included:
+ * 5 rows over 2 cores (hc = 3, hoc = 3, E = 5); core 1's last output row is padding, and
+ * its dy rows there hold NaN, which neither backend may read. */
+static void run_parts(const struct tpu_chip_config *cfg, struct tpu_mxu_rtl_provider *p,
+                      uint32_t out[2][3][240])
+{
+    const char *win = "h=5 w=4 c=3 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=5 wo=4 parts=2";
+    char text[1024];
+    snprintf(text, sizeof text,
+             "program parts\nparam xe: f32[10, 12]\nparam w: f32[27, 5]\nparam dy: f32[24, 5]\n"
+             "param y: f32[24, 5]\nparam dx: f32[10, 12]\nparam dw: f32[27, 5]\n"
+             "y = conv2d xe, w %s\ndx = conv2d_grad_input dy, w %s\n"
+             "dw = conv2d_grad_filter xe, dy %s\n", win, win, win);
+    struct tpu_program *prog = parse(text);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, cfg);
+    s.cores_per_replica = 2;
+    s.mxu = p ? tpu_mxu_rtl_provider_get(p) : NULL;
+    struct tpu_device *dev = open_settings(&s);
+    struct tpu_diag d = {0};
+    if (tpu_device_load(dev, prog, &d) != 0)
+        fail_msg("load: %s", d.msg);
+    struct rng r = {5};
+    for (uint32_t c = 0; c < 2; c++) {
+        float xe[120], w[135], dy[120];
+        for (int i = 0; i < 120; i++)
+            xe[i] = (float)((double)(rnd(&r) >> 40) * 0x1p-23 - 1.0);
+        for (int i = 0; i < 135; i++)
+            w[i] = (float)((double)(rnd(&r) >> 40) * 0x1p-23 - 1.0);
+        for (int i = 0; i < 120; i++) /* row i / 5 = (n, oyl, ox): oyl = (i / 20) % 3 */
+            dy[i] = c == 1 && (i / 20) % 3 == 2 ? NAN : (float)(rnd(&r) % 7) - 3.0f;
+        assert_int_equal(tpu_device_write(dev, c, 0, xe, sizeof xe, &d), 0);
+        assert_int_equal(tpu_device_write(dev, c, 1, w, sizeof w, &d), 0);
+        assert_int_equal(tpu_device_write(dev, c, 2, dy, sizeof dy, &d), 0);
+    }
+    if (tpu_device_run(dev, 0, NULL, &d) != 0)
+        fail_msg("run: %s", d.msg);
+    static const size_t bytes[3] = {120 * 4, 120 * 4, 135 * 4};
+    for (uint32_t c = 0; c < 2; c++)
+        for (uint32_t i = 0; i < 3; i++)
+            assert_int_equal(tpu_device_read(dev, c, 3 + i, out[c][i], bytes[i], &d), 0);
+    tpu_device_close(&dev);
+    tpu_program_destroy(&prog);
+}
+
+static void test_conv_parts_match_native(void **state)
+{
+    (void)state;
+    const struct tpu_chip_config cfg = tiny();
+    struct tpu_mxu_rtl_provider *p = make_provider(&cfg);
+    static uint32_t nat[2][3][240], rtl[2][3][240];
+    run_parts(&cfg, NULL, nat);
+    run_parts(&cfg, p, rtl);
+    static const size_t words[3] = {120, 120, 135};
+    for (uint32_t c = 0; c < 2; c++)
+        for (uint32_t i = 0; i < 3; i++)
+            for (size_t j = 0; j < words[i]; j++) {
+                if (nat[c][i][j] != rtl[c][i][j])
+                    fail_msg("core %u output %u [%zu]: native 0x%08" PRIx32 ", rtl 0x%08" PRIx32,
+                             c, i, j, nat[c][i][j], rtl[c][i][j]);
+                if ((nat[c][i][j] & 0x7F800000u) == 0x7F800000u)
+                    fail_msg("core %u output %u [%zu] is not finite: a NaN of dy's padding "
+                             "rows was read", c, i, j);
+            }
+    for (size_t j = 40; j < 60; j++) /* core 1, example 0, output row 5: padding, +0 */
+        assert_int_equal(nat[1][0][j], 0);
+    tpu_mxu_rtl_provider_destroy(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_convs_match_native),
         cmocka_unit_test(test_conv_passes_refused),
+        cmocka_unit_test(test_conv_parts_match_native),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,6 +34,9 @@ struct recorder {
     uint64_t boundaries[64];
     uint64_t loop_steps[64];
     double step_time[64];
+    double device_s[64];
+    double end_s[64];        /* the loop's device end on the timeline */
+    double log_rate[64];     /* log_steps_per_s */
     bool log_due[64];
     int n;
     uint64_t host_calls[64];
@@ -48,6 +51,9 @@ static int rec_after_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_
     if (li->mode == TPU_MODE_TRAIN && r->n < 64) {
         r->loop_steps[r->n] = li->steps;
         r->step_time[r->n] = li->step_time_s;
+        r->device_s[r->n] = li->device_seconds;
+        r->end_s[r->n] = li->total_seconds - li->host_seconds;
+        r->log_rate[r->n] = li->log_steps_per_s;
         r->log_due[r->n] = li->log_due;
         r->boundaries[r->n++] = li->global_step;
     }
@@ -168,9 +174,10 @@ static void test_loop_boundaries(void **state)
     assert_int_equal(env_open(e, NULL), 0);
     /* ipl 4, 10 steps: loops end at 4, 8, 10 (the last shortened, not padded) */
     train_ok(e, 10, 0);
-    /* a log line is due where a loop crossed a multiple of 5: at 8 and at 10 */
+    /* TPUEstimator's step counter: the first boundary (4) starts the count; a line is due
+     * at the first boundary at least 5 steps later: 10 (8 is only 4 later) */
     assert_false(e->rec.log_due[0]);
-    assert_true(e->rec.log_due[1]);
+    assert_false(e->rec.log_due[1]);
     assert_true(e->rec.log_due[2]);
     assert_int_equal(e->rec.n, 3);
     assert_int_equal(e->rec.boundaries[0], 4);
@@ -178,9 +185,11 @@ static void test_loop_boundaries(void **state)
     assert_int_equal(e->rec.boundaries[2], 10);
     assert_int_equal(e->rec.loop_steps[2], 2);
     assert_int_equal(tpu_estimator_global_step(e->est), 10);
-    /* max_steps is absolute: 10 -> 13 is one loop of 3 */
+    /* max_steps is absolute: 10 -> 13 is one loop of 3; a new train call's first boundary
+     * starts the count again (no line) */
     train_ok(e, 0, 13);
     assert_int_equal(e->rec.boundaries[3], 13);
+    assert_false(e->rec.log_due[3]);
     train_ok(e, 0, 5); /* already past: nothing */
     assert_int_equal(e->rec.n, 4);
     env_free(e);
@@ -195,6 +204,50 @@ static void test_loop_boundaries(void **state)
     assert_int_equal(e->rec.boundaries[1], 7);
     assert_int_equal(e->rec.boundaries[2], 11);
     assert_int_equal(e->rec.boundaries[3], 13);
+    env_free(e);
+}
+
+/* log_step_count_steps on TPUEstimator's step counter cadence (StepCounterHook's
+ * SecondOrStepTimer): not where a loop crosses a multiple of N, but at the first boundary at
+ * least N steps after the last line, counted from the train call's first boundary. */
+static void test_log_cadence(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.iterations_per_loop = 3;
+    e->cfg.log_step_count_steps = 5;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 20, 0);
+    /* boundaries 3 6 9 12 15 18 20: the count starts at 3; due at 9 (>= 8), 15 (>= 14),
+     * 20 (>= 20). Crossing multiples of 5 would have given 6, 12, 15 and 20. */
+    static const bool want[] = {false, false, true, false, true, false, true};
+    assert_int_equal(e->rec.n, 7);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(e->rec.log_due[i], want[i]);
+    /* each line's rate is the steps since the last trigger over the simulated time between
+     * the two loops' device ends (host phases included): 6 steps from 3 to 9, 6 from 9 to 15,
+     * 5 from 15 to 20. The times here are rebuilt from rounded seconds (total less host):
+     * equal to 1e-9 relative. */
+    static const int line[][3] = {{2, 0, 6}, {4, 2, 6}, {6, 4, 5}};
+    for (int k = 0; k < 3; k++) {
+        int i = line[k][0], j = line[k][1];
+        double want_rate = line[k][2] / (e->rec.end_s[i] - e->rec.end_s[j]);
+        assert_true(fabs(e->rec.log_rate[i] - want_rate) <= 1e-9 * want_rate);
+        /* the host's phases slow it below the device's own rate */
+        assert_true(e->rec.log_rate[i] < 1 / e->rec.step_time[i]);
+    }
+    assert_true(e->rec.log_rate[1] == 0); /* no line: no rate */
+    /* a loop longer than N: every boundary after the first is due */
+    env_free(e);
+    e = env_new();
+    e->cfg.iterations_per_loop = 7;
+    e->cfg.log_step_count_steps = 5;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 21, 0);
+    assert_int_equal(e->rec.n, 3);
+    assert_false(e->rec.log_due[0]);
+    assert_true(e->rec.log_due[1]);
+    assert_true(e->rec.log_due[2]);
     env_free(e);
 }
 
@@ -229,20 +282,31 @@ static void test_time_based_loop_size(void **state)
     e->cfg.iterations_per_loop_s = 5.5 * step;
     assert_int_equal(env_open(e, NULL), 0);
     train_ok(e, 12, 0);
-    /* the first loop runs 1 step to measure; each later loop runs the time asked for
-     * divided by the step time the loop before it measured */
+    /* TPUEstimator's rule (tune.h, TPU_TUNER_TIME): the first loop runs 1 step; each later
+     * loop runs what the IterationCountEstimator gives after the loops before it, fed with
+     * their device times. The same tuner, fed the recorded device times, gives the same
+     * sizes (the last loop shortened to the steps left). */
+    struct tpu_tuner_settings ts;
+    tpu_tuner_default_settings(&ts, TPU_TUNER_TIME);
+    ts.target_s = e->cfg.iterations_per_loop_s;
+    struct tpu_tuner *t = NULL;
+    assert_int_equal(tpu_tuner_create(&ts, &t, NULL), 0);
+    tpu_tuner_start(t);
     assert_int_equal(e->rec.loop_steps[0], 1);
-    uint64_t total = 1;
-    for (int i = 1; i < e->rec.n; i++) {
-        uint64_t want = (uint64_t)floor(e->cfg.iterations_per_loop_s / e->rec.step_time[i - 1]);
-        want = want < 1 ? 1 : want;
+    uint64_t total = 0;
+    for (int i = 0; i < e->rec.n; i++) {
+        uint64_t want = tpu_tuner_steps_per_execution(t);
         if (want > 12 - total)
             want = 12 - total;
         assert_int_equal(e->rec.loop_steps[i], want);
+        assert_int_equal(tpu_tuner_observe(t, want, e->rec.device_s[i], 0, NULL), 0);
         total += want;
     }
+    tpu_tuner_destroy(&t);
     assert_int_equal(total, 12);
     assert_true(e->rec.n >= 3);
+    /* 5.5 steps' worth per launch: after the first (longer) step, 5 or 6 steps */
+    assert_true(e->rec.loop_steps[1] >= 4 && e->rec.loop_steps[1] <= 6);
     struct tpu_run_config c;
     tpu_run_config_default(&c);
     struct tpu_diag d = {0};
@@ -257,6 +321,135 @@ static void test_time_based_loop_size(void **state)
     assert_non_null(strstr(d.msg, "iterations_per_loop '5x' must match"));
     assert_int_equal(tpu_run_config_set_ipl(&c, "0", &d), TPU_EINVAL);
     assert_int_equal(tpu_run_config_set_ipl(&c, "2.5", &d), TPU_EINVAL);
+    env_free(e);
+}
+
+/* Replays a train call's loops into a fresh tuner of `s` (the host time of every loop: the
+ * modeled launch 100 us and hooks 500 us, whole cycles of the tiny chip's 1 GHz clock, so
+ * the same double as the runtime's) and checks that each loop ran what the tuner said, the
+ * last one shortened to the `steps` left. Returns the tuner's size after the last loop. */
+static uint64_t replay_tuner(const struct env *e, const struct tpu_tuner_settings *s, int from,
+                             uint64_t steps)
+{
+    struct tpu_tuner *t = NULL;
+    assert_int_equal(tpu_tuner_create(s, &t, NULL), 0);
+    tpu_tuner_start(t);
+    uint64_t total = 0;
+    for (int i = from; i < e->rec.n; i++) {
+        uint64_t want = tpu_tuner_steps_per_execution(t);
+        if (want > steps - total)
+            want = steps - total;
+        if (e->rec.loop_steps[i] != want)
+            fail_msg("loop %d ran %llu steps; the tuner says %llu", i,
+                     (unsigned long long)e->rec.loop_steps[i], (unsigned long long)want);
+        assert_int_equal(tpu_tuner_observe(t, want, e->rec.device_s[i], 600e-6, NULL), 0);
+        total += want;
+    }
+    assert_int_equal(total, steps);
+    uint64_t spe = tpu_tuner_steps_per_execution(t);
+    tpu_tuner_destroy(&t);
+    return spe;
+}
+
+/* iterations_per_loop auto: the estimator's tuner sizes every launch from the launches before
+ * (their device time on the timeline and their host time), the same tuner a user's loop gets
+ * from tune.h; it lives as long as the estimator and restarts with every train call. */
+static void test_auto_loop_size_model(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "auto", NULL), 0);
+    assert_true(e->cfg.iterations_per_loop_auto);
+    assert_int_equal(e->cfg.tuner.kind, TPU_TUNER_MODEL);
+    e->cfg.log_step_count_steps = 0; /* no cadence */
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 3000, 0);
+    struct tpu_tuner_settings s;
+    tpu_tuner_default_settings(&s, TPU_TUNER_MODEL);
+    assert_int_equal(e->rec.loop_steps[0], 1);
+    uint64_t spe = replay_tuner(e, &s, 0, 3000);
+    /* it grew past 1 within two loops, and its loops' host share is under the 2 % target */
+    assert_true(e->rec.loop_steps[1] > 10);
+    assert_true(spe > 100);
+    int n1 = e->rec.n;
+    print_message("auto (model): loops of %llu, %llu, ... then %llu steps\n",
+                  (unsigned long long)e->rec.loop_steps[0],
+                  (unsigned long long)e->rec.loop_steps[1], (unsigned long long)spe);
+    const struct tpu_loop_info *li = tpu_estimator_last_info(e->est);
+    assert_true(li->pass_host_overhead_share < 0.1);
+    /* a second train call starts from the size the first ended with */
+    train_ok(e, 2 * spe, 0);
+    assert_int_equal(e->rec.loop_steps[n1], spe);
+    env_free(e);
+
+    /* with a log cadence of 64 steps: every loop divides 64 (but the last, shortened) */
+    e = env_new();
+    assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "auto", NULL), 0);
+    e->cfg.log_step_count_steps = 64;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 640, 0);
+    for (int i = 0; i + 1 < e->rec.n; i++)
+        if (64 % e->rec.loop_steps[i])
+            fail_msg("loop %d ran %llu steps, not a divisor of 64", i,
+                     (unsigned long long)e->rec.loop_steps[i]);
+    s.cadence_steps = 64;
+    assert_int_equal(replay_tuner(e, &s, 0, 640), 64);
+    env_free(e);
+}
+
+static void test_auto_loop_size_keras(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "auto", NULL), 0);
+    e->cfg.tuner.kind = TPU_TUNER_KERAS;
+    e->cfg.tuner.interval = 0.002; /* simulated seconds: a few loops each */
+    e->cfg.tuner.change_spe_interval = 2;
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 300, 0);
+    struct tpu_tuner_settings s = e->cfg.tuner;
+    assert_int_equal(e->rec.loop_steps[0], 1);
+    uint64_t spe = replay_tuner(e, &s, 0, 300);
+    assert_true(spe > 1);
+    env_free(e);
+}
+
+static void test_auto_loop_size_errors(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "auto", NULL), 0);
+    e->cfg.tuner.kind = TPU_TUNER_TIME;
+    struct tpu_diag d = {0};
+    assert_int_equal(env_open(e, &d), TPU_EINVAL);
+    tpu_device_close(&e->dev); /* no estimator: the next env_open opens a new device */
+    assert_non_null(strstr(d.msg, "iterations_per_loop auto takes the model or the keras "
+                                  "tuner, not tuner kind 2"));
+    e->cfg.tuner.kind = TPU_TUNER_MODEL;
+    e->cfg.tuner.target_overhead = 1.5;
+    assert_int_equal(env_open(e, &d), TPU_EINVAL);
+    tpu_device_close(&e->dev); /* no estimator: the next env_open opens a new device */
+    assert_non_null(strstr(d.msg, "tuner target_overhead 1.5 must be above 0 and below 1"));
+    /* a time per launch set directly is checked as the parser checks it */
+    e->cfg.tuner.target_overhead = 0.02;
+    e->cfg.iterations_per_loop_auto = false;
+    e->cfg.iterations_per_loop_s = 90000;
+    assert_int_equal(env_open(e, &d), TPU_EINVAL);
+    tpu_device_close(&e->dev); /* no estimator: the next env_open opens a new device */
+    assert_non_null(strstr(d.msg, "iterations_per_loop time 90000 s is more than 24 hours (86400 "
+                                  "s) of simulated time per launch; use 1s to 24h, e.g. 30s"));
+    e->cfg.iterations_per_loop_s = 0;
+    /* a count or a time after auto replaces it */
+    assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "8", NULL), 0);
+    assert_false(e->cfg.iterations_per_loop_auto);
+    assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "auto", NULL), 0);
+    assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "2m", NULL), 0);
+    assert_false(e->cfg.iterations_per_loop_auto);
+    static const char *const bad[] = {"Auto", "AUTO", "auto ", "autos", "0auto"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(tpu_run_config_set_ipl(&e->cfg, bad[i], &d), TPU_EINVAL);
+        assert_non_null(strstr(d.msg, "or auto for a tuner's choice; e.g. 100 or 30s"));
+    }
     env_free(e);
 }
 
@@ -1436,6 +1629,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loop_boundaries),
+        cmocka_unit_test(test_log_cadence),
+        cmocka_unit_test(test_auto_loop_size_model),
+        cmocka_unit_test(test_auto_loop_size_keras),
+        cmocka_unit_test(test_auto_loop_size_errors),
         cmocka_unit_test(test_host_calls_follow_the_global_step),
         cmocka_unit_test(test_time_based_loop_size),
         cmocka_unit_test(test_checkpoint_cadence),

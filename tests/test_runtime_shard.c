@@ -123,6 +123,14 @@ static int echo_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shap
     if (pd && pd->rank == 4 && product > 1)
         for (int i = 0; i < 4; i++)
             dims[i] = part(dims[i], pd->dims[i]);
+    /* dims of product 1: only logical core 0 dequeues the tensor (the infeed's core0 flag;
+     * the others' x is zeros) */
+    const bool x_core0 = pd && pd->rank && product == 1;
+    uint64_t lproduct = 1;
+    const struct tpu_partition_dims *ld = shape->n_dims > 1 ? &shape->dims[1] : NULL;
+    for (uint32_t i = 0; ld && i < ld->rank; i++)
+        lproduct *= ld->dims[i];
+    const bool labels_core0 = ld && ld->rank && lproduct == 1;
     m->seen_rows = (uint32_t)(dims[0] * dims[1]);
     m->seen_cols = (uint32_t)(dims[2] * dims[3]);
     char labels[64] = "";
@@ -133,9 +141,12 @@ static int echo_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shap
                      "program echo\nvar iterations\nvar step\n"
                      "temp x: f32[%u, %u]\nparam seen: f32[%u, %u]\n"
                      "param loss: f32[1, 1]\nparam counts: f32[1, 2]\n%s"
-                     "loop iterations {\n  x = infeed\n%s  seen = add seen, x\n%s}\n",
+                     "loop iterations {\n  x = infeed%s\n%s  seen = add seen, x\n%s}\n",
                      m->seen_rows, m->seen_cols, m->seen_rows, m->seen_cols, labels,
-                     mode == TPU_MODE_PREDICT ? "" : "  labels = infeed\n",
+                     x_core0 ? " core0" : "",
+                     mode == TPU_MODE_PREDICT ? ""
+                     : labels_core0           ? "  labels = infeed core0\n"
+                                              : "  labels = infeed\n",
                      mode == TPU_MODE_TRAIN  ? "  var_add step 1\n  outfeed loss\n"
                      : mode == TPU_MODE_EVAL ? "  outfeed loss\n  outfeed counts\n"
                                              : "  outfeed x\n");
@@ -578,6 +589,54 @@ static void test_partitioned_infeed_reaches_each_core(void **state)
         }
 }
 
+/* Dims of product 1 send a tensor to logical core 0 of each replica only: the features with
+ * [1, 1, 1, 1] reach core 0 whole and core 1 sees nothing (its x is zeros); labels with
+ * [1, 1] go to core 0 only while the features are cut in two. Nothing waits for a tensor
+ * that never comes (the run would end in the watchdog's deadlock error). */
+static void test_product_one_dims_feed_logical_core_0(void **state)
+{
+    (void)state;
+    struct env e;
+    env_init(&e, 2, 2);
+    env_echo(&e, 2, 1, 1);
+    e.cfg.train_batch_size = 4; /* 2 replicas of 2 */
+    e.cfg.n_input_partition_dims = 1;
+    e.cfg.input_partition_dims[0] = (struct tpu_partition_dims){4, {1, 1, 1, 1}};
+    open_ok(&e);
+    train_ok(&e, 1);
+    float seen[4];
+    for (uint32_t rep = 0; rep < 2; rep++) {
+        read_seen(&e, rep * 2, seen);
+        for (uint32_t i = 0; i < 2; i++)
+            for (uint32_t f = 0; f < 2; f++)
+                assert_true(seen[i * 2 + f] == (float)((2 * rep + i) * 1000 + f));
+        read_seen(&e, rep * 2 + 1, seen);
+        for (uint32_t i = 0; i < 4; i++)
+            assert_true(seen[i] == 0.0f);
+    }
+    env_close(&e);
+    /* labels to core 0, features by rows: 2 rows over 2 cores */
+    env_init(&e, 1, 2);
+    env_echo(&e, 2, 1, 1);
+    e.cfg.train_batch_size = 2;
+    e.cfg.n_input_partition_dims = 2;
+    e.cfg.input_partition_dims[0] = (struct tpu_partition_dims){4, {1, 2, 1, 1}};
+    e.cfg.input_partition_dims[1] = (struct tpu_partition_dims){2, {1, 1}};
+    open_ok(&e);
+    train_ok(&e, 3);
+    /* 3 steps summed: core k holds row k of examples 2s, 2s + 1 */
+    for (uint32_t k = 0; k < 2; k++) {
+        read_seen(&e, k, seen);
+        for (uint32_t i = 0; i < 2; i++) {
+            float want = 0;
+            for (uint32_t st = 0; st < 3; st++)
+                want += (float)((2 * st + i) * 1000 + k);
+            assert_true(seen[i] == want);
+        }
+    }
+    env_close(&e);
+}
+
 /* Prediction on several hosts (SLICED): the outputs come back in input order, each example
  * once, whatever host read it. */
 static void emit_row(void *ctx, uint64_t index, const float *row, uint32_t cols)
@@ -779,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_broadcast_gives_every_replica_the_whole_batch),
         cmocka_unit_test(test_sliced_evaluation_slices_over_replicas),
         cmocka_unit_test(test_partitioned_infeed_reaches_each_core),
+        cmocka_unit_test(test_product_one_dims_feed_logical_core_0),
         cmocka_unit_test(test_prediction_on_hosts_in_order),
         cmocka_unit_test(test_hosts_read_input_in_parallel),
         cmocka_unit_test(test_rules_refused_at_create),

@@ -334,11 +334,12 @@ static void test_rules_system(void **state)
     (void)state;
     struct tpu_shard_spec s = spec(1, 1, 2, 4, TPU_PER_HOST_V2, TPU_MODE_TRAIN, 64);
     expect_fail(&s, "num_cores_per_replica 4, is larger than the total num of TPU cores in the "
-                "system, 2 (1 hosts x 1 chips x 2 cores); use num_cores_per_replica 2 or less",
+                "system, 2 (1 host x 1 chip x 2 cores); use num_cores_per_replica 2 or less",
                 NULL);
     s = spec(1, 3, 1, 2, TPU_PER_HOST_V2, TPU_MODE_TRAIN, 64);
-    expect_fail(&s, "the 3 cores of the system (1 hosts x 3 chips x 1 cores) do not divide into "
-                "replicas of num_cores_per_replica 2", NULL);
+    expect_fail(&s, "the 3 cores of the system (1 host x 3 chips x 1 core) do not divide into "
+                "replicas of num_cores_per_replica 2", "use num_cores_per_replica 1 (the largest power "
+                "of two that divides 3)", NULL);
     s = spec(1, 1, 8, 2, TPU_PER_HOST_V2, TPU_MODE_TRAIN, 64);
     s.num_shards = 8;
     expect_fail(&s, "num_shards 8 is not set correctly: the system has 8 cores and "
@@ -357,7 +358,7 @@ static void test_rules_system(void **state)
     for (int i = 0; i < 2; i++) {
         s = spec(2, 1, 2, 4, others[i], TPU_MODE_TRAIN, 64);
         expect_fail(&s, "except in PER_HOST_V2 mode, a replica must fit on one host: "
-                    "num_cores_per_replica 4 is more than the 2 cores per host (1 chips x 2 "
+                    "num_cores_per_replica 4 is more than the 2 cores per host (1 chip x 2 "
                     "cores)", others[i] == TPU_BROADCAST ? "is BROADCAST" : "is PER_HOST_V1",
                     "use PER_HOST_V2, or num_cores_per_replica 2 or less", NULL);
     }
@@ -366,10 +367,10 @@ static void test_rules_system(void **state)
     tpu_shard_plan_free(&p);
     /* replicas that would straddle hosts */
     s = spec(2, 1, 6, 4, TPU_PER_HOST_V2, TPU_MODE_TRAIN, 64);
-    expect_fail(&s, "a host's 6 cores (1 chips x 6 cores) do not hold a whole number of "
+    expect_fail(&s, "a host's 6 cores (1 chip x 6 cores) do not hold a whole number of "
                 "replicas of 4 cores", NULL);
     s = spec(4, 1, 3, 4, TPU_PER_HOST_V2, TPU_MODE_TRAIN, 64);
-    expect_fail(&s, "a replica of 4 cores spans hosts of 3 cores (1 chips x 3 cores) but not a "
+    expect_fail(&s, "a replica of 4 cores spans hosts of 3 cores (1 chip x 3 cores) but not a "
                 "whole number of them", NULL);
 }
 
@@ -430,6 +431,12 @@ static void test_rules_dims(void **state)
     s.num_cores_per_replica = 4;
     expect_fail(&s, "tensor 'images': the product of its input partition dims [1, 2, 1, 1] is "
                 "2, and it should equal num_cores_per_replica 4", NULL);
+    /* a product past 2^64 does not wrap round to a valid one */
+    const uint32_t huge[4] = {65536, 65536, 65536, 65536};
+    s.tensors[0].dims.rank = 4;
+    memcpy(s.tensors[0].dims.dims, huge, sizeof huge);
+    expect_fail(&s, "the product of its input partition dims [65536, 65536, 65536, 65536] is "
+                "more than 4294967295, and it should equal num_cores_per_replica 4", NULL);
     const uint32_t bad_rank[3] = {1, 4, 1};
     s.tensors[0].dims.rank = 3;
     memcpy(s.tensors[0].dims.dims, bad_rank, sizeof bad_rank);

@@ -85,6 +85,58 @@ def evaluation_after_training_adds_its_input_batches():
         assert count['checkpoint save'] == 0, count  # no model_dir
 
 
+def loop_spans(trace):
+    """The "loops" process's events by name, each as (start, end) in us, in time order, and
+    the host process's events likewise."""
+    with open(trace) as f:
+        events = json.load(f)['traceEvents']
+    pids = {e['args']['name']: e['pid'] for e in events
+            if e['ph'] == 'M' and e['name'] == 'process_name'}
+    assert 'loops' in pids and 'host' in pids, pids
+    spans = {'loops': collections.defaultdict(list), 'host': collections.defaultdict(list)}
+    for e in events:
+        for proc in spans:
+            if e['ph'] == 'X' and e['pid'] == pids[proc]:
+                spans[proc][e['name']].append((e['ts'], e['ts'] + e['dur']))
+    for proc in spans.values():
+        for v in proc.values():
+            v.sort()
+    return spans['loops'], spans['host']
+
+
+@case
+def loop_boundaries_show_the_device_busy_and_idle():
+    need_data()
+    with tempfile.TemporaryDirectory() as d:
+        t, md = os.path.join(d, 't.json'), os.path.join(d, 'model')
+        # loops of 4, 4, 2 steps; a checkpoint at step 5's boundary (8) and at the end (10)
+        p = run('train', '--chip', 'tiny', '--layers', '8', '--steps', '10',
+                '--iterations-per-loop', '4', '--model-dir', md, '--save-checkpoints-steps',
+                '5', '--no-eval', '--json', '--verbose', '0', '--trace', t)
+        summary = json.loads(p.stdout)
+        loops, host = loop_spans(t)
+        assert sorted(loops) == ['device idle', 'device loop'], sorted(loops)
+        busy, idle = loops['device loop'], loops['device idle']
+        assert len(busy) == len(idle) == 3, loops
+        # the timeline alternates: idle (the launch, or the boundary and the launch), then
+        # the loop on the device, from the pass's start at 0 with no gap and no overlap
+        t_us = 0.0
+        for (i0, i1), (b0, b1) in zip(idle, busy):
+            assert abs(i0 - t_us) < 1e-3 and abs(i1 - b0) < 1e-3 and b1 > b0, (idle, busy)
+            t_us = b1
+        # each bubble is exactly the host's work between the loops (modeled: launch 100 us,
+        # hooks 500 us, checkpoint 20 ms); the second follows the checkpoint of step 8
+        assert [round(b - a, 3) for a, b in idle] == [100, 600, 20600], idle
+        # each loop starts where its launch ends, and its hooks start where it ends
+        assert [round(b, 3) for _, b in host['launch']] == [round(a, 3) for a, _ in busy]
+        assert [round(a, 3) for a, _ in host['hooks']] == [round(b, 3) for _, b in busy]
+        # the loops' spans are the device time the summary reports
+        device_us = sum(b - a for a, b in busy)
+        assert abs(device_us / 1e6 + summary['simulated_seconds'] *
+                   summary['host_overhead_share'] - summary['simulated_seconds']) < 1e-6, \
+            (device_us, summary)
+
+
 if os.sep in cli_harness.TPUSIM:
     cli_harness.TPUSIM = os.path.abspath(cli_harness.TPUSIM)
 

@@ -46,9 +46,11 @@ int tpu__b_start(struct tpu__builder *b, const char *name, uint32_t *var_iterati
  * owns it; on an error the program is freed and b->rc returned. */
 int tpu__b_finish(struct tpu__builder *b, uint32_t var_iterations, struct tpu_program **prog);
 
-/* For the MLP models (mlp.c, quantize.c): refuses input partition dims other than None (they
- * run every core of a replica on the whole replica batch, as one replica per core does; the
- * layer graph of tpu_net_model partitions). `model` names the model in the message. */
+/* For the MLP programs of mlp.c and quantize.c, which run every core of a replica on the
+ * whole replica batch: refuses input partition dims other than None (or, on one core per
+ * replica, a product of 1: the whole tensor), and a batch of 2^32 examples or more. The
+ * layer graphs (tpu_net_model, and the MLP's own on several cores per replica) partition.
+ * `model` names the model in the message. */
 struct tpu_build_shape;
 int tpu__mlp_check_shape(const struct tpu_build_shape *shape, const char *model,
                          struct tpu_diag *d);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "models/builder.h"
+#include "models/net_int.h"
 #include "rng.h"
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
@@ -427,13 +428,18 @@ void tpu_mlp_model_program(struct tpu_mlp_program *mp, int mode, struct tpu_mode
 int tpu__mlp_check_shape(const struct tpu_build_shape *shape, const char *model,
                          struct tpu_diag *d)
 {
+    uint64_t product[2] = {1, 1};
+    for (uint32_t t = 0; t < shape->n_dims && t < 2; t++)
+        for (uint32_t k = 0; k < shape->dims[t].rank && k < TPU_PARTITION_MAX_RANK; k++)
+            product[t] *= shape->dims[t].dims[k];
     if (shape->n_replicas < 1 || (uint64_t)shape->batch_per_replica * shape->n_replicas >
                                      UINT32_MAX)
         return tpu__fail(d, TPU_EINVAL, "the %s: %u replicas of %u examples; use at least one "
                          "replica and fewer than 2^32 examples in all", model,
                          shape->n_replicas, shape->batch_per_replica);
     for (uint32_t t = 0; t < shape->n_dims && t < 2; t++)
-        if (shape->dims[t].rank) {
+        /* on one core per replica, a product of 1 (core 0's) is the whole tensor */
+        if (shape->dims[t].rank && (shape->cores_per_replica > 1 || product[t] != 1)) {
             char text[96];
             size_t n = 0;
             for (uint32_t k = 0; k < shape->dims[t].rank && k < TPU_PARTITION_MAX_RANK; k++)
@@ -448,9 +454,52 @@ int tpu__mlp_check_shape(const struct tpu_build_shape *shape, const char *model,
     return 0;
 }
 
+/* With several cores per replica: the MLP as a layer graph of dense layers (the same math),
+ * whose lowering splits consecutive dense layers over the replica's cores (net_lower_part.c)
+ * and takes the input partition dims a net takes. Its params keep the MLP's names (w<l>, b<l>
+ * and their optimizer state), so init_param and checkpoints are the MLP's whatever the cores
+ * per replica. */
+static int mlp_build_net(const struct tpu_mlp_spec *spec, enum tpu_mode mode,
+                         const struct tpu_build_shape *shape, struct tpu_model_program *out,
+                         struct tpu_diag *d)
+{
+    struct tpu_mlp_spec copy = *spec;
+    const struct tpu_mlp_spec *s = &copy;
+    copy.batch_per_replica = shape->batch_per_replica;
+    copy.global_batch = shape->batch_per_replica * shape->n_replicas;
+    int rc = check_spec(s, d);
+    struct tpu_net *net = NULL;
+    if (!rc)
+        rc = tpu_net_create("mlp", 1, 1, s->sizes[0], &net, d);
+    uint32_t t = 0;
+    for (uint32_t l = 0; !rc && l < s->n_layers; l++)
+        rc = tpu_net_dense(net, NULL, t, s->sizes[l + 1],
+                           l + 1 < s->n_layers ? TPU_ACT_RELU : TPU_ACT_NONE, &t, d);
+    if (!rc)
+        rc = tpu_net_set_output(net, t, TPU_LOSS_SOFTMAX_XENT, d);
+    if (!rc) {
+        net->mlp_names = true;
+        struct tpu_train_spec ts;
+        tpu_train_spec_default(&ts);
+        ts.passes = s->passes;
+        ts.optimizer = s->optimizer;
+        ts.learning_rate = s->learning_rate;
+        ts.momentum = s->momentum;
+        ts.beta1 = s->beta1;
+        ts.beta2 = s->beta2;
+        ts.epsilon = s->epsilon;
+        ts.l2 = s->l2;
+        rc = tpu_net_build(net, &ts, mode, shape, out, NULL, d);
+    }
+    tpu_net_destroy(&net);
+    return rc;
+}
+
 static int mlp_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
                      struct tpu_model_program *out, struct tpu_diag *d)
 {
+    if (shape->cores_per_replica > 1)
+        return mlp_build_net(ctx, mode, shape, out, d);
     int rc = tpu__mlp_check_shape(shape, "MLP model", d);
     if (rc)
         return rc;

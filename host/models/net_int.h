@@ -35,6 +35,9 @@ struct tpu_net {
     uint32_t auto_name[TPU_LAYER_KIND_COUNT]; /* the next automatic name's suffix per kind */
     bool has_output;
     uint32_t output;
+    /* the MLP of models.h lowered as a net (several cores per replica, mlp.c): dense layer l's
+       params are named as the MLP's, w<l> and b<l> (and w<l>.vel, w<l>.m, ...) */
+    bool mlp_names;
     enum tpu_loss loss;
     /* the (net, spec) pairs of the runtime models made from this net (tpu_net_model): the
        models' ctx points here, so they need no memory of their own */

@@ -53,7 +53,17 @@
  * moving statistics are params without an optimizer.
  *
  * Params: in layer order <layer>.kernel, .bias, .gamma, .beta, .moving_mean,
- * .moving_variance; training adds the optimizer state after them (<param>.vel, or .m and .v). */
+ * .moving_variance; training adds the optimizer state after them (<param>.vel, or .m and .v).
+ *
+ * Several cores per replica (model parallelism): net_lower_part.c plans how each tensor lies
+ * over a replica's cores (whole, cut by image rows, flattened rows, or a dense output cut by
+ * columns) and its opening comment gives the ops each layer then takes: halo before the
+ * window ops and halo_grad after their adjoints, row masks, all_reduce over the replica's
+ * cores (group 1) for partial sums, dense kernels split by rows or columns (the program's
+ * param_split, which the optimizer state shares). Here: the features or labels of dims of
+ * product 1 are infed with core0 and shared by an all_reduce, and each partial param
+ * gradient is summed over the replica's cores before the sum over replicas. With one core
+ * per replica the programs are exactly those described above. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,23 +91,69 @@ static void mark(struct lower *s)
                 s->lw[net->layers[i].in[k]].live = true;
 }
 
+/* Param k of layer i: its device buffer's shape and how it is cut over the replica's cores
+ * (a dense layer's split: its kernel, and with COLS its bias; net_lower_part.c). */
+static void param_shape(const struct lower *s, uint32_t i, int k, uint32_t *rows,
+                        uint32_t *cols, uint8_t *split, uint32_t *full)
+{
+    const struct tpu__net_layer *L = &s->net->layers[i];
+    const uint32_t c = L->in_shape.c;
+    *rows = 1;
+    *cols = L->out.c;
+    if (k == TPU__P_KERNEL)
+        *rows = L->desc.kind == TPU_LAYER_CONV2D ? L->desc.kh * L->desc.kw * c : c;
+    *split = TPU_SPLIT_NONE;
+    *full = 0;
+    if (s->lw[i].split == TPU_SPLIT_ROWS && k == TPU__P_KERNEL) {
+        *split = TPU_SPLIT_ROWS;
+        *full = *rows;
+        *rows = (*rows + s->P - 1) / s->P;
+    } else if (s->lw[i].split == TPU_SPLIT_COLS && (k == TPU__P_KERNEL || k == TPU__P_BIAS)) {
+        *split = TPU_SPLIT_COLS;
+        *full = *cols;
+        *cols = (*cols + s->P - 1) / s->P;
+    }
+}
+
+/* Param k of layer i's name: <layer>.<suffix>, or for the MLP's net (net->mlp_names) w<l>
+ * and b<l>, l the dense layer's index. */
+static void param_name(const struct lower *s, uint32_t i, int k, char *name, size_t size)
+{
+    const struct tpu__net_layer *L = &s->net->layers[i];
+    if (!s->net->mlp_names || L->desc.kind != TPU_LAYER_DENSE) {
+        snprintf(name, size, "%s.%s", L->desc.name, tpu__net_param_suffix[k]);
+        return;
+    }
+    uint32_t l = 0;
+    for (uint32_t j = 1; j < i; j++)
+        l += s->net->layers[j].desc.kind == TPU_LAYER_DENSE;
+    snprintf(name, size, "%c%u", k == TPU__P_KERNEL ? 'w' : 'b', l);
+}
+
+/* Lists buffer id among the program's params with its split. */
+static void list_param(struct lower *s, uint32_t id, uint8_t split, uint32_t full)
+{
+    struct tpu_model_program *r = s->r;
+    r->param_split[r->n_params] = split;
+    r->param_full[r->n_params] = full;
+    r->params[r->n_params++] = id;
+}
+
 /* The params (in layer order), then for training the gradients and optimizer state. */
 static void declare_params(struct lower *s)
 {
-    struct tpu_model_program *r = s->r;
     char name[96];
     for (uint32_t i = 1; i < s->net->n_layers; i++) {
         const struct tpu__net_layer *L = &s->net->layers[i];
         for (int k = 0; k < TPU__P_COUNT; k++) {
             if (!tpu__net_has_param(L, k))
                 continue;
-            const uint32_t c = L->in_shape.c;
-            uint32_t rows = 1, cols = L->out.c;
-            if (k == TPU__P_KERNEL)
-                rows = L->desc.kind == TPU_LAYER_CONV2D ? L->desc.kh * L->desc.kw * c : c;
-            snprintf(name, sizeof name, "%s.%s", L->desc.name, tpu__net_param_suffix[k]);
+            uint32_t rows, cols, full;
+            uint8_t split;
+            param_shape(s, i, k, &rows, &cols, &split, &full);
+            param_name(s, i, k, name, sizeof name);
             s->lw[i].p[k] = tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_PARAM, rows, cols);
-            r->params[r->n_params++] = s->lw[i].p[k];
+            list_param(s, s->lw[i].p[k], split, full);
         }
     }
     if (!s->train)
@@ -109,15 +165,15 @@ static void declare_params(struct lower *s)
         for (int k = 0; k < TPU__P_COUNT; k++) {
             if (!tpu__net_has_param(L, k) || !tpu__net_trainable(k))
                 continue;
-            const struct tpu_buffer_desc *pd = tpu_program_buffer(s->b.p, s->lw[i].p[k]);
-            if (!pd)
-                return;
-            const uint32_t prow = pd->rows, pcol = pd->cols; /* pd moves as buffers are added */
-            for (int j = 0; j < (adam ? 2 : 1); j++) {
-                snprintf(name, sizeof name, "%s.%s.%s", L->desc.name,
-                         tpu__net_param_suffix[k], sfx[j]);
+            uint32_t prow, pcol, full;
+            uint8_t split;
+            param_shape(s, i, k, &prow, &pcol, &split, &full);
+            for (int j = 0; j < (adam ? 2 : 1); j++) { /* the state is split as its param */
+                char pname[64];
+                param_name(s, i, k, pname, sizeof pname);
+                snprintf(name, sizeof name, "%s.%s", pname, sfx[j]);
                 s->lw[i].st[k][j] = tpu__b_buf(&s->b, name, TPU_F32, TPU_BUF_PARAM, prow, pcol);
-                r->params[r->n_params++] = s->lw[i].st[k][j];
+                list_param(s, s->lw[i].st[k][j], split, full);
             }
             if (!s->lw[i].live)
                 continue; /* a layer the loss does not read keeps its initial values */
@@ -199,7 +255,11 @@ static uint32_t loss_and_tail(struct lower *s)
         m.attrs = at;
         tpu__b_add(&s->b, &m);
     }
+    if (s->labels_core0) /* only core 0 has the labels: its loss and gradient, shared */
+        tpu__nl_core0_share(s, loss, 1, 1);
     if (s->train) {
+        if (s->labels_core0)
+            tpu__nl_core0_share(s, dpred, s->B, size);
         if (!flat) {
             tpu__nl_op(s, TPU_OP_RESHAPE, tpu__nl_dy_buf(s, o), N, dpred, N, NULL);
         }
@@ -213,6 +273,8 @@ static uint32_t loss_and_tail(struct lower *s)
         tpu__nl_op(s, TPU_OP_COUNT_ROWS, counts, N, s->mask, N, NULL);
         r->no_accuracy = true;
     }
+    if (s->labels_core0)
+        tpu__nl_core0_share(s, counts, 1, 2);
     s->b.tag = TPU_NET_OP_STEP;
     tpu__nl_op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
     tpu__nl_op(s, TPU_OP_OUTFEED, N, N, counts, N, NULL);
@@ -226,7 +288,8 @@ static void lower_step(struct lower *s)
     const struct tpu_net *net = s->net;
     struct tpu_model_program *r = s->r;
     const struct tpu_shape in = net->layers[0].out;
-    const uint32_t insize = (uint32_t)tpu__shape_size(in);
+    /* the whole input, or (cut by rows) this core's rows of it */
+    const uint32_t insize = s->lw[0].hl * in.w * in.c;
     s->b.tag = TPU_NET_OP_STEP;
     uint32_t x = tpu__b_buf(&s->b, "x", TPU_F32, TPU_BUF_TEMP, s->B, insize);
     r->infeed[r->n_infeed++] = x;
@@ -245,8 +308,14 @@ static void lower_step(struct lower *s)
     struct tpu_op_attrs at = tpu__nl_attrs0();
     at.var = r->var_iterations;
     tpu__nl_op(s, TPU_OP_LOOP_BEGIN, N, N, N, N, &at);
-    for (uint32_t k = 0; k < r->n_infeed; k++)
-        tpu__nl_op(s, TPU_OP_INFEED, r->infeed[k], N, N, N, NULL);
+    for (uint32_t k = 0; k < r->n_infeed; k++) {
+        /* dims of product 1: logical core 0 dequeues, the others get zeros */
+        at = tpu__nl_attrs0();
+        at.core0 = k == 0 ? s->x_core0 : s->labels_core0;
+        tpu__nl_op(s, TPU_OP_INFEED, r->infeed[k], N, N, N, &at);
+    }
+    if (s->x_core0) /* shared: core 0's plus zeros (labels: the loss is, loss_and_tail) */
+        tpu__nl_all_reduce_cores(s, x);
 
     /* the input as rows of pixels, if a live layer reads it so */
     s->lw[0].y = x;
@@ -281,6 +350,8 @@ static void lower_step(struct lower *s)
         for (int k = 0; k < TPU__P_COUNT; k++)
             if (s->lw[i].live && tpu__net_has_param(&net->layers[i], k) && tpu__net_trainable(k)) {
                 s->b.tag = i;
+                if (s->lw[i].g1[k]) /* a core's part of the replica's sum */
+                    tpu__nl_all_reduce_cores(s, s->lw[i].g[k]);
                 tpu__nl_all_reduce(s, s->lw[i].g[k], TPU_REDUCE_SUM);
             }
     s->b.tag = TPU_NET_OP_STEP;
@@ -388,6 +459,12 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
             w->p[k] = w->g[k] = w->st[k][0] = w->st[k][1] = N;
     }
     mark(&s);
+    rc = tpu__nl_plan(&s, shape, d); /* refuses what it cannot partition, before any op */
+    if (rc) {
+        free(s.r);
+        free(s.lw);
+        return rc;
+    }
     static const char *const mode_name[] = {"train", "eval", "predict"};
     char pname[64];
     snprintf(pname, sizeof pname, "%s_%s", net->name, mode_name[mode]);

@@ -10,13 +10,13 @@
 
 uint64_t tpu__nl_rows_of(const struct lower *s, uint32_t t)
 {
-    struct tpu_shape o = s->net->layers[t].out;
-    return (uint64_t)s->B * o.h * o.w;
+    /* hl is the tensor's h, or its local rows when it is cut by rows */
+    return (uint64_t)s->B * s->lw[t].hl * s->net->layers[t].out.w;
 }
 
 static uint32_t cols_of(const struct lower *s, uint32_t t)
 {
-    return s->net->layers[t].out.c;
+    return s->lw[t].cl; /* c, or the local columns of a cut tensor */
 }
 
 static const char *lname(const struct lower *s, uint32_t t)
@@ -83,23 +83,24 @@ static uint32_t rows(const struct lower *s, uint32_t t)
     return t == 0 ? s->lw[0].rows : s->lw[t].y;
 }
 
-static struct tpu_window window_of(const struct lower *s, uint32_t i)
-{
-    const struct tpu__net_layer *L = &s->net->layers[i];
-    const struct tpu_shape x = L->in_shape;
-    struct tpu_window w = {x.h, x.w, x.c, L->desc.kh, L->desc.kw, L->desc.sh, L->desc.sw,
-                           L->pt, L->pl, L->out.h, L->out.w};
-    if (L->desc.kind == TPU_LAYER_GLOBAL_AVG_POOL2D)
-        w = (struct tpu_window){x.h, x.w, x.c, x.h, x.w, x.h, x.w, 0, 0, 1, 1};
-    return w;
-}
-
 static void window_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_t a, uint32_t b,
                       uint32_t layer)
 {
     struct tpu_op_attrs at = tpu__nl_attrs0();
-    at.win = window_of(s, layer);
+    at.win = tpu__nl_window(s, layer);
     tpu__nl_op(s, code, y, N, a, b, &at);
+}
+
+/* Whether layer i's input is an image cut by rows (its window ops take parts). */
+static bool cut_rows(const struct lower *s, uint32_t i)
+{
+    return s->lw[s->net->layers[i].in[0]].part == NL_ROWS;
+}
+
+/* The image a window op of layer i reads: its input, or the extended slice of it. */
+static uint32_t window_input(struct lower *s, uint32_t i)
+{
+    return cut_rows(s, i) ? tpu__nl_halo(s, i) : s->lw[s->net->layers[i].in[0]].y;
 }
 
 /* A conv2d op of layer `layer` (conv2d, conv2d_grad_input, conv2d_grad_filter) with the
@@ -108,7 +109,7 @@ static void conv_op(struct lower *s, enum tpu_opcode code, uint32_t y, uint32_t 
                     uint32_t layer)
 {
     struct tpu_op_attrs at = tpu__nl_attrs0();
-    at.win = window_of(s, layer);
+    at.win = tpu__nl_window(s, layer);
     at.passes = (uint8_t)s->spec->passes;
     tpu__nl_op(s, code, y, N, a, b, &at);
 }
@@ -188,6 +189,7 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
     const uint32_t x = rows(s, s->net->layers[i].in[0]);
     const uint64_t R = tpu__nl_rows_of(s, i);
     const uint32_t C = cols_of(s, i);
+    const bool cut = w->part == NL_ROWS; /* sums over the replica's cores, padding masked */
     struct tpu_op_attrs at = tpu__nl_attrs0();
     at.eps = l->epsilon;
     w->y = tpu__nl_tmp(s, i, "y", R, C);
@@ -198,20 +200,28 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
         tpu__nl_op(s, TPU_OP_MUL, w->y, N, w->y, w->inv, NULL);
         tpu__nl_op(s, TPU_OP_MUL, w->y, N, w->y, w->p[TPU__P_GAMMA], NULL);
         tpu__nl_op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BETA], NULL);
+        tpu__nl_mask_rows(s, i, w->y);
         return;
     }
-    const float inv_r = 1.0f / (float)R;
+    const struct tpu_shape o = s->net->layers[i].out;
+    const float inv_r = 1.0f / (float)((uint64_t)s->B * o.h * o.w); /* the global rows */
     uint32_t mean = tpu__nl_tmp(s, i, "mean", 1, C), var = tpu__nl_tmp(s, i, "var", 1, C);
     uint32_t sq = tpu__nl_tmp(s, i, "sq", R, C);
     w->xhat = tpu__nl_tmp(s, i, "xhat", R, C); /* first x - mean, then scaled in place to xhat */
     w->inv = tpu__nl_tmp(s, i, "inv", 1, C);
     reduce_rows(s, mean, x);
+    if (cut)
+        tpu__nl_all_reduce_cores(s, mean);
     scale(s, mean, mean, inv_r);
     if (l->cross_replica)
         tpu__nl_all_reduce(s, mean, TPU_REDUCE_MEAN);
     tpu__nl_op(s, TPU_OP_SUB, w->xhat, N, x, mean, NULL);
+    if (cut) /* padding rows: 0 - mean, masked back to 0 (and so xhat and y's scaled part) */
+        tpu__nl_mask_rows(s, i, w->xhat);
     tpu__nl_op(s, TPU_OP_MUL, sq, N, w->xhat, w->xhat, NULL);
     reduce_rows(s, var, sq);
+    if (cut)
+        tpu__nl_all_reduce_cores(s, var);
     scale(s, var, var, inv_r);
     if (l->cross_replica)
         tpu__nl_all_reduce(s, var, TPU_REDUCE_MEAN);
@@ -219,6 +229,7 @@ static void fwd_batch_norm(struct lower *s, uint32_t i)
     tpu__nl_op(s, TPU_OP_MUL, w->xhat, N, w->xhat, w->inv, NULL);
     tpu__nl_op(s, TPU_OP_MUL, w->y, N, w->xhat, w->p[TPU__P_GAMMA], NULL);
     tpu__nl_op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BETA], NULL);
+    tpu__nl_mask_rows(s, i, w->y); /* beta in the padding rows */
     /* moving = momentum * moving + (1 - momentum) * batch, as Keras. Per-replica statistics
      * normalize this replica's batch, but the moving averages take their mean over the
      * replicas (Keras on TPU aggregates them ON_READ with MEAN), so every replica holds the
@@ -252,11 +263,15 @@ void tpu__nl_forward(struct lower *s, uint32_t i)
     case TPU_LAYER_CONV2D: {
         w->y = tpu__nl_tmp(s, i, "y", R, C);
         if (l->kind == TPU_LAYER_CONV2D && !pointwise(L)) /* the patches formed on chip */
-            conv_op(s, TPU_OP_CONV2D, w->y, s->lw[in0].y, w->p[TPU__P_KERNEL], i);
+            conv_op(s, TPU_OP_CONV2D, w->y, window_input(s, i), w->p[TPU__P_KERNEL], i);
         else
             matmul(s, w->y, rows(s, in0), w->p[TPU__P_KERNEL], false, false, false);
-        if (l->use_bias)
+        if (w->split == TPU_SPLIT_ROWS) /* this core's part of the product: sum them */
+            tpu__nl_all_reduce_cores(s, w->y);
+        if (l->use_bias) {
             tpu__nl_op(s, TPU_OP_ADD, w->y, N, w->y, w->p[TPU__P_BIAS], NULL);
+            tpu__nl_mask_rows(s, i, w->y); /* the bias in the padding rows */
+        }
         if (l->activation == TPU_ACT_RELU)
             tpu__nl_op(s, TPU_OP_RELU, w->y, N, w->y, N, NULL);
         break;
@@ -266,12 +281,16 @@ void tpu__nl_forward(struct lower *s, uint32_t i)
     case TPU_LAYER_GLOBAL_AVG_POOL2D:
         w->y = tpu__nl_tmp(s, i, "y", R, C);
         window_op(s, l->kind == TPU_LAYER_MAX_POOL2D ? TPU_OP_MAX_POOL : TPU_OP_AVG_POOL, w->y,
-                  s->lw[in0].y, N, i);
+                  window_input(s, i), N, i);
+        if (w->part == NL_WHOLE && cut_rows(s, i)) /* core 0's pool, zeros elsewhere */
+            tpu__nl_all_reduce_cores(s, w->y);
         break;
     case TPU_LAYER_FLATTEN:
     case TPU_LAYER_RESHAPE:
         w->y = tpu__nl_tmp(s, i, "y", R, C);
         tpu__nl_op(s, TPU_OP_RESHAPE, w->y, N, s->lw[in0].y, N, NULL);
+        if (w->part == NL_WHOLE && cut_rows(s, i)) /* a 1-row image: core 0's, zeros else */
+            tpu__nl_all_reduce_cores(s, w->y);
         break;
     case TPU_LAYER_RELU:
         w->y = tpu__nl_tmp(s, i, "y", R, C);
@@ -288,6 +307,13 @@ void tpu__nl_forward(struct lower *s, uint32_t i)
         at.alpha = l->rate;
         at.var = s->r->var_step;
         at.imm = (int64_t)(tpu__mix64(s->spec->seed ^ tpu__mix64(i)) >> 1);
+        if (w->part == NL_ROWS || w->part == NL_FLAT) {
+            /* the local rows' part of the whole image's mask (padding rows: 0) */
+            const struct tpu_shape im = w->part == NL_ROWS ? L->out : w->img;
+            at.win = (struct tpu_window){.h = im.h, .w = im.w, .c = im.c, .kh = 1, .kw = 1,
+                                         .sh = 1, .sw = 1, .ho = im.h, .wo = im.w,
+                                         .parts = s->P};
+        }
         tpu__nl_op(s, TPU_OP_DROPOUT_MASK, w->mask, N, N, N, &at);
         tpu__nl_op(s, TPU_OP_MUL, w->y, N, rows(s, in0), w->mask, NULL);
         break;
@@ -321,9 +347,14 @@ static void bwd_batch_norm(struct lower *s, uint32_t i)
     tpu__nl_op(s, TPU_OP_MUL, dy_xhat, N, dy, w->xhat, NULL);
     reduce_rows(s, w->g[TPU__P_GAMMA], dy_xhat);
     reduce_rows(s, w->g[TPU__P_BETA], dy);
+    if (w->part == NL_ROWS) { /* the replica's sums, which dx needs too */
+        tpu__nl_all_reduce_cores(s, w->g[TPU__P_GAMMA]);
+        tpu__nl_all_reduce_cores(s, w->g[TPU__P_BETA]);
+    }
     if (!s->lw[in0].need_grad)
         return;
-    const float inv_r = 1.0f / (float)R;
+    const struct tpu_shape o = L->out;
+    const float inv_r = 1.0f / (float)((uint64_t)s->B * o.h * o.w); /* the global rows */
     uint32_t m1 = tpu__nl_tmp(s, i, "dy_mean", 1, C), m2 = tpu__nl_tmp(s, i, "dy_xhat_mean", 1, C);
     uint32_t k = tpu__nl_tmp(s, i, "inv_gamma", 1, C), t = tpu__nl_tmp(s, i, "xhat_m2", R, C);
     scale(s, m1, w->g[TPU__P_BETA], inv_r);
@@ -338,6 +369,7 @@ static void bwd_batch_norm(struct lower *s, uint32_t i)
     tpu__nl_op(s, TPU_OP_SUB, dx, N, dy, m1, NULL);
     tpu__nl_op(s, TPU_OP_SUB, dx, N, dx, t, NULL);
     tpu__nl_op(s, TPU_OP_MUL, dx, N, dx, k, NULL);
+    tpu__nl_mask_rows(s, i, dx); /* -inv * gamma * mean(dy) in the padding rows */
     contrib_end(s, in0, dx);
 }
 
@@ -356,17 +388,35 @@ void tpu__nl_backward(struct lower *s, uint32_t i)
         if (l->activation == TPU_ACT_RELU)
             tpu__nl_op(s, TPU_OP_RELU_GRAD, dy, N, dy, w->y, NULL);
         if (window) /* the patches formed on chip again: none kept from the forward pass */
-            conv_op(s, TPU_OP_CONV2D_GRAD_FILTER, w->g[TPU__P_KERNEL], s->lw[in0].y, dy, i);
+            conv_op(s, TPU_OP_CONV2D_GRAD_FILTER, w->g[TPU__P_KERNEL],
+                    cut_rows(s, i) ? w->ext : s->lw[in0].y, dy, i);
         else
             matmul(s, w->g[TPU__P_KERNEL], rows(s, in0), dy, true, false, false);
         if (l->use_bias)
             reduce_rows(s, w->g[TPU__P_BIAS], dy);
+        /* on rows cut over the cores: sums over this core's rows only */
+        w->g1[TPU__P_KERNEL] = w->g1[TPU__P_BIAS] = w->part == NL_ROWS;
         if (!gx)
             break;
+        if (!window && w->split == TPU_SPLIT_COLS) { /* a partial sum over the columns */
+            dx = contrib_begin(s, in0);
+            matmul(s, dx, dy, w->p[TPU__P_KERNEL], false, true, false);
+            tpu__nl_all_reduce_cores(s, dx);
+            contrib_end(s, in0, dx);
+            break;
+        }
         if (!window) {
             uint32_t d = tpu__nl_dy_buf(s, in0);
             matmul(s, d, dy, w->p[TPU__P_KERNEL], false, true, s->lw[in0].dy_written);
             s->lw[in0].dy_written = true;
+            break;
+        }
+        if (cut_rows(s, i)) {
+            uint32_t ext = tpu__nl_ext_tmp(s, i, "dext");
+            conv_op(s, TPU_OP_CONV2D_GRAD_INPUT, ext, dy, w->p[TPU__P_KERNEL], i);
+            dx = contrib_begin(s, in0);
+            tpu__nl_halo_grad(s, i, dx, ext);
+            contrib_end(s, in0, dx);
             break;
         }
         dx = contrib_begin(s, in0);
@@ -375,20 +425,31 @@ void tpu__nl_backward(struct lower *s, uint32_t i)
         break;
     }
     case TPU_LAYER_MAX_POOL2D:
-        dx = contrib_begin(s, in0);
-        window_op(s, TPU_OP_MAX_POOL_GRAD, dx, dy, s->lw[in0].y, i);
-        contrib_end(s, in0, dx);
-        break;
     case TPU_LAYER_AVG_POOL2D:
-    case TPU_LAYER_GLOBAL_AVG_POOL2D:
+    case TPU_LAYER_GLOBAL_AVG_POOL2D: {
+        const bool max = l->kind == TPU_LAYER_MAX_POOL2D, cut = cut_rows(s, i);
+        const enum tpu_opcode code = max ? TPU_OP_MAX_POOL_GRAD : TPU_OP_AVG_POOL_GRAD;
+        const uint32_t x = !max ? N : cut ? w->ext : s->lw[in0].y;
+        if (!cut) {
+            dx = contrib_begin(s, in0);
+            window_op(s, code, dx, dy, x, i);
+            contrib_end(s, in0, dx);
+            break;
+        }
+        /* the adjoint on the extended slice, summed back to the rows' owners */
+        uint32_t ext = tpu__nl_ext_tmp(s, i, "dext");
+        window_op(s, code, ext, dy, x, i);
         dx = contrib_begin(s, in0);
-        window_op(s, TPU_OP_AVG_POOL_GRAD, dx, dy, N, i);
+        tpu__nl_halo_grad(s, i, dx, ext);
         contrib_end(s, in0, dx);
         break;
+    }
     case TPU_LAYER_FLATTEN:
     case TPU_LAYER_RESHAPE:
         dx = contrib_begin(s, in0);
         tpu__nl_op(s, TPU_OP_RESHAPE, dx, N, dy, N, NULL);
+        if (w->part == NL_WHOLE && cut_rows(s, i)) /* a 1-row image: core 0's row only */
+            tpu__nl_mask_rows(s, in0, dx);
         contrib_end(s, in0, dx);
         break;
     case TPU_LAYER_RELU:

@@ -39,11 +39,24 @@ static int check_config(const struct tpu_run_config *c, const struct tpu_device 
                          "/ %u cores per replica); set num_shards to %u or leave it 0",
                          c->num_shards, tpu_device_n_replicas(dev), cores, cpr,
                          tpu_device_n_replicas(dev));
-    if (c->iterations_per_loop_s == 0 && c->iterations_per_loop < 1)
+    if (c->iterations_per_loop_auto) {
+        if (c->tuner.kind != TPU_TUNER_MODEL && c->tuner.kind != TPU_TUNER_KERAS)
+            return tpu__fail(d, TPU_EINVAL, "iterations_per_loop auto takes the model or the "
+                             "keras tuner, not tuner kind %d; set tuner.kind to "
+                             "TPU_TUNER_MODEL or TPU_TUNER_KERAS (for a time per launch, give "
+                             "iterations_per_loop a time such as 30s)", (int)c->tuner.kind);
+        int trc = tpu_tuner_check_settings(&c->tuner, d);
+        if (trc)
+            return trc;
+    } else if (c->iterations_per_loop_s == 0 && c->iterations_per_loop < 1)
         return tpu__fail(d, TPU_EINVAL, "iterations_per_loop is 0; use at least 1 (or a time "
                          "such as 30s)");
     if (c->iterations_per_loop_s < 0 || !isfinite(c->iterations_per_loop_s))
         return tpu__fail(d, TPU_EINVAL, "iterations_per_loop time %g s must be positive",
+                         c->iterations_per_loop_s);
+    if (c->iterations_per_loop_s > 86400)
+        return tpu__fail(d, TPU_EINVAL, "iterations_per_loop time %g s is more than 24 hours "
+                         "(86400 s) of simulated time per launch; use 1s to 24h, e.g. 30s",
                          c->iterations_per_loop_s);
     if (c->initial_infeed_sleep_secs < 0 || c->initial_infeed_sleep_secs > 3600)
         return tpu__fail(d, TPU_EINVAL, "initial_infeed_sleep_secs %g must be from 0 to 3600",
@@ -153,10 +166,17 @@ void tpu_estimator_destroy(struct tpu_estimator **pe)
     tpu_program_destroy(&e->mp.prog);
     free_params(e);
     free(e->hooks);
+    for (int m = 0; m < 3; m++)
+        tpu_tuner_destroy(&e->tuners[m]);
     if (e->metrics)
         fclose(e->metrics);
     free(e);
     *pe = NULL;
+}
+
+const struct tpu_tuner *tpu_estimator_tuner(const struct tpu_estimator *e, enum tpu_mode mode)
+{
+    return (unsigned)mode <= TPU_MODE_PREDICT ? e->tuners[mode] : NULL;
 }
 
 void tpu_estimator_request_stop(struct tpu_estimator *e)

@@ -18,6 +18,7 @@ void tpu_run_config_default(struct tpu_run_config *c)
 {
     memset(c, 0, sizeof *c);
     c->iterations_per_loop = 100;
+    tpu_tuner_default_settings(&c->tuner, TPU_TUNER_MODEL);
     c->num_cores_per_replica = 1;
     c->per_host_input_for_training = TPU_PER_HOST_V2;
     c->eval_training_input_configuration = TPU_EVAL_PER_HOST_V1;

@@ -1,5 +1,8 @@
-/* The threads of a pass (runtime_pass.c draws the whole pass): the infeed thread, which runs
- * the input pipeline ahead of the device and fills the cores' infeed queues; the outfeed
+/* The threads of a pass (runtime_pass.c draws the whole pass): one infeed thread per host
+ * that makes input_fn calls (shard/'s plan says which), which runs that host's calls ahead of
+ * the device, one call at a time across the hosts in the plan's order (the "turn", below),
+ * each charged to its host's own clock, and fills the infeed queues of the cores each call
+ * feeds with their slices of each tensor; the outfeed
  * thread, which drains every core's outfeed, keeps replica 0's loss, runs the host calls and
  * sums evaluation and prediction outputs; and the watchdog, which ends a deadlocked run with
  * an error. They share the pass (struct tpu__pass, runtime_int.h) under its lock, and end

@@ -55,6 +55,9 @@ struct tpu_estimator {
     double wall_start;
     struct tpu_loop_info last;
     FILE *metrics;
+    /* iterations_per_loop auto or a time: each mode's tuner (tune.h), made at the mode's
+     * first pass and started and stopped around each pass */
+    struct tpu_tuner *tuners[3];
 };
 
 /* A host phase charged to the simulated timeline, kept until it goes to the device's trace:

@@ -27,10 +27,16 @@
  * input cost of each batch. Costs are modeled constants or measured wall time (config).
  * Each cost charged is also a host phase on the device's timeline (when it traces), at the
  * cycle and for the cycles charged: "launch", "hooks", "checkpoint save", "<mode> input
- * batch".
+ * batch" ("<mode> input batch host H" with several hosts: each host's infeed thread has a
+ * clock of its own, so the hosts' input phases run side by side).
  *
- * How many steps each launch runs is tune/'s (the loop size); which replicas each input_fn
- * call feeds is shard/'s. */
+ * Several hosts: one infeed thread per host that makes calls, each on its own clock; a step
+ * is fed when every host has queued its part of it (fed is the least over the hosts); the
+ * last infeed thread to end closes the device's infeed.
+ *
+ * How many steps each launch runs is tune/'s (the loop size: a count, or the estimator's tuner
+ * of the pass's mode, told of each launch's device and host time); which host makes each
+ * input_fn call, with what batch, and which replicas and slices it feeds is shard/'s plan. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -198,6 +204,9 @@ struct pass_loop {
     /* the pass so far: device and host cycles, MACs and MAC capacity, infeed waits */
     double acc_dev, acc_host, acc_macs, acc_cap, acc_stall;
     struct tpu__loop_size size;      /* steps per launch (tune/) */
+    bool log_started;                /* the step counter's first trigger happened */
+    uint64_t last_log_step;          /* the global step of its last trigger */
+    uint64_t last_log_cycle;         /* and the device's end of that loop */
 };
 
 /* One launch: the steps it ran, and its device span [start, end] in cycles. */
@@ -281,9 +290,24 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
                  tpu_device_chip(e->dev)->mxu_cols * tpu_device_chip(e->dev)->mxu_per_core *
                  e->n_cores;
     li->mxu_utilization = cap > 0 ? (double)(now->macs - before->macs) / cap : 0;
-    if (e->cfg.log_step_count_steps && training)
-        li->log_due = e->global_step / e->cfg.log_step_count_steps !=
-                      (e->global_step - ran) / e->cfg.log_step_count_steps;
+    /* TPUEstimator's step counter hook (a SecondOrStepTimer of every_steps
+     * log_step_count_steps, fresh for each train call): its first trigger, at the first loop
+     * boundary, has no rate to log and only starts the count; then a line is due at the first
+     * boundary at least log_step_count_steps steps after the last trigger */
+    if (e->cfg.log_step_count_steps && training) {
+        if (!L->log_started) {
+            L->log_started = true;
+            L->last_log_step = e->global_step;
+            L->last_log_cycle = end;
+        } else if (e->global_step >= L->last_log_step + e->cfg.log_step_count_steps) {
+            li->log_due = true;
+            if (end > L->last_log_cycle)
+                li->log_steps_per_s = (double)(e->global_step - L->last_log_step) /
+                                      ((double)(end - L->last_log_cycle) / e->hz);
+            L->last_log_step = e->global_step;
+            L->last_log_cycle = end;
+        }
+    }
     /* the cores' mean share of the loop spent waiting for infeed */
     li->infeed_stall_share = end > start
                                  ? (double)(now->stall[TPU_STALL_INFEED_EMPTY] -
@@ -523,12 +547,17 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
                   struct tpu_diag *d)
 {
     struct pass_threads threads;
-    int rc = start_threads(p, &threads, d);
+    struct tpu_tuner_settings ts;
+    int rc;
+    if (!e->tuners[p->mode] && tpu__loop_size_tuner_settings(&e->cfg, p->mode, &ts) &&
+        (rc = tpu_tuner_create(&ts, &e->tuners[p->mode], d)))
+        return rc;
+    rc = start_threads(p, &threads, d);
     if (rc)
         return rc;
     const bool training = p->mode == TPU_MODE_TRAIN;
     struct pass_loop L = {.target_step = target_step, .last_ckpt = e->global_step};
-    tpu__loop_size_init(&L.size, &e->cfg);
+    tpu__loop_size_init(&L.size, &e->cfg, e->tuners[p->mode]);
     sum_counters(e, &L.before);
     while (!L.ended && !L.stop && pass_loop_more(e, p, &L)) {
         if (atomic_load(&e->stop)) {
@@ -540,6 +569,7 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
             break;
         }
         uint64_t remaining = training ? target_step - e->global_step : p->steps - L.done;
+        const uint64_t host_before = e->host_cycle;
         struct launch l;
         if ((rc = launch_loop(e, p, &L, tpu__loop_size_next(&L.size, remaining), &l)))
             break;
@@ -554,8 +584,13 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         flush_input_phases(p, L.done);
         if ((rc = loop_boundary(e, p, &L, &l, d)))
             break;
-        tpu__loop_size_observe(&L.size, e->last.step_time_s);
+        /* the tuner sees the launch's device time and the host time around it: the launch
+         * and the boundary (hooks, logging, checkpoint) */
+        tpu__loop_size_observe(&L.size, l.ran, (double)(l.end - l.start) / e->hz,
+                               (double)((l.start - host_before) + (e->host_cycle - l.end)) /
+                                   e->hz);
     }
+    tpu__loop_size_end(&L.size);
     join_threads(p, &threads);
     flush_input_phases(p, UINT64_MAX);
     return pass_result(e, p, &L, rc, d);

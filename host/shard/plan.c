@@ -132,7 +132,7 @@ static int check_form(const struct tpu_shard_spec *s, struct tpu_diag *d)
 {
     if (s->hosts < 1 || s->chips_per_host < 1 || s->cores_per_chip < 1)
         return tpu__fail(d, TPU_EINVAL, "a pod slice of %u hosts x %u chips per host x %u cores "
-                         "per chip has no cores; each must be at least 1", s->hosts,
+                         "per chip has no cores; each count must be at least 1", s->hosts,
                          s->chips_per_host, s->cores_per_chip);
     if ((unsigned)s->mode > TPU_MODE_PREDICT)
         return tpu__fail(d, TPU_EINVAL, "mode %d is not train, eval or predict", (int)s->mode);
@@ -213,21 +213,34 @@ static int check_config(const struct tpu_shard_spec *s, uint32_t cpr, struct tpu
     return 0;
 }
 
+/* "2 hosts x 4 chips x 2 cores" (hosts: with the hosts), "1 chip x 2 cores" (without). */
+static void slice_text(const struct tpu_shard_spec *s, bool hosts, char *buf, size_t n)
+{
+    size_t at = 0;
+    if (hosts)
+        at = (size_t)snprintf(buf, n, "%u host%s x ", s->hosts, s->hosts == 1 ? "" : "s");
+    snprintf(buf + at, n - at, "%u chip%s x %u core%s", s->chips_per_host,
+             s->chips_per_host == 1 ? "" : "s", s->cores_per_chip,
+             s->cores_per_chip == 1 ? "" : "s");
+}
+
 /* _validate_tpu_configuration's rules on the system: cores, replicas, hosts. */
 static int check_system(const struct tpu_shard_spec *s, uint32_t cpr, uint32_t cores,
                         uint32_t cores_per_host, struct tpu_diag *d)
 {
+    char all[96], host[64];
+    slice_text(s, true, all, sizeof all);
+    slice_text(s, false, host, sizeof host);
     if (cpr > cores)
         return tpu__fail(d, TPU_EINVAL, "the num of cores required by the model parallelism, "
                          "num_cores_per_replica %u, is larger than the total num of TPU cores "
-                         "in the system, %u (%u hosts x %u chips x %u cores); use "
-                         "num_cores_per_replica %u or less, or more hosts or chips", cpr, cores,
-                         s->hosts, s->chips_per_host, s->cores_per_chip, pow2_below(cores));
+                         "in the system, %u (%s); use num_cores_per_replica %u or less, or "
+                         "more hosts or chips", cpr, cores, all, pow2_below(cores));
     if (cores % cpr)
-        return tpu__fail(d, TPU_EINVAL, "the %u cores of the system (%u hosts x %u chips x %u "
-                         "cores) do not divide into replicas of num_cores_per_replica %u; use "
-                         "a core count that %u divides", cores, s->hosts, s->chips_per_host,
-                         s->cores_per_chip, cpr, cpr);
+        return tpu__fail(d, TPU_EINVAL, "the %u cores of the system (%s) do not divide into "
+                         "replicas of num_cores_per_replica %u; use num_cores_per_replica %u "
+                         "(the largest power of two that divides %u), or a core count that %u "
+                         "divides", cores, all, cpr, cores & (~cores + 1), cores, cpr);
     const uint32_t replicas = cores / cpr;
     if (s->num_shards && s->num_shards != replicas)
         return tpu__fail(d, TPU_EINVAL, "num_shards %u is not set correctly: the system has "
@@ -238,21 +251,18 @@ static int check_system(const struct tpu_shard_spec *s, uint32_t cpr, uint32_t c
     if (cpr > cores_per_host && s->train_input != TPU_PER_HOST_V2)
         return tpu__fail(d, TPU_EINVAL, "except in PER_HOST_V2 mode, a replica must fit on one "
                          "host: num_cores_per_replica %u is more than the %u cores per host "
-                         "(%u chips x %u cores), and per_host_input_for_training is %s; use "
-                         "PER_HOST_V2, or num_cores_per_replica %u or less", cpr,
-                         cores_per_host, s->chips_per_host, s->cores_per_chip,
+                         "(%s), and per_host_input_for_training is %s; use PER_HOST_V2, or "
+                         "num_cores_per_replica %u or less", cpr, cores_per_host, host,
                          tpu__shard_input_name(s->train_input), pow2_below(cores_per_host));
     if (cpr <= cores_per_host && cores_per_host % cpr)
-        return tpu__fail(d, TPU_EINVAL, "a host's %u cores (%u chips x %u cores) do not hold a "
-                         "whole number of replicas of %u cores, so a replica would straddle two "
-                         "hosts; use num_cores_per_replica that divides %u, or chips and cores "
-                         "per host that %u divides", cores_per_host, s->chips_per_host,
-                         s->cores_per_chip, cpr, cores_per_host, cpr);
+        return tpu__fail(d, TPU_EINVAL, "a host's %u cores (%s) do not hold a whole number of "
+                         "replicas of %u cores, so a replica would straddle two hosts; use "
+                         "num_cores_per_replica that divides %u, or chips and cores per host "
+                         "that %u divides", cores_per_host, host, cpr, cores_per_host, cpr);
     if (cpr > cores_per_host && cpr % cores_per_host)
-        return tpu__fail(d, TPU_EINVAL, "a replica of %u cores spans hosts of %u cores (%u chips "
-                         "x %u cores) but not a whole number of them; use chips and cores per "
-                         "host that divide %u", cpr, cores_per_host, s->chips_per_host,
-                         s->cores_per_chip, cpr);
+        return tpu__fail(d, TPU_EINVAL, "a replica of %u cores spans hosts of %u cores (%s) but "
+                         "not a whole number of them; use chips and cores per host that divide "
+                         "%u", cpr, cores_per_host, host, cpr);
     return 0;
 }
 
@@ -329,19 +339,24 @@ static int check_dims(const struct tpu_shard_spec *s, enum tpu__shard_feed feed,
             continue;
         uint64_t product = 1;
         for (uint32_t a = 0; a < t->dims.rank; a++)
-            product *= t->dims.dims[a];
+            product = product > UINT32_MAX ? product : product * t->dims.dims[a];
         if (product == 1)
             continue;
         char dt[96], st[160];
         tpu__shard_dims_text(&t->dims, dt, sizeof dt);
         tpu__shard_shape_text(per_replica, t, st, sizeof st);
-        if (product != cpr)
+        if (product != cpr) {
+            char pt[40];
+            if (product > UINT32_MAX)
+                snprintf(pt, sizeof pt, "more than %u", UINT32_MAX);
+            else
+                snprintf(pt, sizeof pt, "%llu", (unsigned long long)product);
             return tpu__fail(d, TPU_EINVAL, "tensor '%s': the product of its input partition "
-                             "dims %s is %llu, and it should equal num_cores_per_replica %u "
+                             "dims %s is %s, and it should equal num_cores_per_replica %u "
                              "(each part goes to one core of the replica) or be 1 (the whole "
                              "tensor to logical core 0); change the counts so that they "
-                             "multiply to %u", t->name, dt, (unsigned long long)product, cpr,
-                             cpr);
+                             "multiply to %u", t->name, dt, pt, cpr, cpr);
+        }
         if (t->dims.rank != t->rank + 1)
             return tpu__fail(d, TPU_EINVAL, "tensor '%s' of shape %s has %u dimensions (the "
                              "batch first), and its input partition dims %s have %u; give one "

@@ -54,7 +54,7 @@ int tpu_shard_slice_of(const struct tpu_shard_spec *s, const struct tpu_shard_pl
         shape[a + 1] = t->shape[a];
     uint64_t product = 1;
     for (uint32_t a = 0; a < t->dims.rank; a++)
-        product *= t->dims.dims[a];
+        product = product > UINT32_MAX ? product : product * t->dims.dims[a];
     if (t->dims.rank == 0 || product == 1) {
         /* None: every core gets the whole tensor; product 1: logical core 0 only */
         out->receives = t->dims.rank == 0 || lcore == 0;

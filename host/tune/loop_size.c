@@ -12,6 +12,11 @@ int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tp
     /* ^[1-9][0-9]*[smh]?$, read digit by digit so that no range can overflow */
     const uint64_t max_count = UINT64_C(1000000000000), max_s = 86400;
     const char *p = text ? text : "";
+    if (!strcmp(p, "auto")) {
+        c->iterations_per_loop_auto = true;
+        c->iterations_per_loop_s = 0;
+        return 0;
+    }
     uint64_t v = 0;
     bool too_big = false;
     if (*p < '1' || *p > '9')
@@ -40,6 +45,7 @@ int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tp
                              (unsigned long long)max_count, (unsigned long long)max_count);
         c->iterations_per_loop = v;
         c->iterations_per_loop_s = 0;
+        c->iterations_per_loop_auto = false;
         return 0;
     }
     if (too_big || v > max_s / scale)
@@ -47,31 +53,76 @@ int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tp
                          "simulated time per launch; use a time from 1s to 24h (86400s), "
                          "e.g. iterations_per_loop 30s", text);
     c->iterations_per_loop_s = (double)(v * scale);
+    c->iterations_per_loop_auto = false;
     return 0;
 bad:
     return tpu__fail(d, TPU_EINVAL,
                      "iterations_per_loop '%s' must match ^[1-9][0-9]*[smh]?$ (as in "
                      "TPUEstimator): a whole number of steps from 1 to %llu, or a whole number "
                      "followed by s, m or h for a time of simulated seconds, minutes or hours "
-                     "(no leading zeros, signs, spaces, fractions or exponents); e.g. 100 or 30s",
+                     "(no leading zeros, signs, spaces, fractions or exponents), or auto for a "
+                     "tuner's choice; e.g. 100 or 30s (or auto)",
                      text ? text : "", (unsigned long long)max_count);
 }
 
-void tpu__loop_size_init(struct tpu__loop_size *ls, const struct tpu_run_config *cfg)
+static uint64_t gcd(uint64_t a, uint64_t b)
 {
-    ls->target_s = cfg->iterations_per_loop_s;
-    ls->steps = cfg->iterations_per_loop_s > 0 ? 1 : cfg->iterations_per_loop;
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+bool tpu__loop_size_tuner_settings(const struct tpu_run_config *cfg, enum tpu_mode mode,
+                                   struct tpu_tuner_settings *out)
+{
+    if (cfg->iterations_per_loop_auto) {
+        *out = cfg->tuner;
+        if (out->kind == TPU_TUNER_MODEL && mode == TPU_MODE_TRAIN) {
+            /* loops divide the cadences asked for, so checkpoints and log lines keep them */
+            uint64_t k = out->cadence_steps;
+            if (cfg->model_dir[0] && cfg->save_checkpoints_steps)
+                k = gcd(k, cfg->save_checkpoints_steps);
+            if (cfg->log_step_count_steps)
+                k = gcd(k, cfg->log_step_count_steps);
+            out->cadence_steps = k;
+        }
+        return true;
+    }
+    if (cfg->iterations_per_loop_s > 0) {
+        tpu_tuner_default_settings(out, TPU_TUNER_TIME);
+        out->target_s = cfg->iterations_per_loop_s;
+        return true;
+    }
+    return false;
+}
+
+void tpu__loop_size_init(struct tpu__loop_size *ls, const struct tpu_run_config *cfg,
+                         struct tpu_tuner *tuner)
+{
+    ls->steps = cfg->iterations_per_loop;
+    ls->tuner = tuner;
+    if (tuner)
+        tpu_tuner_start(tuner);
 }
 
 uint64_t tpu__loop_size_next(const struct tpu__loop_size *ls, uint64_t remaining)
 {
-    return remaining < ls->steps ? remaining : ls->steps;
+    uint64_t n = ls->tuner ? tpu_tuner_steps_per_execution(ls->tuner) : ls->steps;
+    return remaining < n ? remaining : n;
 }
 
-void tpu__loop_size_observe(struct tpu__loop_size *ls, double step_time_s)
+void tpu__loop_size_observe(struct tpu__loop_size *ls, uint64_t steps, double device_s,
+                            double host_s)
 {
-    if (ls->target_s > 0 && step_time_s > 0) {
-        double want = floor(ls->target_s / step_time_s);
-        ls->steps = want < 1 ? 1 : want > 1e12 ? (uint64_t)1e12 : (uint64_t)want;
-    }
+    if (ls->tuner) /* the times come from the timeline: finite and non-negative */
+        tpu_tuner_observe(ls->tuner, steps, device_s, host_s, NULL);
+}
+
+void tpu__loop_size_end(struct tpu__loop_size *ls)
+{
+    if (ls->tuner)
+        tpu_tuner_stop(ls->tuner);
 }

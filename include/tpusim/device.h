@@ -94,7 +94,11 @@ struct tpu_core_counters {
     uint64_t busy[TPU_UNIT_COUNT];     /* cycles each unit was occupied */
     uint64_t stall[TPU_STALL_COUNT];   /* cycles the core's next op waited, by cause */
     uint64_t hbm_read_bytes, hbm_write_bytes;
-    uint64_t infeed_bytes, outfeed_bytes, ici_bytes;
+    uint64_t infeed_bytes, outfeed_bytes;
+    uint64_t ici_bytes;                /* collectives: an all-reduce or permute counts its
+                                          buffer on every participant; a halo op the bytes
+                                          the core receives from the other cores of its
+                                          replica (sim/chip/timing.c) */
     uint64_t mxu_mac_slots;            /* MXU busy cycles x R x C x MXUs: what it could do */
     uint64_t macs;                     /* MACs done, bf16 passes included */
     uint64_t ops, iterations;
@@ -183,7 +187,10 @@ const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev);
 /* Verifies the program against the chip and gives every core its buffers (params zeroed,
  * variables 0). The device keeps its own copy. Replaces any earlier program. A program the
  * chip cannot run is refused with the earlier one still loaded; if the backend fails to
- * take it (out of memory), no program is loaded afterwards. Not during a run (TPU_EINVAL). */
+ * take it (out of memory), no program is loaded afterwards. Not during a run (TPU_EINVAL).
+ * A row-partitioned op (a window with parts > 1, program.h) runs over the cores of one
+ * replica, so its parts must equal settings.cores_per_replica (TPU_EINVAL otherwise, the
+ * message naming the op, parts, the cores per replica and the fix). */
 int tpu_device_load(struct tpu_device *dev, const struct tpu_program *prog, struct tpu_diag *d);
 
 /* Host access to a param buffer of one core (bytes must be the buffer's size, data not
@@ -306,7 +313,10 @@ int tpu_device_trace_host(struct tpu_device *dev, const char *name, uint64_t sta
                           uint64_t end_cycle);
 /* Writes the recorded timeline as Chrome trace event JSON (opens in Perfetto):
  * one process per chip, one track per unit per core, queue depths as counters, host
- * phases on a host track. Atomically (temporary file, rename). */
+ * phases on a host track, and a "loops" process with the device's launches: "device loop",
+ * each tpu_device_run's span from its start cycle to its end, and "device idle", the gap
+ * before it since the previous run's end (or cycle 0), when the host runs its loop boundary
+ * and the launch (the bubble between loops). Atomically (temporary file, rename). */
 int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struct tpu_diag *d);
 
 /* ---- the backend seam ------------------------------------------------------------------ */

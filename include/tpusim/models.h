@@ -3,7 +3,8 @@
  * optimizer update), its evaluation step and its prediction step.
  *
  * Every program is per replica: it infeeds the replica's share of a global batch, and the
- * training step scales the loss by 1/global_batch, so the all-reduced (summed) gradients are
+ * training step scales the loss by 1/global_batch (the runtime passes B * R: the global batch
+ * except in BROADCAST, runtime.h), so the all-reduced (summed) gradients are
  * the gradients of the mean loss over the global batch, whatever the number of replicas —
  * the sharded run computes the same model as the unsharded one. Mixed precision as on TPU:
  * fp32 master weights and vector math, matmul inputs rounded to bf16 (passes 1), or fp32
@@ -87,7 +88,12 @@ int tpu_mlp_build_int8(const struct tpu_mlp_spec *s, enum tpu_mlp_kind kind,
 
 /* The MLP as a runtime model (runtime.h): builds its programs for each mode from `spec`
  * (batch fields are filled in by the runtime) and initializes weights Glorot-uniform from
- * the seed, biases and optimizer state to zero. The spec must outlive the model. */
+ * the seed, biases and optimizer state to zero. The spec must outlive the model. On several
+ * cores per replica (struct tpu_build_shape) its programs are those of the same MLP as a
+ * layer graph of dense layers (tpu_net_build), which splits consecutive dense layers over a
+ * replica's cores (configs/models/README.md); the params keep their names and initial values,
+ * so checkpoints move between one and several cores per replica. On one core per replica it
+ * takes no input partition dims but None (or a product of 1). */
 struct tpu_model;
 void tpu_mlp_model(struct tpu_model *m, struct tpu_mlp_spec *spec);
 

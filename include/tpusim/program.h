@@ -19,7 +19,10 @@
  * the builder, printer, parser, verifier, executor and timing read it from there. What each
  * op computes, with its operand roles:
  *
- *   infeed   out y                        dequeue the next tensor of the core's infeed queue
+ *   infeed   out y                        dequeue the next tensor of the core's infeed queue;
+ *                                         with the flag core0 only logical core 0 of each
+ *                                         replica dequeues, the other cores take nothing
+ *                                         (no link time) and their y is zeros
  *   outfeed  in x                         enqueue x on the core's outfeed queue
  *   matmul   out y; in a, b               y = op(a) * op(b), op = transpose if trans_a/_b;
  *                                         passes 1 (inputs rounded to bf16: mixed precision),
@@ -121,13 +124,38 @@
  *   The optimizers' learning rate may follow a schedule (schedule, warmup, decay_steps,
  *   decay_rate: tpu_lr_schedule_value below) of the step variable `var`; sgd_momentum reads
  *   `var` only for a schedule other than constant.
- *   all_reduce  out y; in x               sum (reduce 0) or mean (reduce 1) of x over all
- *                                         replicas, in replica order; y may be x
+ *   all_reduce  out y; in x               sum (reduce 0) or mean (reduce 1) of x over the
+ *                                         group, in its order: group 0 (replicas) the cores
+ *                                         with this core's logical index in every replica, in
+ *                                         replica order; group 1 (replica_cores) the cores of
+ *                                         this replica, in logical core order; y may be x
  *   collective_permute  out y; in x       y on core i = x from core (i - shift) mod group,
  *                                         group = all replicas (group 0) or the cores of one
  *                                         replica (group 1: halo exchange)
  *   var_add  (no buffers)                 variable `var` += imm
  *   loop_begin / loop_end                 the loop over variable `var`
+ *   Row partitioning (the window's parts = P >= 2; "Row partitioning" below the window's
+ *   struct defines hc, hoc, E, r0(k) and the local, ext and local-out buffers):
+ *   halo     out y; in x                  a collective over the cores of one replica: x the
+ *                                         local image, y the ext image: y[n][j] = global row
+ *                                         g = r0(k) + j of the replica's image (core g / hc's
+ *                                         row g % hc) if 0 <= g < h, else 0. f32 or bf16
+ *   halo_grad out dx; in dy               the adjoint of halo, a collective over the cores
+ *                                         of one replica: dy an ext image on every core, dx
+ *                                         the local image: dx[n][i], global row g = k*hc + i
+ *                                         < h, = the sum over cores k' = 0, 1, ... P-1 in
+ *                                         that order of dy(k')[n][g - r0(k')] for those k'
+ *                                         with 0 <= g - r0(k') < E (the first term starts the
+ *                                         sum); rows g >= h get 0. f32
+ *   row_mask out y (no inputs)            y f32, N*hc*w*c elements: 1 where the element's
+ *                                         global row k*hc + i < h, else 0 (N from y's size;
+ *                                         the window's h, w, c and parts are used, the
+ *                                         lowering passes the identity window kh = kw = sh =
+ *                                         sw = 1, pt = pl = 0, ho = h, wo = w)
+ *   dropout_mask with a window of parts >= 2: the mask has N*hc*w*c elements; element
+ *                                         (n, i, x, ci) takes global index replica * (N*h*w*c)
+ *                                         + ((n*h + k*hc + i)*w + x)*c + ci (the unpartitioned
+ *                                         mask's), and padding rows (k*hc + i >= h) get 0
  *
  * The vector unit computes in fp32: every op but infeed, outfeed, matmul, the conv2d ops,
  * convert, quantize, reshape and collective_permute takes and gives f32 (labels and mse's
@@ -151,10 +179,10 @@
  *       var_add step 1
  *     }
  * Attributes are written name=value after the inputs with the names of the fields of
- * struct tpu_op_attrs (flags trans_a, trans_b, accumulate stand alone; reduce=sum|mean,
+ * struct tpu_op_attrs (flags trans_a, trans_b, accumulate, core0 stand alone; reduce=sum|mean,
  * group=replicas|replica_cores, schedule=constant|step|cosine; the window by its own fields:
- * "h=28 w=28 c=1 kh=3 kw=3 sh=1 sw=1 pt=0 pl=0 ho=26 wo=26", all required); var_add's
- * variable and imm are positional. */
+ * "h=28 w=28 c=1 kh=3 kw=3 sh=1 sw=1 pt=0 pl=0 ho=26 wo=26", all required where the op
+ * requires the window, and "parts=4" optional); var_add's variable and imm are positional. */
 #ifndef TPUSIM_PROGRAM_H
 #define TPUSIM_PROGRAM_H
 
@@ -197,10 +225,10 @@ enum tpu_buf_kind {
  *   rmw       1 if the op reads its outputs and writes them back (the optimizers update
  *             their param and state buffers in place), else 0
  *   rule      the verifier's shape and dtype rule for the op (sim/program/program_verify*.c,
- *             rules T1-T14): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
+ *             rules T1-T16): ANY (no rule), INFEED, MATMUL, BINARY (f32, b
  *             broadcasts), F32 (every operand f32, one shape), CONVERT, QUANTIZE, REDUCE,
  *             WINDOW, CONV, RESHAPE, SOFTMAX_XENT, CLASSIFY_COUNT, OPTIMIZER, ADAM, ALL_REDUCE,
- *             PERMUTE, MSE, COUNT_ROWS, DROPOUT
+ *             PERMUTE, MSE, COUNT_ROWS, DROPOUT, HALO, ROW_MASK
  *   attrs     the attributes it reads (TPU_ATTR_* bits; the others must stay zero)
  *   required  the attributes the text form must state (a forgotten one would silently be 0)
  *   unit      the unit that runs it (device.h's enum tpu_unit): MXU, VPU, INFEED, OUTFEED,
@@ -223,7 +251,8 @@ enum tpu_buf_kind {
  * struct tpu_op_attrs, its TPU_ATTR_ bit, and its line in the text's attribute table
  * (sim/program/program_print.c). */
 #define TPU_OP_TABLE(X)                                                                            \
-    X(INFEED, "infeed", OPERANDS, 1, 0, ("y"), NONE, 0, INFEED, 0, 0, INFEED, 0, chip)             \
+    X(INFEED, "infeed", OPERANDS, 1, 0, ("y"), NONE, 0, INFEED, TPU_ATTR_CORE0, 0, INFEED, 0,      \
+      chip)                                                                                        \
     X(OUTFEED, "outfeed", OPERANDS, 0, 1, ("x"), NONE, 0, ANY, 0, 0, OUTFEED, 0, chip)             \
     X(MATMUL, "matmul", OPERANDS, 1, 2, ("y", "a", "b"), NONE, 0, MATMUL,                          \
       TPU_ATTR_TRANS_A | TPU_ATTR_TRANS_B | TPU_ATTR_ACCUMULATE | TPU_ATTR_PASSES, 0, MXU, 0,      \
@@ -275,7 +304,7 @@ enum tpu_buf_kind {
     X(COUNT_ROWS, "count_rows", OPERANDS, 1, 1, ("y", "labels"), NONE, 0, COUNT_ROWS, 0, 0, VPU,   \
       2, count_rows)                                                                               \
     X(DROPOUT_MASK, "dropout_mask", OPERANDS, 1, 0, ("mask"), NONE, 0, DROPOUT,                    \
-      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA,                                                \
+      TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA | TPU_ATTR_WINDOW,                              \
       TPU_ATTR_VAR | TPU_ATTR_IMM | TPU_ATTR_ALPHA, VPU, 14, dropout_mask)                         \
     X(SGD_MOMENTUM, "sgd_momentum", OPERANDS, 2, 1, ("param", "velocity", "grad"), NONE, 1,        \
       OPTIMIZER,                                                                                   \
@@ -291,15 +320,21 @@ enum tpu_buf_kind {
           TPU_ATTR_EPS | TPU_ATTR_SCHEDULE,                                                        \
       TPU_ATTR_VAR | TPU_ATTR_ALPHA | TPU_ATTR_BETA | TPU_ATTR_DELTA | TPU_ATTR_EPS, VPU, 22,      \
       adam)                                                                                        \
-    X(ALL_REDUCE, "all_reduce", OPERANDS, 1, 1, ("y", "x"), IN0, 0, ALL_REDUCE, TPU_ATTR_REDUCE,   \
-      TPU_ATTR_REDUCE, ICI, 0, chip)                                                               \
+    X(ALL_REDUCE, "all_reduce", OPERANDS, 1, 1, ("y", "x"), IN0, 0, ALL_REDUCE,                    \
+      TPU_ATTR_REDUCE | TPU_ATTR_GROUP, TPU_ATTR_REDUCE, ICI, 0, chip)                             \
     X(COLLECTIVE_PERMUTE, "collective_permute", OPERANDS, 1, 1, ("y", "x"), NONE, 0, PERMUTE,      \
       TPU_ATTR_SHIFT | TPU_ATTR_GROUP, TPU_ATTR_SHIFT | TPU_ATTR_GROUP, ICI, 0, chip)              \
     X(VAR_ADD, "var_add", VAR_IMM, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR | TPU_ATTR_IMM, 0,     \
       CTRL, 0, var_add)                                                                            \
     X(LOOP_BEGIN, "loop_begin", LOOP, 0, 0, (NULL), NONE, 0, ANY, TPU_ATTR_VAR, 0, CTRL, 0,        \
       chip)                                                                                        \
-    X(LOOP_END, "loop_end", LOOP_END, 0, 0, (NULL), NONE, 0, ANY, 0, 0, CTRL, 0, chip)
+    X(LOOP_END, "loop_end", LOOP_END, 0, 0, (NULL), NONE, 0, ANY, 0, 0, CTRL, 0, chip)             \
+    X(HALO, "halo", OPERANDS, 1, 1, ("y", "x"), NONE, 0, HALO, TPU_ATTR_WINDOW, TPU_ATTR_WINDOW,   \
+      ICI, 0, chip)                                                                                \
+    X(HALO_GRAD, "halo_grad", OPERANDS, 1, 1, ("dx", "dy"), NONE, 0, HALO, TPU_ATTR_WINDOW,        \
+      TPU_ATTR_WINDOW, ICI, 0, chip)                                                               \
+    X(ROW_MASK, "row_mask", OPERANDS, 1, 0, ("y"), NONE, 0, ROW_MASK, TPU_ATTR_WINDOW,             \
+      TPU_ATTR_WINDOW, VPU, 1, row_mask)
 
 enum tpu_opcode {
 #define TPU__OP_ENUM(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required,       \
@@ -319,9 +354,11 @@ enum tpu_reduce_kind {
     TPU_REDUCE_MEAN = 1,
 };
 
+/* The cores a collective_permute or an all_reduce runs over. */
 enum tpu_permute_group {
-    TPU_GROUP_REPLICAS = 0,      /* all replicas: cross-replica */
-    TPU_GROUP_REPLICA_CORES = 1, /* the cores of one replica: halo exchange */
+    TPU_GROUP_REPLICAS = 0,      /* the cores with the same logical index in every replica,
+                                    in replica order: cross-replica */
+    TPU_GROUP_REPLICA_CORES = 1, /* the cores of one replica, in logical core order */
 };
 
 /* An NHWC image and a sliding window over it: the window ops' attribute group (one bit,
@@ -335,7 +372,43 @@ struct tpu_window {
     uint32_t sh, sw;   /* strides */
     uint32_t pt, pl;   /* padding before the first row / column */
     uint32_t ho, wo;   /* output positions */
+    uint32_t parts;    /* row partitioning: the image's rows are split over this many cores
+                          of a replica (P = the device's cores_per_replica); 0 or 1: not
+                          partitioned (the text form prints it only when > 1, and the
+                          builder stores 1 as 0). See "Row partitioning" below. */
 };
+
+/* Row partitioning (a window with parts = P >= 2). An image of h rows is split over the P
+ * logical cores of a replica: core k holds global rows [k*hc, k*hc + hc), hc = ceil(h / P),
+ * its rows >= h being padding that hold 0 (the "local image", N*hc*w*c elements). It
+ * computes the global output rows [k*hoc, k*hoc + hoc), hoc = ceil(ho / P), rows >= ho being
+ * padding (the "local out", N*hoc*wo rows). To do so it reads the "ext image" of
+ * E = (hoc - 1)*sh + kh rows, ext row j holding global row r0(k) + j, r0(k) = k*hoc*sh - pt
+ * (negative for k = 0 when pt > 0), N*E*w*c elements; the `halo` op makes it from the local
+ * images and `halo_grad` sums an ext-image gradient back into local images.
+ *
+ * The window ops with parts >= 2 take the ext image where the unpartitioned op takes the
+ * image (im2col's, max_pool's, avg_pool's, max_pool_grad's and conv2d_grad_filter's x;
+ * col2im's y, avg_pool_grad's and max_pool_grad's dx, conv2d_grad_input's dx) and the local
+ * out where it takes the window side (y, dy, cols). Each computes what the unpartitioned op
+ * computes for the core's global output rows < ho, in the same order (forward values are
+ * those rows of the unpartitioned op bit for bit); a position whose global row is outside
+ * [0, h) is padding as before, whatever the ext row holds. Forward ops write 0 to output
+ * rows >= ho; the backward ops ignore dy (cols) rows >= ho; the adjoints write 0 to ext rows
+ * outside [0, h). conv2d_grad_filter's dw is the core's partial sum (all-reduce it over the
+ * replica's cores, all_reduce group=replica_cores). tpu_window_part gives the sizes. */
+struct tpu_window_part {
+    uint32_t parts; /* P: 1 when the window is not partitioned */
+    uint64_t hc;    /* image rows per core: ceil(h / P) (h when P = 1) */
+    uint64_t hoc;   /* output rows per core: ceil(ho / P) (ho when P = 1) */
+    uint64_t ext;   /* rows of the ext image: (hoc - 1)*sh + kh (h when P = 1: the image) */
+};
+/* Fills *out for window w (any values: fields are computed in 64 bits, a zero ho or sh
+ * gives ext = kh). */
+void tpu_window_part(const struct tpu_window *w, struct tpu_window_part *out);
+/* r0(k) = k*hoc*sh - pt: the global row of ext row 0 on logical core k (0 when P = 1: the
+ * ext image is the image). */
+int64_t tpu_window_ext_row0(const struct tpu_window *w, uint32_t k);
 
 /* The optimizers' learning-rate schedules (tpu_lr_schedule_value gives the formulas); net.h's
  * tpu_train_spec uses them too. */
@@ -356,11 +429,14 @@ struct tpu_op_attrs {
     uint8_t passes;         /* matmul and the conv2d ops with f32 inputs: 1, 3, 6 */
     int32_t axis;           /* reduce_*: 0 or 1 */
     int32_t reduce;         /* all_reduce: enum tpu_reduce_kind */
-    int32_t shift, group;   /* collective_permute */
+    int32_t shift;          /* collective_permute */
+    int32_t group;          /* collective_permute, all_reduce: enum tpu_permute_group */
+    bool core0;             /* infeed: only logical core 0 of each replica dequeues */
     uint32_t var;           /* var_add, adam, adamw, loop_begin, dropout_mask, a scheduled
                                sgd_momentum: a variable id */
     int64_t imm;            /* var_add; dropout_mask: the seed */
-    struct tpu_window win;  /* the window ops: im2col ... avg_pool_grad, the conv2d ops */
+    struct tpu_window win;  /* the window ops: im2col ... avg_pool_grad, the conv2d ops, halo,
+                               halo_grad, row_mask; dropout_mask (optional) */
     float alpha, beta, gamma, delta, eps;
     /* the learning-rate schedule of sgd_momentum, adam, adamw (one bit, TPU_ATTR_SCHEDULE,
      * for the four): enum tpu_lr_schedule, the warm-up and decay lengths in steps, and the
@@ -389,6 +465,7 @@ enum tpu_op_attr_bits {
     TPU_ATTR_EPS = 1u << 14,
     TPU_ATTR_WINDOW = 1u << 15, /* the whole of win */
     TPU_ATTR_SCHEDULE = 1u << 16, /* schedule, warmup, decay_steps, decay_rate */
+    TPU_ATTR_CORE0 = 1u << 17,
 };
 
 struct tpu_op {
@@ -428,7 +505,8 @@ int tpu_program_add_var(struct tpu_program *p, const char *name, uint32_t *id,
                         struct tpu_diag *d);
 /* Appends an op (copied). Checks only that the opcode exists and that the buffer ids of the
  * operands the op has (tpu_opcode_n_out/_n_in) and its variable (if it reads `var`) exist;
- * the unused slots of out[] and in[] are stored as TPU_NO_BUF whatever they held. Everything
+ * the unused slots of out[] and in[] are stored as TPU_NO_BUF whatever they held, and a
+ * window's parts = 1 as 0 (both mean unpartitioned). Everything
  * else is checked by tpu_program_verify. Returns 0, TPU_EINVAL or TPU_ENOMEM. */
 int tpu_program_add_op(struct tpu_program *p, const struct tpu_op *op, struct tpu_diag *d);
 

@@ -14,10 +14,13 @@
  *   - a finite training input ends training cleanly at the last full step (with a warning;
  *     strict_input makes it an error).
  *
- * Threads: the caller's thread runs the loops and hooks; an infeed thread runs the input
- * function and fills the per-core infeed queues; an outfeed thread drains the outfeed
- * queues and runs host calls. They hand data to each other only through the device's queues
- * and the estimator's lock-guarded status.
+ * Threads: the caller's thread runs the loops and hooks; an infeed thread per host (of
+ * num_hosts) runs that host's input function calls and fills the infeed queues of the cores
+ * they feed, each core its slice of each tensor (input_partition_dims: the whole tensor, its
+ * part padded to the largest part, or nothing on logical cores after the first for dims of
+ * product 1); an outfeed thread drains the outfeed queues and runs host calls. They hand
+ * data to each other only through the device's queues and the estimator's lock-guarded
+ * status.
  *
  * Time: device time is simulated. The host's own phases (input function, hooks and
  * checkpoints, launches) are charged to the same timeline either with their measured wall
@@ -33,6 +36,7 @@
 #include "tpusim/device.h"
 #include "tpusim/error.h"
 #include "tpusim/program.h"
+#include "tpusim/tune.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,8 +96,12 @@ struct tpu_partition_dims {
 struct tpu_run_config {
     /* TPUConfig */
     uint64_t iterations_per_loop;     /* steps per launch (when iterations_per_loop_s is 0) */
-    double iterations_per_loop_s;     /* > 0: a time per launch in simulated seconds ("30s");
-                                         the loop size adapts to the measured step time */
+    double iterations_per_loop_s;     /* > 0: a time per launch in simulated seconds ("30s"):
+                                         each launch's size is TPUEstimator's
+                                         IterationCountEstimator's (tune.h, TPU_TUNER_TIME) */
+    bool iterations_per_loop_auto;    /* "auto": `tuner` chooses each launch's size */
+    struct tpu_tuner_settings tuner;  /* auto's tuner: kind TPU_TUNER_MODEL (default) or
+                                         TPU_TUNER_KERAS, and its parameters (tune.h) */
     uint32_t num_shards;              /* replicas; 0 = all cores / cores per replica */
     uint32_t num_cores_per_replica;   /* 1, 2, 4, ... 128 */
     enum tpu_input_mode per_host_input_for_training;
@@ -122,13 +130,15 @@ struct tpu_run_config {
     double modeled_input_us_per_batch;
 };
 
-/* Defaults: iterations_per_loop 100, PER_HOST_V2, batch sizes 0 (must be set), modeled
- * host time (launch 100 us, hooks 500 us, checkpoint 20 ms, input 50 us per batch). */
+/* Defaults: iterations_per_loop 100 (auto's tuner: model, tune.h's defaults), PER_HOST_V2,
+ * batch sizes 0 (must be set), modeled host time (launch 100 us, hooks 500 us, checkpoint
+ * 20 ms, input 50 us per batch). */
 void tpu_run_config_default(struct tpu_run_config *c);
 
 /* Parses iterations_per_loop as TPUEstimator does: exactly ^[1-9][0-9]*[smh]?$ (no leading
  * zeros, signs, spaces, fractions or exponents). A count of steps from 1 to 10^12 ("100"),
- * or a time of 1 s to 24 h of simulated time ("30s", "5m", "2h") into the config. */
+ * or a time of 1 s to 24 h of simulated time ("30s", "5m", "2h") into the config; or "auto"
+ * (iterations_per_loop_auto: c->tuner chooses). */
 int tpu_run_config_set_ipl(struct tpu_run_config *c, const char *text, struct tpu_diag *d);
 int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out);
 
@@ -249,8 +259,14 @@ struct tpu_loop_info {
     /* the same figures over the whole pass (this train/evaluate/predict call) so far */
     double pass_device_seconds, pass_host_seconds, pass_examples_per_s;
     double pass_mxu_utilization, pass_infeed_stall_share, pass_host_overhead_share;
-    bool log_due;                  /* the loop crossed a multiple of log_step_count_steps:
-                                      time for a global_step/sec log line */
+    bool log_due;                  /* time for a global_step/sec log line, on TPUEstimator's
+                                      step counter cadence: the train call's first boundary
+                                      starts the count (no line), then a line is due at the
+                                      first boundary at least log_step_count_steps steps
+                                      after the last one */
+    double log_steps_per_s;        /* when log_due: the global steps since the last line over
+                                      the simulated time since (host phases included), the
+                                      rate TPUEstimator's line shows */
 };
 
 struct tpu_hook {
@@ -332,6 +348,11 @@ int tpu_estimator_check_mode(const struct tpu_estimator *est, enum tpu_mode mode
 void tpu_estimator_request_stop(struct tpu_estimator *est);
 
 uint64_t tpu_estimator_global_step(const struct tpu_estimator *est);
+/* The tuner that sized the launches of `mode` (iterations_per_loop auto, or a time per
+ * launch), or NULL for a fixed count or a mode that has not run. The estimator owns it; read
+ * it with tune.h's getters between calls (its size is where the next call starts). */
+const struct tpu_tuner *tpu_estimator_tuner(const struct tpu_estimator *est, enum tpu_mode mode);
+
 /* The summary of the last train/evaluate call. */
 const struct tpu_loop_info *tpu_estimator_last_info(const struct tpu_estimator *est);
 /* Reads a param of replica 0 by name after training. */

@@ -19,7 +19,9 @@
  *   PER_HOST_V1    once per host, batch = global / hosts, split over the host's replicas
  *                  (evaluation and prediction with PER_SHARD_V1 too)
  *   PER_HOST_V2    once per replica, on the host of its logical core 0, batch = global /
- *                  replicas (every mode; the only mode with input_partition_dims)
+ *                  replicas (every mode; the only mode with input_partition_dims). TPUEstimator
+ *                  calls input_fn once per host here and takes one batch per replica from
+ *                  the dataset it returns; a "call" of the plan is one such batch.
  *   BROADCAST      once, on host 0, batch = global; every replica receives all of it (every
  *                  mode: TPUEstimator's model_fn batch is then the global batch)
  *   SLICED         evaluation, prediction: once on host 0 with the global batch, sliced over

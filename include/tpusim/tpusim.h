@@ -2,8 +2,8 @@
  *
  *   the chip (sim/)       error.h dtype.h bf16.h config.h mxu.h gemm.h scalesim.h program.h
  *                         device.h
- *   the host (host/)      runtime.h shard.h models.h net.h reference.h quantize.h dataset.h
- *                         dataset_input.h checkpoint.h npy.h topology_file.h
+ *   the host (host/)      tune.h runtime.h shard.h models.h net.h reference.h quantize.h
+ *                         dataset.h dataset_input.h checkpoint.h npy.h topology_file.h
  *
  * Each header also stands alone. The host reaches the chip through device.h only; nothing
  * in the chip's headers knows of the host's. */
@@ -20,6 +20,7 @@
 #include "tpusim/program.h"
 #include "tpusim/device.h"
 
+#include "tpusim/tune.h"
 #include "tpusim/runtime.h"
 #include "tpusim/shard.h"
 #include "tpusim/equivalence.h"
@@ -32,5 +33,6 @@
 #include "tpusim/checkpoint.h"
 #include "tpusim/npy.h"
 #include "tpusim/topology_file.h"
+#include "tpusim/sweep.h"
 
 #endif

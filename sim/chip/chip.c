@@ -140,6 +140,7 @@ static void chip_close(void *impl)
             tpu__scratch_free(&dev->workers[i].scratch);
     free(dev->workers);
     tpu__trace_free(&dev->host_trace);
+    tpu__trace_free(&dev->run_trace);
     free(dev->host_names);
     free(dev->op_labels);
     free(dev->groups);
@@ -515,6 +516,12 @@ static int chip_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struc
         for (uint32_t i = 0; i < dev->n_cores; i++)
             end = tpu__max_u64(end, dev->cores[i].ctr.cycles);
         *end_cycle = end;
+    }
+    if ((rc == 0 || rc == TPU_EEND) && dev->s.trace) {
+        uint64_t end = start_cycle;
+        for (uint32_t i = 0; i < dev->n_cores; i++)
+            end = tpu__max_u64(end, dev->cores[i].ctr.cycles);
+        tpu__trace_event(&dev->run_trace, TPU_UNIT_CTRL, 0, 0, start_cycle, end);
     }
     if (rc) {
         if (d) {

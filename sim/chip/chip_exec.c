@@ -23,10 +23,13 @@
  * The op's compute time is spread evenly over its chunks.
  *
  * Infeed completes when its data is in HBM (feed.c); waiting for it is an INFEED_EMPTY
- * stall. Outfeed occupies the outfeed port for the transfer; waiting for a free slot is an
+ * stall. An infeed with the flag core0 on a core other than its replica's logical core 0
+ * takes nothing from the queue, zeroes its y and completes at issue (no link time).
+ * Outfeed occupies the outfeed port for the transfer; waiting for a free slot is an
  * OUTFEED_FULL stall. A collective starts when the last participant arrives (waits are SYNC
- * stalls) and takes tpu__all_reduce_cycles / tpu__permute_cycles on every participant's ICI
- * unit; its values are summed in replica order, so they do not depend on arrival order.
+ * stalls) and takes tpu__all_reduce_cycles / tpu__permute_cycles (the halo ops: their
+ * slowest transfer, timing.c) on every participant's ICI unit; its values are summed in
+ * replica (or logical core) order, so they do not depend on arrival order.
  *
  * Per-op statistics (settings.op_stats, device.h struct tpu_op_stats). Whatever an op adds to
  * its core's counters is also added to the op's statistics: the counters are copied before
@@ -236,10 +239,18 @@ static void time_local_op(struct chip_device *dev, struct core *c, size_t pc,
 
 /* ---- collectives ------------------------------------------------------------------------ */
 
+/* Whether op runs over the cores of one replica (the halo ops; collective_permute and
+ * all_reduce with group=replica_cores) rather than over the replicas. */
+static bool within_replica(const struct tpu_op *op)
+{
+    return op->code == TPU_OP_HALO || op->code == TPU_OP_HALO_GRAD ||
+           op->attrs.group == TPU_GROUP_REPLICA_CORES;
+}
+
 static struct coll_group *group_of(struct chip_device *dev, const struct core *c,
                                    const struct tpu_op *op)
 {
-    if (op->code == TPU_OP_COLLECTIVE_PERMUTE && op->attrs.group == 1)
+    if (within_replica(op))
         return &dev->groups[dev->cores_per_replica + c->replica];
     return &dev->groups[c->index_in_replica];
 }
@@ -296,6 +307,36 @@ static void *reduce_range(void *arg)
     return NULL;
 }
 
+/* The halo ops' values over the group's cores (logical core order), ops_part.c's. */
+static int halo_values(struct chip_device *dev, const struct coll_group *g,
+                       const struct tpu_op *op, struct tpu_diag *d)
+{
+    enum { MAX_PARTS = 128 };
+    const struct tpu_window *w = &op->attrs.win;
+    if (g->n != w->parts || g->n > MAX_PARTS)
+        return tpu__fail(d, TPU_EINVAL, "%s: the window has parts=%u but the replica has %u "
+                         "cores; load the program on a device whose cores_per_replica is %u",
+                         tpu_opcode_name(op->code), (unsigned)w->parts, (unsigned)g->n,
+                         (unsigned)w->parts);
+    const void *src[MAX_PARTS];
+    void *dst[MAX_PARTS];
+    for (uint32_t k = 0; k < g->n; k++) {
+        const struct core *m = &dev->cores[g->members[k]];
+        src[k] = m->bufs[op->in[0]].data;
+        dst[k] = m->bufs[op->out[0]].data;
+    }
+    struct tpu_window_part wp;
+    tpu_window_part(w, &wp);
+    const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->in[0]);
+    const uint64_t per = (op->code == TPU_OP_HALO ? wp.hc : wp.ext) * w->w * w->c;
+    const size_t n = (size_t)(((uint64_t)bd->rows * bd->cols) / per); /* verified: exact */
+    if (op->code == TPU_OP_HALO)
+        tpu__halo(w, n, tpu_dtype_bytes(bd->dtype), src, dst);
+    else
+        tpu__halo_grad(w, n, (const float *const *)src, (float *const *)dst);
+    return 0;
+}
+
 /* Values of a collective, done by the last arriver while the others wait. A large
  * all-reduce is split over the device's worker count (the others are idle meanwhile); the
  * split does not change a value, since every element is summed in the same order. */
@@ -307,6 +348,8 @@ static int collective_values(struct chip_device *dev, const struct coll_group *g
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->in[0]);
     const size_t count = (size_t)bd->rows * bd->cols;
     const size_t bytes = count * tpu_dtype_bytes(bd->dtype);
+    if (op->code == TPU_OP_HALO || op->code == TPU_OP_HALO_GRAD)
+        return halo_values(dev, g, op, d);
     if (op->code == TPU_OP_ALL_REDUCE) {
         enum { MAX_SPLIT = 16 };
         unsigned parts = dev->n_workers ? dev->n_workers : 1;
@@ -348,6 +391,39 @@ static int collective_values(struct chip_device *dev, const struct coll_group *g
     return 0;
 }
 
+/* A halo op's cycles over group g (sim/chip/timing.c, tpu__halo_cycles, defines them), and
+ * into received[k] the bytes logical core k receives from the other cores. */
+static uint64_t halo_cycles(const struct chip_device *dev, const struct coll_group *g,
+                            const struct tpu_op *op, uint64_t *received)
+{
+    const struct tpu_window *w = &op->attrs.win;
+    struct tpu_window_part wp;
+    tpu_window_part(w, &wp);
+    const bool grad = op->code == TPU_OP_HALO_GRAD;
+    const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, op->in[0]);
+    const uint64_t per = (grad ? wp.ext : wp.hc) * w->w * w->c;
+    const uint64_t n = per ? ((uint64_t)bd->rows * bd->cols) / per : 0;
+    const uint64_t row_bytes = (uint64_t)w->w * w->c * tpu_dtype_bytes(bd->dtype);
+    uint64_t dur = 0;
+    for (uint32_t k = 0; k < g->n && k < w->parts; k++) {
+        received[k] = 0;
+        for (uint32_t q = 0; q < g->n && q < w->parts; q++) {
+            if (q == k)
+                continue;
+            /* halo: k's ext rows held by q; halo_grad: q's ext rows that are k's rows */
+            const uint64_t rows = grad ? tpu__halo_rows(w, q, k) : tpu__halo_rows(w, k, q);
+            const uint64_t b = rows * n * row_bytes;
+            const bool other_chip =
+                dev->cores[g->members[k]].chip != dev->cores[g->members[q]].chip;
+            received[k] += b;
+            dur = tpu__max_u64(dur, tpu__halo_transfer_cycles(&dev->cfg, b, other_chip));
+        }
+    }
+    for (uint32_t k = w->parts; k < g->n; k++)
+        received[k] = 0; /* a malformed program: halo_values refuses it */
+    return dur;
+}
+
 /* Arrives at a collective. Returns 1 if this core is the last and has completed it for
  * everyone, 0 if it waits, negative on error. */
 static int collective(struct chip_device *dev, struct core *c, size_t pc, const struct tpu_op *op,
@@ -379,14 +455,18 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
     uint32_t per_chip = 1;
     for (uint32_t r = 1; r < g->n; r++)
         per_chip += dev->cores[g->members[r]].chip == dev->cores[g->members[0]].chip;
+    const bool halo = op->code == TPU_OP_HALO || op->code == TPU_OP_HALO_GRAD;
+    enum { MAX_HALO = 128 };
+    uint64_t received[MAX_HALO]; /* halo ops: the bytes each member receives */
     const uint64_t dur =
-        tpu__collective_cycles(&dev->cfg, op->code, g->n, per_chip, cross_chip, bytes);
+        halo ? halo_cycles(dev, g, op, received)
+             : tpu__collective_cycles(&dev->cfg, op->code, g->n, per_chip, cross_chip, bytes);
     for (uint32_t r = 0; r < g->n; r++) {
         struct core *m = &dev->cores[g->members[r]];
         const struct tpu_core_counters before = m->ctr;
         m->ctr.stall[TPU_STALL_SYNC] += start - m->coll_arrival;
         m->ctr.busy[TPU_UNIT_ICI] += dur;
-        m->ctr.ici_bytes += g->n > 1 ? bytes : 0;
+        m->ctr.ici_bytes += halo ? received[r] : g->n > 1 ? bytes : 0;
         m->unit_free[TPU_UNIT_ICI] = start + dur;
         trace(dev, m, TPU_UNIT_ICI, 0, pc, start, start + dur);
         if (m->stats)
@@ -413,6 +493,13 @@ static int do_infeed(struct chip_device *dev, struct core *c, size_t pc, const s
     uint64_t issue = tpu__max_u64(c->last_issue, operands_ready(c, op));
     struct tpu__bufmem *b = &c->bufs[op->out[0]];
     const uint64_t want = buf_bytes(dev, op->out[0]);
+    if (op->attrs.core0 && c->index_in_replica != 0) {
+        /* only logical core 0 of the replica dequeues; this core's y is zeros */
+        if (!dev->s.timing_only)
+            memset(b->data, 0, want);
+        finish_op(c, pc, op, issue, issue);
+        return 1;
+    }
     size_t got = 0;
     uint64_t done, link;
     if (!tpu__core_infeed_take(dev, c, issue, b->data, want, &got, &done, &link))
@@ -485,11 +572,12 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
     }
     if (!dev->s.timing_only) {
         int e = unit == TPU_UNIT_MXU && dev->s.mxu
-                    ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, op, c->bufs,
-                                           &c->provider_mxu_cycles, d)
-                    : tpu__op_compute_on(op, c->bufs, c->vars, c->replica, dev->cfg.mxu_rows,
-                                         dev->s.kernel_threads ? dev->s.kernel_threads : 1,
-                                         scratch, d);
+                    ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, c->index_in_replica,
+                                           op, c->bufs, &c->provider_mxu_cycles, d)
+                    : tpu__op_compute_core(op, c->bufs, c->vars, c->replica,
+                                           c->index_in_replica, dev->cfg.mxu_rows,
+                                           dev->s.kernel_threads ? dev->s.kernel_threads : 1,
+                                           scratch, d);
         if (e) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);

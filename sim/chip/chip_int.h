@@ -156,6 +156,7 @@ struct chip_device {
 
     struct trace_log host_trace; /* host phases (tpu_device_trace_host); an event's op
                                     field indexes host_names */
+    struct trace_log run_trace;  /* each run's span [start_cycle, end] (the launches) */
     char (*host_names)[32];
     size_t n_host_names, cap_host_names;
 

@@ -440,15 +440,18 @@ static int provider_gemm(const struct tpu_mxu_provider *p, const struct tpu_chip
  * matmul on the provider, with the patches im2col(x) formed before it (conv2d,
  * conv2d_grad_filter) or the product's col2im after it (conv2d_grad_input), in memory of its
  * own. The values are the native op's bit for bit: the same patches, the same one-pass
- * product (a bf16 GEMM is exact to mxu.h's order), the same col2im. */
+ * product (a bf16 GEMM is exact to mxu.h's order), the same col2im. A row-partitioned
+ * window (parts > 1) runs as ops_conv.c runs it on logical core `part` of the replica: the
+ * partitioned patches, conv2d's padding output rows set to 0 after the GEMM, and
+ * conv2d_grad_filter's dy copied with its padding rows 0. */
 static int provider_conv(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
-                         uint32_t core, const struct tpu_op *op, struct tpu__bufmem *bufs,
-                         uint64_t *cycles, struct tpu_diag *d)
+                         uint32_t core, uint32_t part, const struct tpu_op *op,
+                         struct tpu__bufmem *bufs, uint64_t *cycles, struct tpu_diag *d)
 {
     const char *name = p->name ? p->name : "external";
     const char *opname = tpu_opcode_name(op->code);
     struct tpu__conv_gemm cg;
-    int rc = tpu__ops_conv_check(op, bufs, &cg, d);
+    int rc = tpu__ops_conv_check(op, part, bufs, &cg, d);
     if (rc)
         return rc;
     struct tpu__bufmem *out = &bufs[op->out[0]];
@@ -459,7 +462,17 @@ static int provider_conv(const struct tpu_mxu_provider *p, const struct tpu_chip
                          "but this f32 convolution asks for %u bf16 passes; use passes 1 "
                          "(e.g. --passes 1) or the native backend",
                          opname, name, (unsigned)op->attrs.passes);
-    void *cols = malloc(cg.bytes + 1);
+    /* a row-partitioned grad_filter multiplies a copy of dy whose padding rows are 0, as
+     * ops_conv.c does; after the patches */
+    const bool pad_rows = cg.g.parts > 1 && cg.g.oy0 + cg.g.hos > cg.g.ho;
+    const bool dy_copy = pad_rows && op->code == TPU_OP_CONV2D_GRAD_FILTER;
+    const size_t dy_at = (cg.bytes + 15) / 16 * 16;
+    const size_t dy_row = cg.f * tpu_dtype_bytes(in1->dtype);
+    size_t total = cg.bytes + 1;
+    if (dy_copy && (!tpu__mul_size(cg.m, dy_row, &total) || (total += dy_at) < dy_at))
+        return tpu__fail(d, TPU_ENOMEM, "%s: the copy of dy [%zu][%zu] does not fit in memory",
+                         opname, cg.m, cg.f);
+    void *cols = malloc(total);
     if (!cols)
         return tpu__fail(d, TPU_ENOMEM, "%s: out of memory for the [%zu][%zu] patch matrix "
                          "on the %s matrix unit", opname, cg.m, cg.kc, name);
@@ -482,6 +495,10 @@ static int provider_conv(const struct tpu_mxu_provider *p, const struct tpu_chip
     default: /* conv2d_grad_filter: dw = patches^T * dy (or dw += ...) */
         tpu__win_im2col(&cg.g, in0->data, cg.esize, cols);
         gb[0] = *out, gb[1] = patches, gb[2] = *in1;
+        if (dy_copy) {
+            tpu__conv_copy_real_rows(&cg.g, in1->data, dy_row, (unsigned char *)cols + dy_at);
+            gb[2].data = (unsigned char *)cols + dy_at;
+        }
         mm.attrs.trans_a = true;
         mm.attrs.accumulate = op->attrs.accumulate;
         break;
@@ -489,13 +506,15 @@ static int provider_conv(const struct tpu_mxu_provider *p, const struct tpu_chip
     rc = provider_gemm(p, cfg, core, &mm, gb, cycles, d);
     if (rc == 0 && op->code == TPU_OP_CONV2D_GRAD_INPUT)
         tpu__win_col2im(&cg.g, cols, out->data);
+    if (rc == 0 && op->code == TPU_OP_CONV2D && pad_rows)
+        tpu__conv_zero_pad_rows(&cg.g, out->data, cg.f);
     free(cols);
     return rc;
 }
 
 int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
-                         uint32_t core, const struct tpu_op *op, struct tpu__bufmem *bufs,
-                         uint64_t *cycles, struct tpu_diag *d)
+                         uint32_t core, uint32_t part, const struct tpu_op *op,
+                         struct tpu__bufmem *bufs, uint64_t *cycles, struct tpu_diag *d)
 {
     *cycles = 0;
     const char *name = p->name ? p->name : "external";
@@ -505,7 +524,7 @@ int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip
     case TPU_OP_CONV2D:
     case TPU_OP_CONV2D_GRAD_INPUT:
     case TPU_OP_CONV2D_GRAD_FILTER:
-        return provider_conv(p, cfg, core, op, bufs, cycles, d);
+        return provider_conv(p, cfg, core, part, op, bufs, cycles, d);
     default: /* a provider runs weight tiles of the matrix unit's products only */
         return tpu__fail(d, TPU_EUNSUPPORTED, "%s matrix unit: %s runs on the built-in matrix "
                          "unit only; open the device without settings.mxu",

@@ -21,7 +21,8 @@
 int tpu__provider_check(const struct tpu_device_settings *s, struct tpu_diag *d);
 
 /* Computes the matmul or conv2d op `op` (a conv2d op as its GEMM, the patches formed around
- * it) of core `core` on provider p: reads op's operands from bufs and
+ * it; a row-partitioned one as logical core `part` of its replica) of core `core` on
+ * provider p: reads op's operands from bufs and
  * writes (or, with accumulate, adds to) its result there, as tpu__op_compute would. Sets
  * *cycles to the matrix units' cycles: the longest of the core's MXU sequences. Returns 0;
  * TPU_EUNSUPPORTED for an f32 matmul or conv2d op in 3 or 6 passes, or another op;
@@ -29,7 +30,7 @@ int tpu__provider_check(const struct tpu_device_settings *s, struct tpu_diag *d)
  * TPU_ENOMEM; or the provider's own error. On an error
  * the result buffer may be partly written. */
 int tpu__provider_matmul(const struct tpu_mxu_provider *p, const struct tpu_chip_config *cfg,
-                         uint32_t core, const struct tpu_op *op, struct tpu__bufmem *bufs,
-                         uint64_t *cycles, struct tpu_diag *d);
+                         uint32_t core, uint32_t part, const struct tpu_op *op,
+                         struct tpu__bufmem *bufs, uint64_t *cycles, struct tpu_diag *d);
 
 #endif

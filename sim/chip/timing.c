@@ -72,7 +72,11 @@ uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t
  * per image element: max_pool W * 1 (a max); avg_pool W * 1 (an add) + 4 per output (the
  * divide by the count); max_pool_grad W * 2 (the max, then the compare that finds its first
  * position) + 1 per output (the add into dx) + 1 per dx element (clearing dx);
- * avg_pool_grad W * 1 (an add) + 4 per output (dy / count) + 1 per dx element. */
+ * avg_pool_grad W * 1 (an add) + 4 per output (dy / count) + 1 per dx element.
+ * A row-partitioned window op (parts >= 2) is counted the same way over its own buffers:
+ * the local out's N*hoc*wo rows (padding rows included: the unit sweeps them) and the ext
+ * image's elements; a partitioned conv2d op's GEMM likewise has M = N*hoc*wo rows.
+ * row_mask sweeps its output (1 op per element: a compare-select). */
 static const struct {
     uint8_t unit; /* enum tpu_unit */
     uint8_t vpu_ops;
@@ -338,6 +342,28 @@ uint64_t tpu__permute_cycles(const struct tpu_chip_config *cfg, uint64_t bytes, 
         return bytes_to_cycles(cfg, (double)bytes, cfg->hbm_gbytes_per_s * 1e9);
     return ns_to_cycles(cfg, cfg->ici_latency_ns) +
            bytes_to_cycles(cfg, (double)bytes, cfg->ici_gbytes_per_s_per_link * 1e9);
+}
+
+/* The halo ops (halo, halo_grad: the rows of a row-partitioned image that a core's windows
+ * need from its neighbours, and their gradients back). Every core of the replica receives,
+ * from each other core q, the rows of q it needs (halo: its ext rows that q holds; halo_grad:
+ * q's ext-image gradient rows that are its own rows), B bytes per (receiver, sender) pair.
+ * Each pair's transfer takes the path between the two cores, as collective_permute's does:
+ * on one chip an on-chip copy at the chip's HBM bandwidth, B / HBM; across chips one ICI
+ * hop, the link latency + B / (one link's bandwidth). A core's transfers from different
+ * senders (its neighbours above and below) run at the same time on different links or
+ * directions, and the op ends for every core of the replica when the slowest pair is done:
+ *     cycles = max over pairs (receiver, sender != receiver, B > 0) of the pair's cycles,
+ * 0 when nothing moves (P = 1, or 1x1 windows of stride 1 on an even split). The rows a core
+ * holds itself are copied into its ext image at no cost (the copy overlaps the transfers).
+ * Each core's ici_bytes counts the bytes it receives from the other cores, over either
+ * path, as an all-reduce counts its bytes on every participant. An all_reduce over the
+ * cores of one replica (group=replica_cores) keeps the all-reduce formula above with that
+ * group's placement: per_chip and the chips used are the replica's. */
+uint64_t tpu__halo_transfer_cycles(const struct tpu_chip_config *cfg, uint64_t bytes,
+                                   bool other_chip)
+{
+    return bytes ? tpu__permute_cycles(cfg, bytes, other_chip) : 0;
 }
 
 uint64_t tpu__collective_cycles(const struct tpu_chip_config *cfg, enum tpu_opcode code,

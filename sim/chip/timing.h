@@ -64,6 +64,12 @@ uint64_t tpu__all_reduce_cycles(const struct tpu_chip_config *cfg, uint32_t n_pa
 uint64_t tpu__permute_cycles(const struct tpu_chip_config *cfg, uint64_t bytes,
                              int cross_chip);
 
+/* Cycles of one halo transfer (halo, halo_grad: timing.c gives the model): `bytes` from one
+ * core to another, on the same chip or, `other_chip`, over the interconnect; 0 for 0 bytes.
+ * The halo op takes the largest over every (receiver, sender) pair of its replica. */
+uint64_t tpu__halo_transfer_cycles(const struct tpu_chip_config *cfg, uint64_t bytes,
+                                   bool other_chip);
+
 /* Cycles of the collective op `code` (all_reduce or collective_permute) over `n_part`
  * cores, `per_chip` to a chip, moving `bytes` per participant; `cross_chip` if any pair of
  * participants is on different chips. */

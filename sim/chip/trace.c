@@ -201,6 +201,22 @@ int tpu__chip_write_trace(void *impl, const char *path, struct tpu_diag *d)
                 dev->host_names[e->op], n_chips, e->op, e->start * us_per_cycle,
                 (e->end - e->start) * us_per_cycle);
     }
+    /* the launches: each run's span, and the gap before it (the bubble between loops) */
+    if (dev->run_trace.n)
+        fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %u, \"args\": "
+                   "{\"name\": \"loops\"}}", n_chips + 1);
+    uint64_t idle_from = 0;
+    for (size_t i = 0; i < dev->run_trace.n; i++) {
+        const struct trace_event *e = &dev->run_trace.events[i];
+        if (e->start > idle_from)
+            fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"device idle\", \"pid\": %u, "
+                       "\"tid\": 1, \"ts\": %.6f, \"dur\": %.6f}", n_chips + 1,
+                    idle_from * us_per_cycle, (e->start - idle_from) * us_per_cycle);
+        fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"device loop\", \"pid\": %u, "
+                   "\"tid\": 0, \"ts\": %.6f, \"dur\": %.6f}", n_chips + 1,
+                e->start * us_per_cycle, (e->end - e->start) * us_per_cycle);
+        idle_from = tpu__max_u64(idle_from, e->end);
+    }
     fprintf(f, "\n]}\n");
     return tpu__atomic_commit(f, tmp, path, true, d);
 }

@@ -213,8 +213,9 @@ static bool has_cross_chip_collective(const struct tpu_device *dev, const struct
     const bool replica_spans = dev->s.cores_per_replica > dev->s.chip.cores_per_chip;
     for (size_t i = 0; i < tpu_program_n_ops(p); i++) {
         const struct tpu_op *op = tpu_program_op(p, i);
-        bool within_replica = (tpu_opcode_attrs(op->code) & TPU_ATTR_GROUP) &&
-                              op->attrs.group == TPU_GROUP_REPLICA_CORES;
+        bool within_replica = op->code == TPU_OP_HALO || op->code == TPU_OP_HALO_GRAD ||
+                              ((tpu_opcode_attrs(op->code) & TPU_ATTR_GROUP) &&
+                               op->attrs.group == TPU_GROUP_REPLICA_CORES);
         if (tpu_opcode_is_collective(op->code)) {
             if (within_replica ? replica_spans : replicas_span)
                 return true;
@@ -225,11 +226,32 @@ static bool has_cross_chip_collective(const struct tpu_device *dev, const struct
 
 /* What the device must offer a program beyond tpu_program_verify (which checks the ops
  * against the chip, the matrix unit's dtypes among them): an interconnect for collectives
- * across chips. */
+ * across chips, and replicas of as many cores as its row-partitioned windows have parts. */
 static int check_program_fits(const struct tpu_device *dev, const struct tpu_program *prog,
                               struct tpu_diag *d)
 {
     const struct tpu_chip_config *cfg = &dev->s.chip;
+    const uint32_t cpr = dev->s.cores_per_replica;
+    for (size_t i = 0; i < tpu_program_n_ops(prog); i++) {
+        const struct tpu_op *op = tpu_program_op(prog, i);
+        const uint32_t parts = op->attrs.win.parts;
+        if (!(tpu_opcode_attrs(op->code) & TPU_ATTR_WINDOW) || parts <= 1 || parts == cpr)
+            continue;
+        char line[160];
+        tpu_program_format_op(prog, i, line, sizeof line);
+        char fix[64];
+        if (cpr == 1)
+            snprintf(fix, sizeof fix, "without row partitioning (no parts)");
+        else
+            snprintf(fix, sizeof fix, "for %u parts", (unsigned)cpr);
+        return tpu__fail(d, TPU_EINVAL,
+                         "program '%s', op %zu '%s': its window is split over parts=%u cores, "
+                         "but the device has %u core%s per replica; a row-partitioned op runs "
+                         "over the cores of one replica, so parts must equal cores_per_replica: "
+                         "open the device with cores_per_replica %u or build the program %s",
+                         tpu_program_name(prog), i, line, (unsigned)parts, (unsigned)cpr,
+                         cpr == 1 ? "" : "s", (unsigned)parts, fix);
+    }
     if (cfg->ici_topology == TPU_TOPO_NONE && has_cross_chip_collective(dev, prog))
         return tpu__fail(d, TPU_EUNSUPPORTED,
                          "program '%s' has collectives across chips, but chip '%s' has no "

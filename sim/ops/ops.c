@@ -256,12 +256,19 @@ int tpu__op_compute_on(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_
                        uint32_t replica, uint32_t tile_rows, unsigned n_threads,
                        struct tpu__scratch *scratch, struct tpu_diag *d)
 {
+    return tpu__op_compute_core(op, bufs, vars, replica, 0, tile_rows, n_threads, scratch, d);
+}
+
+int tpu__op_compute_core(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
+                         uint32_t replica, uint32_t part, uint32_t tile_rows,
+                         unsigned n_threads, struct tpu__scratch *scratch, struct tpu_diag *d)
+{
     if (!op)
         return tpu__fail(d, TPU_EINVAL, "no op to compute");
     if ((unsigned)op->code >= TPU_OP_COUNT)
         return tpu__fail(d, TPU_EINVAL, "unknown opcode %d; valid opcodes are 0 to %d",
                          (int)op->code, (int)TPU_OP_COUNT - 1);
-    const struct tpu__op_ctx cx = {.bufs = bufs, .vars = vars, .replica = replica,
+    const struct tpu__op_ctx cx = {.bufs = bufs, .vars = vars, .replica = replica, .part = part,
                                    .tile_rows = tile_rows,
                                    .n_threads = n_threads, .scratch = scratch};
     return op_fns[op->code](op, &cx, d);

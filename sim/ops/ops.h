@@ -38,5 +38,25 @@ int tpu__op_compute(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *
 int tpu__op_compute_on(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
                        uint32_t replica, uint32_t tile_rows, unsigned n_threads,
                        struct tpu__scratch *scratch, struct tpu_diag *d);
+/* tpu__op_compute_on on logical core `part` of the replica (the row-partitioned ops of
+ * program.h: a window with parts >= 2, row_mask, dropout_mask with a window, compute that
+ * core's rows); tpu__op_compute_on is this with part 0. */
+int tpu__op_compute_core(const struct tpu_op *op, struct tpu__bufmem *bufs, int64_t *vars,
+                         uint32_t replica, uint32_t part, uint32_t tile_rows,
+                         unsigned n_threads, struct tpu__scratch *scratch, struct tpu_diag *d);
+
+/* The halo exchange's values over the P = w->parts cores of one replica (ops_part.c;
+ * program.h defines them): x[k] and y[k] the local and ext images of logical core k, of N
+ * examples and `esize`-byte elements (halo), dy[k] and dx[k] the f32 ext and local images
+ * (halo_grad). Every pointer is core k's own buffer; the sources are only read. */
+void tpu__halo(const struct tpu_window *w, size_t n, size_t esize, const void *const *x,
+               void *const *y);
+void tpu__halo_grad(const struct tpu_window *w, size_t n, const float *const *dy,
+                    float *const *dx);
+/* The rows of logical core dst's ext image (per example) that logical core src holds:
+ * global rows in [0, h) within both dst's ext window [r0(dst), r0(dst) + E) and src's rows
+ * [src*hc, src*hc + hc). A halo moves this many rows from src to dst, a halo_grad as many
+ * from dst to src. */
+uint64_t tpu__halo_rows(const struct tpu_window *w, uint32_t dst, uint32_t src);
 
 #endif

@@ -12,8 +12,18 @@
  *   conv2d_grad_filter  dw = matmul(im2col(x), dy, trans_a), or dw += ... with accumulate
  * Shapes: x the NHWC image (N*h*w*c elements, any 2-D shape), w [kh*kw*c][f], y and dy
  * [N*ho*wo][f], dx N*h*w*c elements (any 2-D shape), dw [kh*kw*c][f]. Inputs f32 or bf16,
- * outputs f32; passes 1, 3 or 6 as matmul's (ignored when no input is f32). */
+ * outputs f32; passes 1, 3 or 6 as matmul's (ignored when no input is f32).
+ *
+ * Row partitioning (the window's parts >= 2, program.h): the image is the ext image and
+ * y, dy have the local out's N*hoc*wo rows; the patches are those of ops_window.c's
+ * partitioned im2col (0 on padding output rows). conv2d writes 0 to its padding output rows
+ * (oy >= ho) after the GEMM, whatever w holds; conv2d_grad_filter multiplies a copy of dy
+ * whose padding rows are 0 (so dy's padding rows are not read: the patch rows there are 0
+ * too, and 0 * 0 adds nothing); conv2d_grad_input's col2im skips the padding rows of its
+ * product. The other rows are the unpartitioned op's (a GEMM row depends on its own row of
+ * the left operand only), and dw is the core's partial sum. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_int.h"
 #include "util.h"
@@ -32,7 +42,7 @@ static int check_float(struct tpu_diag *d, const struct tpu_op *op, const char *
                      tpu_opcode_name(op->code), role, tpu_dtype_name(b->dtype));
 }
 
-int tpu__ops_conv_check(const struct tpu_op *op, const struct tpu__bufmem *bufs,
+int tpu__ops_conv_check(const struct tpu_op *op, uint32_t part, const struct tpu__bufmem *bufs,
                         struct tpu__conv_gemm *cg, struct tpu_diag *d)
 {
     const struct tpu__bufmem *out = &bufs[op->out[0]];
@@ -42,7 +52,7 @@ int tpu__ops_conv_check(const struct tpu_op *op, const struct tpu__bufmem *bufs,
     const struct tpu__bufmem *img = grad_input ? out : in0;
     const char *img_role = grad_input ? "dx" : "x";
     struct tpu__win_geom *g = &cg->g;
-    int rc = tpu__win_geom_get(op, img_role, tpu__ops_count(img), g, d);
+    int rc = tpu__win_geom_get(op, part, img_role, tpu__ops_count(img), g, d);
     if (rc)
         return rc;
     /* patch rows and columns; f: the filters, from w (conv2d, grad_input) or dy (grad_filter) */
@@ -96,13 +106,35 @@ int tpu__ops_conv_check(const struct tpu_op *op, const struct tpu__bufmem *bufs,
     return 0;
 }
 
+void tpu__conv_zero_pad_rows(const struct tpu__win_geom *g, float *y, size_t f)
+{
+    for (size_t n = 0, r = 0; n < g->n; n++)
+        for (size_t oy = g->oy0; oy < g->oy0 + g->hos; oy++, r += g->wo)
+            if (oy >= g->ho)
+                memset(y + r * f, 0, g->wo * f * sizeof *y);
+}
+
+void tpu__conv_copy_real_rows(const struct tpu__win_geom *g, const void *src, size_t row_bytes,
+                              void *dst)
+{
+    const size_t m = g->n * g->hos * g->wo;
+    for (size_t r = 0; r < m; r++) {
+        const size_t oy = g->oy0 + (r / g->wo) % g->hos;
+        unsigned char *to = (unsigned char *)dst + r * row_bytes;
+        if (oy >= g->ho)
+            memset(to, 0, row_bytes);
+        else
+            memcpy(to, (const unsigned char *)src + r * row_bytes, row_bytes);
+    }
+}
+
 int tpu__ops_conv(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct tpu_diag *d)
 {
     const char *name = tpu_opcode_name(op->code);
     struct tpu__bufmem *out = &cx->bufs[op->out[0]];
     const struct tpu__bufmem *in0 = &cx->bufs[op->in[0]], *in1 = &cx->bufs[op->in[1]];
     struct tpu__conv_gemm cg;
-    int rc = tpu__ops_conv_check(op, cx->bufs, &cg, d);
+    int rc = tpu__ops_conv_check(op, cx->part, cx->bufs, &cg, d);
     if (rc)
         return rc;
     const size_t m = cg.m, kc = cg.kc, f = cg.f, bytes = cg.bytes;
@@ -114,19 +146,34 @@ int tpu__ops_conv(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct 
                          name, (unsigned)cx->tile_rows, cx->n_threads);
 
     /* The patches (conv2d, grad_filter: im2col(x) in x's type) or the product dcols
-     * (grad_input: f32), [m][kc], in the arena's ops slot. */
+     * (grad_input: f32), [m][kc], in the arena's ops slot; after them, for a partitioned
+     * grad_filter with padding output rows, the copy of dy [m][f] with those rows 0. */
+    const bool pad_rows = cg.g.parts > 1 && cg.g.oy0 + cg.g.hos > cg.g.ho;
+    const bool dy_copy = pad_rows && op->code == TPU_OP_CONV2D_GRAD_FILTER;
+    const size_t dy_at = (bytes + 15) / 16 * 16, dy_esize = tpu_dtype_bytes(in1->dtype);
+    size_t total = bytes + 1;
+    if (dy_copy && (!tpu__mul_size(m * f, dy_esize, &total) || (total += dy_at) < dy_at))
+        return tpu__fail(d, TPU_ENOMEM, "%s: the copy of dy [%zu][%zu] does not fit in memory",
+                         name, m, f);
     void *owned = NULL;
-    void *cols = cx->scratch ? tpu__scratch_get(cx->scratch, TPU__SCRATCH_OPS, bytes + 1)
-                             : (owned = malloc(bytes + 1));
+    void *cols = cx->scratch ? tpu__scratch_get(cx->scratch, TPU__SCRATCH_OPS, total)
+                             : (owned = malloc(total));
     if (!cols)
         return tpu__fail(d, TPU_ENOMEM, "%s: out of memory for the [%zu][%zu] patch matrix",
                          name, m, kc);
+    const void *b_data = in1->data;
+    if (dy_copy) {
+        tpu__conv_copy_real_rows(&cg.g, in1->data, f * dy_esize, (unsigned char *)cols + dy_at);
+        b_data = (unsigned char *)cols + dy_at;
+    }
     const bool x_f32 = in0->dtype == TPU_F32, other_f32 = in1->dtype == TPU_F32;
     switch (op->code) {
     case TPU_OP_CONV2D:
         tpu__win_im2col(&cg.g, in0->data, cg.esize, cols);
         rc = tpu__ops_gemm_float(cols, x_f32, false, in1->data, other_f32, false, out->data, m,
                                  kc, f, passes, false, cx);
+        if (!rc && pad_rows)
+            tpu__conv_zero_pad_rows(&cg.g, out->data, f);
         break;
     case TPU_OP_CONV2D_GRAD_INPUT:
         rc = tpu__ops_gemm_float(in0->data, x_f32, false, in1->data, other_f32, true, cols, m,
@@ -136,7 +183,7 @@ int tpu__ops_conv(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct 
         break;
     default:
         tpu__win_im2col(&cg.g, in0->data, cg.esize, cols);
-        rc = tpu__ops_gemm_float(cols, x_f32, true, in1->data, other_f32, false, out->data, kc,
+        rc = tpu__ops_gemm_float(cols, x_f32, true, b_data, other_f32, false, out->data, kc,
                                  m, f, passes, op->attrs.accumulate, cx);
         break;
     }

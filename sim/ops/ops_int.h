@@ -37,15 +37,25 @@ double tpu__ops_pow_steps(double b, uint64_t t);
  * too). */
 struct tpu__win_geom {
     size_t n, h, w, c, kh, kw, sh, sw, pt, pl, ho, wo;
+    /* Row partitioning (program.h): the window split over `parts` cores, this core being
+     * logical core `part` (parts 1: not partitioned, part 0). */
+    size_t parts, part;
+    size_t hs;    /* image rows stored per example: h, or E (the ext image) */
+    size_t hos;   /* output rows stored per example: ho, or hoc (the local out) */
+    size_t oy0;   /* the global output row of stored output row 0: 0, or part*hoc */
+    size_t sbase; /* input position iy + pt = oy*sh + ky is stored image row (oy*sh + ky) -
+                     sbase: sbase = pt, or oy0*sh */
 };
 
-/* Checks op's window attributes and the element count `elems` of its image operand `role`,
- * and fills g (N = elems / (h*w*c)). The verifier's WINDOW rule checks the same; repeated so
- * that an unverified program fails with TPU_EINVAL or TPU_ESHAPE instead of reading out of
- * bounds. */
-int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
+/* Checks op's window attributes and the element count `elems` of its image operand `role`
+ * (the ext image when the window is partitioned), and fills g for logical core `part` of
+ * the replica (N = elems / (hs*w*c)). The verifier's WINDOW rule checks the same; repeated
+ * so that an unverified program fails with TPU_EINVAL or TPU_ESHAPE instead of reading out
+ * of bounds. part >= parts (a device whose replicas are not the window's parts) gives
+ * TPU_EINVAL. */
+int tpu__win_geom_get(const struct tpu_op *op, uint32_t part, const char *role, size_t elems,
                       struct tpu__win_geom *g, struct tpu_diag *d);
-/* N*ho*wo, the rows of the window side, or a value no buffer has if it does not fit. */
+/* N*hos*wo, the rows of the window side, or a value no buffer has if it does not fit. */
 uint32_t tpu__win_out_rows(const struct tpu__win_geom *g);
 /* im2col (ops_window.c's definition) of the image x into y [N*ho*wo][kh*kw*c], for elements
  * of `esize` bytes (4: f32, 2: bf16; a copy, +0 on padding). */
@@ -62,10 +72,20 @@ struct tpu__conv_gemm {
     size_t m, kc, f, esize, bytes;
 };
 
-/* The operand checks of a conv2d op (ops_conv.c's, with its messages), filling *cg. Returns
- * 0, TPU_ESHAPE, TPU_EINVAL or TPU_ENOMEM (patch size overflows). */
-int tpu__ops_conv_check(const struct tpu_op *op, const struct tpu__bufmem *bufs,
+/* The operand checks of a conv2d op (ops_conv.c's, with its messages) on logical core `part`
+ * of its replica, filling *cg. Returns 0, TPU_ESHAPE, TPU_EINVAL or TPU_ENOMEM (patch size
+ * overflows). */
+int tpu__ops_conv_check(const struct tpu_op *op, uint32_t part, const struct tpu__bufmem *bufs,
                         struct tpu__conv_gemm *cg, struct tpu_diag *d);
+
+/* Writes 0 to the rows [N*hos*wo][f] of y whose output row is padding (oy >= ho: a
+ * partitioned window's last cores), as the forward conv2d does after its GEMM. */
+void tpu__conv_zero_pad_rows(const struct tpu__win_geom *g, float *y, size_t f);
+/* Copies the window-side rows [N*hos*wo] of `row_bytes` bytes each from src to dst, writing
+ * 0 in place of the padding rows (oy >= ho): conv2d_grad_filter's dy as it multiplies it, so
+ * that dy's padding rows are never read. */
+void tpu__conv_copy_real_rows(const struct tpu__win_geom *g, const void *src, size_t row_bytes,
+                              void *dst);
 
 struct tpu__op_ctx;
 
@@ -78,12 +98,14 @@ int tpu__ops_gemm_float(const void *a, bool a_f32, bool ta, const void *b, bool 
                         const struct tpu__op_ctx *cx);
 
 /* What an op's function may use besides the op: the core's buffers (indexed by buffer id)
- * and variables, the core's replica (dropout_mask), and for matmul the array's rows, the
- * host threads and the scratch arena (the arguments of tpu__op_compute_on, ops.h). */
+ * and variables, the core's replica (dropout_mask) and its logical index in the replica
+ * (`part`: the row-partitioned ops), and for matmul the array's rows, the host threads and
+ * the scratch arena (the arguments of tpu__op_compute_core, ops.h). */
 struct tpu__op_ctx {
     struct tpu__bufmem *bufs;
     int64_t *vars;
     uint32_t replica;
+    uint32_t part;
     uint32_t tile_rows;
     unsigned n_threads;
     struct tpu__scratch *scratch;
@@ -113,5 +135,6 @@ tpu__op_fn tpu__ops_adam;           /* ops_train.c: adam, adamw */
 tpu__op_fn tpu__ops_mse;            /* ops_train_aux.c */
 tpu__op_fn tpu__ops_count_rows;     /* ops_train_aux.c */
 tpu__op_fn tpu__ops_dropout_mask;   /* ops_train_aux.c */
+tpu__op_fn tpu__ops_row_mask;       /* ops_part.c */
 
 #endif

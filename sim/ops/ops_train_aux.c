@@ -135,6 +135,40 @@ int tpu__ops_count_rows(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     return 0;
 }
 
+/* dropout_mask with a partitioned window (program.h): logical core k's mask holds its rows
+ * of the unpartitioned mask of N*h*w*c elements, padding rows 0. */
+static int partitioned_mask(const struct tpu_op *op, const struct tpu__op_ctx *cx,
+                            uint64_t seed, int64_t step, float rate, struct tpu_diag *d)
+{
+    struct tpu__bufmem *m = &cx->bufs[op->out[0]];
+    const struct tpu_window *w = &op->attrs.win;
+    struct tpu_window_part wp;
+    tpu_window_part(w, &wp);
+    const size_t row = (size_t)w->w * w->c, count = tpu__ops_count(m);
+    size_t per = 0, full = 0;
+    if (cx->part >= wp.parts || row == 0 || !tpu__mul_size((size_t)wp.hc, row, &per) ||
+        per == 0 || count % per != 0 || !tpu__mul_size(count / per, (size_t)w->h * row, &full))
+        return tpu__fail(d, TPU_ESHAPE,
+                         "dropout_mask: mask has %zu elements, parts=%u, logical core %u: a "
+                         "partitioned mask has N*hc*w*c elements (hc = ceil(h/parts) = %llu, "
+                         "w = %u, c = %u) on a device with parts cores per replica; verify "
+                         "the program",
+                         count, (unsigned)w->parts, (unsigned)cx->part,
+                         (unsigned long long)wp.hc, (unsigned)w->w, (unsigned)w->c);
+    const size_t n = count / per;
+    const uint64_t first = (uint64_t)cx->replica * full; /* the replica's first index */
+    float *mv = m->data; /* [N][hc][w][c] */
+    for (size_t e = 0; e < n; e++)
+        for (size_t i = 0; i < wp.hc; i++) {
+            const uint64_t g = (uint64_t)cx->part * wp.hc + i; /* the global row */
+            float *r = mv + (e * wp.hc + i) * row;
+            const uint64_t base = first + ((uint64_t)e * w->h + g) * row;
+            for (size_t t = 0; t < row; t++)
+                r[t] = g < w->h ? tpu_dropout_mask_value(seed, step, base + t, rate) : 0.0f;
+        }
+    return 0;
+}
+
 int tpu__ops_dropout_mask(const struct tpu_op *op, const struct tpu__op_ctx *cx,
                           struct tpu_diag *d)
 {
@@ -152,6 +186,9 @@ int tpu__ops_dropout_mask(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     const int64_t step = cx->vars[op->attrs.var];
     const size_t n = tpu__ops_count(m);
     float *mv = m->data; /* [rows][cols] */
+    const struct tpu_window *w = &op->attrs.win;
+    if (w->parts > 1)
+        return partitioned_mask(op, cx, seed, step, rate, d);
     const uint64_t first = (uint64_t)cx->replica * n; /* this replica's first global index */
     for (size_t i = 0; i < n; i++)
         mv[i] = tpu_dropout_mask_value(seed, step, first + i, rate);

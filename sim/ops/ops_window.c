@@ -25,7 +25,16 @@
  *   avg_pool_grad  dx = +0; then for each output in order, each channel in order: g = dy /
  *                  count, added to each in-image position of its window in (ky, kx) order.
  *   reshape        y = x element for element in row-major order (any dtype, the same for
- *                  both): a copy. */
+ *                  both): a copy.
+ *
+ * Row partitioning (parts >= 2, program.h): the same loops over the core's output rows
+ * oy = oy0 + oyl (oy0 = k*hoc, oyl < hoc) with the image rows read from the ext image, whose
+ * row j is global row r0(k) + j: a window position's global row iy = oy*sh + ky - pt is at
+ * ext row oyl*sh + ky. Positions whose global row is outside [0, h) are padding as above,
+ * whatever the ext row holds; output rows oy >= ho are padding: the forward ops write 0
+ * there and the backward ops skip them (their dy / cols rows are not read). One formula
+ * serves both cases: the image row stored for iy + pt = oy*sh + ky is (oy*sh + ky) - sbase,
+ * sbase = pt unpartitioned and oy0*sh partitioned (struct tpu__win_geom). */
 #include <math.h>
 #include <string.h>
 
@@ -41,13 +50,17 @@ static void in_image(size_t o, size_t s, size_t p, size_t k, size_t len, size_t 
     *hi = start + k > len + p ? len + p - start : k;
 }
 
-int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
+int tpu__win_geom_get(const struct tpu_op *op, uint32_t part, const char *role, size_t elems,
                       struct tpu__win_geom *g, struct tpu_diag *d)
 {
     const struct tpu_window *wn = &op->attrs.win;
     const char *name = tpu_opcode_name(op->code);
-    *g = (struct tpu__win_geom){0, wn->h, wn->w, wn->c, wn->kh, wn->kw, wn->sh, wn->sw,
-                                wn->pt, wn->pl, wn->ho, wn->wo};
+    *g = (struct tpu__win_geom){.h = wn->h, .w = wn->w, .c = wn->c, .kh = wn->kh,
+                                .kw = wn->kw, .sh = wn->sh, .sw = wn->sw, .pt = wn->pt,
+                                .pl = wn->pl, .ho = wn->ho, .wo = wn->wo};
+    g->parts = wn->parts > 1 ? wn->parts : 1;
+    g->part = 0;
+    g->hs = g->h, g->hos = g->ho, g->oy0 = 0, g->sbase = g->pt;
     /* all fields are below 2^32, so the products of two and the sums below fit 64 bits */
     size_t per = 0, k_cols = 0;
     if (!g->h || !g->w || !g->c || !g->kh || !g->kw || !g->sh || !g->sw || !g->ho || !g->wo ||
@@ -65,15 +78,30 @@ int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
                          "WINDOW rule wants fewer (the ops index a window in 32 bits): lower "
                          "kh, kw or c, and verify the program",
                          name, g->kh, g->kw, g->c);
-    if (!tpu__mul_size(g->h * g->w, g->c, &per))
+    if (g->parts > 1) {
+        if (part >= g->parts)
+            return tpu__fail(d, TPU_EINVAL,
+                             "%s: this core is logical core %u of its replica, but the "
+                             "window is split over parts=%zu cores; load the program on a "
+                             "device whose cores_per_replica is %zu",
+                             name, (unsigned)part, g->parts, g->parts);
+        struct tpu_window_part wp;
+        tpu_window_part(wn, &wp);
+        g->part = part;
+        g->hos = (size_t)wp.hoc;
+        g->oy0 = (size_t)part * g->hos;
+        g->sbase = g->oy0 * g->sh;
+        g->hs = (size_t)wp.ext;
+    }
+    if (!tpu__mul_size(g->hs * g->w, g->c, &per))
         return tpu__fail(d, TPU_EINVAL,
-                         "%s: image h*w*c = %zu*%zu*%zu elements overflows memory sizes; "
-                         "lower h, w or c", name, g->h, g->w, g->c);
+                         "%s: image rows*w*c = %zu*%zu*%zu elements overflows memory sizes; "
+                         "lower h, w or c", name, g->hs, g->w, g->c);
     if (elems == 0 || elems % per != 0)
         return tpu__fail(d, TPU_ESHAPE,
                          "%s: operand %s has %zu elements, not a multiple N >= 1 of "
-                         "h*w*c = %zu",
-                         name, role, elems, per);
+                         "%s*w*c = %zu",
+                         name, role, elems, g->parts > 1 ? "E" : "h", per);
     g->n = elems / per;
     return 0;
 }
@@ -81,7 +109,7 @@ int tpu__win_geom_get(const struct tpu_op *op, const char *role, size_t elems,
 uint32_t tpu__win_out_rows(const struct tpu__win_geom *g)
 {
     size_t r;
-    if (!tpu__mul_size(g->n, g->ho * g->wo, &r) || r >= TPU__OPS_ANY)
+    if (!tpu__mul_size(g->n, g->hos * g->wo, &r) || r >= TPU__OPS_ANY)
         return TPU__OPS_ANY - 1;
     return (uint32_t)r;
 }
@@ -102,9 +130,13 @@ void tpu__win_im2col(const struct tpu__win_geom *g, const void *x_, size_t esize
     const unsigned char *x = x_;
     unsigned char *y = y_;
     for (size_t n = 0, r = 0; n < g->n; n++)
-        for (size_t oy = 0; oy < g->ho; oy++)
+        for (size_t oy = g->oy0; oy < g->oy0 + g->hos; oy++)
             for (size_t ox = 0; ox < g->wo; ox++, r++) {
                 unsigned char *row = y + r * k_cols * esize; /* [kh][kw][c] */
+                if (oy >= g->ho) { /* a padding output row (partitioned) */
+                    memset(row, 0, k_cols * esize);
+                    continue;
+                }
                 for (size_t ky = 0; ky < g->kh; ky++)
                     for (size_t kx = 0; kx < g->kw; kx++) {
                         unsigned char *dst = row + (ky * g->kw + kx) * g->c * esize;
@@ -115,7 +147,7 @@ void tpu__win_im2col(const struct tpu__win_geom *g, const void *x_, size_t esize
                             continue;
                         }
                         const unsigned char *src =
-                            x + ((n * g->h + iy - g->pt) * g->w + ix - g->pl) * g->c * esize;
+                            x + ((n * g->hs + iy - g->sbase) * g->w + ix - g->pl) * g->c * esize;
                         memcpy(dst, src, g->c * esize);
                     }
             }
@@ -124,18 +156,21 @@ void tpu__win_im2col(const struct tpu__win_geom *g, const void *x_, size_t esize
 void tpu__win_col2im(const struct tpu__win_geom *g, const float *cols, float *y)
 {
     const size_t k_cols = g->kh * g->kw * g->c;
-    memset(y, 0, g->n * g->h * g->w * g->c * sizeof *y);
+    memset(y, 0, g->n * g->hs * g->w * g->c * sizeof *y);
     for (size_t n = 0, r = 0; n < g->n; n++)
-        for (size_t oy = 0; oy < g->ho; oy++)
+        for (size_t oy = g->oy0; oy < g->oy0 + g->hos; oy++)
             for (size_t ox = 0; ox < g->wo; ox++, r++) {
                 const float *row = cols + r * k_cols;
+                if (oy >= g->ho)
+                    continue; /* a padding output row: not read */
                 for (size_t ky = 0; ky < g->kh; ky++)
                     for (size_t kx = 0; kx < g->kw; kx++) {
                         const size_t iy = oy * g->sh + ky, ix = ox * g->sw + kx;
                         if (iy < g->pt || iy - g->pt >= g->h || ix < g->pl ||
                             ix - g->pl >= g->w)
                             continue;
-                        float *dst = y + ((n * g->h + iy - g->pt) * g->w + ix - g->pl) * g->c;
+                        float *dst =
+                            y + ((n * g->hs + iy - g->sbase) * g->w + ix - g->pl) * g->c;
                         const float *src = row + (ky * g->kw + kx) * g->c;
                         for (size_t ci = 0; ci < g->c; ci++)
                             dst[ci] += src[ci];
@@ -154,8 +189,8 @@ static void window_at(const struct tpu__win_geom *g, size_t n, size_t oy, size_t
 {
     in_image(oy, g->sh, g->pt, g->kh, g->h, &p->ky0, &p->ky1);
     in_image(ox, g->sw, g->pl, g->kw, g->w, &p->kx0, &p->kx1);
-    const size_t iy = oy * g->sh + p->ky0 - g->pt, ix = ox * g->sw + p->kx0 - g->pl;
-    p->base = ((n * g->h + iy) * g->w + ix) * g->c;
+    const size_t iy = oy * g->sh + p->ky0 - g->sbase, ix = ox * g->sw + p->kx0 - g->pl;
+    p->base = ((n * g->hs + iy) * g->w + ix) * g->c; /* iy: the stored row */
 }
 
 /* The image index of the first max of the window p at channel ci (max_pool's rule). */
@@ -183,10 +218,15 @@ static void pool(enum tpu_opcode code, const struct tpu__win_geom *g, const floa
 {
     const bool grad = code == TPU_OP_MAX_POOL_GRAD || code == TPU_OP_AVG_POOL_GRAD;
     if (grad)
-        memset(out, 0, g->n * g->h * g->w * g->c * sizeof *out);
+        memset(out, 0, g->n * g->hs * g->w * g->c * sizeof *out);
     for (size_t n = 0, r = 0; n < g->n; n++)
-        for (size_t oy = 0; oy < g->ho; oy++)
+        for (size_t oy = g->oy0; oy < g->oy0 + g->hos; oy++)
             for (size_t ox = 0; ox < g->wo; ox++, r++) {
+                if (oy >= g->ho) { /* a padding output row (partitioned) */
+                    if (!grad)
+                        memset(out + r * g->c, 0, g->c * sizeof *out);
+                    continue;
+                }
                 struct win_pos p;
                 window_at(g, n, oy, ox, &p);
                 const float count = (float)((p.ky1 - p.ky0) * (p.kx1 - p.kx0));
@@ -252,7 +292,7 @@ int tpu__ops_window(const struct tpu_op *op, const struct tpu__op_ctx *cx, struc
     case TPU_OP_IM2COL:
     case TPU_OP_MAX_POOL:
     case TPU_OP_AVG_POOL: /* in0 is the image */
-        rc = tpu__win_geom_get(op, in_role, tpu__ops_count(in0), &g, d);
+        rc = tpu__win_geom_get(op, cx->part, in_role, tpu__ops_count(in0), &g, d);
         if (!rc)
             rc = tpu__ops_check_buf(d, op, in_role, in0, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
         if (!rc)
@@ -269,14 +309,14 @@ int tpu__ops_window(const struct tpu_op *op, const struct tpu__op_ctx *cx, struc
     case TPU_OP_COL2IM:
     case TPU_OP_AVG_POOL_GRAD:
     case TPU_OP_MAX_POOL_GRAD: { /* the output is the image */
-        rc = tpu__win_geom_get(op, out_role, tpu__ops_count(out), &g, d);
+        rc = tpu__win_geom_get(op, cx->part, out_role, tpu__ops_count(out), &g, d);
         const bool cols = op->code == TPU_OP_COL2IM;
         const struct tpu__bufmem *x =
             op->code == TPU_OP_MAX_POOL_GRAD ? &cx->bufs[op->in[1]] : NULL;
         if (!rc)
-            rc = check_f32_elems(d, op, out_role, out, g.n * g.h * g.w * g.c);
+            rc = check_f32_elems(d, op, out_role, out, g.n * g.hs * g.w * g.c);
         if (!rc && x)
-            rc = check_f32_elems(d, op, "x", x, g.n * g.h * g.w * g.c);
+            rc = check_f32_elems(d, op, "x", x, g.n * g.hs * g.w * g.c);
         if (!rc)
             rc = tpu__ops_check_buf(d, op, in_role, in0, TPU_F32, tpu__win_out_rows(&g),
                                     (uint32_t)(cols ? g.kh * g.kw * g.c : g.c));

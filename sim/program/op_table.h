@@ -48,6 +48,8 @@ enum tpu__op_rule {
     TPU__RULE_MSE,        /* program_verify_train.c */
     TPU__RULE_COUNT_ROWS, /* program_verify_train.c */
     TPU__RULE_DROPOUT,    /* program_verify_train.c */
+    TPU__RULE_HALO,       /* program_verify_part.c: halo, halo_grad */
+    TPU__RULE_ROW_MASK,   /* program_verify_part.c */
 };
 
 struct tpu__op_info {

@@ -126,6 +126,28 @@ bool tpu_opcode_is_collective(enum tpu_opcode code)
     return (unsigned)code < TPU_OP_COUNT && ici[code];
 }
 
+void tpu_window_part(const struct tpu_window *w, struct tpu_window_part *out)
+{
+    const uint32_t p = w->parts > 1 ? w->parts : 1;
+    out->parts = p;
+    if (p == 1) {
+        out->hc = w->h, out->hoc = w->ho, out->ext = w->h;
+        return;
+    }
+    out->hc = ((uint64_t)w->h + p - 1) / p;
+    out->hoc = ((uint64_t)w->ho + p - 1) / p;
+    out->ext = (out->hoc ? out->hoc - 1 : 0) * w->sh + w->kh; /* < 2^64 */
+}
+
+int64_t tpu_window_ext_row0(const struct tpu_window *w, uint32_t k)
+{
+    struct tpu_window_part wp;
+    tpu_window_part(w, &wp);
+    if (wp.parts == 1)
+        return 0; /* the image itself */
+    return (int64_t)((uint64_t)k * wp.hoc * w->sh) - (int64_t)w->pt;
+}
+
 void tpu_op_init(struct tpu_op *op, enum tpu_opcode code)
 {
     memset(op, 0, sizeof *op);
@@ -398,6 +420,9 @@ int tpu_program_add_op(struct tpu_program *p, const struct tpu_op *op, struct tp
         return tpu__fail(d, TPU_EINVAL, "op %zu (%s): variable id %u, but the program has %zu "
                          "variables; add the variable first", p->n_ops, name, c.attrs.var,
                          p->n_vars);
+    if (c.attrs.win.parts == 1 && (tpu_opcode_attrs(op->code) & TPU_ATTR_WINDOW))
+        /* one part is no partitioning: one spelling of it */
+        c.attrs.win.parts = 0;
     if (grow((void **)&p->ops, &p->cap_ops, p->n_ops, sizeof *p->ops))
         return tpu__fail(d, TPU_ENOMEM, "out of memory adding op %zu (%s)", p->n_ops, name);
     p->ops[p->n_ops++] = c;

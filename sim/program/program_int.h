@@ -31,6 +31,8 @@ enum tpu__text_attr_type {
     TPU__TA_WINDOW, /* name=<uint32>: a field of the window group (TPU_ATTR_WINDOW) */
     TPU__TA_SCHEDULE, /* schedule=<constant|step|cosine|int32> */
     TPU__TA_UINT32,   /* name=<uint32> (warmup, decay_steps) */
+    TPU__TA_PARTS,    /* parts=<uint32>: the window group's optional field (TPU_ATTR_WINDOW;
+                         never required, printed only when not 0) */
 };
 
 struct tpu__text_attr {
@@ -46,7 +48,7 @@ extern const struct tpu__text_attr tpu__text_attrs[];
 extern const size_t tpu__text_n_attrs;
 
 /* The field of `a` that holds attribute `bit` of the type the name says: int32 (axis, reduce,
- * shift, group, schedule), flag (trans_a, trans_b, accumulate) or float (alpha, beta, gamma,
+ * shift, group, schedule), flag (trans_a, trans_b, accumulate, core0) or float (alpha, beta, gamma,
  * delta, eps, decay_rate: the float of TPU_ATTR_SCHEDULE). A bit of another type gives the
  * last field of the list. Several text attributes share TPU_ATTR_SCHEDULE; the uint32 ones
  * (warmup, decay_steps) are told apart by the attribute's name. */
@@ -54,8 +56,8 @@ int32_t *tpu__text_attr_int32(struct tpu_op_attrs *a, unsigned bit);
 uint32_t *tpu__text_attr_uint32(struct tpu_op_attrs *a, const struct tpu__text_attr *ad);
 bool *tpu__text_attr_flag(struct tpu_op_attrs *a, unsigned bit);
 float *tpu__text_attr_float(struct tpu_op_attrs *a, unsigned bit);
-/* The field of a's window group that the WINDOW attribute `ad` names (h, w, c, kh, kw, sh,
- * sw, pt, pl, ho, wo); another attribute gives wo. */
+/* The field of a's window group that the WINDOW or PARTS attribute `ad` names (h, w, c, kh,
+ * kw, sh, sw, pt, pl, ho, wo, parts); another attribute gives wo. */
 uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_attr *ad);
 
 /* program_verify_window.c: rules T12 and T13 (the op table's rules WINDOW and RESHAPE) for
@@ -63,6 +65,26 @@ uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_a
  * (shapes and dtypes) with the sentence in msg (the verifier prefixes the op). */
 int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, char *msg,
                        size_t size);
+
+/* program_verify_window.c: the window's own fields (rule WINDOW's first part: fields >= 1,
+ * pt < kh, pl < kw, every window overlaps the image, kh*kw*c < 2^32-1). 0 or TPU_EINVAL. */
+int tpu__verify_window_fields(const struct tpu_op *op, char *msg, size_t size);
+
+/* Which rows an image operand of a window has per example: with parts >= 2 the ext image's
+ * E or the local image's hc; h when the window is not partitioned. */
+enum tpu__image_kind { TPU__IMAGE_EXT, TPU__IMAGE_LOCAL };
+/* program_verify_window.c: the image operand `role` (buffer b) of op holds N >= 1 images of
+ * rows x w x c elements (rows as `kind` says); *n gets N. 0 or TPU_ESHAPE with the
+ * sentence in msg. */
+int tpu__verify_image(const struct tpu_op *op, const char *role,
+                      const struct tpu_buffer_desc *b, enum tpu__image_kind kind, uint64_t *n,
+                      char *msg, size_t size);
+
+/* program_verify_part.c: rules T15 (HALO: halo, halo_grad) and T16 (ROW_MASK), and
+ * dropout_mask's optional window, for op whose operand ids are valid. 0, TPU_EINVAL or
+ * TPU_ESHAPE with the sentence in msg. */
+int tpu__verify_part(const struct tpu_program *p, const struct tpu_op *op, char *msg,
+                     size_t size);
 
 /* program_verify_window.c: rule T14 (the op table's rule CONV) for the conv2d ops; cfg may be
  * NULL (no check of the chip's matrix unit). Returns 0, or TPU_EINVAL (window fields,

@@ -194,6 +194,7 @@ static int parse_attr_value(struct tpu__parser *ps, struct tpu_op *op, const cha
     case TPU__TA_FLOAT:
         return parse_float(ps, val_at, tok, name, tpu__text_attr_float(&op->attrs, ad->bit));
     case TPU__TA_WINDOW:
+    case TPU__TA_PARTS:
         rc = parse_int(ps, val_at, tok, name, 0, UINT32_MAX, &v);
         if (!rc)
             *tpu__text_attr_window(&op->attrs, ad) = (uint32_t)v;
@@ -240,7 +241,7 @@ static int unknown_attr(struct tpu__parser *ps, const struct tpu_op *op, const c
     attr_list(op->code, list);
     /* the window fields' short names (h, w, c, ...) are common buffer names: such a word
      * after an op that has no window is taken as a misplaced buffer, like any non-attribute */
-    const bool not_attr = !ad || ad->type == TPU__TA_WINDOW;
+    const bool not_attr = !ad || ad->type == TPU__TA_WINDOW || ad->type == TPU__TA_PARTS;
     if (not_attr && tpu_program_find_buffer(ps->p, name, NULL) == 0) {
         if (tpu_opcode_n_in(op->code) == 0)
             return perr(ps, at, "%s takes no inputs, got '%s'", opname, name);
@@ -319,7 +320,8 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
     }
     unsigned required = tpu__op_info(code)->required;
     for (size_t i = 0; required && i < tpu__text_n_attrs; i++)
-        if ((required & tpu__text_attrs[i].bit) && !(seen_rows & (UINT64_C(1) << i)))
+        if ((required & tpu__text_attrs[i].bit) && tpu__text_attrs[i].type != TPU__TA_PARTS &&
+            !(seen_rows & (UINT64_C(1) << i)))
             return perr(ps, ol->op_at, "%s needs attribute %s", ol->opname,
                         tpu__text_attrs[i].hint);
     if (ol->op.attrs.schedule != TPU_SCHEDULE_CONSTANT && !(seen & TPU_ATTR_VAR))

@@ -32,6 +32,7 @@ const struct tpu__text_attr tpu__text_attrs[] = {
     {TPU_ATTR_TRANS_A, "trans_a", TPU__TA_FLAG, "trans_a"},
     {TPU_ATTR_TRANS_B, "trans_b", TPU__TA_FLAG, "trans_b"},
     {TPU_ATTR_ACCUMULATE, "accumulate", TPU__TA_FLAG, "accumulate"},
+    {TPU_ATTR_CORE0, "core0", TPU__TA_FLAG, "core0"},
     {TPU_ATTR_PASSES, "passes", TPU__TA_PASSES, "passes=<1|3|6>"},
     {TPU_ATTR_AXIS, "axis", TPU__TA_INT32, "axis=<0|1>"},
     {TPU_ATTR_REDUCE, "reduce", TPU__TA_REDUCE, "reduce=<sum|mean>"},
@@ -55,6 +56,7 @@ const struct tpu__text_attr tpu__text_attrs[] = {
     {TPU_ATTR_WINDOW, "pl", TPU__TA_WINDOW, "pl=<pad>"},
     {TPU_ATTR_WINDOW, "ho", TPU__TA_WINDOW, "ho=<rows>"},
     {TPU_ATTR_WINDOW, "wo", TPU__TA_WINDOW, "wo=<cols>"},
+    {TPU_ATTR_WINDOW, "parts", TPU__TA_PARTS, "parts=<cores>"},
     {TPU_ATTR_SCHEDULE, "schedule", TPU__TA_SCHEDULE, "schedule=<constant|step|cosine>"},
     {TPU_ATTR_SCHEDULE, "warmup", TPU__TA_UINT32, "warmup=<steps>"},
     {TPU_ATTR_SCHEDULE, "decay_steps", TPU__TA_UINT32, "decay_steps=<steps>"},
@@ -93,6 +95,8 @@ bool *tpu__text_attr_flag(struct tpu_op_attrs *a, unsigned bit)
         return &a->trans_a;
     case TPU_ATTR_TRANS_B:
         return &a->trans_b;
+    case TPU_ATTR_CORE0:
+        return &a->core0;
     default:
         return &a->accumulate;
     }
@@ -120,9 +124,9 @@ uint32_t *tpu__text_attr_window(struct tpu_op_attrs *a, const struct tpu__text_a
 {
     struct tpu_window *w = &a->win;
     uint32_t *const fields[] = {&w->h,  &w->w,  &w->c,  &w->kh, &w->kw, &w->sh,
-                                &w->sw, &w->pt, &w->pl, &w->ho, &w->wo};
+                                &w->sw, &w->pt, &w->pl, &w->ho, &w->wo, &w->parts};
     static const char *const names[] = {"h", "w", "c", "kh", "kw", "sh", "sw", "pt", "pl",
-                                        "ho", "wo"};
+                                        "ho", "wo", "parts"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(ad->name, names[i]) == 0)
             return fields[i];
@@ -160,6 +164,7 @@ static bool attr_is_default(const struct tpu_op *op, const struct tpu__text_attr
     case TPU__TA_FLOAT:
         return float_bits(*tpu__text_attr_float(&a, ad->bit)) == 0;
     case TPU__TA_WINDOW:
+    case TPU__TA_PARTS:
         return *tpu__text_attr_window(&a, ad) == 0;
     }
     return true;
@@ -289,6 +294,7 @@ static void put_attr(struct sbuf *b, const struct tpu_program *p, const struct t
         sb_putf(b, " %s=%s", ad->name, num);
         return;
     case TPU__TA_WINDOW:
+    case TPU__TA_PARTS:
         sb_putf(b, " %s=%" PRIu32, ad->name, *tpu__text_attr_window(&a, ad));
         return;
     }
@@ -321,7 +327,9 @@ static void put_op(struct sbuf *b, const struct tpu_program *p, const struct tpu
     unsigned required = info->required;
     for (size_t i = 0; i < tpu__text_n_attrs; i++) {
         const struct tpu__text_attr *ad = &tpu__text_attrs[i];
-        if ((required & ad->bit) || !attr_is_default(op, ad))
+        /* parts shares the window's bit but is never required: printed when set */
+        const bool req = (required & ad->bit) && ad->type != TPU__TA_PARTS;
+        if (req || !attr_is_default(op, ad))
             put_attr(b, p, op, ad);
     }
 }

@@ -20,9 +20,9 @@
  *   A2  Float attributes the op reads are finite.
  *   A3  matmul passes is 1, 3 or 6; 3 and 6 need an f32 input (they split f32 values into
  *       bf16 parts; bf16 x bf16 and int8 x int8 are exact in one pass). reduce_* axis is 0 or 1.
- *       all_reduce reduce is sum or mean. collective_permute group is replicas or
- *       replica_cores (any shift). adam, adamw: 0 <= beta < 1, 0 <= delta < 1 (the
- *       bias corrections divide by 1 - beta^t), eps > 0.
+ *       all_reduce reduce is sum or mean, group replicas or replica_cores.
+ *       collective_permute group is replicas or replica_cores (any shift). adam, adamw:
+ *       0 <= beta < 1, 0 <= delta < 1 (the bias corrections divide by 1 - beta^t), eps > 0.
  * Shapes and dtypes ([rows, cols])
  *   T1  matmul: a [M, K] ([K, M] if trans_a), b [K, N] ([N, K] if trans_b), y [M, N]. Inputs
  *       are f32 or bf16 in any mix (y f32), or both int8 (y int32); int32 inputs and a mix
@@ -45,6 +45,8 @@
  *   T12 im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad (WINDOW) and
  *   T13 reshape (RESHAPE): program_verify_window.c states them.
  *   T14 conv2d, conv2d_grad_input, conv2d_grad_filter (CONV): program_verify_window.c.
+ *   T15 halo, halo_grad (HALO) and T16 row_mask (ROW_MASK), and a window's parts:
+ *       program_verify_part.c states them.
  * Buffers and dataflow
  *   D1  An op's outputs are distinct buffers. An output may also be an input (in place) only
  *       where the op table's `alias` column allows it: add, sub, mul, max, scale, relu,
@@ -214,6 +216,7 @@ static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_att
         return f != 0.0f || signbit(f) || isnan(f);
     }
     case TPU__TA_WINDOW:
+    case TPU__TA_PARTS:
         return *tpu__text_attr_window(&c, ad) != 0;
     }
     return false;
@@ -463,6 +466,10 @@ static int check_all_reduce(struct verifier *v)
     if (a->reduce != TPU_REDUCE_SUM && a->reduce != TPU_REDUCE_MEAN)
         return fail_op(v, TPU_EINVAL, "reduce=%" PRId32 "; all_reduce takes reduce=sum (0) "
                        "or reduce=mean (1)", a->reduce);
+    if (a->group != TPU_GROUP_REPLICAS && a->group != TPU_GROUP_REPLICA_CORES)
+        return fail_op(v, TPU_EINVAL, "group=%" PRId32 "; all_reduce takes group=replicas (0: "
+                       "over the replicas, the default) or group=replica_cores (1: over the "
+                       "cores of one replica)", a->group);
     return need_f32_same_shape(v);
 }
 
@@ -542,6 +549,12 @@ static int check_op_types(struct verifier *v)
         return check_all_reduce(v);
     case TPU__RULE_PERMUTE:
         return check_permute(v);
+    case TPU__RULE_HALO:
+    case TPU__RULE_ROW_MASK: {
+        char msg[TPU_DIAG_MAX];
+        int rc = tpu__verify_part(v->p, v->op, msg, sizeof msg);
+        return rc ? fail_op(v, rc, "%s", msg) : 0;
+    }
     default: /* MSE, COUNT_ROWS, DROPOUT; ANY: outfeed takes anything, var_add and loops
               * have no buffers (tpu__verify_train checks nothing for them) */
         return check_train(v, 0);

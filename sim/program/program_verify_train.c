@@ -9,7 +9,8 @@
  *       row); loss f32 [1, 1]; dpred f32 [B, K].
  *   T10 count_rows: labels int32 [B, 1]; y f32 [1, 2].
  *   T11 dropout_mask: mask f32 (any shape); the rate alpha in [0, 1); its step variable is
- *       not the loop's trip-count variable (the mask would repeat at every step).
+ *       not the loop's trip-count variable (the mask would repeat at every step). With a
+ *       window (row partitioning), program_verify_part.c's rule for it too.
  *   A4  sgd_momentum, adam, adamw: schedule is constant (0), step (1) or cosine (2).
  *       constant reads none of warmup, decay_steps, decay_rate: they stay 0. step: decay_steps
  *       >= 1, decay_rate > 0, warmup 0 (step has no warm-up). cosine: decay_steps >= 1, 0 <=
@@ -102,7 +103,10 @@ static int check_dropout(struct tcheck *t, bool has_loop, uint32_t loop_var)
                    "variable, which stays the same at every step, so every step would drop "
                    "the same elements; give it the step counter (a variable the loop "
                    "increments with var_add)", tpu_program_var_name(t->p, a->var));
-    return 0;
+    const struct tpu_window *w = &a->win;
+    const bool has_window = w->h || w->w || w->c || w->kh || w->kw || w->sh || w->sw ||
+                            w->pt || w->pl || w->ho || w->wo || w->parts;
+    return has_window ? tpu__verify_part(t->p, t->op, t->msg, t->size) : 0;
 }
 
 static int check_schedule(struct tcheck *t, bool has_loop, uint32_t loop_var)

@@ -18,7 +18,10 @@
  *       conv2d_grad_input's dx) has N*h*w*c elements, N >= 1, in any 2-D shape; the kernel w
  *       and conv2d_grad_filter's dw are [kh*kw*c, f]; y and dy are [N*ho*wo, f], with f the
  *       columns of w (conv2d, conv2d_grad_input) or of dy (conv2d_grad_filter). With a chip
- *       config, the chip's matrix unit multiplies bf16 (matmul's T1). */
+ *       config, the chip's matrix unit multiplies bf16 (matmul's T1).
+ *   With row partitioning (the window's parts >= 2; program.h's "Row partitioning"), the
+ *   image operands above are ext images (N*E*w*c elements) and the window-side operands
+ *   (y, dy, cols) have N*hoc*wo rows. */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -45,7 +48,7 @@ static uint64_t elems(const struct tpu_buffer_desc *b)
 }
 
 /* The window's own fields (before any operand is looked at). */
-static int check_fields(const struct tpu_op *op, char *msg, size_t size)
+int tpu__verify_window_fields(const struct tpu_op *op, char *msg, size_t size)
 {
     const struct tpu_window *w = &op->attrs.win;
     const char *name = tpu_opcode_name(op->code);
@@ -110,22 +113,55 @@ static int need_f32(const struct tpu_op *op, const char *role, const struct tpu_
     return TPU_ESHAPE;
 }
 
-/* The image operand `role`: N*h*w*c elements; *n gets N. */
-static int need_image(const struct tpu_op *op, const char *role,
-                      const struct tpu_buffer_desc *b, uint64_t *n, char *msg, size_t size)
+int tpu__verify_image(const struct tpu_op *op, const char *role,
+                      const struct tpu_buffer_desc *b, enum tpu__image_kind kind, uint64_t *n,
+                      char *msg, size_t size)
 {
     const struct tpu_window *w = &op->attrs.win;
-    const uint64_t per = mul_sat(mul_sat(w->h, w->w), w->c), e = elems(b);
+    struct tpu_window_part wp;
+    tpu_window_part(w, &wp);
+    const uint64_t rows = wp.parts == 1 ? w->h : kind == TPU__IMAGE_EXT ? wp.ext : wp.hc;
+    const uint64_t per = mul_sat(mul_sat(rows, w->w), w->c), e = elems(b);
     char s[96];
-    if (per != UINT64_MAX && e % per == 0) {
+    if (per != UINT64_MAX && per != 0 && e % per == 0) {
         *n = e / per;
         return 0;
     }
-    snprintf(msg, size, "%s %s has %" PRIu64 " elements, not a multiple of h*w*c = "
-             "%" PRIu32 "*%" PRIu32 "*%" PRIu32 " (rule WINDOW: it holds N >= 1 images of "
-             "h x w x c); declare it with N*h*w*c elements or fix h, w, c", role, bdesc(b, s),
-             e, w->h, w->w, w->c);
+    if (wp.parts == 1) {
+        snprintf(msg, size, "%s %s has %" PRIu64 " elements, not a multiple of h*w*c = "
+                 "%" PRIu32 "*%" PRIu32 "*%" PRIu32 " (rule WINDOW: it holds N >= 1 images "
+                 "of h x w x c); declare it with N*h*w*c elements or fix h, w, c", role,
+                 bdesc(b, s), e, w->h, w->w, w->c);
+    } else if (kind == TPU__IMAGE_EXT) {
+        snprintf(msg, size, "%s %s has %" PRIu64 " elements, not a multiple of E*w*c = "
+                 "%" PRIu64 "*%" PRIu32 "*%" PRIu32 " (row partitioning, parts=%" PRIu32 ": "
+                 "it is the ext image, E = (hoc-1)*sh + kh = (%" PRIu64 "-1)*%" PRIu32
+                 " + %" PRIu32 " rows per example, hoc = ceil(ho/parts)); declare it with "
+                 "N*E*w*c elements or fix the window", role, bdesc(b, s), e, wp.ext, w->w,
+                 w->c, wp.parts, wp.hoc, w->sh, w->kh);
+    } else {
+        snprintf(msg, size, "%s %s has %" PRIu64 " elements, not a multiple of hc*w*c = "
+                 "%" PRIu64 "*%" PRIu32 "*%" PRIu32 " (row partitioning, parts=%" PRIu32 ": "
+                 "it is the core's local image, hc = ceil(h/parts) = ceil(%" PRIu32 "/%" PRIu32
+                 ") rows per example); declare it with N*hc*w*c elements or fix the window",
+                 role, bdesc(b, s), e, wp.hc, w->w, w->c, wp.parts, w->h, wp.parts);
+    }
     return TPU_ESHAPE;
+}
+
+/* The image operand `role` of a window op: the image, or with parts >= 2 the ext image. */
+static int need_image(const struct tpu_op *op, const char *role,
+                      const struct tpu_buffer_desc *b, uint64_t *n, char *msg, size_t size)
+{
+    return tpu__verify_image(op, role, b, TPU__IMAGE_EXT, n, msg, size);
+}
+
+/* The rows of the window side per example: ho, or hoc with parts >= 2. */
+static uint64_t out_rows(const struct tpu_window *w)
+{
+    struct tpu_window_part wp;
+    tpu_window_part(w, &wp);
+    return wp.hoc;
 }
 
 /* The window-side operand `role`: [N*ho*wo, cols] (`what` names the columns). */
@@ -134,14 +170,21 @@ static int need_windows(const struct tpu_op *op, const char *role,
                         const char *what, char *msg, size_t size)
 {
     const struct tpu_window *w = &op->attrs.win;
-    const uint64_t rows = mul_sat(n, mul_sat(w->ho, w->wo));
+    const uint64_t rows = mul_sat(n, mul_sat(out_rows(w), w->wo));
     if (b->rows == rows && b->cols == cols)
         return 0;
     char s[96];
-    snprintf(msg, size, "%s %s must be [%" PRIu64 ", %" PRIu64 "] (rule WINDOW: N*ho*wo = "
-             "%" PRIu64 "*%" PRIu32 "*%" PRIu32 " rows, one per window, and %s); declare it "
-             "%s[%" PRIu64 ", %" PRIu64 "]", role, bdesc(b, s), rows, cols, n, w->ho, w->wo,
-             what, tpu_dtype_name(b->dtype), rows, cols);
+    if (w->parts > 1)
+        snprintf(msg, size, "%s %s must be [%" PRIu64 ", %" PRIu64 "] (rule WINDOW with "
+                 "parts=%" PRIu32 ": the core's local out, N*hoc*wo = %" PRIu64 "*%" PRIu64
+                 "*%" PRIu32 " rows, hoc = ceil(ho/parts), and %s); declare it %s[%" PRIu64
+                 ", %" PRIu64 "]", role, bdesc(b, s), rows, cols, w->parts, n, out_rows(w),
+                 w->wo, what, tpu_dtype_name(b->dtype), rows, cols);
+    else
+        snprintf(msg, size, "%s %s must be [%" PRIu64 ", %" PRIu64 "] (rule WINDOW: N*ho*wo = "
+                 "%" PRIu64 "*%" PRIu32 "*%" PRIu32 " rows, one per window, and %s); declare "
+                 "it %s[%" PRIu64 ", %" PRIu64 "]", role, bdesc(b, s), rows, cols, n, w->ho,
+                 w->wo, what, tpu_dtype_name(b->dtype), rows, cols);
     return TPU_ESHAPE;
 }
 
@@ -165,7 +208,7 @@ int tpu__verify_window(const struct tpu_program *p, const struct tpu_op *op, cha
 {
     if (op->code == TPU_OP_RESHAPE)
         return check_reshape(p, op, msg, size);
-    int rc = check_fields(op, msg, size);
+    int rc = tpu__verify_window_fields(op, msg, size);
     if (rc)
         return rc;
     const unsigned n_out = tpu_opcode_n_out(op->code), n_in = tpu_opcode_n_in(op->code);
@@ -236,7 +279,7 @@ static int conv_shape(const struct tpu_op *op, const char *role,
 int tpu__verify_conv(const struct tpu_program *p, const struct tpu_op *op,
                      const struct tpu_chip_config *cfg, char *msg, size_t size)
 {
-    int rc = check_fields(op, msg, size);
+    int rc = tpu__verify_window_fields(op, msg, size);
     if (rc)
         return rc;
     const char *name = tpu_opcode_name(op->code);
@@ -285,9 +328,13 @@ int tpu__verify_conv(const struct tpu_program *p, const struct tpu_op *op,
                     : need_image(op, "input x", in[0], &n, msg, size);
     if (rc)
         return rc;
-    const uint64_t rows = mul_sat(n, mul_sat(w->ho, w->wo));
+    const uint64_t rows = mul_sat(n, mul_sat(out_rows(w), w->wo));
     const char *kernel = "the kernel is [kh*kw*c, f], one row per window element";
-    const char *win_rows = "N*ho*wo rows, one per window, and f columns, one per filter";
+    const char *win_rows = w->parts > 1 ? "N*hoc*wo rows with parts > 1 (the core's local "
+                                          "out, hoc = ceil(ho/parts)), and f columns, one per "
+                                          "filter"
+                                        : "N*ho*wo rows, one per window, and f columns, one "
+                                          "per filter";
     if (op->code == TPU_OP_CONV2D_GRAD_FILTER) {
         rc = conv_shape(op, "input dy", in[1], rows, in[1]->cols, win_rows, msg, size);
         if (!rc)

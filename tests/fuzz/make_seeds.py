@@ -190,6 +190,27 @@ dk = conv2d_grad_filter x, y h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
 dx = conv2d_grad_input y, k h=5 w=5 c=2 kh=3 kw=3 sh=2 sw=2 pt=1 pl=1 ho=3 wo=3
 outfeed dx
 """,
+    'partition.tpuprog': """program partition
+var step
+param xl: f32[4, 8]
+param w: f32[18, 3]
+temp  x: f32[4, 8]
+temp  xe: f32[6, 8]
+temp  y: f32[16, 3]
+temp  m: f32[4, 8]
+temp  d: f32[4, 8]
+temp  dxe: f32[6, 8]
+temp  dx: f32[4, 8]
+x = infeed core0
+xl = all_reduce x reduce=sum group=replica_cores
+xe = halo xl h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+y = conv2d xe, w h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+m = row_mask h=8 w=4 c=2 kh=1 kw=1 sh=1 sw=1 pt=0 pl=0 ho=8 wo=4 parts=2
+d = dropout_mask var=step imm=7 alpha=0.5 h=8 w=4 c=2 parts=2
+dxe = conv2d_grad_input y, w h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+dx = halo_grad dxe h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
+outfeed dx
+""",
     'bad_syntax.tpuprog': """program bad
 param a: f32[4, 0]
 y = frobnicate a
@@ -391,6 +412,31 @@ def model_file_seeds():
         ' "name": "caf\\u00e9"}],\r\n "loss": "softmax_cross_entropy"}\r\n')
 
 
+def partition_dims_seeds():
+    # input_partition_dims text: the forms a user writes, and each error's neighbourhood
+    for name, text in [
+            ('features.txt', '[[1, 4, 1, 1]]'),
+            ('features_labels.txt', '[[1, 2, 2, 1], None]'),
+            ('tuples.txt', '( (1, 2) , (2, 1), )'),
+            ('null_none.txt', '[[8], null]\n'),
+            ('uneven.txt', '[[2, 4]]'),
+            ('batch_split.txt', '[[4, 1, 2, 1, 1, 1, 1, 1]]'),
+            ('plus.txt', '[[+2, 1]]'),
+            ('zero.txt', '[[1, 0]]'),
+            ('negative.txt', '[[1, -2]]'),
+            ('huge.txt', '[[1, 99999999999999999999]]'),
+            ('third.txt', '[[1], [1], [1]]'),
+            ('features_none.txt', '[None, [1, 2]]'),
+            ('empty_list.txt', '[]'),
+            ('empty_entry.txt', '[[]]'),
+            ('nine_counts.txt', '[[1, 1, 1, 1, 1, 1, 1, 1, 2]]'),
+            ('float.txt', '[[1, 2.0]]'),
+            ('mismatched.txt', '[[1, 2)]'),
+            ('dict.txt', "[{'x': [1, 2]}]"),
+            ('trailing.txt', '[[1, 2]] x')]:
+        put('partition_dims', name, text)
+
+
 def main():
     if os.path.isdir(SEEDS):
         shutil.rmtree(SEEDS)
@@ -403,6 +449,7 @@ def main():
     safetensors_seeds()
     ckpt_index_seeds()
     model_file_seeds()
+    partition_dims_seeds()
     for target in sorted(os.listdir(SEEDS)):
         print('%-12s %d seeds' % (target, len(os.listdir(os.path.join(SEEDS, target)))))
 
