@@ -168,11 +168,28 @@ def ckpt_steps(model_dir):
 
 
 # ---- what each command must print and write -------------------------------------------------
+def check_equivalence(eff, p):
+    """train --check-equivalence N: the head names the model, the chip and the cores; a row
+    per step, each within the bound; the verdict line says so (exit 0)."""
+    out = p.stdout.splitlines()
+    chip = opt(eff, '--chip', 'tpu-v3')
+    assert out[0].startswith('tpusim train --check-equivalence: '), out
+    assert f' on {chip}, ' in out[0] and ' against 1 core, global batch ' in out[0], out
+    assert out[1].startswith('bound: '), out
+    n = int(opt(eff, '--check-equivalence'))
+    rows = [line.split() for line in out if re.match(r'^\s+\d+\s', line)]
+    assert [r[0] for r in rows] == [str(k) for k in range(1, n + 1)], out
+    assert all(r[-1] == 'ok' for r in rows), out
+    assert out[-1].startswith(f'verdict: all {n} steps within the bound'), out
+
+
 def check_train(argv, p, before):
     if opt(argv, '--config'):
         eff = argv[:2] + config_argv(path(opt(argv, '--config'))) + argv[2:]
     else:
         eff = argv
+    if opt(eff, '--check-equivalence'):
+        return check_equivalence(eff, p)
     chip = opt(eff, '--chip', 'tpu-v3')
     layers = opt(eff, '--layers', '512,256').replace(',', '-')
     model = opt(eff, '--model')
@@ -211,6 +228,10 @@ def check_train(argv, p, before):
         assert os.path.getsize(path(os.path.join(model_dir, 'metrics.jsonl'))) > 0
     if opt(eff, '--trace'):
         load_trace(opt(eff, '--trace'))
+    if '--step-shares' in eff:
+        m = re.search(r'^  step shares\s+[\d.]+ us a step after the first loop: all-reduce '
+                      r'([\d.]+) %, halo exchange ([\d.]+) %$', out, re.M)
+        assert m and 0 <= float(m.group(1)) < 100 and float(m.group(2)) == 0, out
     if opt(eff, '--backend') == 'rtl':
         assert re.search(r'^  RTL backend\s+\d+ Verilated \d+x\d+ arrays ran [1-9]', out, re.M), out
     if opt(eff, '--vcd'):
