@@ -359,6 +359,7 @@ static int pair_open(const struct tpu_equivalence_settings *s, struct pair *p,
     for (int k = 0; k < 2; k++) {
         rc[k].iterations_per_loop = 1; /* a step per launch: both are read after each */
         rc[k].iterations_per_loop_s = 0;
+        rc[k].iterations_per_loop_auto = false;
         rc[k].host_call_every_n_steps = 0;
         rc[k].log_step_count_steps = 0;
         rc[k].save_checkpoints_steps = 0;

@@ -70,7 +70,7 @@ struct tpu_equivalence_settings {
     /* The run as configured. model_dir must be empty (both runs start from the seed's
      * initial params and write nothing), the device must compute values, and the training
      * input mode must not be BROADCAST. iterations_per_loop is taken as 1 (a step per launch,
-     * so that both runs can be read after every step). */
+     * so that both runs can be read after every step; a time or "auto" too). */
     struct tpu_run_config run;
     struct tpu_model model;          /* copied; its ctx serves both runs */
     const struct tpu_input *input;   /* the training input, read once per step with the global
