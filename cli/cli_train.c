@@ -502,6 +502,8 @@ static void print_train_json(const struct run *r, const struct train_result *t)
     printf(", \"replicas\": %u", tpu_device_n_replicas(r->dev));
     if (r->o.rc.num_hosts > 1) /* --hosts: only then, so one host's summary keeps its keys */
         printf(", \"hosts\": %u", r->o.rc.num_hosts);
+    if (r->o.rc.num_cores_per_replica > 1) /* the same */
+        printf(", \"cores_per_replica\": %u", r->o.rc.num_cores_per_replica);
     if (r->net) {
         printf(", \"model\": ");
         tpu__cli_json_string(stdout, tpu_net_name(r->net));
@@ -583,12 +585,19 @@ static void print_train_text(const struct run *r, const struct train_result *t)
     char model[400], optimizer[160];
     tpu__cli_train_describe(o, r->net, model, sizeof model);
     tpu__cli_train_optimizer_text(o, r->net != NULL, optimizer, sizeof optimizer);
-    char hosts[32] = "";
+    /* the layout past one core per replica and one host only, so that such a run's summary
+     * keeps its bytes */
+    char layout[96] = "", hosts[32] = "";
+    if (o->rc.num_cores_per_replica > 1)
+        snprintf(layout, sizeof layout, " of %u cores%s", o->rc.num_cores_per_replica,
+                 o->rc.n_input_partition_dims && o->rc.input_partition_dims[0].rank
+                     ? " (features partitioned)"
+                     : "");
     if (o->rc.num_hosts > 1)
         snprintf(hosts, sizeof hosts, " (%u hosts)", o->rc.num_hosts);
-    printf("tpusim train: %s on %s, %u replica%s%s, %s matmul inputs, %s\n", model,
+    printf("tpusim train: %s on %s, %u replica%s%s%s, %s matmul inputs, %s\n", model,
            r->chip.name, tpu_device_n_replicas(r->dev),
-           tpu_device_n_replicas(r->dev) == 1 ? "" : "s", hosts,
+           tpu_device_n_replicas(r->dev) == 1 ? "" : "s", layout, hosts,
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)", optimizer);
     printf("  global step        %llu (global batch %u)\n", (unsigned long long)t->gstep,
            o->rc.train_batch_size);

@@ -933,29 +933,10 @@ static void test_initial_infeed_sleep(void **state)
 static void test_input_modes(void **state)
 {
     (void)state;
-    struct tpu_run_config c;
-    tpu_run_config_default(&c);
-    c.train_batch_size = 64;
-    uint32_t pr, calls, per_call;
-    struct tpu_diag d = {0};
-    const enum tpu_input_mode modes[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
-                                         TPU_BROADCAST};
-    const uint32_t want_calls[] = {8, 1, 8, 1}, want_per_call[] = {8, 64, 8, 8};
-    for (int i = 0; i < 4; i++) {
-        c.per_host_input_for_training = modes[i];
-        assert_int_equal(tpu_per_replica_batch(&c, TPU_MODE_TRAIN, 8, &pr, &calls, &per_call, &d), 0);
-        assert_int_equal(pr, 8);
-        assert_int_equal(calls, want_calls[i]);
-        assert_int_equal(per_call, want_per_call[i]);
-    }
-    c.train_batch_size = 100;
-    assert_int_equal(tpu_per_replica_batch(&c, TPU_MODE_TRAIN, 8, &pr, &calls, &per_call, &d),
-                     TPU_EINVAL);
-    assert_non_null(strstr(d.msg, "train_batch_size 100 must be divisible by the number of "
-                               "replicas (num_shards) 8"));
-    assert_non_null(strstr(d.msg, "use 96 or 104"));
-    /* the same stream of batches: PER_SHARD_V1, PER_HOST_V1 and PER_HOST_V2 train the same
-     * model (each replica gets the same rows in each) */
+    /* Each mode's calls and batches are the shard plan's (tests/test_shard.c checks them
+     * all). The same stream of batches: PER_SHARD_V1, PER_HOST_V1 and PER_HOST_V2 train the
+     * same model (each replica gets the same rows in each). */
+    const enum tpu_input_mode modes[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2};
     static float p[3][2048];
     for (int i = 0; i < 3; i++) {
         struct env *e = env_new();
@@ -967,7 +948,7 @@ static void test_input_modes(void **state)
     }
     assert_memory_equal(p[0], p[1], sizeof p[0]);
     assert_memory_equal(p[0], p[2], sizeof p[0]);
-    /* BROADCAST sends the same 8 rows to both replicas */
+    /* BROADCAST sends the whole global batch to both replicas */
     struct env *e = env_new();
     e->cfg.per_host_input_for_training = TPU_BROADCAST;
     assert_int_equal(env_open(e, NULL), 0);

@@ -1,8 +1,7 @@
 /* Batches and shards (host/shard/): the shard plan of include/tpusim/shard.h (plan.c: the
  * rules and the input_fn calls; slice.c: each logical core's part of a tensor;
- * partition_dims.c: the input_partition_dims parser), and the older per-mode batch
- * arithmetic the runtime still calls (batch.c: tpu_per_replica_batch in runtime.h and the
- * call plan below). Private to host/ (and the CLI's `tpusim shard`, which prints a plan). */
+ * partition_dims.c: the input_partition_dims parser). Private to host/ (and the CLI's
+ * `tpusim shard`, which prints a plan). */
 #ifndef TPUSIM_HOST_SHARD_INT_H
 #define TPUSIM_HOST_SHARD_INT_H
 
@@ -37,25 +36,5 @@ void tpu__shard_part(uint64_t n, uint32_t p, uint32_t i, uint64_t *begin, uint64
 void tpu__shard_dims_text(const struct tpu_partition_dims *dims, char *buf, size_t n);
 void tpu__shard_shape_text(uint64_t batch, const struct tpu_shard_tensor *t, char *buf,
                            size_t n);
-
-/* Where the rows of one input_fn call go: replicas first_replica .. first_replica +
- * n_replicas - 1, replica first_replica + r taking rows_each rows from row
- * tpu__shard_call_row0(plan, r) of the call's batch. */
-struct tpu__shard_call {
-    uint32_t first_replica, n_replicas, rows_each;
-    bool broadcast; /* BROADCAST training: every replica gets the call's whole batch */
-};
-
-/* The plan of call `call` of a step that makes `calls` calls of per_call rows each for a mode
- * whose per-replica batch is per_replica (the figures of tpu_per_replica_batch). */
-void tpu__shard_call_plan(const struct tpu_run_config *cfg, enum tpu_mode mode,
-                          uint32_t n_replicas, uint32_t calls, uint32_t per_call,
-                          uint32_t per_replica, uint32_t call, struct tpu__shard_call *out);
-
-/* The first row of the call's batch that the plan's r-th replica takes. */
-static inline uint32_t tpu__shard_call_row0(const struct tpu__shard_call *plan, uint32_t r)
-{
-    return plan->broadcast ? 0 : r * plan->rows_each;
-}
 
 #endif

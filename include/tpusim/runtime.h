@@ -363,13 +363,6 @@ int tpu_estimator_read_param(const struct tpu_estimator *est, const char *name, 
 int tpu_estimator_write_param(struct tpu_estimator *est, const char *name, const float *data,
                               size_t bytes, struct tpu_diag *d);
 
-/* The per-replica batch for a mode and the number of input_fn calls per step, as
- * TPUEstimator computes them; the message names the rule when the global batch does not
- * divide. Exposed for `tpusim shard` and tests. */
-int tpu_per_replica_batch(const struct tpu_run_config *cfg, enum tpu_mode mode,
-                          uint32_t n_replicas, uint32_t *per_replica, uint32_t *calls_per_step,
-                          uint32_t *batch_per_call, struct tpu_diag *d);
-
 #ifdef __cplusplus
 }
 #endif

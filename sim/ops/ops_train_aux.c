@@ -22,7 +22,7 @@
  *               mask's element count. Element i (row-major) = tpu_dropout_mask_value(seed,
  *               step, r * n + i, rate): the element's index in the global batch when the
  *               replicas take the global batch in order (replica r rows r*B .. r*B+B-1, as
- *               a per-host input does, host/shard/batch.c), so a run on R replicas of batch
+ *               a per-host input does, host/shard/plan.c), so a run on R replicas of batch
  *               B draws the masks of a run on one replica of batch R*B.
  *
  * The mask's hash. mix(z) is splitmix64's step and output function (tpu__mix64 in
