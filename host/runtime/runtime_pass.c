@@ -121,7 +121,8 @@ static int phase_order(const void *a, const void *b)
 static void flush_input_phases(struct tpu__pass *p, uint64_t steps)
 {
     pthread_mutex_lock(&p->lock);
-    qsort(p->input_phases, p->n_input_phases, sizeof *p->input_phases, phase_order);
+    if (p->n_input_phases) /* none yet: the array may be NULL, which qsort must not get */
+        qsort(p->input_phases, p->n_input_phases, sizeof *p->input_phases, phase_order);
     uint64_t n = 0;
     while (n < p->n_input_phases && p->input_phases[n].step < steps)
         n++;
