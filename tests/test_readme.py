@@ -17,7 +17,11 @@ The changes made to README lines so that they run on small data, and nothing els
   least 512 training images; 1024 gives two steps per epoch, so `--epochs 5` is 10 steps);
 - `--backend rtl` lines with a global batch over 64 (the default is 512): `--steps N` is
   capped at 1, since each such step on the Verilated array takes seconds; without the RTL in the build, these lines
-  must instead fail with exit 2 and the documented 'built without the RTL' message.
+  must instead fail with exit 2 and the documented 'built without the RTL' message;
+- in a sanitizer build (TPUSIM_SANITIZED=1, set by tests/meson.build; everything runs 10-30
+  times slower there), the same paths on less work: `train` runs at most 4 steps (`--backend
+  rtl` lines 1), `--check-equivalence N` 1 step, and `bench loops` at most 4 hosts and 16
+  chips per host; each line may take 600 s instead of 280 s.
 The files the commands read are written first, as the README implies them: the model files
 of configs/models/ (copied to configs/models/ in the scratch directory), run.json (options
 for `train --config`, several of them strings), step.tpuprog (a training-step program with an
@@ -50,6 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
 N_TRAIN, N_TEST = 1024, 128
 RTL_MAX_STEPS = 1
+SANITIZED = os.environ.get('TPUSIM_SANITIZED') == '1'
 # the commands run in a scratch directory: the executable by its absolute path
 EXE = os.path.abspath(TPUSIM) if os.sep in TPUSIM else shutil.which(TPUSIM) or TPUSIM
 PRESETS = ['tiny', 'tpu-v1', 'tpu-v2', 'tpu-v3', 'tpu-v4']
@@ -138,12 +143,20 @@ def smaller(argv):
         if (opt(argv, '--backend') == 'rtl' and int(opt(argv, '--train-batch-size', '512')) > 64
                 and int(opt(argv, '--steps', '0')) > RTL_MAX_STEPS):
             argv = set_opt(argv, '--steps', str(RTL_MAX_STEPS))
+    if not SANITIZED:
+        return argv
+    caps = {'--steps': RTL_MAX_STEPS if opt(argv, '--backend') == 'rtl' else 4,
+            '--check-equivalence': 1} if argv[1] == 'train' else \
+        {'--hosts': 4, '--chips': 16} if argv[1] == 'bench' else {}
+    for name, cap in caps.items():
+        if opt(argv, name) is not None and int(opt(argv, name)) > cap:
+            argv = set_opt(argv, name, str(cap))
     return argv
 
 
 def run_line(argv, expect=0):
     p = subprocess.run([EXE, *argv[1:]], cwd=WORK, capture_output=True, text=True,
-                       timeout=280)
+                       timeout=600 if SANITIZED else 280)
     assert p.returncode == expect, (f'{shlex.join(argv)}: exit {p.returncode}, expected '
                                     f'{expect}\nstdout: {p.stdout}\nstderr: {p.stderr}')
     return p
