@@ -32,7 +32,7 @@ struct bench_opts {
     char csv[BENCH_PATH_MAX + 1], plot[BENCH_PATH_MAX + 1];
     char layers[256], list[256];
     bool layers_given, max_given, list_given;
-    uint32_t chips, cores_per_replica, threads, batch, loops;
+    uint32_t chips, hosts, cores_per_replica, threads, batch, loops;
     uint64_t max, extend_above, save_checkpoints_steps, log_step_count_steps;
     bool extend_given, full, timing_only, json;
     enum tpu_host_time host_time;
@@ -52,7 +52,10 @@ static const struct tpu__cli_opt loops_table[] = {
      .help = "chip preset or JSON file (default tpu-v3); its matrix\n"
              "unit must take bf16"},
     {.name = "--chips", .kind = TPU__CLI_U64, B(chips), .min = 1, .max = 4096, .arg = "N",
-     .help = "chips (default: the chip's chips_per_host)"},
+     .help = "chips on each host (default: the chip's chips_per_host)"},
+    {.name = "--hosts", .kind = TPU__CLI_U64, B(hosts), .min = 1, .max = 1024, .arg = "N",
+     .help = "hosts (default 1), each driving --chips chips with\n"
+             "its own infeed thread and input clock, as tpusim train"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, B(cores_per_replica), .min = 1,
      .max = 128, .arg = "N", .help = "model parallelism (default 1)"},
     {.name = "--threads", .kind = TPU__CLI_U64, B(threads), .min = 1, .max = 1024, .arg = "N",
@@ -115,10 +118,13 @@ const struct tpu__cli_opts tpu__cli_bench_loops_options = {
         "Sweeps iterations_per_loop for a model on a chip configuration: each loop size\n"
         "trains on a fresh simulated device (on zeros of the model's input shape), and\n"
         "the table shows its simulated examples/s (host time included), the shares of\n"
-        "the time the device is busy, waits for infeed, and the host spends between\n"
-        "loops (launch, hooks, checkpoints), and how far apart loop boundaries,\n"
-        "progress lines and checkpoints are. '*' marks the smallest loop size within\n"
-        "1 % of the best throughput.\n"
+        "the time that add up to 100 %: busy (the cores working: device time less every\n"
+        "stall), stall (the cores waiting: for infeed, for a full outfeed, at a\n"
+        "collective for the cores an input held back, for memory; --json and --csv\n"
+        "also give the infeed part alone) and host (launch, hooks, checkpoints between\n"
+        "loops), and how far apart loop boundaries (loop time), progress lines (log\n"
+        "every) and checkpoints (ckpt every) are. '*' marks the smallest loop size\n"
+        "within 1 % of the best throughput.\n"
         "\n",
     .help_column = 30,
     .text_max = 255,
@@ -267,9 +273,12 @@ static void print_table(const struct sweep_out *w)
     const struct bench_opts *o = w->o;
     char costs[300];
     host_costs_text(w, costs, sizeof costs);
-    printf("tpusim bench loops: %s on %s x %u chip%s (%u replica%s), global batch %u, %s\n",
+    char hosts[40] = "";
+    if (w->s->run.num_hosts > 1)
+        snprintf(hosts, sizeof hosts, " on %u hosts", w->s->run.num_hosts);
+    printf("tpusim bench loops: %s on %s x %u chip%s%s (%u replica%s), global batch %u, %s\n",
            w->model, w->s->device.chip.name, w->s->device.n_chips,
-           w->s->device.n_chips == 1 ? "" : "s", w->replicas, w->replicas == 1 ? "" : "s",
+           w->s->device.n_chips == 1 ? "" : "s", hosts, w->replicas, w->replicas == 1 ? "" : "s",
            w->s->run.train_batch_size, o->timing_only ? "timing-only" : "values computed");
     printf("host time %s\n", costs);
     printf("  %12s %14s %8s %8s %8s %11s %11s %11s %10s\n", "loop size", "examples/s",
@@ -282,7 +291,7 @@ static void print_table(const struct sweep_out *w)
         time_text(p->checkpoint_seconds, ct, sizeof ct);
         printf("%c %12llu %14.1f %7.2f%% %7.2f%% %7.2f%% %11s %11s %11s %10s\n",
                i == w->knee ? '*' : ' ', (unsigned long long)p->iterations_per_loop,
-               p->examples_per_s, 100 * p->device_busy_share, 100 * p->infeed_stall_share,
+               p->examples_per_s, 100 * p->device_busy_share, 100 * p->stall_share,
                100 * p->host_overhead_share, lt, rt, ct, method_name(p->method));
     }
     printf("best: %.1f examples/s at loop size %llu; * smallest loop size within 1 %% of it: "
@@ -310,7 +319,8 @@ static void print_json(const struct sweep_out *w)
     const struct tpu_run_config *c = &w->s->run;
     printf("{\"chip\": ");
     tpu__cli_json_string(stdout, w->s->device.chip.name);
-    printf(", \"chips\": %u, \"replicas\": %u, \"model\": ", w->s->device.n_chips, w->replicas);
+    printf(", \"chips\": %u, \"hosts\": %u, \"replicas\": %u, \"model\": ", w->s->device.n_chips,
+           w->s->run.num_hosts ? w->s->run.num_hosts : 1, w->replicas);
     tpu__cli_json_string(stdout, w->model);
     printf(", \"global_batch\": %u, \"timing_only\": %s, \"host_time\": \"%s\", "
            "\"host_costs_us\": {\"launch\": %.9g, \"hooks\": %.9g, \"checkpoint\": %.9g, "
@@ -328,13 +338,14 @@ static void print_json(const struct sweep_out *w)
                i ? ", " : "", (unsigned long long)p->iterations_per_loop,
                method_name(p->method));
         const double v[] = {p->examples_per_s, p->step_time_s, p->device_busy_share,
-                            p->infeed_stall_share, p->host_overhead_share, p->loop_seconds,
-                            p->report_seconds, p->checkpoint_seconds, p->launch_s, p->hooks_s,
-                            p->checkpoint_s, p->wall_seconds};
+                            p->stall_share, p->infeed_stall_share, p->host_overhead_share,
+                            p->loop_seconds, p->report_seconds, p->checkpoint_seconds,
+                            p->launch_s, p->hooks_s, p->checkpoint_s, p->wall_seconds};
         static const char *const k[] = {NULL, "step_time_s", "device_busy_share",
-                                        "infeed_stall_share", "host_overhead_share",
-                                        "loop_seconds", "report_seconds", "checkpoint_seconds",
-                                        "launch_s", "hooks_s", "checkpoint_s", "wall_seconds"};
+                                        "stall_share", "infeed_stall_share",
+                                        "host_overhead_share", "loop_seconds", "report_seconds",
+                                        "checkpoint_seconds", "launch_s", "hooks_s",
+                                        "checkpoint_s", "wall_seconds"};
         for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
             if (k[j])
                 printf(", \"%s\": ", k[j]);
@@ -354,15 +365,16 @@ static int write_csv(const struct sweep_out *w)
     if (!f)
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "--csv '%s': cannot write it (%s); give a "
                               "path in a writable directory", w->o->csv, strerror(errno));
-    fprintf(f, "iterations_per_loop,method,examples_per_s,device_busy_share,infeed_stall_share,"
+    fprintf(f, "iterations_per_loop,method,examples_per_s,device_busy_share,stall_share,"
+               "infeed_stall_share,"
                "host_overhead_share,step_time_s,loop_seconds,report_seconds,"
                "checkpoint_seconds,launch_s,hooks_s,checkpoint_s,wall_seconds,knee\n");
     for (size_t i = 0; i < w->n; i++) {
         const struct tpu_sweep_point *p = &w->p[i];
         fprintf(f, "%llu,%s", (unsigned long long)p->iterations_per_loop,
                 method_name(p->method));
-        const double v[] = {p->examples_per_s, p->device_busy_share, p->infeed_stall_share,
-                            p->host_overhead_share, p->step_time_s, p->loop_seconds,
+        const double v[] = {p->examples_per_s, p->device_busy_share, p->stall_share,
+                            p->infeed_stall_share, p->host_overhead_share, p->step_time_s, p->loop_seconds,
                             p->report_seconds, p->checkpoint_seconds, p->launch_s, p->hooks_s,
                             p->checkpoint_s, p->wall_seconds};
         for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
@@ -428,7 +440,7 @@ static int write_plot(const struct sweep_out *w)
     for (size_t i = 0; i < w->n; i++)
         fprintf(g, "%llu %.9g %.9g %.9g %.9g\n",
                 (unsigned long long)w->p[i].iterations_per_loop, w->p[i].examples_per_s,
-                100 * w->p[i].host_overhead_share, 100 * w->p[i].infeed_stall_share,
+                100 * w->p[i].host_overhead_share, 100 * w->p[i].stall_share,
                 100 * w->p[i].device_busy_share);
     fprintf(g, "EOD\n");
     fprintf(g, "set title '");
@@ -451,7 +463,7 @@ static int write_plot(const struct sweep_out *w)
             (unsigned long long)k->iterations_per_loop);
     fprintf(g, "plot $d using 1:2 axes x1y1 with linespoints lw 2 pt 7 title 'examples/s', "
                "$d using 1:3 axes x1y2 with linespoints dt 3 pt 5 title 'host overhead %%', "
-               "$d using 1:4 axes x1y2 with linespoints dt 4 pt 9 title 'infeed stall %%', "
+               "$d using 1:4 axes x1y2 with linespoints dt 4 pt 9 title 'stall %%', "
                "$d using 1:5 axes x1y2 with linespoints dt 5 pt 13 title 'device busy %%'\n");
     int st = pclose(g);
     if (st != 0)
@@ -545,8 +557,18 @@ static int bench_loops(int argc, char **argv)
                               "(tpu-v2 and later, or tiny)", chip.name);
     struct tpu_sweep_settings s;
     tpu_sweep_default_settings(&s, &chip);
-    if (o.chips)
-        s.device.n_chips = o.chips;
+    /* --hosts: each host drives --chips chips (default the chip's chips_per_host), as in
+     * tpusim train: every host feeds its own replicas */
+    const uint64_t per_host = o.chips ? o.chips : chip.chips_per_host;
+    const uint64_t hosts = o.hosts ? o.hosts : 1;
+    if (per_host * hosts > 4096)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %llu x %llu chips per host is %llu "
+                              "chips; tpusim simulates at most 4096 in one process: use fewer "
+                              "--hosts or --chips", (unsigned long long)hosts,
+                              (unsigned long long)per_host,
+                              (unsigned long long)(per_host * hosts));
+    s.device.n_chips = (uint32_t)(per_host * hosts);
+    s.run.num_hosts = (uint32_t)hosts;
     s.device.cores_per_replica = o.cores_per_replica;
     s.device.n_threads = o.threads;
     s.device.timing_only = o.timing_only;

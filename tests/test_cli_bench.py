@@ -77,8 +77,9 @@ def timing_only_sweep_table_csv_json_agree():
         for x, y in zip(j['points'], pts):  # the same sweep: the same figures
             assert abs(x['examples_per_s'] - float(y['examples_per_s'])) < 1e-3, (x, y)
             # each share printed to 9 significant digits: the sum to 1 within their rounding
-            assert abs(x['device_busy_share'] + x['infeed_stall_share'] +
+            assert abs(x['device_busy_share'] + x['stall_share'] +
                        x['host_overhead_share'] - 1) < 1e-8, x
+            assert 0 <= x['infeed_stall_share'] <= x['stall_share'] + 1e-9, x
             assert x['report_seconds'] > 0 and x['checkpoint_seconds'] > 0, x
 
 
@@ -118,6 +119,25 @@ def a_model_file_on_several_chips():
     f = json.loads(p.stdout)
     assert [x['method'] for x in f['points']] == ['simulated'] * 3, f
     assert abs(f['points'][2]['examples_per_s'] / j['points'][2]['examples_per_s'] - 1) < 1e-9
+
+
+@case
+def hosts_each_feed_their_own_chips():
+    # tiny has 1 chip per host and 2 cores: with --hosts 2 each host's input pipeline feeds
+    # its own 2 replicas; on one host with --chips 2 one pipeline feeds all 4. The input is
+    # the bottleneck here (1000 us per batch), so two hosts wait half as long for it.
+    common = ['--timing-only', '--list', '1,16', '--input-us', '1000', '--json']
+    one = json.loads(run(*SMALL, '--chips', '2', *common).stdout)
+    two = json.loads(run(*SMALL, '--hosts', '2', '--chips', '1', *common).stdout)
+    assert one['chips'] == two['chips'] == 2 and one['replicas'] == two['replicas'] == 4
+    assert one['hosts'] == 1 and two['hosts'] == 2, (one, two)
+    for a, b in zip(one['points'], two['points']):
+        assert b['examples_per_s'] > 1.5 * a['examples_per_s'], (a, b)
+    t = run(*SMALL, '--hosts', '2', '--chips', '1', '--timing-only', '--list', '1')
+    assert ' x 2 chips on 2 hosts (4 replicas)' in t.stdout, t.stdout
+    expect_error(['bench', 'loops', '--chip', 'tiny', '--hosts', '1024', '--chips', '8'], 2,
+                 '--hosts 1024 x 8 chips per host is 8192 chips; tpusim simulates at most '
+                 '4096 in one process')
 
 
 @case

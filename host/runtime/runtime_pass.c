@@ -190,7 +190,8 @@ static void sum_counters(const struct tpu_estimator *e, struct tpu_core_counters
         tpu_device_counters(e->dev, c, &k);
         out->mxu_mac_slots += k.mxu_mac_slots;
         out->macs += k.macs;
-        out->stall[TPU_STALL_INFEED_EMPTY] += k.stall[TPU_STALL_INFEED_EMPTY];
+        for (int s = 0; s < TPU_STALL_COUNT; s++)
+            out->stall[s] += k.stall[s];
     }
 }
 
@@ -317,6 +318,13 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
                                  : 0;
     if (li->infeed_stall_share > 1)
         li->infeed_stall_share = 1;
+    /* and waiting for anything: every stall cause */
+    uint64_t waited = 0;
+    for (int s = 0; s < TPU_STALL_COUNT; s++)
+        waited += now->stall[s] - before->stall[s];
+    li->stall_share = end > start ? (double)waited / ((double)(end - start) * e->n_cores) : 0;
+    if (li->stall_share > 1)
+        li->stall_share = 1;
     L->acc_dev += (double)(end - start);
     L->acc_macs += (double)(now->macs - before->macs);
     L->acc_cap += cap;

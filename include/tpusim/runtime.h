@@ -255,6 +255,8 @@ struct tpu_loop_info {
     double step_time_s;            /* simulated device time per step */
     double mxu_utilization;        /* useful MACs / MXU MAC slots over the loop's time */
     double infeed_stall_share;     /* the cores' mean share of device time waiting for infeed */
+    double stall_share;            /* ... waiting for anything (tpu_stall: infeed, outfeed,
+                                      collectives, memory), infeed_stall_share included */
     double host_overhead_share;    /* host time / total time */
     /* the same figures over the whole pass (this train/evaluate/predict call) so far */
     double pass_device_seconds, pass_host_seconds, pass_examples_per_s;
