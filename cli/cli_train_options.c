@@ -260,8 +260,9 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .values_help = "(model: tpusim's own, keras: Keras 2.15's StepsPerExecutionTuner)",
      .help = "who chooses with --iterations-per-loop auto (default\n"
              "model): model, tpusim's own (the smallest loop whose host\n"
-             "overhead share is under --tuner-target-overhead, dividing\n"
-             "--log-step-count-steps and --save-checkpoints-steps);\n"
+             "overhead share is under --tuner-target-overhead, at most\n"
+             "--log-step-count-steps and --save-checkpoints-steps when\n"
+             "checkpoints are written);\n"
              "keras, Keras 2.15's StepsPerExecutionTuner on simulated\n"
              "time (from 1 step, x1.5 or x0.5 every 10 measurements\n"
              "5 s apart)"},

@@ -558,7 +558,7 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     struct pass_threads threads;
     struct tpu_tuner_settings ts;
     int rc;
-    if (!e->tuners[p->mode] && tpu__loop_size_tuner_settings(&e->cfg, p->mode, &ts) &&
+    if (!e->tuners[p->mode] && tpu__loop_size_tuner_settings(&e->cfg, p->mode, !e->timing_only, &ts) &&
         (rc = tpu_tuner_create(&ts, &e->tuners[p->mode], d)))
         return rc;
     rc = start_threads(p, &threads, d);
