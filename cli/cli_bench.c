@@ -86,10 +86,11 @@ static const struct tpu__cli_opt loops_table[] = {
     {.name = "--host-time", .kind = TPU__CLI_ENUM, B(host_time), .words = host_time_words,
      .values = host_time_values, .group = "host costs",
      .help = "modeled: the fixed costs below (default); measured:\n"
-             "the wall time of the real host code (launch, hooks,\n"
-             "input); checkpoints are always modeled (none written)"},
+             "the wall time of the real host code (hooks, input);\n"
+             "the launch is always modeled (no real launch to time)\n"
+             "and checkpoints too (none written)"},
     {.name = "--launch-us", .kind = TPU__CLI_DOUBLE, B(launch_us), G(launch_given), .lo = 0,
-     .hi = 1e9, .arg = "X", .help = "per launch (default 100)"},
+     .hi = 1e9, .arg = "X", .help = "per launch (default 100; also with measured)"},
     {.name = "--hooks-us", .kind = TPU__CLI_DOUBLE, B(hooks_us), G(hooks_given), .lo = 0,
      .hi = 1e9, .arg = "X", .help = "hooks and logging per loop boundary (default 500)"},
     {.name = "--checkpoint-us", .kind = TPU__CLI_DOUBLE, B(checkpoint_us), G(checkpoint_given),
@@ -247,8 +248,9 @@ static void host_costs_text(const struct sweep_out *w, char *buf, size_t size)
 {
     const struct tpu_run_config *c = &w->s->run;
     if (c->host_time == TPU_HOST_TIME_MEASURED)
-        snprintf(buf, size, "measured (wall time of launch, hooks and input); checkpoint "
-                 "modeled %g us", c->modeled_checkpoint_us);
+        snprintf(buf, size, "measured (wall time of hooks and input); launch modeled %g us "
+                 "(no real launch to time), checkpoint modeled %g us", c->modeled_launch_us,
+                 c->modeled_checkpoint_us);
     else
         snprintf(buf, size, "modeled: launch %g us, hooks %g us, input %g us per batch, "
                  "checkpoint %g us", c->modeled_launch_us, c->modeled_hooks_us,
@@ -494,13 +496,14 @@ static int check_options(const struct bench_opts *o)
                               "give one from 2 to 1048576, e.g. --extend-above 32",
                               (unsigned long long)o->extend_above);
     if (o->host_time == TPU_HOST_TIME_MEASURED) {
-        const char *fixed = o->launch_given ? "--launch-us" : o->hooks_given ? "--hooks-us"
-                            : o->input_given ? "--input-us" : NULL;
+        const char *fixed = o->hooks_given ? "--hooks-us" : o->input_given ? "--input-us"
+                                                                           : NULL;
         if (fixed)
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s fixes a host cost, and --host-time "
                                   "measured measures it; leave out one of them (only "
-                                  "--checkpoint-us holds in both: a sweep writes no "
-                                  "checkpoints)", fixed);
+                                  "--launch-us and --checkpoint-us hold in both: there is no "
+                                  "real launch to time, and a sweep writes no checkpoints)",
+                                  fixed);
     }
     if (o->plot[0] && !ends_with(o->plot, ".png") && !ends_with(o->plot, ".svg"))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--plot '%s' names neither a .png nor a .svg "

@@ -154,12 +154,15 @@ def values_computed_or_not_the_timing_is_the_same():
 def measured_host_time_says_so():
     p = run(*SMALL, '--timing-only', '--list', '1,2', '--host-time', 'measured',
             '--checkpoint-us', '1000')
-    assert 'host time measured (wall time of launch, hooks and input); checkpoint modeled ' \
-           '1000 us' in p.stdout, p.stdout
+    assert 'host time measured (wall time of hooks and input); launch modeled 100 us (no real ' \
+           'launch to time), checkpoint modeled 1000 us' in p.stdout, p.stdout
     j = json.loads(run(*SMALL, '--timing-only', '--list', '1,2', '--host-time', 'measured',
-                       '--json').stdout)
+                       '--launch-us', '1000', '--json').stdout)
     assert j['host_time'] == 'measured', j
     assert all(x['hooks_s'] > 0 for x in j['points']), j
+    # the launch is the modeled cost, to the cycle (tiny's clock: 1000 us is whole cycles),
+    # not the ~30 ns between two reads of the clock
+    assert all(abs(x['launch_s'] - 1e-3) < 1e-12 for x in j['points']), j
 
 
 @case

@@ -230,7 +230,9 @@ static int launch_loop(struct tpu_estimator *e, struct tpu__pass *p, struct pass
 {
     const bool training = p->mode == TPU_MODE_TRAIN;
     tpu_device_set_var(e->dev, e->mp.var_iterations, (int64_t)n);
-    l->start = e->host_cycle + tpu__host_cost(e, e->cfg.modeled_launch_us, tpu__runtime_wall_s());
+    /* the launch is always the modeled cost: the simulator has no real launch whose wall time
+     * could be measured (tpu_device_run is the simulation itself, never charged) */
+    l->start = e->host_cycle + us_to_cycles(e, e->cfg.modeled_launch_us);
     trace_host_phase(e, "launch", e->host_cycle, l->start - e->host_cycle);
     l->end = l->start;
     l->ran = n;
@@ -391,17 +393,19 @@ static void loop_host_figures(struct tpu_estimator *e, const struct tpu__pass *p
 }
 
 /* The loop boundary after launch l: the loop's figures, the hooks, the checkpoint, the host's
- * clock, the metrics log. The hooks' cost is the modeled one or the wall time from here to
- * the end of the hooks. Returns 0, or the error of a hook or of the checkpoint (the pass has
+ * clock, the metrics log. The hooks' cost is the modeled one or the wall time of the hooks
+ * alone (measured). Returns 0, or the error of a hook or of the checkpoint (the pass has
  * failed with it). */
 static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pass_loop *L,
                          const struct launch *l, struct tpu_diag *d)
 {
-    double t0 = tpu__runtime_wall_s();
     struct tpu_core_counters now;
     sum_counters(e, &now);
     struct tpu_loop_info li;
     loop_device_figures(e, p, L, l, &now, &li);
+    /* measured: the hooks' wall time, from here (the simulator's bookkeeping above is its
+     * own, never charged) */
+    double t0 = tpu__runtime_wall_s();
     int rc = 0;
     for (size_t h = 0; h < e->n_hooks && !rc; h++)
         if (e->hooks[h].after_loop)
