@@ -69,7 +69,8 @@ static const struct tpu__cli_opt loops_table[] = {
      .help = "global batch (default 64 per replica)"},
     {.name = "--timing-only", .kind = TPU__CLI_FLAG, B(timing_only),
      .help = "count cycles, compute no values: fast sweeps"},
-    {.name = "--max", .kind = TPU__CLI_U64, B(max), G(max_given), .min = 1, .max = 1u << 30,
+    {.name = "--max", .kind = TPU__CLI_U64, B(max), G(max_given), .min = 1,
+     .max = TPU_SWEEP_MAX_LOOP_SIZE,
      .arg = "N", .group = "loop sizes",
      .help = "sweep iterations_per_loop 1, 2, 4, ... up to N\n(default 1024)"},
     {.name = "--list", .kind = TPU__CLI_TEXT, B(list), G(list_given), .arg = "1,4,16",
@@ -198,7 +199,7 @@ static int mlp_spec(const struct bench_opts *o, struct tpu_mlp_spec *s, char *na
     return 0;
 }
 
-/* --list: ascending loop sizes from 1 to 10^9, at most TPU_SWEEP_MAX_SIZES of them. */
+/* --list: ascending loop sizes from 1 to TPU_SWEEP_MAX_LOOP_SIZE, at most TPU_SWEEP_MAX_SIZES of them. */
 static int parse_list(const char *text, uint64_t *sizes, size_t *n)
 {
     const char *cmd = "bench loops";
@@ -207,11 +208,11 @@ static int parse_list(const char *text, uint64_t *sizes, size_t *n)
         char *end;
         errno = 0;
         unsigned long long v = *p >= '1' && *p <= '9' ? strtoull(p, &end, 10) : 0;
-        if (!v || errno || v > 1000000000ull || (*end && *end != ',') ||
+        if (!v || errno || v > TPU_SWEEP_MAX_LOOP_SIZE || (*end && *end != ',') ||
             (*end == ',' && !end[1]))
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--list '%s' is not a comma-separated "
-                                  "list of loop sizes from 1 to 1000000000; e.g. --list "
-                                  "1,4,16,64", text);
+                                  "list of loop sizes from 1 to %llu; e.g. --list 1,4,16,64",
+                                  text, (unsigned long long)TPU_SWEEP_MAX_LOOP_SIZE);
         if (*n == TPU_SWEEP_MAX_SIZES)
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--list '%s' has more than %d loop "
                                   "sizes; give at most %d", text, TPU_SWEEP_MAX_SIZES,

@@ -168,7 +168,10 @@ def measured_host_time_says_so():
 @case
 def bad_values_each_have_their_message():
     B = ['bench', 'loops', '--chip', 'tiny']
-    expect_error(B + ['--max', '0'], 2, "--max '0' is not a whole number from 1 to 1073741824")
+    expect_error(B + ['--max', '0'], 2, "--max '0' is not a whole number from 1 to 1000000000")
+    # the library's limit (TPU_SWEEP_MAX_LOOP_SIZE): a usage error, before any work
+    expect_error(B + ['--max', '1073741824'], 2, "--max '1073741824' is not a whole number "
+                 "from 1 to 1000000000")
     expect_error(B + ['--list', '4,2'], 2, "--list '4,2': 2 follows 4; give the loop sizes in "
                  "ascending order without repeats")
     expect_error(B + ['--list', '1,x'], 2, "--list '1,x' is not a comma-separated list of loop "

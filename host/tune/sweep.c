@@ -10,8 +10,6 @@
 #include "tpusim/sweep.h"
 #include "util.h"
 
-#define SWEEP_MAX_SIZE UINT64_C(1000000000)
-
 void tpu_sweep_default_settings(struct tpu_sweep_settings *s, const struct tpu_chip_config *chip)
 {
     memset(s, 0, sizeof *s);
@@ -217,10 +215,10 @@ static int check_settings(const struct tpu_sweep_settings *s, struct tpu_diag *d
         return tpu__fail(d, TPU_EINVAL, "a sweep takes 1 to %d loop sizes, not %zu",
                          TPU_SWEEP_MAX_SIZES, s->n_sizes);
     for (size_t i = 0; i < s->n_sizes; i++) {
-        if (s->sizes[i] < 1 || s->sizes[i] > SWEEP_MAX_SIZE)
+        if (s->sizes[i] < 1 || s->sizes[i] > TPU_SWEEP_MAX_LOOP_SIZE)
             return tpu__fail(d, TPU_ERANGE, "loop size %llu is out of range; give 1 to %llu "
                              "steps per loop", (unsigned long long)s->sizes[i],
-                             (unsigned long long)SWEEP_MAX_SIZE);
+                             (unsigned long long)TPU_SWEEP_MAX_LOOP_SIZE);
         if (i && s->sizes[i] <= s->sizes[i - 1])
             return tpu__fail(d, TPU_EINVAL, "loop sizes must be strictly ascending: %llu "
                              "follows %llu; sort them and drop repeats",

@@ -44,6 +44,7 @@ extern "C" {
 #endif
 
 #define TPU_SWEEP_MAX_SIZES 64
+#define TPU_SWEEP_MAX_LOOP_SIZE UINT64_C(1000000000) /* the largest loop size a sweep takes */
 
 struct tpu_sweep_settings {
     /* The device of every point (trace is ignored: off). cores_per_replica is copied into
