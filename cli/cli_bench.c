@@ -100,10 +100,15 @@ static const struct tpu__cli_opt loops_table[] = {
      .hi = 1e9, .arg = "X", .help = "input pipeline per batch (default 50)"},
     {.name = "--save-checkpoints-steps", .kind = TPU__CLI_U64, B(save_checkpoints_steps),
      .min = 0, .max = UINT64_C(1000000000000), .arg = "N",
-     .help = "a checkpoint every N steps (default 0: none\nbetween the first and the last)"},
+     .help = "charge a checkpoint (--checkpoint-us) at the first\n"
+             "loop boundary at least N steps after the last (none\n"
+             "is written; ckpt every: the time between them;\n"
+             "default 0: none)"},
     {.name = "--log-step-count-steps", .kind = TPU__CLI_U64, B(log_step_count_steps),
      .min = 0, .max = UINT64_C(1000000000000), .arg = "N",
-     .help = "a progress line every N steps (default 100)"},
+     .help = "log every: the time between progress lines, due at\n"
+             "the first loop boundary at least N steps after the\n"
+             "last (default 100; 0: none)"},
     {.name = "--json", .kind = TPU__CLI_FLAG, B(json), .group = "output",
      .help = "the sweep as one JSON object (instead of the table)"},
     {.name = "--csv", .kind = TPU__CLI_TEXT, B(csv), .max_chars = BENCH_PATH_MAX, .arg = "FILE",

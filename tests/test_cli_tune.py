@@ -144,6 +144,11 @@ def auto_model_tuner_caps_at_the_smallest_cadence():
     sizes = [s for s, _ in loops(md)]
     assert sum(sizes) == 600 and max(sizes) > 7, sizes
     assert 'held by the cadence' not in p.stdout, p.stdout
+    # a cadence of 1 step holds every loop at 1 step, and the summary says "1 step"
+    p = run('train', *BASE, '--steps', '20', '--iterations-per-loop', 'auto',
+            '--log-step-count-steps', '1')
+    assert re.search(r'^  loop size          auto \(model\): 1 step at the end, held by the '
+                     r'cadence of .* \(1\);', p.stdout, re.M), p.stdout
 
 
 @case
