@@ -32,7 +32,7 @@ struct bench_opts {
     char csv[BENCH_PATH_MAX + 1], plot[BENCH_PATH_MAX + 1];
     char layers[256], list[256];
     bool layers_given, max_given, list_given;
-    uint32_t chips, cores_per_replica, threads, batch, loops;
+    uint32_t chips, hosts, cores_per_replica, threads, batch, loops;
     uint64_t max, extend_above, save_checkpoints_steps, log_step_count_steps;
     bool extend_given, full, timing_only, json;
     enum tpu_host_time host_time;
@@ -52,7 +52,10 @@ static const struct tpu__cli_opt loops_table[] = {
      .help = "chip preset or JSON file (default tpu-v3); its matrix\n"
              "unit must take bf16"},
     {.name = "--chips", .kind = TPU__CLI_U64, B(chips), .min = 1, .max = 4096, .arg = "N",
-     .help = "chips (default: the chip's chips_per_host)"},
+     .help = "chips on each host (default: the chip's chips_per_host)"},
+    {.name = "--hosts", .kind = TPU__CLI_U64, B(hosts), .min = 1, .max = 1024, .arg = "N",
+     .help = "hosts (default 1), each driving --chips chips with\n"
+             "its own infeed thread and input clock, as tpusim train"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, B(cores_per_replica), .min = 1,
      .max = 128, .arg = "N", .help = "model parallelism (default 1)"},
     {.name = "--threads", .kind = TPU__CLI_U64, B(threads), .min = 1, .max = 1024, .arg = "N",
@@ -66,7 +69,8 @@ static const struct tpu__cli_opt loops_table[] = {
      .help = "global batch (default 64 per replica)"},
     {.name = "--timing-only", .kind = TPU__CLI_FLAG, B(timing_only),
      .help = "count cycles, compute no values: fast sweeps"},
-    {.name = "--max", .kind = TPU__CLI_U64, B(max), G(max_given), .min = 1, .max = 1u << 30,
+    {.name = "--max", .kind = TPU__CLI_U64, B(max), G(max_given), .min = 1,
+     .max = TPU_SWEEP_MAX_LOOP_SIZE,
      .arg = "N", .group = "loop sizes",
      .help = "sweep iterations_per_loop 1, 2, 4, ... up to N\n(default 1024)"},
     {.name = "--list", .kind = TPU__CLI_TEXT, B(list), G(list_given), .arg = "1,4,16",
@@ -83,10 +87,11 @@ static const struct tpu__cli_opt loops_table[] = {
     {.name = "--host-time", .kind = TPU__CLI_ENUM, B(host_time), .words = host_time_words,
      .values = host_time_values, .group = "host costs",
      .help = "modeled: the fixed costs below (default); measured:\n"
-             "the wall time of the real host code (launch, hooks,\n"
-             "input); checkpoints are always modeled (none written)"},
+             "the wall time of the real host code (hooks, input);\n"
+             "the launch is always modeled (no real launch to time)\n"
+             "and checkpoints too (none written)"},
     {.name = "--launch-us", .kind = TPU__CLI_DOUBLE, B(launch_us), G(launch_given), .lo = 0,
-     .hi = 1e9, .arg = "X", .help = "per launch (default 100)"},
+     .hi = 1e9, .arg = "X", .help = "per launch (default 100; also with measured)"},
     {.name = "--hooks-us", .kind = TPU__CLI_DOUBLE, B(hooks_us), G(hooks_given), .lo = 0,
      .hi = 1e9, .arg = "X", .help = "hooks and logging per loop boundary (default 500)"},
     {.name = "--checkpoint-us", .kind = TPU__CLI_DOUBLE, B(checkpoint_us), G(checkpoint_given),
@@ -95,10 +100,15 @@ static const struct tpu__cli_opt loops_table[] = {
      .hi = 1e9, .arg = "X", .help = "input pipeline per batch (default 50)"},
     {.name = "--save-checkpoints-steps", .kind = TPU__CLI_U64, B(save_checkpoints_steps),
      .min = 0, .max = UINT64_C(1000000000000), .arg = "N",
-     .help = "a checkpoint every N steps (default 0: none\nbetween the first and the last)"},
+     .help = "charge a checkpoint (--checkpoint-us) at the first\n"
+             "loop boundary at least N steps after the last (none\n"
+             "is written; ckpt every: the time between them;\n"
+             "default 0: none)"},
     {.name = "--log-step-count-steps", .kind = TPU__CLI_U64, B(log_step_count_steps),
      .min = 0, .max = UINT64_C(1000000000000), .arg = "N",
-     .help = "a progress line every N steps (default 100)"},
+     .help = "log every: the time between progress lines, due at\n"
+             "the first loop boundary at least N steps after the\n"
+             "last (default 100; 0: none)"},
     {.name = "--json", .kind = TPU__CLI_FLAG, B(json), .group = "output",
      .help = "the sweep as one JSON object (instead of the table)"},
     {.name = "--csv", .kind = TPU__CLI_TEXT, B(csv), .max_chars = BENCH_PATH_MAX, .arg = "FILE",
@@ -115,10 +125,13 @@ const struct tpu__cli_opts tpu__cli_bench_loops_options = {
         "Sweeps iterations_per_loop for a model on a chip configuration: each loop size\n"
         "trains on a fresh simulated device (on zeros of the model's input shape), and\n"
         "the table shows its simulated examples/s (host time included), the shares of\n"
-        "the time the device is busy, waits for infeed, and the host spends between\n"
-        "loops (launch, hooks, checkpoints), and how far apart loop boundaries,\n"
-        "progress lines and checkpoints are. '*' marks the smallest loop size within\n"
-        "1 % of the best throughput.\n"
+        "the time that add up to 100 %: busy (the cores working: device time less every\n"
+        "stall), stall (the cores waiting: for infeed, for a full outfeed, at a\n"
+        "collective for the cores an input held back, for memory; --json and --csv\n"
+        "also give the infeed part alone) and host (launch, hooks, checkpoints between\n"
+        "loops), and how far apart loop boundaries (loop time), progress lines (log\n"
+        "every) and checkpoints (ckpt every) are. '*' marks the smallest loop size\n"
+        "within 1 % of the best throughput.\n"
         "\n",
     .help_column = 30,
     .text_max = 255,
@@ -191,7 +204,7 @@ static int mlp_spec(const struct bench_opts *o, struct tpu_mlp_spec *s, char *na
     return 0;
 }
 
-/* --list: ascending loop sizes from 1 to 10^9, at most TPU_SWEEP_MAX_SIZES of them. */
+/* --list: ascending loop sizes from 1 to TPU_SWEEP_MAX_LOOP_SIZE, at most TPU_SWEEP_MAX_SIZES of them. */
 static int parse_list(const char *text, uint64_t *sizes, size_t *n)
 {
     const char *cmd = "bench loops";
@@ -200,11 +213,11 @@ static int parse_list(const char *text, uint64_t *sizes, size_t *n)
         char *end;
         errno = 0;
         unsigned long long v = *p >= '1' && *p <= '9' ? strtoull(p, &end, 10) : 0;
-        if (!v || errno || v > 1000000000ull || (*end && *end != ',') ||
+        if (!v || errno || v > TPU_SWEEP_MAX_LOOP_SIZE || (*end && *end != ',') ||
             (*end == ',' && !end[1]))
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--list '%s' is not a comma-separated "
-                                  "list of loop sizes from 1 to 1000000000; e.g. --list "
-                                  "1,4,16,64", text);
+                                  "list of loop sizes from 1 to %llu; e.g. --list 1,4,16,64",
+                                  text, (unsigned long long)TPU_SWEEP_MAX_LOOP_SIZE);
         if (*n == TPU_SWEEP_MAX_SIZES)
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--list '%s' has more than %d loop "
                                   "sizes; give at most %d", text, TPU_SWEEP_MAX_SIZES,
@@ -241,8 +254,9 @@ static void host_costs_text(const struct sweep_out *w, char *buf, size_t size)
 {
     const struct tpu_run_config *c = &w->s->run;
     if (c->host_time == TPU_HOST_TIME_MEASURED)
-        snprintf(buf, size, "measured (wall time of launch, hooks and input); checkpoint "
-                 "modeled %g us", c->modeled_checkpoint_us);
+        snprintf(buf, size, "measured (wall time of hooks and input); launch modeled %g us "
+                 "(no real launch to time), checkpoint modeled %g us", c->modeled_launch_us,
+                 c->modeled_checkpoint_us);
     else
         snprintf(buf, size, "modeled: launch %g us, hooks %g us, input %g us per batch, "
                  "checkpoint %g us", c->modeled_launch_us, c->modeled_hooks_us,
@@ -267,9 +281,12 @@ static void print_table(const struct sweep_out *w)
     const struct bench_opts *o = w->o;
     char costs[300];
     host_costs_text(w, costs, sizeof costs);
-    printf("tpusim bench loops: %s on %s x %u chip%s (%u replica%s), global batch %u, %s\n",
+    char hosts[40] = "";
+    if (w->s->run.num_hosts > 1)
+        snprintf(hosts, sizeof hosts, " on %u hosts", w->s->run.num_hosts);
+    printf("tpusim bench loops: %s on %s x %u chip%s%s (%u replica%s), global batch %u, %s\n",
            w->model, w->s->device.chip.name, w->s->device.n_chips,
-           w->s->device.n_chips == 1 ? "" : "s", w->replicas, w->replicas == 1 ? "" : "s",
+           w->s->device.n_chips == 1 ? "" : "s", hosts, w->replicas, w->replicas == 1 ? "" : "s",
            w->s->run.train_batch_size, o->timing_only ? "timing-only" : "values computed");
     printf("host time %s\n", costs);
     printf("  %12s %14s %8s %8s %8s %11s %11s %11s %10s\n", "loop size", "examples/s",
@@ -282,7 +299,7 @@ static void print_table(const struct sweep_out *w)
         time_text(p->checkpoint_seconds, ct, sizeof ct);
         printf("%c %12llu %14.1f %7.2f%% %7.2f%% %7.2f%% %11s %11s %11s %10s\n",
                i == w->knee ? '*' : ' ', (unsigned long long)p->iterations_per_loop,
-               p->examples_per_s, 100 * p->device_busy_share, 100 * p->infeed_stall_share,
+               p->examples_per_s, 100 * p->device_busy_share, 100 * p->stall_share,
                100 * p->host_overhead_share, lt, rt, ct, method_name(p->method));
     }
     printf("best: %.1f examples/s at loop size %llu; * smallest loop size within 1 %% of it: "
@@ -310,7 +327,8 @@ static void print_json(const struct sweep_out *w)
     const struct tpu_run_config *c = &w->s->run;
     printf("{\"chip\": ");
     tpu__cli_json_string(stdout, w->s->device.chip.name);
-    printf(", \"chips\": %u, \"replicas\": %u, \"model\": ", w->s->device.n_chips, w->replicas);
+    printf(", \"chips\": %u, \"hosts\": %u, \"replicas\": %u, \"model\": ", w->s->device.n_chips,
+           w->s->run.num_hosts ? w->s->run.num_hosts : 1, w->replicas);
     tpu__cli_json_string(stdout, w->model);
     printf(", \"global_batch\": %u, \"timing_only\": %s, \"host_time\": \"%s\", "
            "\"host_costs_us\": {\"launch\": %.9g, \"hooks\": %.9g, \"checkpoint\": %.9g, "
@@ -328,13 +346,14 @@ static void print_json(const struct sweep_out *w)
                i ? ", " : "", (unsigned long long)p->iterations_per_loop,
                method_name(p->method));
         const double v[] = {p->examples_per_s, p->step_time_s, p->device_busy_share,
-                            p->infeed_stall_share, p->host_overhead_share, p->loop_seconds,
-                            p->report_seconds, p->checkpoint_seconds, p->launch_s, p->hooks_s,
-                            p->checkpoint_s, p->wall_seconds};
+                            p->stall_share, p->infeed_stall_share, p->host_overhead_share,
+                            p->loop_seconds, p->report_seconds, p->checkpoint_seconds,
+                            p->launch_s, p->hooks_s, p->checkpoint_s, p->wall_seconds};
         static const char *const k[] = {NULL, "step_time_s", "device_busy_share",
-                                        "infeed_stall_share", "host_overhead_share",
-                                        "loop_seconds", "report_seconds", "checkpoint_seconds",
-                                        "launch_s", "hooks_s", "checkpoint_s", "wall_seconds"};
+                                        "stall_share", "infeed_stall_share",
+                                        "host_overhead_share", "loop_seconds", "report_seconds",
+                                        "checkpoint_seconds", "launch_s", "hooks_s",
+                                        "checkpoint_s", "wall_seconds"};
         for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
             if (k[j])
                 printf(", \"%s\": ", k[j]);
@@ -354,15 +373,16 @@ static int write_csv(const struct sweep_out *w)
     if (!f)
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "--csv '%s': cannot write it (%s); give a "
                               "path in a writable directory", w->o->csv, strerror(errno));
-    fprintf(f, "iterations_per_loop,method,examples_per_s,device_busy_share,infeed_stall_share,"
+    fprintf(f, "iterations_per_loop,method,examples_per_s,device_busy_share,stall_share,"
+               "infeed_stall_share,"
                "host_overhead_share,step_time_s,loop_seconds,report_seconds,"
                "checkpoint_seconds,launch_s,hooks_s,checkpoint_s,wall_seconds,knee\n");
     for (size_t i = 0; i < w->n; i++) {
         const struct tpu_sweep_point *p = &w->p[i];
         fprintf(f, "%llu,%s", (unsigned long long)p->iterations_per_loop,
                 method_name(p->method));
-        const double v[] = {p->examples_per_s, p->device_busy_share, p->infeed_stall_share,
-                            p->host_overhead_share, p->step_time_s, p->loop_seconds,
+        const double v[] = {p->examples_per_s, p->device_busy_share, p->stall_share,
+                            p->infeed_stall_share, p->host_overhead_share, p->step_time_s, p->loop_seconds,
                             p->report_seconds, p->checkpoint_seconds, p->launch_s, p->hooks_s,
                             p->checkpoint_s, p->wall_seconds};
         for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
@@ -428,7 +448,7 @@ static int write_plot(const struct sweep_out *w)
     for (size_t i = 0; i < w->n; i++)
         fprintf(g, "%llu %.9g %.9g %.9g %.9g\n",
                 (unsigned long long)w->p[i].iterations_per_loop, w->p[i].examples_per_s,
-                100 * w->p[i].host_overhead_share, 100 * w->p[i].infeed_stall_share,
+                100 * w->p[i].host_overhead_share, 100 * w->p[i].stall_share,
                 100 * w->p[i].device_busy_share);
     fprintf(g, "EOD\n");
     fprintf(g, "set title '");
@@ -451,7 +471,7 @@ static int write_plot(const struct sweep_out *w)
             (unsigned long long)k->iterations_per_loop);
     fprintf(g, "plot $d using 1:2 axes x1y1 with linespoints lw 2 pt 7 title 'examples/s', "
                "$d using 1:3 axes x1y2 with linespoints dt 3 pt 5 title 'host overhead %%', "
-               "$d using 1:4 axes x1y2 with linespoints dt 4 pt 9 title 'infeed stall %%', "
+               "$d using 1:4 axes x1y2 with linespoints dt 4 pt 9 title 'stall %%', "
                "$d using 1:5 axes x1y2 with linespoints dt 5 pt 13 title 'device busy %%'\n");
     int st = pclose(g);
     if (st != 0)
@@ -482,13 +502,14 @@ static int check_options(const struct bench_opts *o)
                               "give one from 2 to 1048576, e.g. --extend-above 32",
                               (unsigned long long)o->extend_above);
     if (o->host_time == TPU_HOST_TIME_MEASURED) {
-        const char *fixed = o->launch_given ? "--launch-us" : o->hooks_given ? "--hooks-us"
-                            : o->input_given ? "--input-us" : NULL;
+        const char *fixed = o->hooks_given ? "--hooks-us" : o->input_given ? "--input-us"
+                                                                           : NULL;
         if (fixed)
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s fixes a host cost, and --host-time "
                                   "measured measures it; leave out one of them (only "
-                                  "--checkpoint-us holds in both: a sweep writes no "
-                                  "checkpoints)", fixed);
+                                  "--launch-us and --checkpoint-us hold in both: there is no "
+                                  "real launch to time, and a sweep writes no checkpoints)",
+                                  fixed);
     }
     if (o->plot[0] && !ends_with(o->plot, ".png") && !ends_with(o->plot, ".svg"))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--plot '%s' names neither a .png nor a .svg "
@@ -545,8 +566,18 @@ static int bench_loops(int argc, char **argv)
                               "(tpu-v2 and later, or tiny)", chip.name);
     struct tpu_sweep_settings s;
     tpu_sweep_default_settings(&s, &chip);
-    if (o.chips)
-        s.device.n_chips = o.chips;
+    /* --hosts: each host drives --chips chips (default the chip's chips_per_host), as in
+     * tpusim train: every host feeds its own replicas */
+    const uint64_t per_host = o.chips ? o.chips : chip.chips_per_host;
+    const uint64_t hosts = o.hosts ? o.hosts : 1;
+    if (per_host * hosts > 4096)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %llu x %llu chips per host is %llu "
+                              "chips; tpusim simulates at most 4096 in one process: use fewer "
+                              "--hosts or --chips", (unsigned long long)hosts,
+                              (unsigned long long)per_host,
+                              (unsigned long long)(per_host * hosts));
+    s.device.n_chips = (uint32_t)(per_host * hosts);
+    s.run.num_hosts = (uint32_t)hosts;
     s.device.cores_per_replica = o.cores_per_replica;
     s.device.n_threads = o.threads;
     s.device.timing_only = o.timing_only;

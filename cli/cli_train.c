@@ -571,9 +571,9 @@ static void print_loop_size(const struct run *r)
     }
     /* the model tuner wanted longer loops than the log and checkpoint cadence allow */
     double want = ceil(fixed * (1 - s.target_overhead) / (s.target_overhead * step));
-    printf("  loop size          auto (model): %llu steps at the end, held by the cadence of "
+    printf("  loop size          auto (model): %llu step%s at the end, held by the cadence of "
            "--log-step-count-steps and --save-checkpoints-steps (%llu); the %g %% overhead "
-           "target wants %.0f\n", spe, (unsigned long long)s.cadence_steps,
+           "target wants %.0f\n", spe, spe == 1 ? "" : "s", (unsigned long long)s.cadence_steps,
            100 * s.target_overhead, want);
 }
 

@@ -260,8 +260,9 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .values_help = "(model: tpusim's own, keras: Keras 2.15's StepsPerExecutionTuner)",
      .help = "who chooses with --iterations-per-loop auto (default\n"
              "model): model, tpusim's own (the smallest loop whose host\n"
-             "overhead share is under --tuner-target-overhead, dividing\n"
-             "--log-step-count-steps and --save-checkpoints-steps);\n"
+             "overhead share is under --tuner-target-overhead, at most\n"
+             "--log-step-count-steps and --save-checkpoints-steps when\n"
+             "checkpoints are written);\n"
              "keras, Keras 2.15's StepsPerExecutionTuner on simulated\n"
              "time (from 1 step, x1.5 or x0.5 every 10 measurements\n"
              "5 s apart)"},
@@ -312,7 +313,11 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--strict-input", .kind = TPU__CLI_FLAG, T(rc.strict_input),
      .help = "a finite training input that ends early is an error"},
     {.name = "--host-time", .kind = TPU__CLI_ENUM, T(rc.host_time), .words = host_time_words,
-     .values = host_time_values, .help = "how host phases are charged (default modeled)"},
+     .values = host_time_values,
+     .help = "how host phases are charged (default modeled);\n"
+             "measured: the wall time of input, hooks and\n"
+             "checkpoints, launches still modeled (--launch-us:\n"
+             "there is no real launch to time)"},
 
     {.name = "--verbose", .kind = TPU__CLI_U64, T(verbose), .min = 0, .max = 2, .arg = "0|1|2",
      .group = "output", .help = "0 silent, 1 progress bar (default), 2 a line per epoch"},

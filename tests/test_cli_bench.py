@@ -77,8 +77,9 @@ def timing_only_sweep_table_csv_json_agree():
         for x, y in zip(j['points'], pts):  # the same sweep: the same figures
             assert abs(x['examples_per_s'] - float(y['examples_per_s'])) < 1e-3, (x, y)
             # each share printed to 9 significant digits: the sum to 1 within their rounding
-            assert abs(x['device_busy_share'] + x['infeed_stall_share'] +
+            assert abs(x['device_busy_share'] + x['stall_share'] +
                        x['host_overhead_share'] - 1) < 1e-8, x
+            assert 0 <= x['infeed_stall_share'] <= x['stall_share'] + 1e-9, x
             assert x['report_seconds'] > 0 and x['checkpoint_seconds'] > 0, x
 
 
@@ -121,6 +122,25 @@ def a_model_file_on_several_chips():
 
 
 @case
+def hosts_each_feed_their_own_chips():
+    # tiny has 1 chip per host and 2 cores: with --hosts 2 each host's input pipeline feeds
+    # its own 2 replicas; on one host with --chips 2 one pipeline feeds all 4. The input is
+    # the bottleneck here (1000 us per batch), so two hosts wait half as long for it.
+    common = ['--timing-only', '--list', '1,16', '--input-us', '1000', '--json']
+    one = json.loads(run(*SMALL, '--chips', '2', *common).stdout)
+    two = json.loads(run(*SMALL, '--hosts', '2', '--chips', '1', *common).stdout)
+    assert one['chips'] == two['chips'] == 2 and one['replicas'] == two['replicas'] == 4
+    assert one['hosts'] == 1 and two['hosts'] == 2, (one, two)
+    for a, b in zip(one['points'], two['points']):
+        assert b['examples_per_s'] > 1.5 * a['examples_per_s'], (a, b)
+    t = run(*SMALL, '--hosts', '2', '--chips', '1', '--timing-only', '--list', '1')
+    assert ' x 2 chips on 2 hosts (4 replicas)' in t.stdout, t.stdout
+    expect_error(['bench', 'loops', '--chip', 'tiny', '--hosts', '1024', '--chips', '8'], 2,
+                 '--hosts 1024 x 8 chips per host is 8192 chips; tpusim simulates at most '
+                 '4096 in one process')
+
+
+@case
 def values_computed_or_not_the_timing_is_the_same():
     a = json.loads(run(*SMALL, '--list', '1,4,16', '--json').stdout)
     b = json.loads(run(*SMALL, '--list', '1,4,16', '--json', '--timing-only').stdout)
@@ -134,18 +154,24 @@ def values_computed_or_not_the_timing_is_the_same():
 def measured_host_time_says_so():
     p = run(*SMALL, '--timing-only', '--list', '1,2', '--host-time', 'measured',
             '--checkpoint-us', '1000')
-    assert 'host time measured (wall time of launch, hooks and input); checkpoint modeled ' \
-           '1000 us' in p.stdout, p.stdout
+    assert 'host time measured (wall time of hooks and input); launch modeled 100 us (no real ' \
+           'launch to time), checkpoint modeled 1000 us' in p.stdout, p.stdout
     j = json.loads(run(*SMALL, '--timing-only', '--list', '1,2', '--host-time', 'measured',
-                       '--json').stdout)
+                       '--launch-us', '1000', '--json').stdout)
     assert j['host_time'] == 'measured', j
     assert all(x['hooks_s'] > 0 for x in j['points']), j
+    # the launch is the modeled cost, to the cycle (tiny's clock: 1000 us is whole cycles),
+    # not the ~30 ns between two reads of the clock
+    assert all(abs(x['launch_s'] - 1e-3) < 1e-12 for x in j['points']), j
 
 
 @case
 def bad_values_each_have_their_message():
     B = ['bench', 'loops', '--chip', 'tiny']
-    expect_error(B + ['--max', '0'], 2, "--max '0' is not a whole number from 1 to 1073741824")
+    expect_error(B + ['--max', '0'], 2, "--max '0' is not a whole number from 1 to 1000000000")
+    # the library's limit (TPU_SWEEP_MAX_LOOP_SIZE): a usage error, before any work
+    expect_error(B + ['--max', '1073741824'], 2, "--max '1073741824' is not a whole number "
+                 "from 1 to 1000000000")
     expect_error(B + ['--list', '4,2'], 2, "--list '4,2': 2 follows 4; give the loop sizes in "
                  "ascending order without repeats")
     expect_error(B + ['--list', '1,x'], 2, "--list '1,x' is not a comma-separated list of loop "

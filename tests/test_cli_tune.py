@@ -118,13 +118,37 @@ def auto_model_tuner_keeps_the_log_cadence():
             '--log-step-count-steps', '40', '--model-dir', md)
     sizes = [s for s, _ in loops(md)]
     assert sum(sizes) == 400, sizes
-    assert all(40 % s == 0 for s in sizes[:-1]), sizes
+    assert all(s <= 40 for s in sizes), sizes  # loops never longer than the cadence
     assert 40 in sizes, sizes  # the 2 % target wants more than 40 here: the cadence binds
     # and the summary says so, with what the target wanted
     m = re.search(r'^  loop size          auto \(model\): 40 steps at the end, held by the '
                   r'cadence of --log-step-count-steps and --save-checkpoints-steps \(40\); the '
                   r'2 % overhead target wants (\d+)$', p.stdout, re.M)
     assert m and int(m.group(1)) > 40, p.stdout
+
+
+@case
+def auto_model_tuner_caps_at_the_smallest_cadence():
+    # coprime cadences (log lines every 100 steps, checkpoints every 101): loops up to 100
+    # steps, not their gcd 1 (a log line or checkpoint comes at the first boundary at least
+    # that many steps after the last, as in TPUEstimator: loops need not divide the cadence)
+    md = os.path.join(_TMP.name, 'auto_coprime')
+    run('train', *BASE, '--steps', '600', '--iterations-per-loop', 'auto',
+        '--log-step-count-steps', '100', '--save-checkpoints-steps', '101', '--model-dir', md)
+    sizes = [s for s, _ in loops(md)]
+    assert sum(sizes) == 600 and max(sizes) == 100, sizes
+    # timing-only writes no checkpoints: their cadence does not hold the loops back
+    md = os.path.join(_TMP.name, 'auto_timing_only')
+    p = run('train', *BASE, '--steps', '600', '--timing-only', '--iterations-per-loop', 'auto',
+            '--log-step-count-steps', '0', '--save-checkpoints-steps', '7', '--model-dir', md)
+    sizes = [s for s, _ in loops(md)]
+    assert sum(sizes) == 600 and max(sizes) > 7, sizes
+    assert 'held by the cadence' not in p.stdout, p.stdout
+    # a cadence of 1 step holds every loop at 1 step, and the summary says "1 step"
+    p = run('train', *BASE, '--steps', '20', '--iterations-per-loop', 'auto',
+            '--log-step-count-steps', '1')
+    assert re.search(r'^  loop size          auto \(model\): 1 step at the end, held by the '
+                     r'cadence of .* \(1\);', p.stdout, re.M), p.stdout
 
 
 @case

@@ -382,15 +382,15 @@ static void test_auto_loop_size_model(void **state)
     assert_int_equal(e->rec.loop_steps[n1], spe);
     env_free(e);
 
-    /* with a log cadence of 64 steps: every loop divides 64 (but the last, shortened) */
+    /* with a log cadence of 64 steps: no loop is longer than 64 */
     e = env_new();
     assert_int_equal(tpu_run_config_set_ipl(&e->cfg, "auto", NULL), 0);
     e->cfg.log_step_count_steps = 64;
     assert_int_equal(env_open(e, NULL), 0);
     train_ok(e, 640, 0);
-    for (int i = 0; i + 1 < e->rec.n; i++)
-        if (64 % e->rec.loop_steps[i])
-            fail_msg("loop %d ran %llu steps, not a divisor of 64", i,
+    for (int i = 0; i < e->rec.n; i++)
+        if (e->rec.loop_steps[i] > 64)
+            fail_msg("loop %d ran %llu steps, more than the cadence's 64", i,
                      (unsigned long long)e->rec.loop_steps[i]);
     s.cadence_steps = 64;
     assert_int_equal(replay_tuner(e, &s, 0, 640), 64);

@@ -416,8 +416,10 @@ static void test_model_tuner_cadence_and_target(void **state)
         bool bound;
     } cases[] = {
         {500, 500, true},   /* n* > the cadence: the cadence */
-        {1000, 1000, false}, /* the smallest divisor of 1000 at or above 698 */
-        {1400, 700, false}, /* ... of 1400 */
+        {1000, 698, false}, /* n* under the cadence: n*, whether or not it divides it */
+        {699, 698, false},
+        {698, 698, false},
+        {697, 697, true},   /* one step short: the cadence binds */
         {0, 698, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -434,17 +436,29 @@ static void test_model_tuner_cadence_and_target(void **state)
         assert_int_equal(bound, cases[i].bound);
         tpu_tuner_destroy(&t);
     }
-    /* growing at most 64-fold keeps to the cadence: with 1000, the first launch's n* (101) is
-     * cut to 64, and then to the largest divisor of 1000 under it, 50 */
+    /* growing at most 64-fold: with a cadence of 1000, the first launch's n* (101) is cut to
+     * 64; the fit over 1 and 64 steps then gives n* = 698 (under 64 x 64) */
     s.cadence_steps = 1000;
     struct tpu_tuner *c = make(&s);
     tpu_tuner_start(c);
     assert_int_equal(tpu_tuner_observe(c, 1, model_dev(0, 1), 0.01, NULL), 0);
-    assert_int_equal(tpu_tuner_steps_per_execution(c), 50);
-    assert_int_equal(tpu_tuner_observe(c, 50, model_dev(1, 50), 0.01, NULL), 0);
-    assert_int_equal(tpu_tuner_steps_per_execution(c), 1000);
+    assert_int_equal(tpu_tuner_steps_per_execution(c), 64);
+    assert_int_equal(tpu_tuner_observe(c, 64, model_dev(1, 64), 0.01, NULL), 0);
+    assert_int_equal(tpu_tuner_steps_per_execution(c), 698);
     tpu_tuner_destroy(&c);
-    /* a cadence above max_steps: its largest divisor within max_steps (1000 -> 500 for 600) */
+    /* coprime cadences (a log line every 100 steps, a checkpoint every 101: the runtime passes
+     * the smaller, 100) cap the loop at 100, not at their gcd 1 */
+    s.cadence_steps = 100;
+    c = make(&s);
+    tpu_tuner_start(c);
+    for (int k = 0; k < 3; k++) {
+        uint64_t n = tpu_tuner_steps_per_execution(c);
+        assert_int_equal(tpu_tuner_observe(c, n, model_dev(k, n), 0.01, NULL), 0);
+    }
+    assert_int_equal(tpu_tuner_steps_per_execution(c), 100);
+    tpu_tuner_destroy(&c);
+    s.cadence_steps = 1000;
+    /* a cadence above max_steps: max_steps caps n* (698 -> 600) */
     s.max_steps = 600;
     c = make(&s);
     tpu_tuner_start(c);
@@ -452,7 +466,7 @@ static void test_model_tuner_cadence_and_target(void **state)
         uint64_t n = tpu_tuner_steps_per_execution(c);
         assert_int_equal(tpu_tuner_observe(c, n, model_dev(k, n), 0.01, NULL), 0);
     }
-    assert_int_equal(tpu_tuner_steps_per_execution(c), 500);
+    assert_int_equal(tpu_tuner_steps_per_execution(c), 600);
     tpu_tuner_destroy(&c);
     s.max_steps = TPU_TUNER_MAX_STEPS;
     /* a 10 % target: ceil(0.01390625 x 0.9 / (0.1 / 1024)) = ceil(128.16) = 129 */

@@ -190,7 +190,8 @@ static void sum_counters(const struct tpu_estimator *e, struct tpu_core_counters
         tpu_device_counters(e->dev, c, &k);
         out->mxu_mac_slots += k.mxu_mac_slots;
         out->macs += k.macs;
-        out->stall[TPU_STALL_INFEED_EMPTY] += k.stall[TPU_STALL_INFEED_EMPTY];
+        for (int s = 0; s < TPU_STALL_COUNT; s++)
+            out->stall[s] += k.stall[s];
     }
 }
 
@@ -229,7 +230,9 @@ static int launch_loop(struct tpu_estimator *e, struct tpu__pass *p, struct pass
 {
     const bool training = p->mode == TPU_MODE_TRAIN;
     tpu_device_set_var(e->dev, e->mp.var_iterations, (int64_t)n);
-    l->start = e->host_cycle + tpu__host_cost(e, e->cfg.modeled_launch_us, tpu__runtime_wall_s());
+    /* the launch is always the modeled cost: the simulator has no real launch whose wall time
+     * could be measured (tpu_device_run is the simulation itself, never charged) */
+    l->start = e->host_cycle + us_to_cycles(e, e->cfg.modeled_launch_us);
     trace_host_phase(e, "launch", e->host_cycle, l->start - e->host_cycle);
     l->end = l->start;
     l->ran = n;
@@ -317,6 +320,13 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
                                  : 0;
     if (li->infeed_stall_share > 1)
         li->infeed_stall_share = 1;
+    /* and waiting for anything: every stall cause */
+    uint64_t waited = 0;
+    for (int s = 0; s < TPU_STALL_COUNT; s++)
+        waited += now->stall[s] - before->stall[s];
+    li->stall_share = end > start ? (double)waited / ((double)(end - start) * e->n_cores) : 0;
+    if (li->stall_share > 1)
+        li->stall_share = 1;
     L->acc_dev += (double)(end - start);
     L->acc_macs += (double)(now->macs - before->macs);
     L->acc_cap += cap;
@@ -383,17 +393,19 @@ static void loop_host_figures(struct tpu_estimator *e, const struct tpu__pass *p
 }
 
 /* The loop boundary after launch l: the loop's figures, the hooks, the checkpoint, the host's
- * clock, the metrics log. The hooks' cost is the modeled one or the wall time from here to
- * the end of the hooks. Returns 0, or the error of a hook or of the checkpoint (the pass has
+ * clock, the metrics log. The hooks' cost is the modeled one or the wall time of the hooks
+ * alone (measured). Returns 0, or the error of a hook or of the checkpoint (the pass has
  * failed with it). */
 static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pass_loop *L,
                          const struct launch *l, struct tpu_diag *d)
 {
-    double t0 = tpu__runtime_wall_s();
     struct tpu_core_counters now;
     sum_counters(e, &now);
     struct tpu_loop_info li;
     loop_device_figures(e, p, L, l, &now, &li);
+    /* measured: the hooks' wall time, from here (the simulator's bookkeeping above is its
+     * own, never charged) */
+    double t0 = tpu__runtime_wall_s();
     int rc = 0;
     for (size_t h = 0; h < e->n_hooks && !rc; h++)
         if (e->hooks[h].after_loop)
@@ -550,7 +562,7 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     struct pass_threads threads;
     struct tpu_tuner_settings ts;
     int rc;
-    if (!e->tuners[p->mode] && tpu__loop_size_tuner_settings(&e->cfg, p->mode, &ts) &&
+    if (!e->tuners[p->mode] && tpu__loop_size_tuner_settings(&e->cfg, p->mode, !e->timing_only, &ts) &&
         (rc = tpu_tuner_create(&ts, &e->tuners[p->mode], d)))
         return rc;
     rc = start_threads(p, &threads, d);

@@ -65,28 +65,25 @@ bad:
                      text ? text : "", (unsigned long long)max_count);
 }
 
-static uint64_t gcd(uint64_t a, uint64_t b)
+/* The smaller of two cadences, 0 standing for none. */
+static uint64_t min_cadence(uint64_t a, uint64_t b)
 {
-    while (b) {
-        uint64_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
+    return !a ? b : !b ? a : a < b ? a : b;
 }
 
 bool tpu__loop_size_tuner_settings(const struct tpu_run_config *cfg, enum tpu_mode mode,
-                                   struct tpu_tuner_settings *out)
+                                   bool writes_checkpoints, struct tpu_tuner_settings *out)
 {
     if (cfg->iterations_per_loop_auto) {
         *out = cfg->tuner;
         if (out->kind == TPU_TUNER_MODEL && mode == TPU_MODE_TRAIN) {
-            /* loops divide the cadences asked for, so checkpoints and log lines keep them */
+            /* TPUEstimator's cadences fire at the first loop boundary at least N steps after
+             * the last: a loop no longer than the smallest active one keeps every cadence
+             * within a loop of its N, whatever the loop's size divides */
             uint64_t k = out->cadence_steps;
-            if (cfg->model_dir[0] && cfg->save_checkpoints_steps)
-                k = gcd(k, cfg->save_checkpoints_steps);
-            if (cfg->log_step_count_steps)
-                k = gcd(k, cfg->log_step_count_steps);
+            if (writes_checkpoints && cfg->model_dir[0])
+                k = min_cadence(k, cfg->save_checkpoints_steps);
+            k = min_cadence(k, cfg->log_step_count_steps);
             out->cadence_steps = k;
         }
         return true;

@@ -8,8 +8,10 @@
  *     n* = ceil(F (1 - t) / (t s))
  * and any larger n gains less than t of throughput while making checkpoints, log lines and
  * error detection coarser. With a cadence K (the steps between checkpoints or log lines), n
- * is the smallest divisor of K at or above n*, or K itself when n* > K (the cadence binds:
- * the target is not reached, and tpu_tuner_model_estimate says so).
+ * is at most K: n* when n* <= K, else K (the cadence binds: the target is not reached, and
+ * tpu_tuner_model_estimate says so). n need not divide K: TPUEstimator's checkpoints and log
+ * lines fire at the first loop boundary at least K steps after the last, so loops of at
+ * most K steps keep them within a loop of K.
  *
  * Estimates, from a window of the last 8 launches (steps n_i, device time d_i, host time h_i):
  *   c    = the median of h_i (a checkpoint's host time in one launch is not a per-launch cost)
@@ -87,34 +89,6 @@ static void fit(struct tpu__model *m)
     }
 }
 
-static uint64_t smallest_divisor_at_least(uint64_t k, uint64_t want)
-{
-    uint64_t best = k;
-    for (uint64_t i = 1; i * i <= k; i++) {
-        if (k % i)
-            continue;
-        if (i >= want && i < best)
-            best = i;
-        if (k / i >= want && k / i < best)
-            best = k / i;
-    }
-    return best;
-}
-
-static uint64_t largest_divisor_at_most(uint64_t k, uint64_t limit)
-{
-    uint64_t best = 1;
-    for (uint64_t i = 1; i * i <= k; i++) {
-        if (k % i)
-            continue;
-        if (i <= limit && i > best)
-            best = i;
-        if (k / i <= limit && k / i > best)
-            best = k / i;
-    }
-    return best;
-}
-
 /* n* under the cadence and max_steps */
 static uint64_t choose(struct tpu_tuner *t)
 {
@@ -125,11 +99,7 @@ static uint64_t choose(struct tpu_tuner *t)
                                                                  : (uint64_t)ceil(x);
     const uint64_t k = t->s.cadence_steps;
     m->cadence_bound = k && want > k;
-    if (!k)
-        return want;
-    uint64_t n = want >= k ? k : smallest_divisor_at_least(k, want);
-    /* a cadence longer than max_steps: its largest divisor that max_steps allows */
-    return n > t->s.max_steps ? largest_divisor_at_most(k, t->s.max_steps) : n;
+    return m->cadence_bound ? k : want;
 }
 
 void tpu__model_observe(struct tpu_tuner *t, uint64_t steps, double device_s, double host_s)
@@ -158,16 +128,12 @@ void tpu__model_observe(struct tpu_tuner *t, uint64_t steps, double device_s, do
     m->c = median_host(m);
     m->have_estimate = true;
     uint64_t next = choose(t);
-    if (next > t->spe * 64) {
+    if (next > t->spe * 64)
         next = t->spe * 64;
-        if (t->s.cadence_steps)
-            next = largest_divisor_at_most(t->s.cadence_steps, next);
-    }
     /* a change of at most 10 % is jitter, unless the cadence needs the new size */
     double cur = (double)t->spe;
     bool small = fabs((double)next - cur) <= 0.1 * cur;
-    bool cadence_ok = !t->s.cadence_steps || (t->spe <= t->s.cadence_steps &&
-                                              t->s.cadence_steps % t->spe == 0);
+    bool cadence_ok = !t->s.cadence_steps || t->spe <= t->s.cadence_steps;
     if (!(small && cadence_ok))
         t->spe = next;
 }

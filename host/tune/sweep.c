@@ -10,8 +10,6 @@
 #include "tpusim/sweep.h"
 #include "util.h"
 
-#define SWEEP_MAX_SIZE UINT64_C(1000000000)
-
 void tpu_sweep_default_settings(struct tpu_sweep_settings *s, const struct tpu_chip_config *chip)
 {
     memset(s, 0, sizeof *s);
@@ -33,7 +31,7 @@ static double wall_s(void)
 /* What the hook saw of one training loop. */
 struct loop_rec {
     uint64_t steps;
-    double device_s, stall_s, hooks_s, launch_s, examples;
+    double device_s, stall_s, wait_s, hooks_s, launch_s, examples;
 };
 
 struct recorder {
@@ -72,6 +70,7 @@ static int record_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_dia
     l->steps = li->steps;
     l->device_s = li->device_seconds;
     l->stall_s = li->infeed_stall_share * li->device_seconds;
+    l->wait_s = li->stall_share * li->device_seconds;
     l->examples = li->examples_per_s * li->device_seconds;
     return 0;
 }
@@ -79,7 +78,7 @@ static int record_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_dia
 /* A simulated loop size's figures: means over the measured loops. */
 struct measured {
     uint64_t size;
-    double device_s, stall_s, hooks_s, launch_s, examples, wall_s;
+    double device_s, stall_s, wait_s, hooks_s, launch_s, examples, wall_s;
     uint32_t loops;
 };
 
@@ -134,6 +133,7 @@ static int simulate(const struct tpu_sweep_settings *s, uint64_t size, struct me
         const struct loop_rec *l = &rec.loops[i];
         m->device_s += l->device_s / s->measured_loops;
         m->stall_s += l->stall_s / s->measured_loops;
+        m->wait_s += l->wait_s / s->measured_loops;
         m->hooks_s += l->hooks_s / s->measured_loops;
         m->launch_s += l->launch_s / s->measured_loops;
         m->examples += l->examples / s->measured_loops;
@@ -174,7 +174,8 @@ static void make_point(const struct tpu_sweep_settings *s, const struct measured
         p->examples_per_s = m->examples / p->loop_seconds;
         p->infeed_stall_share = m->stall_s / p->loop_seconds;
         p->host_overhead_share = host / p->loop_seconds;
-        p->device_busy_share = (m->device_s - m->stall_s) / p->loop_seconds;
+        p->stall_share = m->wait_s / p->loop_seconds;
+        p->device_busy_share = (m->device_s - m->wait_s) / p->loop_seconds;
     }
     p->report_seconds = log_every ? (double)ceil_div(log_every, size) * p->loop_seconds : NAN;
     p->checkpoint_seconds = ckpt_every ? (double)ceil_div(ckpt_every, size) * p->loop_seconds
@@ -196,6 +197,11 @@ static void extend(const struct measured *a, const struct measured *b, uint64_t 
         out->stall_s = 0;
     if (out->stall_s > out->device_s)
         out->stall_s = out->device_s;
+    out->wait_s = b->wait_s + more * (b->wait_s - a->wait_s) / span;
+    if (out->wait_s < out->stall_s)
+        out->wait_s = out->stall_s;
+    if (out->wait_s > out->device_s)
+        out->wait_s = out->device_s;
     out->examples = b->examples + more * (b->examples - a->examples) / span;
     out->wall_s = 0;
 }
@@ -209,10 +215,10 @@ static int check_settings(const struct tpu_sweep_settings *s, struct tpu_diag *d
         return tpu__fail(d, TPU_EINVAL, "a sweep takes 1 to %d loop sizes, not %zu",
                          TPU_SWEEP_MAX_SIZES, s->n_sizes);
     for (size_t i = 0; i < s->n_sizes; i++) {
-        if (s->sizes[i] < 1 || s->sizes[i] > SWEEP_MAX_SIZE)
+        if (s->sizes[i] < 1 || s->sizes[i] > TPU_SWEEP_MAX_LOOP_SIZE)
             return tpu__fail(d, TPU_ERANGE, "loop size %llu is out of range; give 1 to %llu "
                              "steps per loop", (unsigned long long)s->sizes[i],
-                             (unsigned long long)SWEEP_MAX_SIZE);
+                             (unsigned long long)TPU_SWEEP_MAX_LOOP_SIZE);
         if (i && s->sizes[i] <= s->sizes[i - 1])
             return tpu__fail(d, TPU_EINVAL, "loop sizes must be strictly ascending: %llu "
                              "follows %llu; sort them and drop repeats",

@@ -98,11 +98,12 @@ struct tpu__loop_size {
 };
 
 /* The settings of the tuner iterations_per_loop needs in `mode`, or false for a fixed count:
- * auto gives cfg->tuner, for training with its cadence_steps joined (gcd) with
- * save_checkpoints_steps (with a model_dir) and log_step_count_steps; a time gives
- * TPUEstimator's estimator. */
+ * auto gives cfg->tuner, for training with its cadence_steps capped at (the smallest of)
+ * save_checkpoints_steps (when checkpoints are written: `writes_checkpoints`, a device that
+ * computes values, and a model_dir) and log_step_count_steps; a time gives TPUEstimator's
+ * estimator. */
 bool tpu__loop_size_tuner_settings(const struct tpu_run_config *cfg, enum tpu_mode mode,
-                                   struct tpu_tuner_settings *out);
+                                   bool writes_checkpoints, struct tpu_tuner_settings *out);
 
 /* The pass's loop size: the count, or `tuner` (started here; may be NULL for a count). */
 void tpu__loop_size_init(struct tpu__loop_size *ls, const struct tpu_run_config *cfg,

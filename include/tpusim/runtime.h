@@ -25,7 +25,8 @@
  * Time: device time is simulated. The host's own phases (input function, hooks and
  * checkpoints, launches) are charged to the same timeline either with their measured wall
  * time or with fixed modeled costs (deterministic, for tests and benchmarks); the
- * simulator's own run time is never charged. Reports say which. */
+ * simulator's own run time is never charged. A launch is always modeled (modeled_launch_us):
+ * the simulator has no real launch to measure. Reports say which. */
 #ifndef TPUSIM_RUNTIME_H
 #define TPUSIM_RUNTIME_H
 
@@ -77,7 +78,8 @@ enum tpu_eval_input {
 
 enum tpu_host_time {
     TPU_HOST_TIME_MODELED = 0, /* fixed costs below: deterministic */
-    TPU_HOST_TIME_MEASURED,    /* the host phases' wall time */
+    TPU_HOST_TIME_MEASURED,    /* the host phases' wall time (input, hooks, checkpoints);
+                                  launches stay modeled: there is no real one to time */
 };
 
 /* A tensor's partition over the logical cores of a replica (TPUConfig.input_partition_dims):
@@ -255,6 +257,8 @@ struct tpu_loop_info {
     double step_time_s;            /* simulated device time per step */
     double mxu_utilization;        /* useful MACs / MXU MAC slots over the loop's time */
     double infeed_stall_share;     /* the cores' mean share of device time waiting for infeed */
+    double stall_share;            /* ... waiting for anything (tpu_stall: infeed, outfeed,
+                                      collectives, memory), infeed_stall_share included */
     double host_overhead_share;    /* host time / total time */
     /* the same figures over the whole pass (this train/evaluate/predict call) so far */
     double pass_device_seconds, pass_host_seconds, pass_examples_per_s;

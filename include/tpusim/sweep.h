@@ -4,8 +4,9 @@
  * and a refill of the infeed; a small loop wastes the chip on them, a large loop makes
  * progress reports and checkpoints coarse. A sweep trains the same model with each loop size
  * of a list through the estimator (runtime.h), each on a fresh device, and reports for each
- * the simulated throughput and where the time went: the device busy, the device waiting for
- * infeed, the host between loops.
+ * the simulated throughput and where the time went: the device busy, the device waiting (for
+ * infeed, mostly, and at collectives for the cores the infeed held back), the host between
+ * loops.
  *
  * How a loop size is measured. A loop size L up to `full_steps` is simulated in full: one
  * warm-up loop (it also fills the infeed pipeline), then `measured_loops` loops of L steps
@@ -13,7 +14,7 @@
  * would make a sweep of large loops on a large pod take minutes; such a point is *extended*
  * from the two largest simulated loop sizes K1 < K2 (full_steps / 2 and full_steps, simulated
  * for the purpose when the list lacks them): a loop's device time and infeed wait grow by
- * their per-step slope between K1 and K2, (x(K2) - x(K1)) / (K2 - K1), for each step past K2,
+ * (and every wait) grow by their per-step slope between K1 and K2, (x(K2) - x(K1)) / (K2 - K1), for each step past K2,
  * and its host costs per loop are K2's. The device reaches a steady state within the first
  * steps of a launch (the infeed queue's depth), after which every step takes the same time,
  * so the extension is the simulation's own figure continued; tests compare it with full
@@ -43,6 +44,7 @@ extern "C" {
 #endif
 
 #define TPU_SWEEP_MAX_SIZES 64
+#define TPU_SWEEP_MAX_LOOP_SIZE UINT64_C(1000000000) /* the largest loop size a sweep takes */
 
 struct tpu_sweep_settings {
     /* The device of every point (trace is ignored: off). cores_per_replica is copied into
@@ -72,15 +74,19 @@ enum tpu_sweep_method {
 };
 
 /* One loop size's figures. The three shares divide the loops' simulated time: device busy +
- * infeed stall + host overhead = 1. */
+ * stall + host overhead = 1 (infeed_stall_share is the part of stall_share spent waiting for
+ * infeed). */
 struct tpu_sweep_point {
     uint64_t iterations_per_loop;
     enum tpu_sweep_method method;
     uint32_t loops;                /* loops measured (after the warm-up); 0: extended */
     double examples_per_s;         /* simulated, host time included */
     double step_time_s;            /* device time per step */
-    double device_busy_share;      /* the device working (not waiting for infeed) */
-    double infeed_stall_share;     /* the device waiting for infeed (the cores' mean) */
+    double device_busy_share;      /* the cores working: device time less every stall */
+    double stall_share;            /* the cores waiting (their mean), for any cause (tpu_stall:
+                                      infeed, a full outfeed, the other cores at a
+                                      collective, memory) */
+    double infeed_stall_share;     /* of which waiting for infeed */
     double host_overhead_share;    /* launch, hooks and checkpoints */
     double loop_seconds;           /* one loop from launch to launch: the time between loop
                                       boundaries (hooks, and so step-count progress) */

@@ -27,8 +27,9 @@
  *                    last 8, the host part as their median so that a checkpoint's spike does
  *                    not count as a per-loop cost) and picks the smallest n whose host-overhead
  *                    share F / (F + n s) is at most target_overhead (2 %). Loops never exceed
- *                    cadence_steps and divide it, so checkpoints and log lines keep the cadence
- *                    asked for. The first launch runs the starting size, the second the size
+ *                    cadence_steps, so checkpoints and log lines (due at the first loop
+ *                    boundary at least their N steps after the last, as in TPUEstimator)
+ *                    come within a loop of the cadence asked for; loops need not divide it. The first launch runs the starting size, the second the size
  *                    the first implies (at most 64 times the size before: a size grows at
  *                    most 64-fold per launch); from the third on the fit uses two sizes. When a
  *                    launch's device time strays from the fit by more than drift_threshold,
@@ -93,7 +94,7 @@ struct tpu_tuner_settings {
     /* TPU_TUNER_MODEL */
     double target_overhead;      /* host-overhead share to stay under: 0.02 (above 0, below 1) */
     double drift_threshold;      /* relative device-time error that re-estimates: 0.1 */
-    uint64_t cadence_steps;      /* 0: none; else loops divide it and never exceed it */
+    uint64_t cadence_steps;      /* 0: none; else loops never exceed it */
     /* TPU_TUNER_TIME */
     double target_s;             /* device seconds per launch (> 0; no default: 0) */
     uint32_t capacity;           /* launches in the window: 20 */
