@@ -597,6 +597,41 @@ static int save_svg(const char *cmd, const char *path, const char *chip,
     return 0;
 }
 
+/* ---- the spec of a run (shared with train, evaluate and predict) ------------------------- */
+
+int tpu__cli_shard_spec(const char *cmd, const struct tpu_chip_config *chip,
+                        uint32_t chips_per_host, const struct tpu_run_config *rc,
+                        int mode_value, const char *model_file, struct tpu_shard_spec *s)
+{
+    const enum tpu_mode mode = (enum tpu_mode)mode_value;
+    s->hosts = rc->num_hosts ? rc->num_hosts : 1;
+    s->chips_per_host = chips_per_host ? chips_per_host : chip->chips_per_host;
+    s->cores_per_chip = chip->cores_per_chip;
+    s->num_cores_per_replica = rc->num_cores_per_replica ? rc->num_cores_per_replica : 1;
+    s->num_shards = rc->num_shards;
+    s->train_input = rc->per_host_input_for_training;
+    s->eval_input = rc->eval_training_input_configuration;
+    s->mode = mode;
+    s->global_batch = mode == TPU_MODE_TRAIN  ? rc->train_batch_size
+                      : mode == TPU_MODE_EVAL ? rc->eval_batch_size
+                                              : rc->predict_batch_size;
+    const uint64_t chips = (uint64_t)s->hosts * s->chips_per_host;
+    if (chips > TPU__CLI_MAX_CHIPS)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %u x %u chips per host is %llu "
+                              "chips; tpusim simulates at most %u in one process: use fewer "
+                              "--hosts or %s", s->hosts, s->chips_per_host,
+                              (unsigned long long)chips, TPU__CLI_MAX_CHIPS,
+                              strcmp(cmd, "shard") ? "--chips" : "--chips-per-host");
+    int rc_model;
+    if (model_file && model_file[0] && (rc_model = model_tensors(cmd, model_file, mode, s)))
+        return rc_model;
+    /* input_partition_dims[0]: the features (the first tensor); [1]: every later one */
+    for (uint32_t i = 0; i < s->n_tensors; i++)
+        if ((i == 0 ? 0u : 1u) < rc->n_input_partition_dims)
+            s->tensors[i].dims = rc->input_partition_dims[i == 0 ? 0 : 1];
+    return 0;
+}
+
 /* ---- the command ---------------------------------------------------------------------------- */
 
 int tpu__cli_shard(int argc, char **argv)
@@ -629,15 +664,6 @@ int tpu__cli_shard(int argc, char **argv)
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     struct tpu_shard_spec s;
     memset(&s, 0, sizeof s);
-    s.hosts = o.hosts;
-    s.chips_per_host = o.chips_per_host ? o.chips_per_host : chip.chips_per_host;
-    s.cores_per_chip = chip.cores_per_chip;
-    s.num_cores_per_replica = o.cores_per_replica;
-    s.num_shards = o.num_shards;
-    s.train_input = (enum tpu_input_mode)o.train_input;
-    s.eval_input = (enum tpu_eval_input)o.eval_input;
-    s.mode = (enum tpu_mode)o.mode;
-    s.global_batch = o.batch;
     for (uint32_t i = 0; i < o.n_tensor; i++) {
         if ((rc = parse_tensor(cmd, o.tensor[i], &s.tensors[i])))
             return rc;
@@ -648,21 +674,25 @@ int tpu__cli_shard(int argc, char **argv)
                                       "name", o.tensor[i], s.tensors[i].name);
         s.n_tensors++;
     }
-    if (o.model[0] && (rc = model_tensors(cmd, o.model, s.mode, &s)))
-        return rc;
+    struct tpu_run_config rcfg;
+    memset(&rcfg, 0, sizeof rcfg);
+    rcfg.num_hosts = o.hosts;
+    rcfg.num_cores_per_replica = o.cores_per_replica;
+    rcfg.num_shards = o.num_shards;
+    rcfg.per_host_input_for_training = (enum tpu_input_mode)o.train_input;
+    rcfg.eval_training_input_configuration = (enum tpu_eval_input)o.eval_input;
+    rcfg.train_batch_size = rcfg.eval_batch_size = rcfg.predict_batch_size = o.batch;
     if (o.dims_given) {
-        struct tpu_partition_dims dims[2];
-        uint32_t n = 0;
-        if (tpu_partition_dims_parse(o.dims, dims, &n, &d))
+        if (tpu_partition_dims_parse(o.dims, rcfg.input_partition_dims,
+                                     &rcfg.n_input_partition_dims, &d))
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--input-partition-dims: %s", d.msg);
-        if (!s.n_tensors)
+        if (!s.n_tensors && !o.model[0])
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--input-partition-dims applies to input "
                                   "tensors, and none is given; give them with --tensor "
                                   "NAME:SHAPE (features first) or --model FILE");
-        s.tensors[0].dims = dims[0];
-        for (uint32_t i = 1; i < s.n_tensors && n == 2; i++)
-            s.tensors[i].dims = dims[1];
     }
+    if ((rc = tpu__cli_shard_spec(cmd, &chip, o.chips_per_host, &rcfg, o.mode, o.model, &s)))
+        return rc;
     uint32_t svg_t = 0;
     if (o.svg_tensor[0] && !o.svg[0])
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--svg-tensor says which tensor --svg draws; "

@@ -28,6 +28,7 @@
 #include "tpusim/models.h"
 #include "tpusim/quantize.h"
 #include "tpusim/runtime.h"
+#include "tpusim/shard.h"
 #ifdef TPUSIM_HAVE_RTL
 #include "mxu_rtl_provider.h"
 #endif
@@ -233,6 +234,39 @@ static int check_int8(const struct run *r)
     return 0;
 }
 
+/* TPUEstimator's sharding rules (shard.h) on the options, before the data is loaded and the
+ * device opened, with the plan's own messages: the mode's plan (train: evaluation's too,
+ * unless --no-eval), the tensors a --model file infeeds. The --layers MLP's input width comes
+ * from the data, so its partition dims are checked when the runtime builds its plan. */
+static int check_shard_plan(const struct run *r)
+{
+    const struct train_opts *o = &r->o;
+    const bool train = !strcmp(o->cmd, "train");
+    const enum tpu_mode modes[2] = {
+        train ? TPU_MODE_TRAIN : !strcmp(o->cmd, "evaluate") ? TPU_MODE_EVAL : TPU_MODE_PREDICT,
+        TPU_MODE_EVAL};
+    const int n_modes = train && !o->no_eval && !o->timing_only ? 2 : 1;
+    for (int m = 0; m < n_modes; m++) {
+        struct tpu_shard_spec s;
+        memset(&s, 0, sizeof s);
+        int rc = tpu__cli_shard_spec(o->cmd, &r->chip, o->chips, &o->rc, modes[m], o->model_file,
+                                     &s);
+        if (rc)
+            return rc;
+        /* the runtime names a net's input tensor 'features' (net_model.c), as its messages
+         * will; `tpusim shard --model` calls it x */
+        if (s.n_tensors)
+            snprintf(s.tensors[0].name, sizeof s.tensors[0].name, "features");
+        struct tpu_diag d = {0};
+        struct tpu_shard_plan plan;
+        if (tpu_shard_plan_make(&s, &plan, &d))
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
+                                  m ? " (or give --no-eval)" : "");
+        tpu_shard_plan_free(&plan);
+    }
+    return 0;
+}
+
 /* What can be known before any work: the chip can run the subcommand, every output path
  * can be written, and evaluate and predict have a checkpoint to read (TPUEstimator's rule:
  * no evaluating or predicting with the untrained initial weights). */
@@ -257,6 +291,8 @@ static int preflight(struct run *r)
     if ((o->trace[0] && (rc = tpu__cli_check_output_file(cmd, "--trace", o->trace))) ||
         (o->output[0] && (rc = tpu__cli_check_output_file(cmd, "--output", o->output))) ||
         (o->vcd[0] && (rc = tpu__cli_check_output_file(cmd, "--vcd", o->vcd))))
+        return rc;
+    if ((rc = check_shard_plan(r)))
         return rc;
     const char *md = o->rc.model_dir;
     if (train)
@@ -315,15 +351,10 @@ static int setup(struct run *r, bool need_train_data)
         return rc;
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &r->chip);
-    /* --hosts: each host drives --chips chips (default the chip's chips_per_host) */
+    /* --hosts: each host drives --chips chips (default the chip's chips_per_host); the
+     * product is checked in preflight (tpu__cli_shard_spec) */
     const uint64_t per_host = r->o.chips ? r->o.chips : r->chip.chips_per_host;
     const uint64_t hosts = r->o.rc.num_hosts ? r->o.rc.num_hosts : 1;
-    if (per_host * hosts > 4096)
-        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %llu x %llu chips per host is %llu "
-                              "chips; tpusim simulates at most 4096 in one process: use fewer "
-                              "--hosts or --chips", (unsigned long long)hosts,
-                              (unsigned long long)per_host,
-                              (unsigned long long)(per_host * hosts));
     s.n_chips = (uint32_t)(per_host * hosts);
     s.cores_per_replica = r->o.rc.num_cores_per_replica;
     s.n_threads = r->o.threads;

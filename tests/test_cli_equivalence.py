@@ -18,6 +18,7 @@ usage: test_cli_equivalence.py PATH/TO/tpusim
 import json
 import math
 import os
+import sys
 import subprocess
 import tempfile
 
@@ -274,4 +275,4 @@ def options_that_do_not_go_with_the_check_are_refused():
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -8,6 +8,7 @@ A small NumPy image set (6x6, 3 classes) and a small CNN model file, made here, 
 chip (1 chip of 2 cores per host): each run takes a fraction of a second."""
 import json
 import os
+import sys
 import random
 import struct
 import tempfile
@@ -271,6 +272,29 @@ def bad_host_counts():
 
 
 @case
+def shard_rules_come_before_the_data_and_the_device():
+    """train, evaluate and predict check the shard plan in their preflight: its message (not
+    the device's), exit 2, before the data is read (a missing --data dir is not reached) and,
+    for evaluate and predict, before the checkpoint is looked for."""
+    missing = '/nonexistent/tpusim-data'
+    for args in (['train', '--train-batch-size', '8', '--steps', '2'],
+                 ['evaluate', '--eval-batch-size', '8', '--model-dir', missing],
+                 ['predict', '--predict-batch-size', '8', '--model-dir', missing]):
+        expect_error([*args, '--chip', 'tiny', '--layers', '16', '--cores-per-replica', '4',
+                      '--data', missing], 2,
+                     'the num of cores required by the model parallelism, num_cores_per_replica'
+                     ' 4, is larger than the total num of TPU cores in the system, 2 (1 host x '
+                     '1 chip x 2 cores)')
+    # the batch rule of the mode that runs: training's, then evaluation's after training
+    expect_error(['train', '--chip', 'tiny', '--layers', '16', '--train-batch-size', '7',
+                  '--steps', '2', '--data', missing], 2,
+                 'train_batch_size 7 must be divisible by the number of replicas')
+    expect_error(['train', '--chip', 'tiny', '--layers', '16', '--train-batch-size', '8',
+                  '--eval-batch-size', '5', '--steps', '2', '--data', missing], 2,
+                 'eval_batch_size 5 must be divisible by the number of replicas')
+
+
+@case
 def help_says_where_tpusim_differs():
     text = run('train', '--help').stdout
     for needle in ('--hosts N', '--input-partition-dims DIMS', 'Where tpusim differs',
@@ -279,4 +303,4 @@ def help_says_where_tpusim_differs():
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())
