@@ -234,22 +234,18 @@ static int check_int8(const struct run *r)
     return 0;
 }
 
-/* TPUEstimator's sharding rules (shard.h) on the options, before the data is loaded and the
- * device opened, with the plan's own messages: the mode's plan (train: evaluation's too,
- * unless --no-eval), the tensors a --model file infeeds. The --layers MLP's input width comes
- * from the data, so its partition dims are checked when the runtime builds its plan. */
-static int check_shard_plan(const struct run *r)
+int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_config *chip,
+                              bool eval_too, bool equivalence)
 {
-    const struct train_opts *o = &r->o;
     const bool train = !strcmp(o->cmd, "train");
     const enum tpu_mode modes[2] = {
         train ? TPU_MODE_TRAIN : !strcmp(o->cmd, "evaluate") ? TPU_MODE_EVAL : TPU_MODE_PREDICT,
         TPU_MODE_EVAL};
-    const int n_modes = train && !o->no_eval && !o->timing_only ? 2 : 1;
+    const int n_modes = train && eval_too ? 2 : 1;
     for (int m = 0; m < n_modes; m++) {
         struct tpu_shard_spec s;
         memset(&s, 0, sizeof s);
-        int rc = tpu__cli_shard_spec(o->cmd, &r->chip, o->chips, &o->rc, modes[m], o->model_file,
+        int rc = tpu__cli_shard_spec(o->cmd, chip, o->chips, &o->rc, modes[m], o->model_file,
                                      &s);
         if (rc)
             return rc;
@@ -259,12 +255,33 @@ static int check_shard_plan(const struct run *r)
             snprintf(s.tensors[0].name, sizeof s.tensors[0].name, "features");
         struct tpu_diag d = {0};
         struct tpu_shard_plan plan;
-        if (tpu_shard_plan_make(&s, &plan, &d))
+        if (tpu_shard_plan_make(&s, &plan, &d)) {
+            /* the check refuses BROADCAST (it is not comparable with one core): the batch
+             * rule's suggestion of it does not apply there */
+            char *broadcast = equivalence ? strstr(d.msg, ", or per_host_input_for_training "
+                                                          "BROADCAST") : NULL;
+            if (broadcast)
+                *broadcast = '\0';
             return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
                                   m ? " (or give --no-eval)" : "");
+        }
         tpu_shard_plan_free(&plan);
     }
     return 0;
+}
+
+void tpu__cli_train_device_settings(const struct train_opts *o,
+                                    const struct tpu_chip_config *chip,
+                                    struct tpu_device_settings *s)
+{
+    tpu_device_default_settings(s, chip);
+    /* --hosts: each host drives --chips chips (default the chip's chips_per_host); the
+     * product is checked with the plan (tpu__cli_shard_spec) */
+    const uint64_t per_host = o->chips ? o->chips : chip->chips_per_host;
+    const uint64_t hosts = o->rc.num_hosts ? o->rc.num_hosts : 1;
+    s->n_chips = (uint32_t)(per_host * hosts);
+    s->cores_per_replica = o->rc.num_cores_per_replica;
+    s->n_threads = o->threads;
 }
 
 /* What can be known before any work: the chip can run the subcommand, every output path
@@ -292,7 +309,7 @@ static int preflight(struct run *r)
         (o->output[0] && (rc = tpu__cli_check_output_file(cmd, "--output", o->output))) ||
         (o->vcd[0] && (rc = tpu__cli_check_output_file(cmd, "--vcd", o->vcd))))
         return rc;
-    if ((rc = check_shard_plan(r)))
+    if ((rc = tpu__cli_train_check_plan(o, &r->chip, !o->no_eval && !o->timing_only, false)))
         return rc;
     const char *md = o->rc.model_dir;
     if (train)
@@ -350,14 +367,7 @@ static int setup(struct run *r, bool need_train_data)
     if ((rc = load_data(r, need_train_data)))
         return rc;
     struct tpu_device_settings s;
-    tpu_device_default_settings(&s, &r->chip);
-    /* --hosts: each host drives --chips chips (default the chip's chips_per_host); the
-     * product is checked in preflight (tpu__cli_shard_spec) */
-    const uint64_t per_host = r->o.chips ? r->o.chips : r->chip.chips_per_host;
-    const uint64_t hosts = r->o.rc.num_hosts ? r->o.rc.num_hosts : 1;
-    s.n_chips = (uint32_t)(per_host * hosts);
-    s.cores_per_replica = r->o.rc.num_cores_per_replica;
-    s.n_threads = r->o.threads;
+    tpu__cli_train_device_settings(&r->o, &r->chip, &s);
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace[0] != '\0';
     s.op_stats = r->o.step_shares;

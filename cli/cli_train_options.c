@@ -335,7 +335,13 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "train N steps sharded as configured and on one core\n"
              "(the same examples), compare loss and params after\n"
              "each step with the bound; exit 1 if outside it;\n"
-             "each step starts both runs from the one-core params"},
+             "each step starts both runs from the one-core params.\n"
+             "It uses the model, data, optimizer, seed, train batch,\n"
+             "chip and sharding options and --json; the loop size\n"
+             "(one step per loop), checkpoint, logging, host-time,\n"
+             "eval and predict batch, --no-eval and --verbose options\n"
+             "do not apply to it (--step-shares, --tuner, --trace,\n"
+             "--model-dir, --reference, --timing-only: refused)"},
     {.name = "--equivalence-free-running", .kind = TPU__CLI_FLAG,
      T(equivalence_free_running), .scope = CMD_TRAIN,
      .scope_why = "it is a mode of --check-equivalence",

@@ -261,6 +261,23 @@ def options_that_do_not_go_with_the_check_are_refused():
     expect_error(base + ['--timing-only'], 2, '--timing-only computes none')
     expect_error(base + ['--steps', '3'], 2, '--check-equivalence N trains N steps')
     expect_error(base + ['--epochs', '1'], 2, '--check-equivalence N trains N steps')
+    # configuration errors are option errors (exit 2), before the data is read, and the
+    # batch rule does not suggest BROADCAST, which the check refuses
+    missing = ['--data', '/nonexistent/tpusim-data']
+    expect_error(['train', '--chip', 'tiny', '--layers', '16', '--train-batch-size', '7',
+                  '--check-equivalence', '2', *missing], 2,
+                 'train_batch_size 7 must be divisible by the number of replicas')
+    p = run('train', '--chip', 'tiny', '--layers', '16', '--train-batch-size', '7',
+            '--check-equivalence', '2', *missing, expect=2)
+    assert 'BROADCAST' not in p.stderr, p.stderr
+    expect_error(['train', '--chip', 'tiny', '--layers', '16', '--cores-per-replica', '4',
+                  '--check-equivalence', '2', *missing], 2,
+                 'num_cores_per_replica 4, is larger than the total num of TPU cores')
+    expect_error(base + ['--step-shares'], 2, 'leave --step-shares out')
+    expect_error(base + ['--iterations-per-loop', 'auto', '--tuner', 'model'], 2,
+                 'leave --tuner and')
+    text = run('train', '--help').stdout
+    assert 'do not apply to it' in text, text
     expect_error(base + ['--reference'], 2, 'leave --reference out')
     expect_error(base + ['--trace', '/tmp/t.json'], 2, 'leave --trace out')
     expect_error(['train', *MLP, '--equivalence-free-running'], 2,
@@ -268,9 +285,10 @@ def options_that_do_not_go_with_the_check_are_refused():
     expect_error(['evaluate', *MLP, '--check-equivalence', '2', '--model-dir', '/tmp'], 2,
                  '--check-equivalence')
     expect_error(['train', *MLP, '--check-equivalence', '0'], 2, '--check-equivalence')
-    # the runtime's own rules still hold, named as the sharded device's
+    # the runtime's own rules still hold: the shard plan's, checked before any work and
+    # an option error (exit 2; exit 1 is a step outside the bound)
     expect_error(['train', *MLP, '--chips', '2', '--train-batch-size', '14',
-                  '--check-equivalence', '1'], 1, 'the sharded device',
+                  '--check-equivalence', '1'], 2,
                  'train_batch_size 14 must be divisible by the number of replicas')
 
 
