@@ -95,16 +95,22 @@ static int print_step(void *ctx, const struct tpu_equivalence_report *so_far,
                (double)st->loss_sharded, (double)st->loss_single, st->loss_abs, st->loss_rel,
                st->param_abs, st->param_rel);
         tpu__cli_json_string(stdout, st->worst_param);
-        printf(", \"worst_index\": %llu, \"worst_sharded\": %.9g, \"worst_single\": %.9g, "
+        printf(", \"worst_index\": %llu, \"worst_replica\": %u, \"worst_sharded\": %.9g, \"worst_single\": %.9g, "
                "\"step_seconds_sharded\": %.9g, \"step_seconds_single\": %.9g, \"within\": "
-               "%s}", (unsigned long long)st->worst_index, (double)st->worst_sharded,
+               "%s}", (unsigned long long)st->worst_index, st->worst_replica,
+               (double)st->worst_sharded,
                (double)st->worst_single, st->step_seconds_sharded, st->step_seconds_single,
                st->within ? "true" : "false");
     } else {
-        char lr[32], pr[32], worst[80];
+        char lr[32], pr[32], worst[112];
         fmt_rel(lr, sizeof lr, st->loss_rel);
         fmt_rel(pr, sizeof pr, st->param_rel);
-        if (st->worst_param[0])
+        /* the replica whose copy differs most, when there are several (every replica's copy
+         * is compared) */
+        if (st->worst_param[0] && so_far->n_replicas > 1)
+            snprintf(worst, sizeof worst, "%s[%llu] replica %u", st->worst_param,
+                     (unsigned long long)st->worst_index, st->worst_replica);
+        else if (st->worst_param[0])
             snprintf(worst, sizeof worst, "%s[%llu]", st->worst_param,
                      (unsigned long long)st->worst_index);
         else

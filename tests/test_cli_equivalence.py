@@ -58,6 +58,8 @@ def assert_within(j, cores, steps, batch=16):
     assert len(j['steps']) == steps, j
     assert [s['step'] for s in j['steps']] == list(range(1, steps + 1)), j
     assert j['within'] is True and j['steps_outside'] == 0, j
+    # every replica's copy is compared: the worst is one of them
+    assert all(0 <= s['worst_replica'] < j['replicas'] for s in j['steps']), j
     b = j['bound']
     if cores == 1:
         assert b['exact'] is True and b['loss_rel'] == 0 and b['param_rel'] == 0, b

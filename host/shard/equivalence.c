@@ -282,7 +282,8 @@ static int check_settings(const struct tpu_equivalence_settings *s, struct tpu_d
 
 /* Both runs after one step: their loss and every param, compared into st. */
 static int compare_step(struct tpu_estimator *sharded, struct tpu_estimator *single,
-                        const struct model_shape *ms, bool lockstep, float *a, float *b,
+                        uint32_t n_replicas, const struct model_shape *ms, bool lockstep,
+                        float *a, float *b,
                         struct tpu_equivalence_step *st, struct tpu_diag *d)
 {
     const struct tpu_loop_info *ls = tpu_estimator_last_info(sharded);
@@ -297,21 +298,31 @@ static int compare_step(struct tpu_estimator *sharded, struct tpu_estimator *sin
     st->step_seconds_single = l1->device_seconds;
     for (uint32_t i = 0; i < ms->n_params; i++) {
         const size_t bytes = ms->counts[i] * sizeof(float);
-        int rc = tpu_estimator_read_param(sharded, ms->names[i], a, bytes, d);
-        if (!rc)
-            rc = tpu_estimator_read_param(single, ms->names[i], b, bytes, d);
+        int rc = tpu_estimator_read_param(single, ms->names[i], b, bytes, d);
         if (rc)
             return rc;
         double big = 0, worst = 0;
         uint64_t at = 0;
+        uint32_t at_replica = 0;
+        float at_value = 0;
         for (uint64_t e = 0; e < ms->counts[i]; e++) {
-            const double diff = fabs((double)a[e] - (double)b[e]);
             const double mag = fabs((double)b[e]);
             big = mag > big ? mag : big;
-            /* a NaN on one side is the largest difference there is */
-            if (diff > worst || (isnan(diff) && !isnan(worst))) {
-                worst = isnan(diff) ? INFINITY : diff;
-                at = e;
+        }
+        /* every replica's copy: a replica that drifted from the others is a sharding error
+         * too (its share of the next step's gradient comes from other params) */
+        for (uint32_t rep = 0; rep < n_replicas; rep++) {
+            if ((rc = tpu_estimator_read_param_replica(sharded, ms->names[i], rep, a, bytes, d)))
+                return rc;
+            for (uint64_t e = 0; e < ms->counts[i]; e++) {
+                const double diff = fabs((double)a[e] - (double)b[e]);
+                /* a NaN on one side is the largest difference there is */
+                if (diff > worst || (isnan(diff) && !isnan(worst))) {
+                    worst = isnan(diff) ? INFINITY : diff;
+                    at = e;
+                    at_replica = rep;
+                    at_value = a[e];
+                }
             }
         }
         /* lockstep: the sharded run goes on from the one-core run's value */
@@ -325,7 +336,8 @@ static int compare_step(struct tpu_estimator *sharded, struct tpu_estimator *sin
             st->param_rel = rel;
             snprintf(st->worst_param, sizeof st->worst_param, "%s", ms->names[i]);
             st->worst_index = at;
-            st->worst_sharded = a[at];
+            st->worst_replica = at_replica;
+            st->worst_sharded = at_value;
             st->worst_single = b[at];
         }
     }
@@ -483,7 +495,8 @@ int tpu_equivalence_check(const struct tpu_equivalence_settings *s,
         struct tpu_equivalence_step st;
         memset(&st, 0, sizeof st);
         st.step = step;
-        if ((rc = compare_step(p.est[0], p.est[1], &ms, !s->free_running, a, b, &st, d)))
+        if ((rc = compare_step(p.est[0], p.est[1], out->n_replicas, &ms, !s->free_running, a,
+                                b, &st, d)))
             goto done;
         const double loss_bound = step == 1 ? out->bound.loss_rel : out->bound.loss_rel_later;
         st.within = st.loss_rel <= loss_bound && st.param_rel <= out->bound.param_rel;

@@ -56,6 +56,8 @@ struct tpu_equivalence_step {
     double param_rel;                /* the largest over params of max|difference| / max|b| */
     char worst_param[48];            /* the param of param_rel ("" when all are equal) */
     uint64_t worst_index;            /* its element with the largest difference (row-major) */
+    uint32_t worst_replica;          /* the sharded run's replica whose copy differs most (every
+                                        replica's copy of every param is compared) */
     float worst_sharded, worst_single; /* that element's values */
     double step_seconds_sharded, step_seconds_single; /* simulated device time of the step */
     bool within;                     /* both relative figures within the bound */
