@@ -9,7 +9,7 @@ figure (benchmarks/scaling.py) reads.
 
 The bounds are the library's (host/shard/equivalence.c): the loss of a step from the same
 params within 2 gamma(G + 1) (a theorem: a sum of non-negative terms in two orders; with model
-parallelism the partitioned lowering's 2e-5), the params within 2^-10 of their largest value
+parallelism the partitioned lowering's 5e-5), the params within 2^-10 of their largest value
 (a budget for rounding carried through Adam). One
 replica of one core is bit for bit, and asserted as such.
 
@@ -117,7 +117,7 @@ def assert_model_parallel(j, cores, p, steps):
     assert j['cores'] == cores and j['cores_per_replica'] == p, j
     assert j['replicas'] == cores // p and len(j['steps']) == steps, j
     b = j['bound']
-    assert b['exact'] is False and b['loss_rel'] == 2e-5 and b['param_rel'] == 2.0 ** -10, b
+    assert b['exact'] is False and b['loss_rel'] == 5e-5 and b['param_rel'] == 2.0 ** -10, b
     assert b['why'].startswith(f'model parallelism over {p} cores a replica'), b
     assert j['within'] is True and j['steps_outside'] == 0, j
     for s in j['steps']:
