@@ -1,7 +1,7 @@
 /* The options of `tpusim train`, `tpusim evaluate` and `tpusim predict`: the one table
  * (train_opts_table, see options.h) that parses the flags and makes --help, the JSON config
  * file (--config FILE: its keys are the long option names with '_' for '-', its values
- * numbers, strings or booleans; flags given after --config override it), the defaults and the
+ * numbers, strings or booleans, and input_partition_dims also lists and null; flags given after --config override it), the defaults and the
  * rules that join several options. Every value is checked here, before any work; running the
  * commands is cli_train.c's. */
 #include <errno.h>
@@ -390,6 +390,34 @@ static unsigned cmd_bit(const char *cmd)
                                                                          : CMD_PREDICT;
 }
 
+/* "input_partition_dims": [[1, 2, 1, 1], null] (JSON's natural form; the command line's
+ * Python text is taken as a string too): the same text the command line gives, checked here
+ * so that an error names the file and its key; null alone is None (no partition dims). */
+static int config_partition_dims(const struct tpu__cli_parse *p, const char *path,
+                                 const char *key, const struct tpu__cli_opt *opt, json_t *val)
+{
+    const char *cmd = p->cmd;
+    if (json_is_null(val))
+        return 0;
+    char *text = json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "out of memory");
+    struct tpu_partition_dims dims[2];
+    uint32_t n = 0;
+    struct tpu_diag d = {0};
+    int rc = 0;
+    if (strlen(text) > OPT_TEXT_MAX)
+        rc = tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' is %zu characters as text; at most "
+                            "%d: give at most two lists of at most %d counts", path, key,
+                            strlen(text), OPT_TEXT_MAX, TPU_PARTITION_MAX_RANK);
+    else if (tpu_partition_dims_parse(text, dims, &n, &d))
+        rc = tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' %s: %s", path, key, text, d.msg);
+    else
+        rc = tpu__cli_opts_set(p, opt, text, true);
+    free(text);
+    return rc;
+}
+
 /* One member of a config file: "learning_rate": 0.1 means --learning-rate 0.1, "json": true
  * means --json (false: off). String values are copied into o before the JSON is freed. */
 static int config_member(const struct tpu__cli_parse *p, const char *path, const char *key,
@@ -417,12 +445,18 @@ static int config_member(const struct tpu__cli_parse *p, const char *path, const
         return tpu__cli_opts_set(p, opt, NULL, json_is_true(val));
     }
     const char *v = text;
+    if (!strcmp(name, "--input-partition-dims") && (json_is_array(val) || json_is_null(val)))
+        return config_partition_dims(p, path, key, opt, val);
     if (json_is_integer(val))
         snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
     else if (json_is_real(val))
         snprintf(text, sizeof text, "%.17g", json_real_value(val));
     else if (json_is_string(val))
         v = json_string_value(val); /* whole: jansson rejects \u0000 by default */
+    else if (!strcmp(name, "--input-partition-dims"))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' must be a list of one or two "
+                              "entries, each a list of counts or null, e.g. [[1, 2, 1, 1], "
+                              "null], or the same as a string in Python's form", path, key);
     else
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string, true "
                               "or false", path, key);

@@ -142,6 +142,29 @@ def options_from_a_config_file():
         expect_error(['train', '--config', bad, '--verbose', '0', '--cores-per-replica', '2'],
                      2, 'input_partition_dims is only supported in PER_HOST_V2 mode',
                      'is PER_HOST_V1')
+        # JSON's own form: lists and null, as the Python text gives them
+        good = w.path('good.json')
+        with open(good, 'w') as f:
+            json.dump({'chip': 'tiny', 'model': w.small, 'data': w.data, 'steps': 1,
+                       'cores_per_replica': 2, 'no_eval': True,
+                       'input_partition_dims': [[1, 2, 1, 1], None]}, f)
+        as_list = run_json('train', '--config', good, '--verbose', '0')
+        with open(good) as f:
+            conf = json.load(f)
+        conf['input_partition_dims'] = '[[1, 2, 1, 1], None]'
+        with open(good, 'w') as f:
+            json.dump(conf, f)
+        as_text = run_json('train', '--config', good, '--verbose', '0')
+        assert as_list['loss'] == as_text['loss'] and as_list['cores_per_replica'] == 2, (as_list, as_text)
+        with open(bad, 'w') as f:
+            json.dump({'input_partition_dims': [['a']]}, f)
+        expect_error(['train', '--config', bad], 2,
+                     "bad.json: 'input_partition_dims' [[\"a\"]]: input_partition_dims: expected "
+                     "a count")
+        with open(bad, 'w') as f:
+            json.dump({'input_partition_dims': {'features': [1, 2]}}, f)
+        expect_error(['train', '--config', bad], 2,
+                     "bad.json: 'input_partition_dims' must be a list of one or two entries")
         with open(bad, 'w') as f:
             json.dump({'input_partition_dims': '[[1, 2'}, f)
         expect_error(['train', '--config', bad], 2, '--input-partition-dims')
