@@ -58,8 +58,13 @@ int tpu__cli_train_check_config(const char *cmd, const char *path);
 /* `tpusim shard` (cli_shard.c): the shard plan of a pod slice, as text, JSON or SVG. */
 int tpu__cli_shard(int argc, char **argv);
 
-/* The most chips tpusim simulates in one process (hosts x chips per host). */
+/* The limits train, evaluate, predict and shard share: the most chips tpusim simulates in
+ * one process (hosts x chips per host), hosts, chips per host, and TPUConfig's largest
+ * num_cores_per_replica. */
 #define TPU__CLI_MAX_CHIPS 4096u
+#define TPU__CLI_MAX_HOSTS 1024
+#define TPU__CLI_MAX_CHIPS_PER_HOST 4096
+#define TPU__CLI_MAX_CORES_PER_REPLICA 128
 
 /* The shard spec (tpusim/shard.h) of a run, built the same way for `tpusim shard` and for
  * train, evaluate and predict (cli_shard.c): the pod slice of `chip` with rc's hosts (0: one)

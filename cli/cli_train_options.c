@@ -137,16 +137,17 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .group = "chip and device",
      .help = "chip preset or JSON file (default tpu-v3); training needs\n"
              "a bf16 matrix unit (tpu-v1's is int8 only)"},
-    {.name = "--chips", .kind = TPU__CLI_U64, T(chips), .min = 1, .max = 4096, .arg = "N",
+    {.name = "--chips", .kind = TPU__CLI_U64, T(chips), .min = 1,
+     .max = TPU__CLI_MAX_CHIPS_PER_HOST, .arg = "N",
      .help = "chips on each host (default: the chip's chips_per_host)"},
-    {.name = "--hosts", .kind = TPU__CLI_U64, T(rc.num_hosts), .min = 1, .max = 1024,
+    {.name = "--hosts", .kind = TPU__CLI_U64, T(rc.num_hosts), .min = 1, .max = TPU__CLI_MAX_HOSTS,
      .arg = "N",
      .help = "hosts of the pod slice, simulated in this process\n"
              "(default 1), each driving --chips chips, with its own\n"
              "infeed thread and input clock: the device has hosts x\n"
              "chips chips"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
-     .max = 128, .arg = "N",
+     .max = TPU__CLI_MAX_CORES_PER_REPLICA, .arg = "N",
      .help = "model parallelism (default 1): the model is split over N\n"
              "cores of each replica (configs/models/README.md); the\n"
              "--layers MLP is then lowered as a net of dense layers,\n"

@@ -279,6 +279,18 @@ def option_errors():
     expect_error(['shard'], 2, 'give the global batch: --batch N')
     expect_error(['shard', '--batch', '8', '--tensor', 'images'], 2,
                  "--tensor 'images' is not NAME:SHAPE")
+    # the limits train has (tpusim train --cores-per-replica, --hosts, hosts x --chips)
+    expect_error(['shard', '--batch', '8', '--cores-per-replica', '0'], 2,
+                 "--cores-per-replica '0' is not a whole number from 1 to 128")
+    expect_error(['shard', '--batch', '8', '--cores-per-replica', '256'], 2,
+                 "--cores-per-replica '256' is not a whole number from 1 to 128")
+    expect_error(['shard', '--batch', '8', '--hosts', '2000'], 2,
+                 "--hosts '2000' is not a whole number from 1 to 1024")
+    expect_error(['shard', '--batch', '8', '--chip', 'tiny', '--hosts', '1024',
+                  '--chips-per-host', '8'], 2,
+                 '--hosts 1024 x 8 chips per host is 8192 chips; tpusim simulates at most 4096',
+                 '--chips-per-host')
+    assert "train's --chips" in run('shard', '--help').stdout
     expect_error(['shard', '--batch', '8', '--tensor', 'x:28x0'], 2,
                  "--tensor 'x:28x0': the shape '28x0' is not 1 to 7 sizes")
     expect_error(['shard', '--batch', '8', '--tensor', 'x:28x'], 2, 'the shape ends in')
