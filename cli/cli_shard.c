@@ -694,6 +694,13 @@ int tpu__cli_shard(int argc, char **argv)
     }
     if ((rc = tpu__cli_shard_spec(cmd, &chip, o.chips_per_host, &rcfg, o.mode, o.model, &s)))
         return rc;
+    /* the labels' dims with no tensor after the features (prediction, or one --tensor) */
+    if (rcfg.n_input_partition_dims == 2 && rcfg.input_partition_dims[1].rank &&
+        s.n_tensors < 2)
+        fprintf(stderr, "tpusim shard: warning: input_partition_dims[1] applies to no tensor: "
+                "it is for the tensors after the features (the labels), and %s; give them "
+                "(--tensor, or --mode train or eval with --model) or write None there\n",
+                s.n_tensors ? "only the features are given" : "no tensor is given");
     uint32_t svg_t = 0;
     if (o.svg_tensor[0] && !o.svg[0])
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--svg-tensor says which tensor --svg draws; "

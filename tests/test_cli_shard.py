@@ -279,6 +279,17 @@ def option_errors():
     expect_error(['shard'], 2, 'give the global batch: --batch N')
     expect_error(['shard', '--batch', '8', '--tensor', 'images'], 2,
                  "--tensor 'images' is not NAME:SHAPE")
+    # the labels' dims with no labels: a warning, the plan still printed
+    p = run('shard', '--batch', '8', '--cores-per-replica', '2', '--tensor', 'x:4x4x1',
+            '--input-partition-dims', '[[1, 2, 1, 1], [2, 1]]')
+    assert p.stderr == ('tpusim shard: warning: input_partition_dims[1] applies to no tensor: '
+                        'it is for the tensors after the features (the labels), and only the '
+                        'features are given; give them (--tensor, or --mode train or eval with '
+                        '--model) or write None there\n'), p.stderr
+    assert 'x' in p.stdout, p.stdout
+    p = run('shard', '--batch', '8', '--cores-per-replica', '2', '--tensor', 'x:4x4x1',
+            '--input-partition-dims', '[[1, 2, 1, 1], None]')
+    assert p.stderr == '', p.stderr
     # the limits train has (tpusim train --cores-per-replica, --hosts, hosts x --chips)
     expect_error(['shard', '--batch', '8', '--cores-per-replica', '0'], 2,
                  "--cores-per-replica '0' is not a whole number from 1 to 128")
