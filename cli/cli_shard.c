@@ -197,7 +197,7 @@ static int model_tensors(const char *cmd, const char *file, enum tpu_mode mode,
     struct tpu_diag d = {0};
     struct tpu_net *net = NULL;
     if (tpu_net_load_file(file, &net, &d))
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "--model: %s", d.msg);
     struct tpu_layer_info in, out;
     uint32_t tensor = 0;
     enum tpu_loss loss = TPU_LOSS_SOFTMAX_XENT;
