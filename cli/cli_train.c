@@ -24,6 +24,7 @@
 #include "tpusim/reference.h"
 #include "tpusim/checkpoint.h"
 #include "tpusim/dataset.h"
+#include "tpusim/equivalence.h"
 #include "tpusim/device.h"
 #include "tpusim/models.h"
 #include "tpusim/quantize.h"
@@ -172,6 +173,7 @@ struct run {
     struct tpu_int8_mlp *q; /* --int8: the quantized checkpoint */
     struct progress prog;
     struct step_shares shares; /* --step-shares */
+    bool cores_redundant; /* --cores-per-replica > 1 and nothing of the model split over them */
 };
 
 /* --backend rtl: an RTL array for every MXU of the device, and --vcd on core 0's first. */
@@ -242,11 +244,20 @@ int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_
         train ? TPU_MODE_TRAIN : !strcmp(o->cmd, "evaluate") ? TPU_MODE_EVAL : TPU_MODE_PREDICT,
         TPU_MODE_EVAL};
     const int n_modes = train && eval_too ? 2 : 1;
+    /* a model file that does not load is reported where it is read (tpu__cli_train_load_net,
+     * with its hints): the plan is then checked without its tensors */
+    const char *model = o->model_file;
+    if (model[0]) {
+        struct tpu_net *net = NULL;
+        struct tpu_diag quiet = {0};
+        if (tpu_net_load_file(model, &net, &quiet))
+            model = NULL;
+        tpu_net_destroy(&net);
+    }
     for (int m = 0; m < n_modes; m++) {
         struct tpu_shard_spec s;
         memset(&s, 0, sizeof s);
-        int rc = tpu__cli_shard_spec(o->cmd, chip, o->chips, &o->rc, modes[m], o->model_file,
-                                     &s);
+        int rc = tpu__cli_shard_spec(o->cmd, chip, o->chips, &o->rc, modes[m], model, &s);
         if (rc)
             return rc;
         /* the runtime names a net's input tensor 'features' (net_model.c), as its messages
@@ -399,6 +410,12 @@ static int setup(struct run *r, bool need_train_data)
     } else {
         tpu_mlp_model(&r->model, &r->o.spec);
     }
+    bool splits = true;
+    if (!strcmp(cmd, "train") &&
+        tpu_model_splits_over_cores(&r->model, &cfg, tpu_device_n_replicas(r->dev),
+                                    cfg.num_cores_per_replica, &splits, &d))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+    r->cores_redundant = !splits;
     r->prog.o = &r->o;
     r->prog.wall0 = tpu__cli_now_s();
     r->shares.dev = r->dev;
@@ -545,6 +562,8 @@ static void print_train_json(const struct run *r, const struct train_result *t)
         printf(", \"hosts\": %u", r->o.rc.num_hosts);
     if (r->o.rc.num_cores_per_replica > 1) /* the same */
         printf(", \"cores_per_replica\": %u", r->o.rc.num_cores_per_replica);
+    if (r->cores_redundant) /* only then: every core runs the whole model */
+        printf(", \"cores_redundant\": true");
     if (r->net) {
         printf(", \"model\": ");
         tpu__cli_json_string(stdout, tpu_net_name(r->net));
@@ -640,6 +659,10 @@ static void print_train_text(const struct run *r, const struct train_result *t)
            r->chip.name, tpu_device_n_replicas(r->dev),
            tpu_device_n_replicas(r->dev) == 1 ? "" : "s", layout, hosts,
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)", optimizer);
+    if (r->cores_redundant)
+        printf("  warning            the model's lowering splits nothing over a replica's %u "
+               "cores (no dense pair, no\n                     --input-partition-dims): every "
+               "core runs the whole model, redundantly\n", o->rc.num_cores_per_replica);
     printf("  global step        %llu (global batch %u)\n", (unsigned long long)t->gstep,
            o->rc.train_batch_size);
     if (skipped)

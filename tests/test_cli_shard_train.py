@@ -318,6 +318,29 @@ def shard_rules_come_before_the_data_and_the_device():
 
 
 @case
+def cores_that_split_nothing_are_said_so():
+    """--cores-per-replica 2 with the small CNN (one dense layer: no pair to split) and no
+    partition dims: every core runs the whole model. The summary warns, and the equivalence
+    check holds the run to data parallelism's bound (its reason says why)."""
+    with Work() as w:
+        base = [*TINY, '--data', w.data, '--model', w.small, '--cores-per-replica', '2']
+        p = run('train', *base, '--steps', '1', '--no-eval')
+        assert "splits nothing over a replica's 2 cores" in p.stdout, p.stdout
+        assert run_json('train', *base, '--steps', '1', '--no-eval')['cores_redundant'] is True
+        # with the features' rows cut, the cores share the work: no warning
+        p = run('train', *base, '--steps', '1', '--no-eval', '--input-partition-dims',
+                '[[1, 2, 1, 1]]')
+        assert 'splits nothing' not in p.stdout, p.stdout
+        assert 'cores_redundant' not in run_json('train', *base, '--steps', '1', '--no-eval',
+                                                 '--input-partition-dims', '[[1, 2, 1, 1]]')
+        j = run_json('train', *base, '--chips', '2', '--check-equivalence', '1')
+        assert j['bound']['why'].startswith("the lowering splits nothing over a replica's 2 "
+                                            "cores"), j
+        assert 'data parallelism over 2 replicas' in j['bound']['why'], j
+        assert j['within'] is True, j
+
+
+@case
 def help_says_where_tpusim_differs():
     text = run('train', '--help').stdout
     for needle in ('--hosts N', '--input-partition-dims DIMS', 'Where tpusim differs',

@@ -117,7 +117,8 @@ void tpu_equivalence_bound_of(uint32_t n_replicas, uint32_t cores_per_replica,
                      "gradients of layers on cut rows: partial sums, then an all-reduce within "
                      "the replica) adds the same terms in another order, within fp32 rounding "
                      "of the one-core value; the loss within %.3g (the partitioned lowering's "
-                     "bound, host/models/net_lower_part.c), the params within 2^-10 of their "
+                     "bound, which tests/test_net_partition.c holds it to), the params within "
+                     "2^-10 of their "
                      "largest value (rounding carried through the optimizer)",
                      P, R, R == 1 ? "" : "s", out->loss_rel);
     if (free_running && n > 0 && (size_t)n < sizeof out->why)
@@ -125,6 +126,39 @@ void tpu_equivalence_bound_of(uint32_t n_replicas, uint32_t cores_per_replica,
                  "steps' loss is budgeted at 2^-12 (with one-pass bf16 matmuls a rounding "
                  "difference flips a bf16 rounding or a ReLU sooner or later, and the runs "
                  "then drift apart with no sharding error: the lockstep check is the proof)");
+}
+
+int tpu_model_splits_over_cores(const struct tpu_model *m, const struct tpu_run_config *run,
+                                uint32_t n_replicas, uint32_t cores_per_replica, bool *splits,
+                                struct tpu_diag *d)
+{
+    *splits = true;
+    if (cores_per_replica <= 1)
+        return 0;
+    for (uint32_t i = 0; i < run->n_input_partition_dims && i < 2; i++) {
+        uint64_t product = 1;
+        for (uint32_t a = 0; a < run->input_partition_dims[i].rank; a++)
+            product *= run->input_partition_dims[i].dims[a];
+        if (product > 1)
+            return 0;
+    }
+    const uint32_t R = n_replicas ? n_replicas : 1;
+    const uint32_t G = run->train_batch_size >= R ? run->train_batch_size : R;
+    struct tpu_build_shape sh = {.batch_per_replica = G / R, .global_batch = G, .n_replicas = R,
+                                 .cores_per_replica = cores_per_replica,
+                                 .n_dims = run->n_input_partition_dims};
+    memcpy(sh.dims, run->input_partition_dims, sizeof sh.dims);
+    struct tpu_model_program mp;
+    memset(&mp, 0, sizeof mp);
+    int rc = m->build(m->ctx, TPU_MODE_TRAIN, &sh, &mp, d);
+    if (rc)
+        return rc;
+    *splits = false;
+    for (uint32_t i = 0; i < mp.n_params; i++)
+        if (mp.param_split[i] != TPU_SPLIT_NONE)
+            *splits = true;
+    tpu_program_destroy(&mp.prog);
+    return 0;
 }
 
 /* ---- the input both runs read ------------------------------------------------------------ */
@@ -444,8 +478,28 @@ int tpu_equivalence_check(const struct tpu_equivalence_settings *s,
     out->n_cores = tpu_device_n_cores(p.dev[0]);
     out->n_replicas = tpu_device_n_replicas(p.dev[0]);
     out->cores_per_replica = out->n_cores / out->n_replicas;
-    tpu_equivalence_bound_of(out->n_replicas, out->cores_per_replica, G, s->free_running,
-                             &out->bound);
+    bool splits = true;
+    if ((rc = tpu_model_splits_over_cores(&s->model, &s->run, out->n_replicas,
+                                          out->cores_per_replica, &splits, d))) {
+        pair_close(&p);
+        return rc;
+    }
+    /* nothing split: a replica's cores each run the whole model, and only the replicas'
+     * sums over the batch differ from one core's (data parallelism) */
+    out->cores_redundant = !splits;
+    tpu_equivalence_bound_of(out->n_replicas, splits ? out->cores_per_replica : 1, G,
+                             s->free_running, &out->bound);
+    if (!splits) {
+        char why[sizeof out->bound.why];
+        memcpy(why, out->bound.why, sizeof why);
+        const int n = snprintf(out->bound.why, sizeof out->bound.why, "the lowering splits "
+                               "nothing over a replica's %u cores (no param is cut, no input "
+                               "partition dims): each core runs the whole model, so ",
+                               out->cores_per_replica);
+        if (n > 0 && (size_t)n < sizeof out->bound.why)
+            memcpy(out->bound.why + n, why, strnlen(why, sizeof why - (size_t)n - 1) + 1);
+        out->bound.why[sizeof out->bound.why - 1] = '\0';
+    }
 
     struct model_shape ms;
     memset(&ms, 0, sizeof ms);

@@ -101,7 +101,20 @@ struct tpu_equivalence_report {
     uint64_t steps_outside;          /* steps outside the bound */
     struct tpu_equivalence_step worst; /* the step with the largest param_rel (the first such) */
     double max_loss_rel;             /* the largest loss_rel over the steps */
+    bool cores_redundant;            /* cores per replica > 1 and the model's lowering splits
+                                        nothing over them (tpu_model_splits_over_cores): the
+                                        bound is data parallelism's */
 };
+
+/* Whether the model, built for training on n_replicas replicas of cores_per_replica cores
+ * with run's train batch and input_partition_dims, splits anything over a replica's cores: a
+ * param cut by rows or columns, or input partition dims whose product is more than 1. When it
+ * does not (a conv net without partition dims and without a dense pair, say), every core of
+ * a replica runs the whole model on the replica's whole batch: the same work, redundantly.
+ * *splits is true for one core per replica (nothing to split, nothing redundant). */
+int tpu_model_splits_over_cores(const struct tpu_model *model, const struct tpu_run_config *run,
+                                uint32_t n_replicas, uint32_t cores_per_replica, bool *splits,
+                                struct tpu_diag *d);
 
 /* Model parallelism's bound on the loss, relative: the partitioned lowering's (its test,
  * tests/test_net_partition.c, trains nets partitioned over 2 and 4 cores against one core and
