@@ -356,10 +356,15 @@ static void print_text(const char *chip, const struct tpu_shard_spec *s,
         dims_text(&te->dims, dt, sizeof dt);
         printf("tensor '%s' ", te->name);
         print_dims(stdout, shape, te->rank + 1, "[", ", ", "]");
-        printf(" per replica, partition dims %s: %s\n", dt,
+        printf(" per replica, partition dims %s: %s%s\n", dt,
                !strcmp(placement(te), "replicated") ? "every core of a replica gets all of it"
                : !strcmp(placement(te), "core0")    ? "logical core 0 gets all of it"
-                                                    : "split over the replica's cores");
+                                                    : "split over the replica's cores",
+               /* TPUEstimator's plain InfeedQueue feeds tpu_ordinal(replica) only */
+               p->cores_per_replica > 1 && !strcmp(placement(te), "replicated")
+                   ? " (tpusim; TPUEstimator with no input_partition_dims at all feeds "
+                     "logical core 0 only)"
+                   : "");
         printf("  %7s %5s %4s  %-20s %-28s %s\n", "logical", "core", "host", "shape", "ranges",
                "buffer");
         for (uint32_t k = 0; k < p->cores_per_replica; k++) {

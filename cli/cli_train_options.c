@@ -375,7 +375,9 @@ const struct tpu__cli_opts tpu__cli_train_options = {
         "--hosts are simulated in one process and share one input (the data set), so the calls\n"
         "of a step are made one at a time in host order, each on its host's infeed thread, and\n"
         "several hosts read the same examples as one; evaluation and prediction pad the last\n"
-        "batch and count every example once (also under BROADCAST).\n"
+        "batch and count every example once (also under BROADCAST). With --cores-per-replica\n"
+        "above 1 and no --input-partition-dims, every core of a replica receives the whole\n"
+        "batch (TPUEstimator feeds logical core 0 only).\n"
         "\n",
     .footer =
         "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"

@@ -290,6 +290,11 @@ def option_errors():
     p = run('shard', '--batch', '8', '--cores-per-replica', '2', '--tensor', 'x:4x4x1',
             '--input-partition-dims', '[[1, 2, 1, 1], None]')
     assert p.stderr == '', p.stderr
+    # no partition dims with 2 cores a replica: where tpusim differs from TPUEstimator, said
+    out = run('shard', '--batch', '8', '--cores-per-replica', '2', '--tensor', 'x:4').stdout
+    assert ('every core of a replica gets all of it (tpusim; TPUEstimator with no '
+            'input_partition_dims at all feeds logical core 0 only)') in out, out
+    assert 'TPUEstimator feeds logical core 0 only' in run('train', '--help').stdout
     # the limits train has (tpusim train --cores-per-replica, --hosts, hosts x --chips)
     expect_error(['shard', '--batch', '8', '--cores-per-replica', '0'], 2,
                  "--cores-per-replica '0' is not a whole number from 1 to 128")
