@@ -58,6 +58,28 @@ int tpu__cli_train_check_config(const char *cmd, const char *path);
 /* `tpusim shard` (cli_shard.c): the shard plan of a pod slice, as text, JSON or SVG. */
 int tpu__cli_shard(int argc, char **argv);
 
+/* The limits train, evaluate, predict and shard share: the most chips tpusim simulates in
+ * one process (hosts x chips per host), hosts, chips per host, and TPUConfig's largest
+ * num_cores_per_replica. */
+#define TPU__CLI_MAX_CHIPS 4096u
+#define TPU__CLI_MAX_HOSTS 1024
+#define TPU__CLI_MAX_CHIPS_PER_HOST 4096
+#define TPU__CLI_MAX_CORES_PER_REPLICA 128
+
+/* The shard spec (tpusim/shard.h) of a run, built the same way for `tpusim shard` and for
+ * train, evaluate and predict (cli_shard.c): the pod slice of `chip` with rc's hosts (0: one)
+ * of chips_per_host chips (0: the chip's chips_per_host), rc's TPUConfig fields and the
+ * batch of `mode`; a model file's input tensors (model_file not NULL nor "") are added after
+ * the tensors s already holds (the caller zeroes s, or fills its tensors), and rc's
+ * input_partition_dims are applied to them ([0] to the first, [1] to the others). Checks
+ * hosts x chips against TPU__CLI_MAX_CHIPS. 0, or the exit code after printing the error. */
+struct tpu_chip_config;
+struct tpu_run_config;
+struct tpu_shard_spec;
+int tpu__cli_shard_spec(const char *cmd, const struct tpu_chip_config *chip,
+                        uint32_t chips_per_host, const struct tpu_run_config *rc,
+                        int mode, const char *model_file, struct tpu_shard_spec *s);
+
 /* `tpusim model` (cli_model.c): model show. */
 int tpu__cli_model(int argc, char **argv);
 

@@ -45,6 +45,15 @@ static int check_options(const struct train_opts *o)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--check-equivalence runs on the native "
                               "backend (both devices); leave --backend rtl out (the RTL array "
                               "gives the native backend's values bit for bit, test_rtl_backend)");
+    if (o->step_shares)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--step-shares measures a plain training "
+                              "run's steps, and --check-equivalence runs two devices step by "
+                              "step: leave --step-shares out, or measure a plain 'tpusim train' "
+                              "of the same configuration");
+    if (o->tuner_given || o->target_overhead_given)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--check-equivalence runs one step per loop "
+                              "and no tuner chooses loop sizes: leave --tuner and "
+                              "--tuner-target-overhead out");
     if (o->rc.per_host_input_for_training == TPU_BROADCAST)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--check-equivalence with "
                               "--per-host-input-for-training BROADCAST: every replica sees the "
@@ -86,16 +95,22 @@ static int print_step(void *ctx, const struct tpu_equivalence_report *so_far,
                (double)st->loss_sharded, (double)st->loss_single, st->loss_abs, st->loss_rel,
                st->param_abs, st->param_rel);
         tpu__cli_json_string(stdout, st->worst_param);
-        printf(", \"worst_index\": %llu, \"worst_sharded\": %.9g, \"worst_single\": %.9g, "
+        printf(", \"worst_index\": %llu, \"worst_replica\": %u, \"worst_sharded\": %.9g, \"worst_single\": %.9g, "
                "\"step_seconds_sharded\": %.9g, \"step_seconds_single\": %.9g, \"within\": "
-               "%s}", (unsigned long long)st->worst_index, (double)st->worst_sharded,
+               "%s}", (unsigned long long)st->worst_index, st->worst_replica,
+               (double)st->worst_sharded,
                (double)st->worst_single, st->step_seconds_sharded, st->step_seconds_single,
                st->within ? "true" : "false");
     } else {
-        char lr[32], pr[32], worst[80];
+        char lr[32], pr[32], worst[112];
         fmt_rel(lr, sizeof lr, st->loss_rel);
         fmt_rel(pr, sizeof pr, st->param_rel);
-        if (st->worst_param[0])
+        /* the replica whose copy differs most, when there are several (every replica's copy
+         * is compared) */
+        if (st->worst_param[0] && so_far->n_replicas > 1)
+            snprintf(worst, sizeof worst, "%s[%llu] replica %u", st->worst_param,
+                     (unsigned long long)st->worst_index, st->worst_replica);
+        else if (st->worst_param[0])
             snprintf(worst, sizeof worst, "%s[%llu]", st->worst_param,
                      (unsigned long long)st->worst_index);
         else
@@ -180,6 +195,9 @@ static int prepare(struct train_opts *o, struct check *c, struct tpu_equivalence
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "chip '%s' cannot train: its matrix unit "
                               "multiplies int8 only; check on a chip whose matrix unit takes "
                               "bf16 (tpu-v2 and later, or tiny)", chip->name);
+    /* the sharding rules before the data is read (exit 2, as every option error) */
+    if ((rc = tpu__cli_train_check_plan(o, chip, false, true)))
+        return rc;
     if (o->model_file[0] && (rc = tpu__cli_train_load_net(o, &c->net)))
         return rc;
     if ((rc = tpu__cli_train_load_data(o, true, &c->train, &c->test)))
@@ -189,20 +207,7 @@ static int prepare(struct train_opts *o, struct check *c, struct tpu_equivalence
     if (rc)
         return rc;
     memset(s, 0, sizeof *s);
-    tpu_device_default_settings(&s->device, chip);
-    /* --hosts: each host drives --chips chips (default the chip's chips_per_host), as in
-     * cli_train.c's setup */
-    const uint64_t per_host = o->chips ? o->chips : chip->chips_per_host;
-    const uint64_t hosts = o->rc.num_hosts ? o->rc.num_hosts : 1;
-    if (per_host * hosts > 4096)
-        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %llu x %llu chips per host is %llu "
-                              "chips; tpusim simulates at most 4096 in one process: use fewer "
-                              "--hosts or --chips", (unsigned long long)hosts,
-                              (unsigned long long)per_host,
-                              (unsigned long long)(per_host * hosts));
-    s->device.n_chips = (uint32_t)(per_host * hosts);
-    s->device.cores_per_replica = o->rc.num_cores_per_replica;
-    s->device.n_threads = o->threads;
+    tpu__cli_train_device_settings(o, chip, &s->device);
     s->run = o->rc;
     if (c->net) {
         if (tpu_net_model(&s->model, c->net, &o->tspec, &d))
@@ -259,7 +264,10 @@ int tpu__cli_train_check_equivalence(struct train_opts *o)
     if (rc) {
         if (pr.rows && o->json)
             printf("]}\n");
-        return tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg);
+        /* a setting the check refuses before its first step is an option error (exit 2);
+         * exit 1 is a step outside the bound or a failure while running */
+        const bool usage = !pr.rows && (rc == TPU_EINVAL || rc == TPU_EUNSUPPORTED);
+        return tpu__cli_error(o->cmd, usage ? TPU_CLI_USAGE : TPU_CLI_FAIL, "%s", d.msg);
     }
     const bool ok = rep.steps_outside == 0;
     if (o->json) {

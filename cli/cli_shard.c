@@ -71,13 +71,14 @@ static const struct tpu__cli_opt shard_opts_table[] = {
     {.name = "--chip", .kind = TPU__CLI_TEXT, S(chip), .max_chars = SHARD_PATH_MAX,
      .arg = "NAME|FILE", .group = "the pod slice",
      .help = "chip preset or JSON file (default tpu-v3): its cores\nper chip and chips per host"},
-    {.name = "--hosts", .kind = TPU__CLI_U64, S(hosts), .min = 1, .max = 4096, .arg = "N",
-     .help = "hosts (default 1)"},
+    {.name = "--hosts", .kind = TPU__CLI_U64, S(hosts), .min = 1, .max = TPU__CLI_MAX_HOSTS,
+     .arg = "N", .help = "hosts (default 1; train's --hosts)"},
     {.name = "--chips-per-host", .kind = TPU__CLI_U64, S(chips_per_host), .min = 1,
-     .max = 4096, .arg = "N", .help = "chips each host drives (default: the chip's\n"
-                                      "chips_per_host)"},
+     .max = TPU__CLI_MAX_CHIPS_PER_HOST, .arg = "N",
+     .help = "chips each host drives: train's --chips (default:\n"
+             "the chip's chips_per_host); hosts x chips at most 4096"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, S(cores_per_replica), .min = 1,
-     .max = 1u << 20, .arg = "N", .group = "TPUConfig",
+     .max = TPU__CLI_MAX_CORES_PER_REPLICA, .arg = "N", .group = "TPUConfig",
      .help = "num_cores_per_replica: 1, 2, 4, ... 128 (default 1)"},
     {.name = "--num-shards", .kind = TPU__CLI_U64, S(num_shards), .min = 1, .max = 1u << 20,
      .arg = "N", .help = "the replicas, checked (default: cores / cores per\nreplica)"},
@@ -196,7 +197,7 @@ static int model_tensors(const char *cmd, const char *file, enum tpu_mode mode,
     struct tpu_diag d = {0};
     struct tpu_net *net = NULL;
     if (tpu_net_load_file(file, &net, &d))
-        return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "--model: %s", d.msg);
     struct tpu_layer_info in, out;
     uint32_t tensor = 0;
     enum tpu_loss loss = TPU_LOSS_SOFTMAX_XENT;
@@ -355,10 +356,15 @@ static void print_text(const char *chip, const struct tpu_shard_spec *s,
         dims_text(&te->dims, dt, sizeof dt);
         printf("tensor '%s' ", te->name);
         print_dims(stdout, shape, te->rank + 1, "[", ", ", "]");
-        printf(" per replica, partition dims %s: %s\n", dt,
+        printf(" per replica, partition dims %s: %s%s\n", dt,
                !strcmp(placement(te), "replicated") ? "every core of a replica gets all of it"
                : !strcmp(placement(te), "core0")    ? "logical core 0 gets all of it"
-                                                    : "split over the replica's cores");
+                                                    : "split over the replica's cores",
+               /* TPUEstimator's plain InfeedQueue feeds tpu_ordinal(replica) only */
+               p->cores_per_replica > 1 && !strcmp(placement(te), "replicated")
+                   ? " (tpusim; TPUEstimator with no input_partition_dims at all feeds "
+                     "logical core 0 only)"
+                   : "");
         printf("  %7s %5s %4s  %-20s %-28s %s\n", "logical", "core", "host", "shape", "ranges",
                "buffer");
         for (uint32_t k = 0; k < p->cores_per_replica; k++) {
@@ -597,6 +603,41 @@ static int save_svg(const char *cmd, const char *path, const char *chip,
     return 0;
 }
 
+/* ---- the spec of a run (shared with train, evaluate and predict) ------------------------- */
+
+int tpu__cli_shard_spec(const char *cmd, const struct tpu_chip_config *chip,
+                        uint32_t chips_per_host, const struct tpu_run_config *rc,
+                        int mode_value, const char *model_file, struct tpu_shard_spec *s)
+{
+    const enum tpu_mode mode = (enum tpu_mode)mode_value;
+    s->hosts = rc->num_hosts ? rc->num_hosts : 1;
+    s->chips_per_host = chips_per_host ? chips_per_host : chip->chips_per_host;
+    s->cores_per_chip = chip->cores_per_chip;
+    s->num_cores_per_replica = rc->num_cores_per_replica ? rc->num_cores_per_replica : 1;
+    s->num_shards = rc->num_shards;
+    s->train_input = rc->per_host_input_for_training;
+    s->eval_input = rc->eval_training_input_configuration;
+    s->mode = mode;
+    s->global_batch = mode == TPU_MODE_TRAIN  ? rc->train_batch_size
+                      : mode == TPU_MODE_EVAL ? rc->eval_batch_size
+                                              : rc->predict_batch_size;
+    const uint64_t chips = (uint64_t)s->hosts * s->chips_per_host;
+    if (chips > TPU__CLI_MAX_CHIPS)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %u x %u chips per host is %llu "
+                              "chips; tpusim simulates at most %u in one process: use fewer "
+                              "--hosts or %s", s->hosts, s->chips_per_host,
+                              (unsigned long long)chips, TPU__CLI_MAX_CHIPS,
+                              strcmp(cmd, "shard") ? "--chips" : "--chips-per-host");
+    int rc_model;
+    if (model_file && model_file[0] && (rc_model = model_tensors(cmd, model_file, mode, s)))
+        return rc_model;
+    /* input_partition_dims[0]: the features (the first tensor); [1]: every later one */
+    for (uint32_t i = 0; i < s->n_tensors; i++)
+        if ((i == 0 ? 0u : 1u) < rc->n_input_partition_dims)
+            s->tensors[i].dims = rc->input_partition_dims[i == 0 ? 0 : 1];
+    return 0;
+}
+
 /* ---- the command ---------------------------------------------------------------------------- */
 
 int tpu__cli_shard(int argc, char **argv)
@@ -629,15 +670,6 @@ int tpu__cli_shard(int argc, char **argv)
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     struct tpu_shard_spec s;
     memset(&s, 0, sizeof s);
-    s.hosts = o.hosts;
-    s.chips_per_host = o.chips_per_host ? o.chips_per_host : chip.chips_per_host;
-    s.cores_per_chip = chip.cores_per_chip;
-    s.num_cores_per_replica = o.cores_per_replica;
-    s.num_shards = o.num_shards;
-    s.train_input = (enum tpu_input_mode)o.train_input;
-    s.eval_input = (enum tpu_eval_input)o.eval_input;
-    s.mode = (enum tpu_mode)o.mode;
-    s.global_batch = o.batch;
     for (uint32_t i = 0; i < o.n_tensor; i++) {
         if ((rc = parse_tensor(cmd, o.tensor[i], &s.tensors[i])))
             return rc;
@@ -648,21 +680,32 @@ int tpu__cli_shard(int argc, char **argv)
                                       "name", o.tensor[i], s.tensors[i].name);
         s.n_tensors++;
     }
-    if (o.model[0] && (rc = model_tensors(cmd, o.model, s.mode, &s)))
-        return rc;
+    struct tpu_run_config rcfg;
+    memset(&rcfg, 0, sizeof rcfg);
+    rcfg.num_hosts = o.hosts;
+    rcfg.num_cores_per_replica = o.cores_per_replica;
+    rcfg.num_shards = o.num_shards;
+    rcfg.per_host_input_for_training = (enum tpu_input_mode)o.train_input;
+    rcfg.eval_training_input_configuration = (enum tpu_eval_input)o.eval_input;
+    rcfg.train_batch_size = rcfg.eval_batch_size = rcfg.predict_batch_size = o.batch;
     if (o.dims_given) {
-        struct tpu_partition_dims dims[2];
-        uint32_t n = 0;
-        if (tpu_partition_dims_parse(o.dims, dims, &n, &d))
+        if (tpu_partition_dims_parse(o.dims, rcfg.input_partition_dims,
+                                     &rcfg.n_input_partition_dims, &d))
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--input-partition-dims: %s", d.msg);
-        if (!s.n_tensors)
+        if (!s.n_tensors && !o.model[0])
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--input-partition-dims applies to input "
                                   "tensors, and none is given; give them with --tensor "
                                   "NAME:SHAPE (features first) or --model FILE");
-        s.tensors[0].dims = dims[0];
-        for (uint32_t i = 1; i < s.n_tensors && n == 2; i++)
-            s.tensors[i].dims = dims[1];
     }
+    if ((rc = tpu__cli_shard_spec(cmd, &chip, o.chips_per_host, &rcfg, o.mode, o.model, &s)))
+        return rc;
+    /* the labels' dims with no tensor after the features (prediction, or one --tensor) */
+    if (rcfg.n_input_partition_dims == 2 && rcfg.input_partition_dims[1].rank &&
+        s.n_tensors < 2)
+        fprintf(stderr, "tpusim shard: warning: input_partition_dims[1] applies to no tensor: "
+                "it is for the tensors after the features (the labels), and %s; give them "
+                "(--tensor, or --mode train or eval with --model) or write None there\n",
+                s.n_tensors ? "only the features are given" : "no tensor is given");
     uint32_t svg_t = 0;
     if (o.svg_tensor[0] && !o.svg[0])
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--svg-tensor says which tensor --svg draws; "

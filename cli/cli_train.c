@@ -24,10 +24,12 @@
 #include "tpusim/reference.h"
 #include "tpusim/checkpoint.h"
 #include "tpusim/dataset.h"
+#include "tpusim/equivalence.h"
 #include "tpusim/device.h"
 #include "tpusim/models.h"
 #include "tpusim/quantize.h"
 #include "tpusim/runtime.h"
+#include "tpusim/shard.h"
 #ifdef TPUSIM_HAVE_RTL
 #include "mxu_rtl_provider.h"
 #endif
@@ -171,6 +173,7 @@ struct run {
     struct tpu_int8_mlp *q; /* --int8: the quantized checkpoint */
     struct progress prog;
     struct step_shares shares; /* --step-shares */
+    bool cores_redundant; /* --cores-per-replica > 1 and nothing of the model split over them */
 };
 
 /* --backend rtl: an RTL array for every MXU of the device, and --vcd on core 0's first. */
@@ -233,6 +236,65 @@ static int check_int8(const struct run *r)
     return 0;
 }
 
+int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_config *chip,
+                              bool eval_too, bool equivalence)
+{
+    const bool train = !strcmp(o->cmd, "train");
+    const enum tpu_mode modes[2] = {
+        train ? TPU_MODE_TRAIN : !strcmp(o->cmd, "evaluate") ? TPU_MODE_EVAL : TPU_MODE_PREDICT,
+        TPU_MODE_EVAL};
+    const int n_modes = train && eval_too ? 2 : 1;
+    /* a model file that does not load is reported where it is read (tpu__cli_train_load_net,
+     * with its hints): the plan is then checked without its tensors */
+    const char *model = o->model_file;
+    if (model[0]) {
+        struct tpu_net *net = NULL;
+        struct tpu_diag quiet = {0};
+        if (tpu_net_load_file(model, &net, &quiet))
+            model = NULL;
+        tpu_net_destroy(&net);
+    }
+    for (int m = 0; m < n_modes; m++) {
+        struct tpu_shard_spec s;
+        memset(&s, 0, sizeof s);
+        int rc = tpu__cli_shard_spec(o->cmd, chip, o->chips, &o->rc, modes[m], model, &s);
+        if (rc)
+            return rc;
+        /* the runtime names a net's input tensor 'features' (net_model.c), as its messages
+         * will; `tpusim shard --model` calls it x */
+        if (s.n_tensors)
+            snprintf(s.tensors[0].name, sizeof s.tensors[0].name, "features");
+        struct tpu_diag d = {0};
+        struct tpu_shard_plan plan;
+        if (tpu_shard_plan_make(&s, &plan, &d)) {
+            /* the check refuses BROADCAST (it is not comparable with one core): the batch
+             * rule's suggestion of it does not apply there */
+            char *broadcast = equivalence ? strstr(d.msg, ", or per_host_input_for_training "
+                                                          "BROADCAST") : NULL;
+            if (broadcast)
+                *broadcast = '\0';
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
+                                  m ? " (or give --no-eval)" : "");
+        }
+        tpu_shard_plan_free(&plan);
+    }
+    return 0;
+}
+
+void tpu__cli_train_device_settings(const struct train_opts *o,
+                                    const struct tpu_chip_config *chip,
+                                    struct tpu_device_settings *s)
+{
+    tpu_device_default_settings(s, chip);
+    /* --hosts: each host drives --chips chips (default the chip's chips_per_host); the
+     * product is checked with the plan (tpu__cli_shard_spec) */
+    const uint64_t per_host = o->chips ? o->chips : chip->chips_per_host;
+    const uint64_t hosts = o->rc.num_hosts ? o->rc.num_hosts : 1;
+    s->n_chips = (uint32_t)(per_host * hosts);
+    s->cores_per_replica = o->rc.num_cores_per_replica;
+    s->n_threads = o->threads;
+}
+
 /* What can be known before any work: the chip can run the subcommand, every output path
  * can be written, and evaluate and predict have a checkpoint to read (TPUEstimator's rule:
  * no evaluating or predicting with the untrained initial weights). */
@@ -257,6 +319,8 @@ static int preflight(struct run *r)
     if ((o->trace[0] && (rc = tpu__cli_check_output_file(cmd, "--trace", o->trace))) ||
         (o->output[0] && (rc = tpu__cli_check_output_file(cmd, "--output", o->output))) ||
         (o->vcd[0] && (rc = tpu__cli_check_output_file(cmd, "--vcd", o->vcd))))
+        return rc;
+    if ((rc = tpu__cli_train_check_plan(o, &r->chip, !o->no_eval && !o->timing_only, false)))
         return rc;
     const char *md = o->rc.model_dir;
     if (train)
@@ -314,19 +378,7 @@ static int setup(struct run *r, bool need_train_data)
     if ((rc = load_data(r, need_train_data)))
         return rc;
     struct tpu_device_settings s;
-    tpu_device_default_settings(&s, &r->chip);
-    /* --hosts: each host drives --chips chips (default the chip's chips_per_host) */
-    const uint64_t per_host = r->o.chips ? r->o.chips : r->chip.chips_per_host;
-    const uint64_t hosts = r->o.rc.num_hosts ? r->o.rc.num_hosts : 1;
-    if (per_host * hosts > 4096)
-        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %llu x %llu chips per host is %llu "
-                              "chips; tpusim simulates at most 4096 in one process: use fewer "
-                              "--hosts or --chips", (unsigned long long)hosts,
-                              (unsigned long long)per_host,
-                              (unsigned long long)(per_host * hosts));
-    s.n_chips = (uint32_t)(per_host * hosts);
-    s.cores_per_replica = r->o.rc.num_cores_per_replica;
-    s.n_threads = r->o.threads;
+    tpu__cli_train_device_settings(&r->o, &r->chip, &s);
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace[0] != '\0';
     s.op_stats = r->o.step_shares;
@@ -358,6 +410,12 @@ static int setup(struct run *r, bool need_train_data)
     } else {
         tpu_mlp_model(&r->model, &r->o.spec);
     }
+    bool splits = true;
+    if (!strcmp(cmd, "train") &&
+        tpu_model_splits_over_cores(&r->model, &cfg, tpu_device_n_replicas(r->dev),
+                                    cfg.num_cores_per_replica, &splits, &d))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
+    r->cores_redundant = !splits;
     r->prog.o = &r->o;
     r->prog.wall0 = tpu__cli_now_s();
     r->shares.dev = r->dev;
@@ -504,6 +562,8 @@ static void print_train_json(const struct run *r, const struct train_result *t)
         printf(", \"hosts\": %u", r->o.rc.num_hosts);
     if (r->o.rc.num_cores_per_replica > 1) /* the same */
         printf(", \"cores_per_replica\": %u", r->o.rc.num_cores_per_replica);
+    if (r->cores_redundant) /* only then: every core runs the whole model */
+        printf(", \"cores_redundant\": true");
     if (r->net) {
         printf(", \"model\": ");
         tpu__cli_json_string(stdout, tpu_net_name(r->net));
@@ -599,6 +659,10 @@ static void print_train_text(const struct run *r, const struct train_result *t)
            r->chip.name, tpu_device_n_replicas(r->dev),
            tpu_device_n_replicas(r->dev) == 1 ? "" : "s", layout, hosts,
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)", optimizer);
+    if (r->cores_redundant)
+        printf("  warning            the model's lowering splits nothing over a replica's %u "
+               "cores (no dense pair, no\n                     --input-partition-dims): every "
+               "core runs the whole model, redundantly\n", o->rc.num_cores_per_replica);
     printf("  global step        %llu (global batch %u)\n", (unsigned long long)t->gstep,
            o->rc.train_batch_size);
     if (skipped)

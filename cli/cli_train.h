@@ -120,6 +120,24 @@ void tpu__cli_step_shares_free(struct step_shares *s);
  * exit code (1 when a step is outside the bound). (cli_equivalence.c) */
 int tpu__cli_train_check_equivalence(struct train_opts *o);
 
+/* TPUEstimator's sharding rules (shard.h) on the options, before the data is loaded and the
+ * device opened, with the plan's own messages (exit 2): the mode of o->cmd, and for train
+ * with eval_too evaluation's too; a --model file's infeed tensors are checked with the
+ * partition dims (the --layers MLP's input width comes from the data: its dims are checked
+ * when the runtime builds its plan). equivalence: for --check-equivalence, which refuses
+ * BROADCAST, so a batch message does not suggest it. 0, or the exit code after printing the
+ * error. (cli_train.c) */
+struct tpu_chip_config;
+struct tpu_device_settings;
+int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_config *chip,
+                              bool eval_too, bool equivalence);
+
+/* The device of the options on `chip`: hosts x chips chips, --cores-per-replica, --threads;
+ * the caller sets the rest (timing, trace, op statistics, the matrix unit). (cli_train.c) */
+void tpu__cli_train_device_settings(const struct train_opts *o,
+                                    const struct tpu_chip_config *chip,
+                                    struct tpu_device_settings *s);
+
 /* The values of a net's output per example: the classes (softmax cross-entropy) or the
  * targets' size (MSE). (cli_train_net.c) */
 uint32_t tpu__cli_net_outputs(const struct tpu_net *net, enum tpu_loss *loss);

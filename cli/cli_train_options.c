@@ -1,7 +1,7 @@
 /* The options of `tpusim train`, `tpusim evaluate` and `tpusim predict`: the one table
  * (train_opts_table, see options.h) that parses the flags and makes --help, the JSON config
  * file (--config FILE: its keys are the long option names with '_' for '-', its values
- * numbers, strings or booleans; flags given after --config override it), the defaults and the
+ * numbers, strings or booleans, and input_partition_dims also lists and null; flags given after --config override it), the defaults and the
  * rules that join several options. Every value is checked here, before any work; running the
  * commands is cli_train.c's. */
 #include <errno.h>
@@ -137,16 +137,17 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .group = "chip and device",
      .help = "chip preset or JSON file (default tpu-v3); training needs\n"
              "a bf16 matrix unit (tpu-v1's is int8 only)"},
-    {.name = "--chips", .kind = TPU__CLI_U64, T(chips), .min = 1, .max = 4096, .arg = "N",
+    {.name = "--chips", .kind = TPU__CLI_U64, T(chips), .min = 1,
+     .max = TPU__CLI_MAX_CHIPS_PER_HOST, .arg = "N",
      .help = "chips on each host (default: the chip's chips_per_host)"},
-    {.name = "--hosts", .kind = TPU__CLI_U64, T(rc.num_hosts), .min = 1, .max = 1024,
+    {.name = "--hosts", .kind = TPU__CLI_U64, T(rc.num_hosts), .min = 1, .max = TPU__CLI_MAX_HOSTS,
      .arg = "N",
      .help = "hosts of the pod slice, simulated in this process\n"
              "(default 1), each driving --chips chips, with its own\n"
              "infeed thread and input clock: the device has hosts x\n"
              "chips chips"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
-     .max = 128, .arg = "N",
+     .max = TPU__CLI_MAX_CORES_PER_REPLICA, .arg = "N",
      .help = "model parallelism (default 1): the model is split over N\n"
              "cores of each replica (configs/models/README.md); the\n"
              "--layers MLP is then lowered as a net of dense layers,\n"
@@ -340,7 +341,13 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "train N steps sharded as configured and on one core\n"
              "(the same examples), compare loss and params after\n"
              "each step with the bound; exit 1 if outside it;\n"
-             "each step starts both runs from the one-core params"},
+             "each step starts both runs from the one-core params.\n"
+             "It uses the model, data, optimizer, seed, train batch,\n"
+             "chip and sharding options and --json; the loop size\n"
+             "(one step per loop), checkpoint, logging, host-time,\n"
+             "eval and predict batch, --no-eval and --verbose options\n"
+             "do not apply to it (--step-shares, --tuner, --trace,\n"
+             "--model-dir, --reference, --timing-only: refused)"},
     {.name = "--equivalence-free-running", .kind = TPU__CLI_FLAG,
      T(equivalence_free_running), .scope = CMD_TRAIN,
      .scope_why = "it is a mode of --check-equivalence",
@@ -373,7 +380,9 @@ const struct tpu__cli_opts tpu__cli_train_options = {
         "--hosts are simulated in one process and share one input (the data set), so the calls\n"
         "of a step are made one at a time in host order, each on its host's infeed thread, and\n"
         "several hosts read the same examples as one; evaluation and prediction pad the last\n"
-        "batch and count every example once (also under BROADCAST).\n"
+        "batch and count every example once (also under BROADCAST). With --cores-per-replica\n"
+        "above 1 and no --input-partition-dims, every core of a replica receives the whole\n"
+        "batch (TPUEstimator feeds logical core 0 only).\n"
         "\n",
     .footer =
         "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
@@ -387,6 +396,34 @@ static unsigned cmd_bit(const char *cmd)
 {
     return !strcmp(cmd, "train") ? CMD_TRAIN : !strcmp(cmd, "evaluate") ? CMD_EVALUATE
                                                                          : CMD_PREDICT;
+}
+
+/* "input_partition_dims": [[1, 2, 1, 1], null] (JSON's natural form; the command line's
+ * Python text is taken as a string too): the same text the command line gives, checked here
+ * so that an error names the file and its key; null alone is None (no partition dims). */
+static int config_partition_dims(const struct tpu__cli_parse *p, const char *path,
+                                 const char *key, const struct tpu__cli_opt *opt, json_t *val)
+{
+    const char *cmd = p->cmd;
+    if (json_is_null(val))
+        return 0;
+    char *text = json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return tpu__cli_error(cmd, TPU_CLI_FAIL, "out of memory");
+    struct tpu_partition_dims dims[2];
+    uint32_t n = 0;
+    struct tpu_diag d = {0};
+    int rc = 0;
+    if (strlen(text) > OPT_TEXT_MAX)
+        rc = tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' is %zu characters as text; at most "
+                            "%d: give at most two lists of at most %d counts", path, key,
+                            strlen(text), OPT_TEXT_MAX, TPU_PARTITION_MAX_RANK);
+    else if (tpu_partition_dims_parse(text, dims, &n, &d))
+        rc = tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' %s: %s", path, key, text, d.msg);
+    else
+        rc = tpu__cli_opts_set(p, opt, text, true);
+    free(text);
+    return rc;
 }
 
 /* One member of a config file: "learning_rate": 0.1 means --learning-rate 0.1, "json": true
@@ -416,12 +453,18 @@ static int config_member(const struct tpu__cli_parse *p, const char *path, const
         return tpu__cli_opts_set(p, opt, NULL, json_is_true(val));
     }
     const char *v = text;
+    if (!strcmp(name, "--input-partition-dims") && (json_is_array(val) || json_is_null(val)))
+        return config_partition_dims(p, path, key, opt, val);
     if (json_is_integer(val))
         snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(val));
     else if (json_is_real(val))
         snprintf(text, sizeof text, "%.17g", json_real_value(val));
     else if (json_is_string(val))
         v = json_string_value(val); /* whole: jansson rejects \u0000 by default */
+    else if (!strcmp(name, "--input-partition-dims"))
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' must be a list of one or two "
+                              "entries, each a list of counts or null, e.g. [[1, 2, 1, 1], "
+                              "null], or the same as a string in Python's form", path, key);
     else
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s: '%s' must be a number, a string, true "
                               "or false", path, key);

@@ -7,6 +7,7 @@ give: both sets or neither, a test set of another shape, regression targets for 
 negative label, data that does not fit the checkpoint."""
 import json
 import os
+import sys
 import random
 import struct
 import tempfile
@@ -162,4 +163,4 @@ def data_does_not_fit_the_checkpoint():
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -279,6 +279,34 @@ def option_errors():
     expect_error(['shard'], 2, 'give the global batch: --batch N')
     expect_error(['shard', '--batch', '8', '--tensor', 'images'], 2,
                  "--tensor 'images' is not NAME:SHAPE")
+    # the labels' dims with no labels: a warning, the plan still printed
+    p = run('shard', '--batch', '8', '--cores-per-replica', '2', '--tensor', 'x:4x4x1',
+            '--input-partition-dims', '[[1, 2, 1, 1], [2, 1]]')
+    assert p.stderr == ('tpusim shard: warning: input_partition_dims[1] applies to no tensor: '
+                        'it is for the tensors after the features (the labels), and only the '
+                        'features are given; give them (--tensor, or --mode train or eval with '
+                        '--model) or write None there\n'), p.stderr
+    assert 'x' in p.stdout, p.stdout
+    p = run('shard', '--batch', '8', '--cores-per-replica', '2', '--tensor', 'x:4x4x1',
+            '--input-partition-dims', '[[1, 2, 1, 1], None]')
+    assert p.stderr == '', p.stderr
+    # no partition dims with 2 cores a replica: where tpusim differs from TPUEstimator, said
+    out = run('shard', '--batch', '8', '--cores-per-replica', '2', '--tensor', 'x:4').stdout
+    assert ('every core of a replica gets all of it (tpusim; TPUEstimator with no '
+            'input_partition_dims at all feeds logical core 0 only)') in out, out
+    assert 'TPUEstimator feeds logical core 0 only' in run('train', '--help').stdout
+    # the limits train has (tpusim train --cores-per-replica, --hosts, hosts x --chips)
+    expect_error(['shard', '--batch', '8', '--cores-per-replica', '0'], 2,
+                 "--cores-per-replica '0' is not a whole number from 1 to 128")
+    expect_error(['shard', '--batch', '8', '--cores-per-replica', '256'], 2,
+                 "--cores-per-replica '256' is not a whole number from 1 to 128")
+    expect_error(['shard', '--batch', '8', '--hosts', '2000'], 2,
+                 "--hosts '2000' is not a whole number from 1 to 1024")
+    expect_error(['shard', '--batch', '8', '--chip', 'tiny', '--hosts', '1024',
+                  '--chips-per-host', '8'], 2,
+                 '--hosts 1024 x 8 chips per host is 8192 chips; tpusim simulates at most 4096',
+                 '--chips-per-host')
+    assert "train's --chips" in run('shard', '--help').stdout
     expect_error(['shard', '--batch', '8', '--tensor', 'x:28x0'], 2,
                  "--tensor 'x:28x0': the shape '28x0' is not 1 to 7 sizes")
     expect_error(['shard', '--batch', '8', '--tensor', 'x:28x'], 2, 'the shape ends in')

@@ -8,6 +8,7 @@ A small NumPy image set (6x6, 3 classes) and a small CNN model file, made here, 
 chip (1 chip of 2 cores per host): each run takes a fraction of a second."""
 import json
 import os
+import sys
 import random
 import struct
 import tempfile
@@ -141,6 +142,29 @@ def options_from_a_config_file():
         expect_error(['train', '--config', bad, '--verbose', '0', '--cores-per-replica', '2'],
                      2, 'input_partition_dims is only supported in PER_HOST_V2 mode',
                      'is PER_HOST_V1')
+        # JSON's own form: lists and null, as the Python text gives them
+        good = w.path('good.json')
+        with open(good, 'w') as f:
+            json.dump({'chip': 'tiny', 'model': w.small, 'data': w.data, 'steps': 1,
+                       'cores_per_replica': 2, 'no_eval': True,
+                       'input_partition_dims': [[1, 2, 1, 1], None]}, f)
+        as_list = run_json('train', '--config', good, '--verbose', '0')
+        with open(good) as f:
+            conf = json.load(f)
+        conf['input_partition_dims'] = '[[1, 2, 1, 1], None]'
+        with open(good, 'w') as f:
+            json.dump(conf, f)
+        as_text = run_json('train', '--config', good, '--verbose', '0')
+        assert as_list['loss'] == as_text['loss'] and as_list['cores_per_replica'] == 2, (as_list, as_text)
+        with open(bad, 'w') as f:
+            json.dump({'input_partition_dims': [['a']]}, f)
+        expect_error(['train', '--config', bad], 2,
+                     "bad.json: 'input_partition_dims' [[\"a\"]]: input_partition_dims: expected "
+                     "a count")
+        with open(bad, 'w') as f:
+            json.dump({'input_partition_dims': {'features': [1, 2]}}, f)
+        expect_error(['train', '--config', bad], 2,
+                     "bad.json: 'input_partition_dims' must be a list of one or two entries")
         with open(bad, 'w') as f:
             json.dump({'input_partition_dims': '[[1, 2'}, f)
         expect_error(['train', '--config', bad], 2, '--input-partition-dims')
@@ -271,6 +295,52 @@ def bad_host_counts():
 
 
 @case
+def shard_rules_come_before_the_data_and_the_device():
+    """train, evaluate and predict check the shard plan in their preflight: its message (not
+    the device's), exit 2, before the data is read (a missing --data dir is not reached) and,
+    for evaluate and predict, before the checkpoint is looked for."""
+    missing = '/nonexistent/tpusim-data'
+    for args in (['train', '--train-batch-size', '8', '--steps', '2'],
+                 ['evaluate', '--eval-batch-size', '8', '--model-dir', missing],
+                 ['predict', '--predict-batch-size', '8', '--model-dir', missing]):
+        expect_error([*args, '--chip', 'tiny', '--layers', '16', '--cores-per-replica', '4',
+                      '--data', missing], 2,
+                     'the num of cores required by the model parallelism, num_cores_per_replica'
+                     ' 4, is larger than the total num of TPU cores in the system, 2 (1 host x '
+                     '1 chip x 2 cores)')
+    # the batch rule of the mode that runs: training's, then evaluation's after training
+    expect_error(['train', '--chip', 'tiny', '--layers', '16', '--train-batch-size', '7',
+                  '--steps', '2', '--data', missing], 2,
+                 'train_batch_size 7 must be divisible by the number of replicas')
+    expect_error(['train', '--chip', 'tiny', '--layers', '16', '--train-batch-size', '8',
+                  '--eval-batch-size', '5', '--steps', '2', '--data', missing], 2,
+                 'eval_batch_size 5 must be divisible by the number of replicas')
+
+
+@case
+def cores_that_split_nothing_are_said_so():
+    """--cores-per-replica 2 with the small CNN (one dense layer: no pair to split) and no
+    partition dims: every core runs the whole model. The summary warns, and the equivalence
+    check holds the run to data parallelism's bound (its reason says why)."""
+    with Work() as w:
+        base = [*TINY, '--data', w.data, '--model', w.small, '--cores-per-replica', '2']
+        p = run('train', *base, '--steps', '1', '--no-eval')
+        assert "splits nothing over a replica's 2 cores" in p.stdout, p.stdout
+        assert run_json('train', *base, '--steps', '1', '--no-eval')['cores_redundant'] is True
+        # with the features' rows cut, the cores share the work: no warning
+        p = run('train', *base, '--steps', '1', '--no-eval', '--input-partition-dims',
+                '[[1, 2, 1, 1]]')
+        assert 'splits nothing' not in p.stdout, p.stdout
+        assert 'cores_redundant' not in run_json('train', *base, '--steps', '1', '--no-eval',
+                                                 '--input-partition-dims', '[[1, 2, 1, 1]]')
+        j = run_json('train', *base, '--chips', '2', '--check-equivalence', '1')
+        assert j['bound']['why'].startswith("the lowering splits nothing over a replica's 2 "
+                                            "cores"), j
+        assert 'data parallelism over 2 replicas' in j['bound']['why'], j
+        assert j['within'] is True, j
+
+
+@case
 def help_says_where_tpusim_differs():
     text = run('train', '--help').stdout
     for needle in ('--hosts N', '--input-partition-dims DIMS', 'Where tpusim differs',
@@ -279,4 +349,4 @@ def help_says_where_tpusim_differs():
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -168,7 +168,7 @@ static void check_ok_p(struct fixture *f, uint32_t cores, uint32_t P,
         assert_true(r->bound.loss_rel == 2 * (n * u / (1 - n * u)));
         assert_true(r->bound.param_rel == ldexp(1.0, -10));
     } else {
-        assert_true(r->bound.loss_rel == 2e-5); /* the partitioned lowering's */
+        assert_true(r->bound.loss_rel == TPU_EQUIVALENCE_MODEL_PARALLEL_LOSS_REL); /* the lowering's */
         assert_true(r->bound.param_rel == ldexp(1.0, -10));
     }
 }
@@ -470,9 +470,10 @@ static void test_bounds(void **state)
     assert_non_null(strstr(b.why, "data parallelism over 8 replicas"));
     tpu_equivalence_bound_of(8, 1, 64, true, &b);
     assert_true(b.loss_rel_later == ldexp(1.0, -12));
-    /* model parallelism: the partitioned lowering's 2e-5 on the loss */
+    /* model parallelism: the partitioned lowering's 5e-5 on the loss */
     tpu_equivalence_bound_of(1, 4, 64, false, &b);
-    assert_true(b.loss_rel == 2e-5 && b.loss_rel_later == 2e-5);
+    assert_true(b.loss_rel == 5e-5 && b.loss_rel_later == 5e-5);
+    assert_true(b.loss_rel == TPU_EQUIVALENCE_MODEL_PARALLEL_LOSS_REL);
     assert_true(b.param_rel == ldexp(1.0, -10));
     assert_non_null(strstr(b.why, "model parallelism over 4 cores a replica (1 replica)"));
     tpu_equivalence_bound_of(2, 2, 64, false, &b);

@@ -46,6 +46,7 @@
 
 #include "tpusim/config.h"
 #include "tpusim/device.h"
+#include "tpusim/equivalence.h"
 #include "tpusim/models.h"
 #include "tpusim/net.h"
 #include "tpusim/program.h"
@@ -54,7 +55,8 @@
 
 #define STEPS 3
 #define SEED 11
-#define REL_TOL 5e-5
+/* the partitioned lowering's bound, which the equivalence check holds model parallelism to */
+#define REL_TOL TPU_EQUIVALENCE_MODEL_PARALLEL_LOSS_REL
 
 static void ok(int rc, const struct tpu_diag *d)
 {

@@ -1574,6 +1574,71 @@ static void test_split_params_slice_and_gather(void **state)
     free(dir);
 }
 
+/* tpu_estimator_read_param_replica reads a replica's own copy from its cores (gathered when
+ * split): two replicas of two cores on two tiny chips; replica 1's first core is changed
+ * behind the estimator's back, and only replica 1's read shows it. */
+static void test_read_param_of_each_replica(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->cfg.num_cores_per_replica = 2;
+    e->cfg.iterations_per_loop = 1;
+    struct tpu_chip_config chip;
+    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.n_chips = 2;
+    s.cores_per_replica = 2;
+    assert_int_equal(tpu_device_open(&s, &e->dev, NULL), 0);
+    struct split_model sm = {0};
+    struct tpu_model model = {.ctx = &sm, .build = split_build, .init_param = split_init};
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_estimator_create(e->dev, &e->cfg, &model, NULL, 0, &e->est, &d), 0);
+    train_ok(e, 1, 0);
+    float a0[5 * 4], a1[5 * 4], c0 = 0, c1 = 0;
+    /* every replica holds the same values after a step */
+    assert_int_equal(tpu_estimator_read_param_replica(e->est, "a", 0, a0, sizeof a0, &d), 0);
+    assert_int_equal(tpu_estimator_read_param_replica(e->est, "a", 1, a1, sizeof a1, &d), 0);
+    assert_memory_equal(a0, a1, sizeof a0);
+    /* replica 1 is cores 2 and 3: change its logical core 0's part of a (rows 0..2) and c */
+    uint32_t ida = 0, idc = 0;
+    struct tpu_model_program *mp = calloc(1, sizeof *mp);
+    assert_non_null(mp);
+    assert_int_equal(split_build(&sm, TPU_MODE_TRAIN,
+                                 &(struct tpu_build_shape){.batch_per_replica = 8,
+                                                           .global_batch = 16,
+                                                           .n_replicas = 2,
+                                                           .cores_per_replica = 2},
+                                 mp, &d), 0);
+    assert_int_equal(tpu_program_find_buffer(mp->prog, "a", &ida), 0);
+    assert_int_equal(tpu_program_find_buffer(mp->prog, "c", &idc), 0);
+    tpu_program_destroy(&mp->prog);
+    free(mp);
+    float part[3 * 4];
+    assert_int_equal(tpu_device_read(e->dev, 2, ida, part, sizeof part, &d), 0);
+    part[1 * 4 + 2] += 1000.0f;
+    assert_int_equal(tpu_device_write(e->dev, 2, ida, part, sizeof part, &d), 0);
+    const float seven = 7.0f;
+    assert_int_equal(tpu_device_write(e->dev, 2, idc, &seven, sizeof seven, &d), 0);
+    assert_int_equal(tpu_estimator_read_param_replica(e->est, "a", 1, a1, sizeof a1, &d), 0);
+    assert_int_equal(tpu_estimator_read_param_replica(e->est, "a", 0, a0, sizeof a0, &d), 0);
+    for (uint32_t i = 0; i < 5 * 4; i++)
+        assert_float_equal(a1[i], i == 1 * 4 + 2 ? a0[i] + 1000.0f : a0[i], 0);
+    assert_int_equal(tpu_estimator_read_param_replica(e->est, "c", 1, &c1, sizeof c1, &d), 0);
+    assert_int_equal(tpu_estimator_read_param_replica(e->est, "c", 0, &c0, sizeof c0, &d), 0);
+    assert_float_equal(c1, 7.0f, 0);
+    assert_float_equal(c0, 0.5f, 0);
+    /* replica 0 is read_param's */
+    float r0[5 * 4];
+    assert_int_equal(tpu_estimator_read_param(e->est, "a", r0, sizeof r0, &d), 0);
+    assert_memory_equal(r0, a0, sizeof r0);
+    /* a replica the device does not have */
+    assert_int_equal(tpu_estimator_read_param_replica(e->est, "a", 2, a1, sizeof a1, &d),
+                     TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "param 'a' of replica 2: the device has 2 replicas"));
+    env_free(e);
+}
+
 /* A model whose split does not match its buffer is refused, naming the param. */
 static int bad_split_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *sh,
                            struct tpu_model_program *out, struct tpu_diag *d)
@@ -1636,6 +1701,7 @@ int main(void)
         cmocka_unit_test(test_iterations_per_loop_grammar),
         cmocka_unit_test(test_host_memory_is_checked_before_allocating),
         cmocka_unit_test(test_split_params_slice_and_gather),
+        cmocka_unit_test(test_read_param_of_each_replica),
         cmocka_unit_test(test_split_params_mismatch_is_refused),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);

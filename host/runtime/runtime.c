@@ -397,6 +397,43 @@ int tpu_estimator_read_param(const struct tpu_estimator *e, const char *name, fl
     return 0;
 }
 
+int tpu_estimator_read_param_replica(const struct tpu_estimator *e, const char *name,
+                                     uint32_t replica, float *data, size_t bytes,
+                                     struct tpu_diag *d)
+{
+    if (replica >= e->n_replicas)
+        return tpu__fail(d, TPU_EINVAL, "param '%s' of replica %u: the device has %u "
+                         "replica%s (0 to %u); give one of those", name, replica, e->n_replicas,
+                         e->n_replicas == 1 ? "" : "s", e->n_replicas - 1);
+    /* the host copy: replica 0's, or every replica's while the device is not newer */
+    int rc = tpu_estimator_read_param(e, name, data, bytes, d);
+    if (rc || replica == 0 || !e->loaded || !e->params_on_device)
+        return rc;
+    const uint32_t P = e->n_cores / e->n_replicas;
+    for (uint32_t i = 0; i < e->mp.n_params; i++) {
+        const uint32_t id = e->mp.params[i];
+        const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, id);
+        if (strcmp(b->name, name))
+            continue;
+        const enum tpu_param_split split = (enum tpu_param_split)e->mp.param_split[i];
+        const size_t part_bytes = (size_t)b->rows * b->cols * sizeof(float);
+        if (split == TPU_SPLIT_NONE)
+            return tpu_device_read(e->dev, replica * P, id, data, part_bytes, d);
+        float *part = malloc(part_bytes);
+        if (!part)
+            return tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", name);
+        const struct tpu__host_param *hp = find_param((struct tpu_estimator *)e, name);
+        for (uint32_t k = 0; k < P && !rc; k++) {
+            rc = tpu_device_read(e->dev, replica * P + k, id, part, part_bytes, d);
+            if (!rc)
+                copy_part(split, k, data, hp->rows, hp->cols, part, b->rows, b->cols, false);
+        }
+        free(part);
+        return rc;
+    }
+    return 0; /* a host-only param: the host copy is every replica's */
+}
+
 int tpu_estimator_write_param(struct tpu_estimator *e, const char *name, const float *data,
                               size_t bytes, struct tpu_diag *d)
 {

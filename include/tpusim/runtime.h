@@ -362,6 +362,12 @@ const struct tpu_loop_info *tpu_estimator_last_info(const struct tpu_estimator *
 /* Reads a param of replica 0 by name after training. */
 int tpu_estimator_read_param(const struct tpu_estimator *est, const char *name, float *data,
                              size_t bytes, struct tpu_diag *d);
+/* Reads replica `replica`'s copy of a param (its whole value, gathered from the replica's
+ * cores when split), as the device holds it: replicas hold the same values unless something
+ * made them differ (what the equivalence check looks for). Replica 0 is read_param. */
+int tpu_estimator_read_param_replica(const struct tpu_estimator *est, const char *name,
+                                     uint32_t replica, float *data, size_t bytes,
+                                     struct tpu_diag *d);
 /* Sets a param (its whole value, as read_param gives it) on every replica, after a train,
  * evaluate or predict call has loaded the params. The next call starts from it. */
 int tpu_estimator_write_param(struct tpu_estimator *est, const char *name, const float *data,
