@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,83 @@ static void test_cancel_ends_a_blocked_run(void **state)
     tpu_device_reset_cancel(dev);
     tpu_device_set_var(dev, varid(p, "n"), 0); /* a zero-trip loop needs no infeed */
     run_ok(dev, NULL);
+    tpu_device_close(&dev);
+    tpu_program_destroy(&p);
+}
+
+/* A host call whose wait is over is not blocked, even before it runs again: tpu_device_watch
+ * counted a thread woken by a freed infeed slot among host_calls_waiting until it retook the
+ * device's lock, and under load that can take longer than the runtime watchdog's 0.5 s while
+ * the cores wait for that very thread, which then stopped a run as deadlocked. A signal whose
+ * handler sleeps 1 s keeps the woken thread off the CPU here. */
+static void stall_handler(int sig)
+{
+    (void)sig;
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+}
+
+struct runner {
+    struct tpu_device *dev;
+    int rc;
+};
+
+static void *run_thread(void *arg)
+{
+    struct runner *r = arg;
+    r->rc = tpu_device_run(r->dev, 0, NULL, NULL);
+    return NULL;
+}
+
+static void test_watch_counts_only_calls_still_blocked(void **state)
+{
+    (void)state;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = stall_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    struct tpu_program *p = parse("program t\nvar n\ntemp x: f32[4, 4]\ntemp y: f32[4, 4]\n"
+                                  "loop n {\n  x = infeed\n  y = relu x\n}\n");
+    struct tpu_device *dev = open_tiny(1, 2, true, false);
+    load(dev, p);
+    tpu_device_set_var(dev, varid(p, "n"), 3);
+    float x[16] = {0};
+    /* queues of 2: both full before the run */
+    for (uint32_t c = 0; c < 2; c++)
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(tpu_device_infeed(dev, c, x, sizeof x, 0, NULL), 0);
+    /* core 0's third tensor: its thread blocks on the full queue */
+    struct pusher pu = {.dev = dev, .n = 1, .bytes = sizeof x, .data = x, .cores = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, push_thread, &pu);
+    struct tpu_device_watch w;
+    double t0 = now_s();
+    do {
+        memset(&w, 0, sizeof w);
+        tpu_device_watch(dev, &w);
+    } while (w.host_calls_waiting != 1 && now_s() - t0 < 10);
+    assert_int_equal(w.host_calls_waiting, 1);
+    pthread_kill(th, SIGUSR1); /* it sleeps 1 s in the handler, still in its wait */
+    struct runner rn = {.dev = dev};
+    pthread_t rt;
+    pthread_create(&rt, NULL, run_thread, &rn);
+    /* the cores take their 2 tensors each (a slot of core 0 frees: the thread's wait is
+     * over) and wait for the third: 4 pushes + 4 pops, all blocked */
+    t0 = now_s();
+    do {
+        memset(&w, 0, sizeof w);
+        tpu_device_watch(dev, &w);
+    } while (!(w.cores_blocked && w.moves == 8) && w.moves < 9 && now_s() - t0 < 10);
+    if (w.moves == 8) /* else the thread already ran: its push made 9 (a loaded machine) */
+        assert_int_equal(w.host_calls_waiting, 0);
+    assert_int_equal(tpu_device_infeed(dev, 1, x, sizeof x, 0, NULL), 0);
+    pthread_join(th, NULL);
+    pthread_join(rt, NULL);
+    assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
+    assert_int_equal(pu.rc, 0);
+    assert_int_equal(rn.rc, 0);
     tpu_device_close(&dev);
     tpu_program_destroy(&p);
 }
@@ -741,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_infeed_stall),
         cmocka_unit_test(test_outfeed_full_stall_is_deterministic),
         cmocka_unit_test(test_cancel_ends_a_blocked_run),
+        cmocka_unit_test(test_watch_counts_only_calls_still_blocked),
         cmocka_unit_test(test_core_error_stops_the_run),
         cmocka_unit_test(test_infeed_size_mismatch),
         cmocka_unit_test(test_load_and_access_errors),

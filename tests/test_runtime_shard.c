@@ -14,9 +14,11 @@
 #include <cmocka.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tpusim/device.h"
 #include "tpusim/models.h"
@@ -713,6 +715,83 @@ static void test_hosts_read_input_in_parallel(void **state)
         fail_msg("1 host x 4 calls: %g s, expected twice %g s", one_host_4, one_host_2);
 }
 
+/* ---- the watchdog and a thread whose turn came ------------------------------------------------ */
+
+/* A host's infeed thread whose turn has come but that the system has not yet run (under load,
+ * every waiter a broadcast woke retakes the pass's lock in turn) is no deadlock: the run waits
+ * for it. The test keeps that thread off the CPU for 1 s, twice the watchdog's 0.5 s: a
+ * signal whose handler sleeps, sent to host 1's thread while it waits for its turn, just
+ * before host 0 gives it the turn (steps 1, 3 and 5). Meanwhile host 1's cores wait for its
+ * infeed, host 0's wait at the all-reduce, the outfeed thread waits on the device, host 0's
+ * thread waits for its next turn and nothing moves: the watchdog stopped this run as
+ * deadlocked while it counted a thread whose turn had come among those "only waiting their
+ * turn". Three stalls, because glibc's broadcast sometimes waits, holding the pass's lock,
+ * for the sleeping waiter to leave its wait, and the watchdog then sees nothing; each stall
+ * caught it about 6 times in 10 before the fix. */
+static void stall_handler(int sig)
+{
+    (void)sig;
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+}
+
+struct stall_input {
+    struct rec_input rec; /* first: rec_start and rec_next take the struct as their ctx */
+    pthread_t host1;
+    bool have_host1;
+    uint32_t calls;
+};
+
+static int stall_next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
+                      void *const *tensors, uint32_t *n_real, struct tpu_diag *d)
+{
+    struct stall_input *si = ctx;
+    if (shard == 1 && !si->have_host1) {
+        si->host1 = pthread_self();
+        si->have_host1 = true;
+    }
+    if (si->calls++ % 4 == 2 && si->have_host1) {
+        /* steps 1, 3, 5, host 0's call: host 1 queues the step before (two tiny tensors on each of its two
+         * cores) and waits for its turn, well within 200 ms even under load; the signal
+         * then keeps it off the CPU past the turn */
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_kill(si->host1, SIGUSR1);
+    }
+    return rec_next(&si->rec, mode, shard, batch, tensors, n_real, d);
+}
+
+static void test_watchdog_waits_for_a_thread_whose_turn_came(void **state)
+{
+    (void)state;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = stall_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    struct env e;
+    env_init(&e, 2, 1);
+    env_mlp(&e);
+    e.cfg.iterations_per_loop = 6; /* one launch: the device is running at each stall */
+    e.cfg.per_host_input_for_training = TPU_PER_HOST_V1; /* one call per host: shard = host */
+    open_ok(&e);
+    struct stall_input si;
+    memset(&si, 0, sizeof si);
+    rec_init(&si.rec, 6, 3);
+    si.rec.input.ctx = &si;
+    si.rec.input.next = stall_next;
+    struct tpu_diag d = {0};
+    const int rc = tpu_estimator_train(e.est, &si.rec.input, 6, 0, &d);
+    assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
+    if (rc)
+        fail_msg("train: %s", d.msg);
+    assert_true(si.have_host1);
+    assert_int_equal(si.calls, 12); /* 6 steps x 2 hosts */
+    assert_int_equal(tpu_estimator_global_step(e.est), 6);
+    env_close(&e);
+}
+
 /* ---- the rules, before any work ---------------------------------------------------------------- */
 
 static void expect_create_error(struct env *e, const char *what)
@@ -841,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_product_one_dims_feed_logical_core_0),
         cmocka_unit_test(test_prediction_on_hosts_in_order),
         cmocka_unit_test(test_hosts_read_input_in_parallel),
+        cmocka_unit_test(test_watchdog_waits_for_a_thread_whose_turn_came),
         cmocka_unit_test(test_rules_refused_at_create),
         cmocka_unit_test(test_batch_rules_before_any_call),
     };

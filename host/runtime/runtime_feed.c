@@ -231,14 +231,15 @@ static void record_input_phase(struct tpu__pass *p, uint64_t step, uint32_t call
  * one at a time in the plan's order, so that the input function need not be thread-safe and
  * the data stream does not depend on the hosts). False when the thread is to stop instead:
  * the input ended or feeding stopped before step s, or the pass failed. */
-static bool wait_turn(struct tpu__pass *p, uint64_t s, uint32_t ci)
+static bool wait_turn(struct tpu__feeder *f, uint64_t s, uint32_t ci)
 {
+    struct tpu__pass *p = f->p;
     const uint64_t mine = s * p->plan.n_calls + ci;
     pthread_mutex_lock(&p->lock);
-    p->turn_waiters++;
+    f->waits_turn = mine;
     while (p->turn != mine && !p->error && !p->finished && s < p->end_step)
         pthread_cond_wait(&p->cv, &p->lock);
-    p->turn_waiters--;
+    f->waits_turn = UINT64_MAX;
     const bool go = p->turn == mine && !p->error && !p->finished && s < p->end_step;
     pthread_mutex_unlock(&p->lock);
     return go;
@@ -335,7 +336,7 @@ void *tpu__pass_infeed_thread(void *arg)
         for (uint32_t i = 0; i < f->n_calls; i++) {
             const uint32_t ci = f->calls[i];
             const struct tpu_shard_call *call = &p->plan.calls[ci];
-            if (!wait_turn(p, s, ci))
+            if (!wait_turn(f, s, ci))
                 goto out;
             if (ci == 0 && atomic_load(&e->stop)) {
                 /* seen at the first call of a step: no host feeds this step */
@@ -548,6 +549,22 @@ out:
  * (a program that outfeeds what the model does not declare, say), so the message says so. */
 #define DEADLOCK_S 0.5
 
+/* Under the lock: the infeed threads that wait in wait_turn for a turn that another
+ * thread's call must come first, and so cannot act before that thread does. A thread whose
+ * wait is over (its turn came, or the input ended before its step) can act even while it
+ * is still in wait_turn: woken, it must retake the lock after every other thread that the
+ * same broadcast woke, which under load can take longer than DEADLOCK_S. Counting it idle
+ * made the watchdog stop a run that was only waiting for that thread to be scheduled. */
+static uint32_t idle_turn_waiters(const struct tpu__pass *p)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n_feeders; i++) {
+        const uint64_t t = p->feeders[i].waits_turn;
+        n += t != UINT64_MAX && t != p->turn && t / p->plan.n_calls < p->end_step;
+    }
+    return n;
+}
+
 void *tpu__pass_watchdog_thread(void *arg)
 {
     struct tpu__pass *p = arg;
@@ -566,9 +583,8 @@ void *tpu__pass_watchdog_thread(void *arg)
         pthread_cond_timedwait(&p->cv, &p->lock, &ts);
         if (p->finished || p->error)
             break;
-        /* the feed threads that could act: those not waiting for their turn to call the
-         * input function (read first: it only falls) */
-        const uint32_t live = p->live_feeders - p->turn_waiters;
+        /* the feed threads that could act: all but those only waiting their turn */
+        const uint32_t live = p->live_feeders - idle_turn_waiters(p);
         pthread_mutex_unlock(&p->lock);
         struct tpu_device_watch w;
         tpu_device_watch(e->dev, &w);

@@ -88,6 +88,8 @@ struct tpu__feeder {
     uint32_t host;
     uint32_t n_calls, *calls;   /* owned */
     uint64_t fed;               /* [p->lock] */
+    uint64_t waits_turn;        /* [p->lock] the turn it waits for in wait_turn, UINT64_MAX
+                                   when it does not wait */
     bool started;
 };
 
@@ -114,7 +116,6 @@ struct tpu__pass {
                                      calls are made one at a time, in the plan's order */
     uint64_t end_step;            /* [lock] no host feeds step end_step or later (the input
                                      ended); UINT64_MAX until then */
-    uint32_t turn_waiters;        /* [lock] infeed threads waiting for their turn */
     uint32_t feeding;             /* [lock] infeed threads still running: the last one out
                                      closes the device's infeed */
 

@@ -698,6 +698,7 @@ int tpu__pass_init(struct tpu__pass *p, struct tpu_estimator *e, const struct tp
         struct tpu__feeder *f = &p->feeders[p->n_feeders++];
         f->p = p;
         f->host = h;
+        f->waits_turn = UINT64_MAX;
         f->calls = malloc(n * sizeof *f->calls);
         if (!f->calls)
             return tpu__fail(d, TPU_ENOMEM, "out of memory");

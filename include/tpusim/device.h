@@ -246,7 +246,9 @@ struct tpu_device_watch {
                                     done waits for infeed, for the host to drain its outfeed,
                                     or for a collective */
     uint32_t host_calls_waiting; /* tpu_device_infeed / tpu_device_outfeed calls blocked on a
-                                    queue right now */
+                                    queue right now: on a full infeed, an empty outfeed (a
+                                    call woken by a slot or a tensor is not counted, even
+                                    before its thread runs again) */
     uint64_t moves;              /* tensors pushed and popped on all queues so far */
     char why[200];               /* what each core that is not done is doing */
 };

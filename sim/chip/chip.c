@@ -350,7 +350,6 @@ static void chip_watch(void *impl, struct tpu_device_watch *w)
     struct chip_device *dev = impl;
     pthread_mutex_lock(&dev->lock);
     w->running = dev->running;
-    w->host_calls_waiting = dev->host_waiting;
     /* blocked: some core waits and none can move; all cores done is the normal end of a
      * launch (the run is about to return), never a deadlock */
     bool blocked = dev->running && !dev->canceled, waiting = false;
@@ -358,6 +357,13 @@ static void chip_watch(void *impl, struct tpu_device_watch *w)
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         const struct core *c = &dev->cores[i];
         w->moves += c->infeed.pushes + c->infeed.pops + c->outfeed.pushes + c->outfeed.pops;
+        /* a host call whose wait is over (a slot freed, a tensor came) is not blocked, even
+         * while, woken, it has not yet retaken the lock: under load that can take longer
+         * than a watchdog's patience, with nothing else moving */
+        if (c->infeed.count == c->infeed.depth)
+            w->host_calls_waiting += c->infeed_waiters;
+        if (c->outfeed.count == 0)
+            w->host_calls_waiting += c->outfeed_waiters;
         if (c->state == CORE_READY || c->state == CORE_RUNNING)
             blocked = false;
         else if (c->state != CORE_DONE)

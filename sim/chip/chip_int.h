@@ -105,6 +105,8 @@ struct core {
 
     struct tpu_core_counters ctr;
     struct feed infeed, outfeed;        /* [L] */
+    uint32_t infeed_waiters, outfeed_waiters; /* [L] host calls waiting on host_cv for space
+                                           in the infeed, for data in the outfeed */
     uint64_t link_in_free, link_out_free; /* [L] this core's share of the host link */
     pthread_cond_t host_cv;             /* host calls on this core's queues wait here */
     bool host_cv_ready;
@@ -152,7 +154,6 @@ struct chip_device {
     int error;                  /* [L] first error of the run */
     struct tpu_diag error_diag; /* [L] */
     uint32_t n_done;            /* [L] */
-    uint32_t host_waiting;      /* [L] host feed calls blocked on a queue right now */
 
     struct trace_log host_trace; /* host phases (tpu_device_trace_host); an event's op
                                     field indexes host_names */

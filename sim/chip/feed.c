@@ -116,9 +116,9 @@ int tpu__chip_infeed(void *impl, uint32_t core, const void *data, size_t bytes,
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->infeed;
     while (f->count == f->depth && !dev->canceled) {
-        dev->host_waiting++;
+        c->infeed_waiters++;
         pthread_cond_wait(&c->host_cv, &dev->lock);
-        dev->host_waiting--;
+        c->infeed_waiters--;
     }
     if (dev->canceled) {
         pthread_mutex_unlock(&dev->lock);
@@ -224,9 +224,9 @@ int tpu__chip_outfeed(void *impl, uint32_t core, void *data, size_t bytes, uint6
     pthread_mutex_lock(&dev->lock);
     struct feed *f = &c->outfeed;
     while (f->count == 0 && !dev->canceled) {
-        dev->host_waiting++;
+        c->outfeed_waiters++;
         pthread_cond_wait(&c->host_cv, &dev->lock);
-        dev->host_waiting--;
+        c->outfeed_waiters--;
     }
     if (f->count == 0) {
         pthread_mutex_unlock(&dev->lock);
