@@ -610,17 +610,9 @@ int tpu__cli_shard_spec(const char *cmd, const struct tpu_chip_config *chip,
                         int mode_value, const char *model_file, struct tpu_shard_spec *s)
 {
     const enum tpu_mode mode = (enum tpu_mode)mode_value;
-    s->hosts = rc->num_hosts ? rc->num_hosts : 1;
-    s->chips_per_host = chips_per_host ? chips_per_host : chip->chips_per_host;
-    s->cores_per_chip = chip->cores_per_chip;
-    s->num_cores_per_replica = rc->num_cores_per_replica ? rc->num_cores_per_replica : 1;
-    s->num_shards = rc->num_shards;
-    s->train_input = rc->per_host_input_for_training;
-    s->eval_input = rc->eval_training_input_configuration;
-    s->mode = mode;
-    s->global_batch = mode == TPU_MODE_TRAIN  ? rc->train_batch_size
-                      : mode == TPU_MODE_EVAL ? rc->eval_batch_size
-                                              : rc->predict_batch_size;
+    tpu_shard_spec_set_config(s, rc, rc->num_hosts,
+                              chips_per_host ? chips_per_host : chip->chips_per_host,
+                              chip->cores_per_chip, mode);
     const uint64_t chips = (uint64_t)s->hosts * s->chips_per_host;
     if (chips > TPU__CLI_MAX_CHIPS)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--hosts %u x %u chips per host is %llu "
@@ -631,10 +623,7 @@ int tpu__cli_shard_spec(const char *cmd, const struct tpu_chip_config *chip,
     int rc_model;
     if (model_file && model_file[0] && (rc_model = model_tensors(cmd, model_file, mode, s)))
         return rc_model;
-    /* input_partition_dims[0]: the features (the first tensor); [1]: every later one */
-    for (uint32_t i = 0; i < s->n_tensors; i++)
-        if ((i == 0 ? 0u : 1u) < rc->n_input_partition_dims)
-            s->tensors[i].dims = rc->input_partition_dims[i == 0 ? 0 : 1];
+    tpu_shard_spec_set_dims(s, rc);
     return 0;
 }
 

@@ -297,6 +297,20 @@ static int check_splits(const struct tpu_estimator *e, const struct tpu_model_pr
     return 0;
 }
 
+/* Grows *buf (*cap bytes) to hold `bytes`: the scratch for a split param's slices. */
+static int part_buffer(float **buf, size_t *cap, size_t bytes, const char *name,
+                       struct tpu_diag *d)
+{
+    if (bytes <= *cap)
+        return 0;
+    float *np = realloc(*buf, bytes);
+    if (!np)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", name);
+    *buf = np;
+    *cap = bytes;
+    return 0;
+}
+
 /* Every core gets its params: the whole param, or (a split param) its logical core's part. */
 static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
 {
@@ -310,15 +324,8 @@ static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
         struct tpu__host_param *hp = find_param(e, b->name);
         const enum tpu_param_split split = (enum tpu_param_split)e->mp.param_split[i];
         const size_t bytes = (size_t)b->rows * b->cols * sizeof(float);
-        if (split != TPU_SPLIT_NONE && bytes > part_cap) {
-            float *np = realloc(part, bytes);
-            if (!np) {
-                rc = tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", b->name);
-                break;
-            }
-            part = np;
-            part_cap = bytes;
-        }
+        if (split != TPU_SPLIT_NONE && (rc = part_buffer(&part, &part_cap, bytes, b->name, d)))
+            break;
         for (uint32_t c = 0; c < e->n_cores && !rc; c++) {
             const float *src = hp->data;
             if (split != TPU_SPLIT_NONE) {
@@ -357,15 +364,8 @@ static int params_from_device(struct tpu_estimator *e, struct tpu_diag *d)
             rc = tpu_device_read(e->dev, 0, id, hp->data, bytes, d);
             continue;
         }
-        if (bytes > part_cap) {
-            float *np = realloc(part, bytes);
-            if (!np) {
-                rc = tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", b->name);
-                break;
-            }
-            part = np;
-            part_cap = bytes;
-        }
+        if ((rc = part_buffer(&part, &part_cap, bytes, b->name, d)))
+            break;
         for (uint32_t k = 0; k < P && !rc; k++) {
             rc = tpu_device_read(e->dev, k, id, part, bytes, d);
             if (!rc)
@@ -375,6 +375,20 @@ static int params_from_device(struct tpu_estimator *e, struct tpu_diag *d)
     }
     free(part);
     return rc;
+}
+
+/* The host copy of param `name`, which a caller reads or writes with `bytes` bytes. */
+static int host_param_of_size(struct tpu_estimator *e, const char *name, size_t bytes,
+                              struct tpu__host_param **out, struct tpu_diag *d)
+{
+    struct tpu__host_param *hp = find_param(e, name);
+    if (!hp)
+        return tpu__fail(d, TPU_ENOTFOUND, "the model has no param '%s'", name);
+    if (bytes != (size_t)hp->rows * hp->cols * sizeof(float))
+        return tpu__fail(d, TPU_ESHAPE, "param '%s' is [%u, %u] f32: %zu bytes, not %zu", name,
+                         hp->rows, hp->cols, (size_t)hp->rows * hp->cols * sizeof(float), bytes);
+    *out = hp;
+    return 0;
 }
 
 int tpu_estimator_read_param(const struct tpu_estimator *e, const char *name, float *data,
@@ -387,12 +401,9 @@ int tpu_estimator_read_param(const struct tpu_estimator *e, const char *name, fl
     int rc = params_from_device(m, d);
     if (rc)
         return rc;
-    struct tpu__host_param *hp = find_param(m, name);
-    if (!hp)
-        return tpu__fail(d, TPU_ENOTFOUND, "the model has no param '%s'", name);
-    if (bytes != (size_t)hp->rows * hp->cols * sizeof(float))
-        return tpu__fail(d, TPU_ESHAPE, "param '%s' is [%u, %u] f32: %zu bytes, not %zu", name,
-                         hp->rows, hp->cols, (size_t)hp->rows * hp->cols * sizeof(float), bytes);
+    struct tpu__host_param *hp;
+    if ((rc = host_param_of_size(m, name, bytes, &hp, d)))
+        return rc;
     memcpy(data, hp->data, bytes);
     return 0;
 }
@@ -446,12 +457,9 @@ int tpu_estimator_write_param(struct tpu_estimator *e, const char *name, const f
     int rc = params_from_device(e, d); /* the other params: the device's newer values */
     if (rc)
         return rc;
-    struct tpu__host_param *hp = find_param(e, name);
-    if (!hp)
-        return tpu__fail(d, TPU_ENOTFOUND, "the model has no param '%s'", name);
-    if (bytes != (size_t)hp->rows * hp->cols * sizeof(float))
-        return tpu__fail(d, TPU_ESHAPE, "param '%s' is [%u, %u] f32: %zu bytes, not %zu", name,
-                         hp->rows, hp->cols, (size_t)hp->rows * hp->cols * sizeof(float), bytes);
+    struct tpu__host_param *hp;
+    if ((rc = host_param_of_size(e, name, bytes, &hp, d)))
+        return rc;
     memcpy(hp->data, data, bytes);
     e->params_on_device = false; /* the host copy is newer: the next launch writes it */
     return 0;

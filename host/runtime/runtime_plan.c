@@ -15,17 +15,8 @@ int tpu__runtime_shard_spec(const struct tpu_estimator *e, enum tpu_mode mode,
 {
     const struct tpu_run_config *c = &e->cfg;
     memset(s, 0, sizeof *s);
-    s->hosts = e->hosts;
-    s->chips_per_host = e->chips_per_host;
-    s->cores_per_chip = tpu_device_chip(e->dev)->cores_per_chip;
-    s->num_cores_per_replica = c->num_cores_per_replica;
-    s->num_shards = c->num_shards;
-    s->train_input = c->per_host_input_for_training;
-    s->eval_input = c->eval_training_input_configuration;
-    s->mode = mode;
-    s->global_batch = mode == TPU_MODE_TRAIN  ? c->train_batch_size
-                      : mode == TPU_MODE_EVAL ? c->eval_batch_size
-                                              : c->predict_batch_size;
+    tpu_shard_spec_set_config(s, c, e->hosts, e->chips_per_host,
+                              tpu_device_chip(e->dev)->cores_per_chip, mode);
     if (!e->model.infeed_shapes) {
         if (c->n_input_partition_dims)
             return tpu__fail(d, TPU_EUNSUPPORTED, "input_partition_dims are given, but the "
@@ -55,11 +46,8 @@ int tpu__runtime_shard_spec(const struct tpu_estimator *e, enum tpu_mode mode,
         st->name[sizeof st->name - 1] = '\0';
         st->rank = sh[t].rank;
         memcpy(st->shape, sh[t].dims, sizeof st->shape);
-        /* dims[0]: the features (the first tensor); dims[1]: the labels (the others) */
-        const uint32_t which = t == 0 ? 0 : 1;
-        if (which < c->n_input_partition_dims)
-            st->dims = c->input_partition_dims[which];
     }
+    tpu_shard_spec_set_dims(s, c);
     return 0;
 }
 

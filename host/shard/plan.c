@@ -366,6 +366,32 @@ static int check_dims(const struct tpu_shard_spec *s, enum tpu__shard_feed feed,
     return 0;
 }
 
+void tpu_shard_spec_set_config(struct tpu_shard_spec *s, const struct tpu_run_config *c,
+                               uint32_t hosts, uint32_t chips_per_host, uint32_t cores_per_chip,
+                               enum tpu_mode mode)
+{
+    s->hosts = hosts ? hosts : 1;
+    s->chips_per_host = chips_per_host;
+    s->cores_per_chip = cores_per_chip;
+    s->num_cores_per_replica = c->num_cores_per_replica ? c->num_cores_per_replica : 1;
+    s->num_shards = c->num_shards;
+    s->train_input = c->per_host_input_for_training;
+    s->eval_input = c->eval_training_input_configuration;
+    s->mode = mode;
+    s->global_batch = mode == TPU_MODE_TRAIN  ? c->train_batch_size
+                      : mode == TPU_MODE_EVAL ? c->eval_batch_size
+                                              : c->predict_batch_size;
+}
+
+void tpu_shard_spec_set_dims(struct tpu_shard_spec *s, const struct tpu_run_config *c)
+{
+    for (uint32_t i = 0; i < s->n_tensors && i < TPU_SHARD_MAX_TENSORS; i++) {
+        const uint32_t which = i == 0 ? 0 : 1;
+        if (which < c->n_input_partition_dims)
+            s->tensors[i].dims = c->input_partition_dims[which];
+    }
+}
+
 int tpu_shard_plan_make(const struct tpu_shard_spec *s, struct tpu_shard_plan *out,
                         struct tpu_diag *d)
 {

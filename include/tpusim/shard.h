@@ -99,6 +99,16 @@ struct tpu_shard_plan {
     struct tpu_shard_call *calls; /* [n_calls], owned: tpu_shard_plan_free */
 };
 
+/* Fills the spec's pod slice (hosts, chips per host and cores per chip; hosts 0 is 1), its
+ * cores per replica (0 is 1), num_shards, input modes, mode and the mode's global batch from
+ * a run configuration; the tensors are left as they are. */
+void tpu_shard_spec_set_config(struct tpu_shard_spec *s, const struct tpu_run_config *c,
+                               uint32_t hosts, uint32_t chips_per_host, uint32_t cores_per_chip,
+                               enum tpu_mode mode);
+/* Gives the spec's tensors the run configuration's input_partition_dims: entry 0 to the
+ * features (the first tensor), entry 1 to every later one (the labels). */
+void tpu_shard_spec_set_dims(struct tpu_shard_spec *s, const struct tpu_run_config *c);
+
 /* Checks the spec against every rule and makes the plan; on an error nothing is allocated
  * and d names the value, the rule and the fix. */
 int tpu_shard_plan_make(const struct tpu_shard_spec *s, struct tpu_shard_plan *out,
