@@ -419,6 +419,10 @@ enum tpu_lr_schedule {
     TPU_SCHEDULE_COSINE = 2, /* linear warm-up from 0 over warmup steps, then cosine from lr
                                 down to lr * decay_rate over decay_steps (Keras CosineDecay
                                 with warmup, alpha = decay_rate) */
+    TPU_SCHEDULE_HOST = 3,   /* the rate the host sets between loops (Keras's
+                                optimizer.learning_rate, LearningRateScheduler): the f32 whose
+                                bits a program variable holds (a fresh load's 0 reads as
+                                alpha); runtime.h tpu_estimator_set_learning_rate */
 };
 
 /* Attributes; each op reads the ones its description above names (tpu_opcode_attrs), the

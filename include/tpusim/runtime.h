@@ -124,6 +124,11 @@ struct tpu_run_config {
     uint64_t log_step_count_steps;    /* 0: no step logging */
     uint64_t seed;
     bool strict_input;
+    /* Keras-style training (keras.h); both off for an estimator-style run */
+    bool sample_weights;              /* the train program infeeds row weights and trains on
+                                         partial batches (struct tpu_build_shape.weighted) */
+    bool train_counts;                /* the train program also outfeeds its counts
+                                         (struct tpu_build_shape.train_counts) */
     /* host time */
     enum tpu_host_time host_time;
     double modeled_launch_us;         /* per launch */
@@ -168,6 +173,17 @@ struct tpu_build_shape {
     struct tpu_partition_dims dims[2]; /* input_partition_dims: dims[0] the features (x),
                                           dims[1] the labels (labels, or an mse model's
                                           targets and mask) */
+    /* Training only (run config's sample_weights): after the labels (or an MSE model's
+     * targets and mask) the program infeeds row weights f32 [B][1]. The loss is the sum over
+     * the replica's rows of w_i * loss_i, the gradient of row i is w_i times its unscaled
+     * gradient, with no 1 / (B * R) factor: the input function's weights carry the scale
+     * (Keras: w_i = sample_weight_i / real rows of the global batch), and padding rows weigh
+     * 0, so a partial batch trains on its real rows. With every w_i = 1 / (B * R) the
+     * params after a step are bit-identical to the unweighted program's. */
+    bool weighted;
+    /* Training only (run config's train_counts): the program also outfeeds [1][2] counts
+     * (correct, real rows), after the loss, as evaluation does (an MSE model: (0, real)). */
+    bool train_counts;
 };
 
 /* How a param is cut over the cores of a replica (model parallelism). */
@@ -271,10 +287,25 @@ struct tpu_loop_info {
     double log_steps_per_s;        /* when log_due: the global steps since the last line over
                                       the simulated time since (host phases included), the
                                       rate TPUEstimator's line shows */
+    /* Sums over this loop's steps, in every mode (Keras's running metrics are their sums
+     * over the loops of a pass). NaN / 0 where the mode has none (predict: real_examples
+     * only). */
+    uint64_t pass_steps;           /* steps of this pass so far, this loop's included */
+    uint64_t real_examples;        /* real rows (a partial batch counts its real rows) */
+    double loss_sum;               /* train: each step's global loss times its real rows;
+                                      eval: the outfed per-example loss sums */
+    double correct;                /* train with train_counts, eval: correct predictions
+                                      (NaN without counts or for an MSE model) */
 };
 
 struct tpu_hook {
     void *ctx;
+    /* Optional (may be NULL): before every loop's launch (the caller's thread), in every
+     * mode: the global step before the loop, the index in this pass (this train, evaluate or
+     * predict call) of the loop's first step, and the steps the loop will run. Non-zero
+     * stops the run with that error. */
+    int (*before_loop)(void *ctx, enum tpu_mode mode, uint64_t global_step,
+                       uint64_t pass_step, uint64_t steps, struct tpu_diag *d);
     /* After every loop (the caller's thread). Non-zero stops the run with that error. */
     int (*after_loop)(void *ctx, const struct tpu_loop_info *info, struct tpu_diag *d);
     /* Every host_call_every_n_steps global steps, with replica 0's loss at that step (the
@@ -352,6 +383,23 @@ int tpu_estimator_check_mode(const struct tpu_estimator *est, enum tpu_mode mode
 void tpu_estimator_request_stop(struct tpu_estimator *est);
 
 uint64_t tpu_estimator_global_step(const struct tpu_estimator *est);
+
+/* Between calls: takes a new run configuration that may differ from the current one only in
+ * the batch sizes, iterations_per_loop (a count, a time or auto, and the tuner),
+ * sample_weights, train_counts, log_step_count_steps, save_checkpoints_steps and
+ * host_call_every_n_steps; any other difference is TPU_EINVAL naming the field. Checked as
+ * tpu_estimator_create checks (before any work); a mode whose program's shape changed is
+ * rebuilt at its next call, with the params carried over. */
+int tpu_estimator_reconfigure(struct tpu_estimator *est, const struct tpu_run_config *cfg,
+                              struct tpu_diag *d);
+
+/* The learning rate of a train program built with the host schedule (net.h
+ * TPU_SCHEDULE_HOST): set between calls; the next loop and every later one use it (kept
+ * across program loads) until set again. TPU_EUNSUPPORTED, naming the schedule and the fix,
+ * for a program without one. get gives the rate in force. */
+int tpu_estimator_set_learning_rate(struct tpu_estimator *est, float lr, struct tpu_diag *d);
+int tpu_estimator_get_learning_rate(const struct tpu_estimator *est, float *lr,
+                                    struct tpu_diag *d);
 /* The tuner that sized the launches of `mode` (iterations_per_loop auto, or a time per
  * launch), or NULL for a fixed count or a mode that has not run. The estimator owns it; read
  * it with tune.h's getters between calls (its size is where the next call starts). */
