@@ -158,7 +158,17 @@ int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_d
         tpu_logs_set(&ordered, name, tpu_logs_get(logs, name));
     }
     *logs = ordered;
-    return tpu__keras_callbacks(m, cbs, n_cbs, TPU__CB_TEST_END, 0, logs, d);
+    return tpu__keras_callbacks(m, cbs, n_cbs, TPU__CB_TEST_END, 0, &ordered, d);
+}
+
+/* the batches of an evaluate or predict call: 0 when unknown (an input function without
+ * steps) */
+static uint64_t call_steps(const struct tpu_keras_data *data, uint32_t batch, uint64_t steps)
+{
+    if (!data->arrays)
+        return steps;
+    const uint64_t all = (data->arrays->n_examples + (uint64_t)batch - 1) / batch;
+    return steps && steps < all ? steps : all;
 }
 
 static int check_evaluate(const struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,
@@ -195,6 +205,9 @@ int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluat
     int rc = check_evaluate(m, e, "evaluate", TPU_MODE_EVAL, batch, d);
     if (rc)
         return rc;
+    tpu__keras_set_params(e->callbacks, e->n_callbacks,
+                          tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
+                          call_steps(&e->data, batch, e->steps));
     return tpu__keras_evaluate_data(m, &e->data, batch, e->steps, e->callbacks, e->n_callbacks,
                                     logs, d);
 }
@@ -225,6 +238,9 @@ int tpu_keras_predict(struct tpu_keras_model *m, const struct tpu_keras_evaluate
     struct rows r = {0};
     struct tpu__keras_run run = {.mode = TPU_MODE_PREDICT, .cbs = e->callbacks,
                                  .n_cbs = e->n_callbacks};
+    tpu__keras_set_params(e->callbacks, e->n_callbacks,
+                          tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
+                          call_steps(&e->data, batch, e->steps));
     rc = tpu__keras_callbacks(m, e->callbacks, e->n_callbacks, TPU__CB_PREDICT_BEGIN, 0, NULL,
                               d);
     if (!rc)

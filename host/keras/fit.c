@@ -218,6 +218,8 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
     struct tpu_logs last_logs = {0};
     bool insufficient = false;
     uint64_t inferred = epoch_steps; /* 0: not known yet */
+    tpu__keras_set_params(f->callbacks, f->n_callbacks,
+                          tpu__keras_verbose(f->verbose, f->out_is_tty), f->epochs, epoch_steps);
     rc = tpu__keras_callbacks(m, f->callbacks, f->n_callbacks, TPU__CB_TRAIN_BEGIN, 0, NULL, d);
     for (uint64_t epoch = f->initial_epoch; !rc && epoch < f->epochs && !insufficient;
          epoch++) {
@@ -298,11 +300,13 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
                 tpu_logs_set(&logs, name, vlogs.value[i]);
             }
         }
-        history->epochs[history->n_epochs++] = logs;
-        last_logs = logs;
+        /* the callbacks may add to the epoch's logs (a LearningRateScheduler's "lr"); the
+         * History records them as the callbacks leave them */
         if ((rc = tpu__keras_callbacks(m, f->callbacks, f->n_callbacks, TPU__CB_EPOCH_END,
                                        epoch, &logs, d)))
             break;
+        history->epochs[history->n_epochs++] = logs;
+        last_logs = logs;
         if (m->stop_training)
             break;
     }

@@ -238,6 +238,19 @@ void tpu_keras_stop_training(struct tpu_keras_model *m)
         m->stop_training = true;
 }
 
+bool tpu_keras_stop_training_requested(const struct tpu_keras_model *m)
+{
+    return m && m->stop_training;
+}
+
+double tpu_keras_model_seconds(const struct tpu_keras_model *m)
+{
+    if (!m)
+        return 0.0;
+    const struct tpu_loop_info *li = tpu_estimator_last_info(m->est);
+    return li && li->total_seconds > m->seconds ? li->total_seconds : m->seconds;
+}
+
 int tpu_keras_get_learning_rate(const struct tpu_keras_model *m, float *lr)
 {
     struct tpu_diag d = {0};
@@ -353,11 +366,25 @@ static const char *const hook_names[] = {
     "on_test_batch_end", "on_predict_begin", "on_predict_end", "on_predict_batch_begin",
     "on_predict_batch_end"};
 
-int tpu__keras_callbacks(struct tpu_keras_model *m, const struct tpu_callback *cbs, size_t n,
-                         enum tpu__keras_hook hook, uint64_t index,
-                         const struct tpu_logs *logs, struct tpu_diag *d)
+void tpu__keras_set_params(const struct tpu_callback *cbs, size_t n, int verbose,
+                           uint64_t epochs, uint64_t steps)
 {
-    static const struct tpu_logs empty;
+    const struct tpu_keras_params p = {.verbose = verbose, .epochs = epochs, .steps = steps};
+    for (size_t i = 0; i < n; i++)
+        if (cbs[i].set_params)
+            cbs[i].set_params(cbs[i].ctx, &p);
+}
+
+int tpu__keras_verbose(int verbose, bool is_tty)
+{
+    return verbose == -1 ? (is_tty ? 1 : 2) : verbose;
+}
+
+int tpu__keras_callbacks(struct tpu_keras_model *m, const struct tpu_callback *cbs, size_t n,
+                         enum tpu__keras_hook hook, uint64_t index, struct tpu_logs *logs,
+                         struct tpu_diag *d)
+{
+    struct tpu_logs empty = {0};
     if (!logs)
         logs = &empty;
     for (size_t i = 0; i < n; i++) {
@@ -415,6 +442,8 @@ static int hook_after_loop(void *ctx, const struct tpu_loop_info *info, struct t
 {
     struct tpu_keras_model *m = ctx;
     struct tpu__keras_run *run = m->run;
+    if (info->total_seconds > m->seconds)
+        m->seconds = info->total_seconds;
     if (!run || run->mode != info->mode || info->steps == 0)
         return 0;
     run->steps = info->pass_steps;
@@ -426,8 +455,9 @@ static int hook_after_loop(void *ctx, const struct tpu_loop_info *info, struct t
     tpu__keras_run_logs(m, run);
     static const enum tpu__keras_hook end[] = {TPU__CB_TRAIN_BATCH_END, TPU__CB_TEST_BATCH_END,
                                                TPU__CB_PREDICT_BATCH_END};
+    struct tpu_logs logs = run->logs; /* the callbacks' copy */
     int rc = tpu__keras_callbacks(m, run->cbs, run->n_cbs, end[info->mode],
-                                  info->pass_steps - 1, &run->logs, d);
+                                  info->pass_steps - 1, &logs, d);
     if (rc)
         return rc;
     if (info->mode == TPU_MODE_TRAIN && m->stop_training) {

@@ -77,6 +77,7 @@ struct tpu_keras_model {
     struct tpu_run_config cfg;      /* the estimator's current configuration */
     uint32_t n_replicas;
     bool stop_training;
+    double seconds;                 /* the simulated clock (tpu_keras_model_seconds) */
     struct tpu__keras_run *run;     /* the call in progress (NULL between calls) */
 };
 
@@ -103,8 +104,13 @@ enum tpu__keras_hook {
     TPU__CB_PREDICT_END, TPU__CB_PREDICT_BATCH_BEGIN, TPU__CB_PREDICT_BATCH_END
 };
 int tpu__keras_callbacks(struct tpu_keras_model *m, const struct tpu_callback *cbs, size_t n,
-                         enum tpu__keras_hook hook, uint64_t index,
-                         const struct tpu_logs *logs, struct tpu_diag *d);
+                         enum tpu__keras_hook hook, uint64_t index, struct tpu_logs *logs,
+                         struct tpu_diag *d);
+/* Keras's set_params on each callback (those that have one). */
+void tpu__keras_set_params(const struct tpu_callback *cbs, size_t n, int verbose,
+                           uint64_t epochs, uint64_t steps);
+/* verbose -1 ('auto'): 1 on a terminal, else 2 */
+int tpu__keras_verbose(int verbose, bool is_tty);
 
 /* Checks a struct tpu_keras_data for `what` ("fit", "evaluate", "validation_data"): exactly
  * one of arrays and input, the arrays' shape and kind against the model. */
