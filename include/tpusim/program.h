@@ -93,6 +93,22 @@
  *                                         target) / K on real rows, 0 on padding
  *   count_rows out y; in labels           y [1][2] f32 = (0, rows with label >= 0): the
  *                                         evaluation counts of a regression model
+ *   Weighted losses (training with per-row sample weights): the weights f32 [rows][1] take
+ *   the place of alpha, row by row, and the ops have no attributes.
+ *   softmax_xent_w out loss, dlogits; in logits, labels, weights
+ *                                         loss [1][1] = sum over rows with label >= 0 of
+ *                                         weights[i] * -log softmax(logits)[label]; dlogits
+ *                                         row i = weights[i] * (softmax - onehot), 0 on
+ *                                         padding. The product is the very float operation
+ *                                         softmax_xent's alpha multiply is, so weights all
+ *                                         equal to alpha give softmax_xent's dlogits bit for
+ *                                         bit (the loss differs: alpha multiplies the sum)
+ *   mse_w    out loss, dpred; in pred, target, mask, weights
+ *                                         loss [1][1] = sum over real rows (mask >= 0) of
+ *                                         weights[i] * the row's mean over k of (pred -
+ *                                         target)^2; dpred row i = ((weights[i] * 2) / K) *
+ *                                         (pred - target), 0 on padding: with weights all
+ *                                         equal to alpha, mse's dpred bit for bit
  *   dropout_mask out mask (no inputs)     mask = 1 / (1 - alpha) where u >= alpha, else 0
  *                                         (alpha the rate, in [0, 1)); u in [0, 1) a hash of
  *                                         (imm = the seed, variable `var` = the step, the
@@ -334,7 +350,12 @@ enum tpu_buf_kind {
     X(HALO_GRAD, "halo_grad", OPERANDS, 1, 1, ("dx", "dy"), NONE, 0, HALO, TPU_ATTR_WINDOW,        \
       TPU_ATTR_WINDOW, ICI, 0, chip)                                                               \
     X(ROW_MASK, "row_mask", OPERANDS, 1, 0, ("y"), NONE, 0, ROW_MASK, TPU_ATTR_WINDOW,             \
-      TPU_ATTR_WINDOW, VPU, 1, row_mask)
+      TPU_ATTR_WINDOW, VPU, 1, row_mask)                                                           \
+    X(SOFTMAX_XENT_W, "softmax_xent_w", OPERANDS, 2, 3,                                            \
+      ("loss", "dlogits", "logits", "labels", "weights"), NONE, 0, SOFTMAX_XENT, 0, 0, VPU, 10,    \
+      softmax_xent)                                                                                \
+    X(MSE_W, "mse_w", OPERANDS, 2, 4, ("loss", "dpred", "pred", "target", "mask", "weights"),      \
+      NONE, 0, MSE, 0, 0, VPU, 5, mse)
 
 enum tpu_opcode {
 #define TPU__OP_ENUM(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required,       \
@@ -346,7 +367,7 @@ enum tpu_opcode {
 };
 
 #define TPU_OP_MAX_OUT 3
-#define TPU_OP_MAX_IN 3
+#define TPU_OP_MAX_IN 4
 #define TPU_NO_BUF UINT32_MAX
 
 enum tpu_reduce_kind {

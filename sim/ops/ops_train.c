@@ -30,6 +30,11 @@
  *                 loss = alpha * total
  *               (alpha is usually 1 / global batch size for a mean.) dlogits may be the
  *               logits buffer: each row's x[l] and max are read before the row is written.
+ * softmax_xent_w  as softmax_xent with a third input, weights f32 [rows][1] (w), whose
+ *               w[i] takes alpha's place in row i: dlogits[j] = w[i] * p[j] (the same
+ *               multiply, so w[i] == alpha gives softmax_xent's bits), and
+ *                 total = total + w[i] * row_loss for each non-padding row in order
+ *                 loss = total
  * classify_count  out y [1][2]; in logits [rows][cols], labels int32 [rows][1].
  *               y = (number of rows whose prediction equals their label, number of rows
  *               with label >= 0), as floats (exact up to 2^24 rows). The prediction is the
@@ -98,15 +103,18 @@ int tpu__ops_softmax_xent(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *loss = &bufs[op->out[0]], *dl = &bufs[op->out[1]];
     const struct tpu__bufmem *x = &bufs[op->in[0]], *lab = &bufs[op->in[1]];
+    const bool weighted = op->code == TPU_OP_SOFTMAX_XENT_W;
     int rc = tpu__ops_check_buf(d, op, "loss", loss, TPU_F32, 1, 1);
     if (!rc)
         rc = tpu__ops_check_buf(d, op, "dlogits", dl, TPU_F32, x->rows, x->cols);
     if (!rc)
         rc = check_logits_labels(op, x, lab, d);
+    if (!rc && weighted)
+        rc = tpu__ops_check_buf(d, op, "weights", &bufs[op->in[2]], TPU_F32, x->rows, 1);
     if (rc)
         return rc;
     const size_t rows = x->rows, cols = x->cols;
-    const float alpha = op->attrs.alpha;
+    const float *wv = weighted ? bufs[op->in[2]].data : NULL; /* [rows][1] */
     const float *xv = x->data;       /* [rows][cols] */
     const int32_t *lv = lab->data;   /* [rows][1] */
     float *gv = dl->data;            /* [rows][cols] */
@@ -130,14 +138,17 @@ int tpu__ops_softmax_xent(const struct tpu_op *op, const struct tpu__op_ctx *cx,
             g[j] = e; /* e[j], kept in the output row */
             s = s + e;
         }
-        total = total + (logf(s) - dlab);
+        /* the row's scale: alpha, or (softmax_xent_w) the row's weight */
+        const float alpha = wv ? wv[i] : op->attrs.alpha;
+        const float row_loss = logf(s) - dlab;
+        total = total + (wv ? alpha * row_loss : row_loss);
         for (size_t j = 0; j < cols; j++)
             g[j] = g[j] / s;
         g[l] = g[l] - 1.0f;
         for (size_t j = 0; j < cols; j++)
             g[j] = alpha * g[j];
     }
-    *(float *)loss->data = alpha * total;
+    *(float *)loss->data = wv ? total : op->attrs.alpha * total;
     return 0;
 }
 

@@ -6,7 +6,7 @@
  *
  * Rules
  *   T9  mse: pred and target f32 [B, K] of one shape; mask int32 [B, 1] (< 0 marks a padding
- *       row); loss f32 [1, 1]; dpred f32 [B, K].
+ *       row); loss f32 [1, 1]; dpred f32 [B, K]. mse_w also weights f32 [B, 1].
  *   T10 count_rows: labels int32 [B, 1]; y f32 [1, 2].
  *   T11 dropout_mask: mask f32 (any shape); the rate alpha in [0, 1); its step variable is
  *       not the loop's trip-count variable (the mask would repeat at every step). With a
@@ -75,6 +75,8 @@ static int check_mse(struct tcheck *t)
         rc = need(t, "output loss", op->out[0], TPU_F32, 1, 1, "the loss is a scalar");
     if (!rc)
         rc = need(t, "output dpred", op->out[1], TPU_F32, b, k, "the shape of pred");
+    if (!rc && op->code == TPU_OP_MSE_W)
+        rc = need(t, "input weights", op->in[3], TPU_F32, b, 1, "one weight per row of pred");
     return rc;
 }
 
