@@ -3,7 +3,9 @@
  * counts outfed after the loss) and the infeed tensors the net model reports; and, on the
  * chip, the exactness rule: with every weight 1 / (B * R) the params after several steps are
  * bit-identical to the unweighted program's, and the training counts equal what the
- * evaluation program counts on the same batch with the same params.
+ * evaluation program counts on the same batch with the same params. Also the spec's
+ * schedule host: the train program's "learning_rate" variable, read by every optimizer op,
+ * on the chip bit for bit the constant-rate program at the rate the variable holds.
  *
  * The chip runs: the tiny preset, 2 cores as 2 replicas of one core, programs driven through
  * the device API (one launch per step, a feeder thread for the infeed queues of 2 entries). */
@@ -534,6 +536,160 @@ static void test_weights_matter(void **state)
     tpu_net_destroy(&net);
 }
 
+/* ---- the host-set learning rate (schedule host) ----------------------------------------------- */
+
+static void test_host_schedule_lowering(void **state)
+{
+    (void)state;
+    struct tpu_net *net = small_net(TPU_LOSS_SOFTMAX_XENT);
+    const struct tpu_build_shape sh = shape_of(false, false);
+    for (int o = TPU_OPT_SGD_MOMENTUM; o <= TPU_OPT_ADAMW; o++) {
+        struct tpu_train_spec sp;
+        tpu_train_spec_default(&sp);
+        sp.optimizer = (enum tpu_optimizer)o;
+        sp.schedule = TPU_SCHEDULE_HOST;
+        sp.learning_rate = 0.02f;
+        struct tpu_diag d = {0};
+        ok(tpu_train_spec_check(&sp, &d), &d);
+        struct tpu_model_program mp = build(net, &sp, TPU_MODE_TRAIN, &sh);
+        uint32_t lr = 0;
+        assert_int_equal(tpu_program_find_var(mp.prog, "learning_rate", &lr), 0);
+        assert_int_equal(tpu_program_n_vars(mp.prog), 3);
+        unsigned updates = 0;
+        for (size_t i = 0; i < tpu_program_n_ops(mp.prog); i++) {
+            const struct tpu_op *op = tpu_program_op(mp.prog, i);
+            if (!(tpu_opcode_attrs(op->code) & TPU_ATTR_SCHEDULE))
+                continue;
+            updates++;
+            assert_int_equal(op->attrs.schedule, TPU_SCHEDULE_HOST);
+            assert_int_equal(op->attrs.lr_var, lr);
+            assert_true(op->attrs.alpha == 0.02f);
+            assert_int_equal(op->attrs.decay_steps, 0);
+            if (op->code == TPU_OP_SGD_MOMENTUM)
+                assert_int_equal(op->attrs.var, 0); /* no step schedule to follow */
+            else
+                assert_int_equal(op->attrs.var, mp.var_step);
+        }
+        assert_int_equal(updates, 4); /* two dense layers' kernel and bias */
+        char *t = text_of(mp.prog);
+        assert_non_null(strstr(t, " schedule=host lr_var=learning_rate\n"));
+        free(t);
+        tpu_program_destroy(&mp.prog);
+        /* evaluation and prediction have no optimizer, so no rate variable */
+        for (int mode = TPU_MODE_EVAL; mode <= TPU_MODE_PREDICT; mode++) {
+            mp = build(net, &sp, (enum tpu_mode)mode, &sh);
+            assert_int_equal(tpu_program_find_var(mp.prog, "learning_rate", &lr), TPU_ENOTFOUND);
+            tpu_program_destroy(&mp.prog);
+        }
+    }
+    tpu_net_destroy(&net);
+}
+
+/* Params of dst := src's (every core), and the step variable. */
+static void copy_state(struct tpu_device *dst, const struct tpu_model_program *md,
+                       const struct tpu_device *src, const struct tpu_model_program *ms)
+{
+    assert_int_equal(md->n_params, ms->n_params);
+    struct tpu_diag d = {0};
+    for (uint32_t i = 0; i < ms->n_params; i++) {
+        const size_t bytes = tpu_buffer_bytes(bufd(ms, ms->params[i]));
+        assert_int_equal(bytes, tpu_buffer_bytes(bufd(md, md->params[i])));
+        void *v = malloc(bytes);
+        assert_non_null(v);
+        for (uint32_t c = 0; c < R; c++) {
+            ok(tpu_device_read(src, c, ms->params[i], v, bytes, &d), &d);
+            ok(tpu_device_write(dst, c, md->params[i], v, bytes, &d), &d);
+        }
+        free(v);
+    }
+    ok(tpu_device_set_var(dst, md->var_step, tpu_device_get_var(src, 0, ms->var_step)), &d);
+    assert_true(tpu_device_get_var(dst, 1, md->var_step) > 0);
+}
+
+static void expect_same_params(const struct tpu_device *da, const struct tpu_model_program *a,
+                               const struct tpu_device *db, const struct tpu_model_program *b,
+                               const char *when)
+{
+    struct tpu_diag d = {0};
+    for (uint32_t i = 0; i < a->n_params; i++) {
+        const struct tpu_buffer_desc *pd = bufd(a, a->params[i]);
+        const size_t n = (size_t)pd->rows * pd->cols;
+        float *va = malloc(n * 4), *vb = malloc(n * 4);
+        assert_true(va && vb);
+        for (uint32_t c = 0; c < R; c++) {
+            ok(tpu_device_read(da, c, a->params[i], va, n * 4, &d), &d);
+            ok(tpu_device_read(db, c, b->params[i], vb, n * 4, &d), &d);
+            char what[96];
+            snprintf(what, sizeof what, "%s: core %u param %s", when, c, pd->name);
+            expect_same(va, vb, n, what);
+        }
+        free(va);
+        free(vb);
+    }
+}
+
+/* On the chip: with no rate set the host program trains as the constant program at the
+ * spec's rate; after the host sets 0.01 in "learning_rate" (kept across launches) it trains
+ * as the constant program at 0.01, bit for bit (Adam: the step counter carries on). */
+static void test_host_rate_on_chip(void **state)
+{
+    (void)state;
+    struct tpu_net *net = small_net(TPU_LOSS_SOFTMAX_XENT);
+    struct tpu_train_spec sh_spec, c1_spec, c2_spec;
+    tpu_train_spec_default(&sh_spec);
+    sh_spec.passes = 3;
+    sh_spec.learning_rate = 0.05f;
+    c1_spec = c2_spec = sh_spec;
+    sh_spec.schedule = TPU_SCHEDULE_HOST;
+    c2_spec.learning_rate = 0.01f;
+    const struct tpu_build_shape sh = shape_of(false, false);
+    struct tpu_model_program h = build(net, &sh_spec, TPU_MODE_TRAIN, &sh);
+    struct tpu_model_program c1 = build(net, &c1_spec, TPU_MODE_TRAIN, &sh);
+    struct tpu_model_program c2 = build(net, &c2_spec, TPU_MODE_TRAIN, &sh);
+    struct tpu_device *dh = open_loaded(&h), *d1 = open_loaded(&c1), *d2 = open_loaded(&c2);
+    uint32_t lr = 0;
+    assert_int_equal(tpu_program_find_var(h.prog, "learning_rate", &lr), 0);
+    struct rng r = {4242};
+    struct batch *bt = malloc(sizeof *bt);
+    assert_non_null(bt);
+    for (int s = 0; s < 4; s++) {
+        make_batch(bt, &r, s, 0.0f);
+        const void *t[R][4];
+        tensors_of(bt, TPU_LOSS_SOFTMAX_XENT, false, t);
+        float o1[R][2][2], o2[R][2][2];
+        if (s == 2) { /* the host sets a rate; the constant program at that rate takes over */
+            copy_state(d2, &c2, d1, &c1);
+            struct tpu_diag dv = {0, ""};
+            ok(tpu_device_set_var(dh, lr, tpu_lr_host_bits(0.01f)), &dv);
+        }
+        step(dh, &h, t, o1);
+        step(s < 2 ? d1 : d2, s < 2 ? &c1 : &c2, t, o2);
+        if (s >= 2) /* the constant program at 0.05 goes on, for the check below */
+            step(d1, &c1, t, o2);
+        char when[32];
+        snprintf(when, sizeof when, "step %d", s);
+        expect_same_params(dh, &h, s < 2 ? d1 : d2, s < 2 ? &c1 : &c2, when);
+    }
+    /* the rate mattered: the constant program at 0.05 throughout ends elsewhere */
+    const size_t bytes = tpu_buffer_bytes(bufd(&h, h.params[0]));
+    float *vh = malloc(bytes), *v1 = malloc(bytes);
+    assert_true(vh && v1);
+    struct tpu_diag d = {0};
+    ok(tpu_device_read(dh, 0, h.params[0], vh, bytes, &d), &d);
+    ok(tpu_device_read(d1, 0, c1.params[0], v1, bytes, &d), &d);
+    assert_memory_not_equal(vh, v1, bytes);
+    free(vh);
+    free(v1);
+    free(bt);
+    tpu_device_close(&dh);
+    tpu_device_close(&d1);
+    tpu_device_close(&d2);
+    tpu_program_destroy(&h.prog);
+    tpu_program_destroy(&c1.prog);
+    tpu_program_destroy(&c2.prog);
+    tpu_net_destroy(&net);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -546,6 +702,8 @@ int main(void)
         cmocka_unit_test(test_bit_identity_xent_adam),
         cmocka_unit_test(test_bit_identity_mse_adamw),
         cmocka_unit_test(test_weights_matter),
+        cmocka_unit_test(test_host_schedule_lowering),
+        cmocka_unit_test(test_host_rate_on_chip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

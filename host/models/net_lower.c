@@ -54,7 +54,10 @@
  * Then each param gradient is all_reduce'd (sum: the 1 / (B * R) in the loss makes it the
  * gradient of the mean loss), `step` advances, and the optimizer updates each trainable param
  * (l2 on kernels only; AdamW decays every trainable param, as Keras's default). Batch norm's
- * moving statistics are params without an optimizer.
+ * moving statistics are params without an optimizer. With the spec's schedule host, the
+ * training program declares a third variable, "learning_rate", and every optimizer op reads
+ * its rate from it (schedule=host lr_var=learning_rate; alpha, the spec's rate, while the
+ * host has set none).
  *
  * Params: in layer order <layer>.kernel, .bias, .gamma, .beta, .moving_mean,
  * .moving_variance; training adds the optimizer state after them (<param>.vel, or .m and .v).
@@ -194,7 +197,10 @@ static void optimizer_update(struct lower *s, uint32_t i, int k)
     const struct lw *w = &s->lw[i];
     struct tpu_op_attrs at = tpu__nl_attrs0();
     at.alpha = sp->learning_rate;
-    if (sp->schedule != TPU_SCHEDULE_CONSTANT) {
+    if (sp->schedule == TPU_SCHEDULE_HOST) {
+        at.schedule = (int32_t)sp->schedule;
+        at.lr_var = s->var_lr;
+    } else if (sp->schedule != TPU_SCHEDULE_CONSTANT) {
         at.schedule = (int32_t)sp->schedule;
         at.warmup = sp->warmup_steps;
         at.decay_steps = sp->decay_steps;
@@ -498,6 +504,8 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     char pname[64];
     snprintf(pname, sizeof pname, "%s_%s", net->name, mode_name[mode]);
     if (!tpu__b_start(&s.b, pname, &s.r->var_iterations, &s.r->var_step)) {
+        if (s.train && spec->schedule == TPU_SCHEDULE_HOST) /* the rate the host sets */
+            s.b.rc = tpu_program_add_var(s.b.p, "learning_rate", &s.var_lr, d);
         declare_params(&s);
         lower_step(&s);
         s.b.tag = TPU_NET_OP_STEP;

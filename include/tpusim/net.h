@@ -194,7 +194,11 @@ struct tpu_train_spec {
     float beta1, beta2, epsilon;     /* Adam, AdamW */
     float weight_decay;              /* AdamW's decoupled decay (Keras default 0.004) */
     float l2;                        /* SGD and Adam: decay added to the gradients */
-    enum tpu_lr_schedule schedule;   /* program.h's: constant, step or cosine */
+    enum tpu_lr_schedule schedule;   /* program.h's: constant, step, cosine, or host: the
+                                        train program declares variable "learning_rate"
+                                        and its optimizers take their rate from it (the
+                                        runtime's tpu_estimator_set_learning_rate;
+                                        learning_rate until one is set) */
     uint32_t warmup_steps, decay_steps;
     float decay_rate;
     uint64_t seed;                   /* the dropout masks' seed, mixed with each dropout

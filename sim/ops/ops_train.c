@@ -13,7 +13,9 @@
  * everywhere, so sgd_momentum, adam and adamw with the constant schedule are bit-exact on
  * any IEEE host (a cosine schedule's rate uses the C library's cos).
  *
- * Learning rate. lr = alpha for schedule=constant (the variable is not read); otherwise
+ * Learning rate. lr = alpha for schedule=constant (the variable is not read); for
+ * schedule=host lr = tpu_lr_host_value(attrs, vars[lr_var]) (the f32 in the variable's low
+ * 32 bits, alpha while they are 0; not finite is TPU_ERANGE); otherwise
  * lr = tpu_lr_schedule_value(attrs, t), t = vars[var] (t < 1 is TPU_ERANGE), once per op.
  *
  * softmax_xent  out loss [1][1], dlogits [rows][cols]; in logits [rows][cols] (x),
@@ -199,13 +201,24 @@ static int check_state(const struct tpu_op *op, struct tpu__bufmem *bufs, unsign
     return rc;
 }
 
-/* The op's learning rate (the header comment): alpha, or the schedule's value at the step
- * variable, which must be at least 1. */
+/* The op's learning rate (the header comment): alpha, the host's rate in lr_var, or the
+ * schedule's value at the step variable, which must be at least 1. */
 static int learning_rate(const struct tpu_op *op, const int64_t *vars, float *lr,
                          struct tpu_diag *d)
 {
     if (op->attrs.schedule == TPU_SCHEDULE_CONSTANT) {
         *lr = op->attrs.alpha;
+        return 0;
+    }
+    if (op->attrs.schedule == TPU_SCHEDULE_HOST) {
+        *lr = tpu_lr_host_value(&op->attrs, vars[op->attrs.lr_var]);
+        if (!isfinite(*lr))
+            return tpu__fail(d, TPU_ERANGE,
+                             "%s: the learning rate in variable %u (schedule=host) is %g; it "
+                             "must be a finite number: set it with tpu_lr_host_bits of the "
+                             "rate",
+                             tpu_opcode_name(op->code), (unsigned)op->attrs.lr_var,
+                             (double)*lr);
         return 0;
     }
     const int64_t t = vars[op->attrs.var];

@@ -1,7 +1,8 @@
 /* The training ops of regression models and regularization that one core computes: the
  * mean-squared-error loss and its gradient (also with row weights), the labelled-row count, and the dropout mask;
- * and the two public value functions the ops and the host share: the learning-rate schedule
- * (tpu_lr_schedule_value) and one element of a dropout mask (tpu_dropout_mask_value). Not
+ * and the public value functions the ops and the host share: the learning-rate schedule
+ * (tpu_lr_schedule_value), the host-set rate's variable (tpu_lr_host_value and
+ * tpu_lr_host_bits) and one element of a dropout mask (tpu_dropout_mask_value). Not
  * softmax_xent, classify_count or the optimizers themselves (ops_train.c), and not timing.
  *
  * Arithmetic is IEEE-754 binary32, round to nearest even, one rounding per operation as
@@ -39,6 +40,7 @@
  * depends only on its arguments, so it is the same for any thread count, order or resume
  * point, and the kept fraction is 1 - rate to within 2^-24 in expectation. */
 #include <math.h>
+#include <string.h>
 
 #include "ops_int.h"
 #include "rng.h"
@@ -62,6 +64,24 @@ float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var)
     const double pi = 3.14159265358979323846;
     const double c = 0.5 * (1.0 + cos(pi * x / n));
     return (float)(alpha * (rate + (1.0 - rate) * c));
+}
+
+float tpu_lr_host_value(const struct tpu_op_attrs *a, int64_t lr_var_value)
+{
+    const uint32_t bits = (uint32_t)((uint64_t)lr_var_value & 0xffffffffu);
+    if (bits == 0)
+        return a->alpha;
+    float lr;
+    memcpy(&lr, &bits, sizeof lr);
+    return lr;
+}
+
+int64_t tpu_lr_host_bits(float lr)
+{
+    uint32_t bits;
+    memcpy(&bits, &lr, sizeof bits);
+    /* +0's bits would read as "no rate set": -0 is the same rate (p - -0 * v = p - 0) */
+    return (int64_t)(bits ? bits : 0x80000000u);
 }
 
 float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint64_t index, float rate)

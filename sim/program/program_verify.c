@@ -210,6 +210,8 @@ static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_att
         return *tpu__text_attr_uint32(&c, ad) != 0;
     case TPU__TA_VAR:
         return c.var != 0;
+    case TPU__TA_LR_VAR:
+        return c.lr_var != 0;
     case TPU__TA_IMM:
         return c.imm != 0;
     case TPU__TA_FLOAT: {

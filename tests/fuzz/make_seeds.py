@@ -213,6 +213,7 @@ outfeed dx
 """,
     'weighted.tpuprog': """program weighted
 var step
+var learning_rate
 param w: f32[8, 4]
 param v: f32[8, 4]
 temp x: f32[2, 8]
@@ -232,7 +233,7 @@ loss, dlogits = softmax_xent_w logits, labels, weights
 loss2, dpred = mse_w logits, logits, labels, weights
 g = matmul x, dlogits trans_a
 var_add step 1
-w, v = sgd_momentum g alpha=0.1 beta=0.9
+w, v = sgd_momentum g alpha=0.1 beta=0.9 schedule=host lr_var=learning_rate
 outfeed loss
 """,
     'bad_syntax.tpuprog': """program bad
