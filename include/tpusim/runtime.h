@@ -235,8 +235,11 @@ struct tpu_model {
      * The runtime needs it for input_partition_dims (dims[0] applies to out[0], the
      * features; dims[1] to the others, the labels, or the targets and mask of an MSE
      * model), to check the dims' ranks against the tensors' and to cut each tensor into the
-     * slices of a replica's logical cores. Without it a run takes no input_partition_dims. */
-    int (*infeed_shapes)(void *ctx, enum tpu_mode mode, uint32_t *n,
+     * slices of a replica's logical cores. Without it a run takes no input_partition_dims.
+     * `weighted` says the program is built with struct tpu_build_shape.weighted (training
+     * with sample_weights): the model then lists its row weights too, after the labels
+     * (or the targets and mask), "weights" of rank 1, dims [1]; dims[1] applies to them. */
+    int (*infeed_shapes)(void *ctx, enum tpu_mode mode, bool weighted, uint32_t *n,
                          struct tpu_infeed_shape out[4], struct tpu_diag *d);
 };
 
