@@ -24,6 +24,7 @@
 #include "expect_same_bits.h"
 #include "net_build.h"
 #include "tpusim/device.h"
+#include "tpusim/models.h"
 #include "tpusim/net.h"
 #include "tpusim/program.h"
 #include "tpusim/runtime.h"
@@ -536,6 +537,43 @@ static void test_weights_matter(void **state)
     tpu_net_destroy(&net);
 }
 
+/* The MLP model (models.h) builds its weighted or counting training program through the
+ * layer graph's lowering; without the flags its program is mlp.c's, unchanged. */
+static void test_mlp_model_flags(void **state)
+{
+    (void)state;
+    struct tpu_mlp_spec spec;
+    tpu_mlp_default_spec(&spec);
+    spec.n_layers = 2;
+    spec.sizes[0] = IN;
+    spec.sizes[1] = 8;
+    spec.sizes[2] = K;
+    struct tpu_model m;
+    tpu_mlp_model(&m, &spec);
+    struct tpu_diag d = {0};
+    const struct tpu_build_shape plain = shape_of(false, false), wsh = shape_of(true, true);
+    struct tpu_model_program a, b;
+    ok(m.build(m.ctx, TPU_MODE_TRAIN, &plain, &a, &d), &d);
+    ok(m.build(m.ctx, TPU_MODE_TRAIN, &wsh, &b, &d), &d);
+    ok(tpu_program_verify(b.prog, NULL, &d), &d);
+    assert_int_equal(a.n_infeed, 2);
+    assert_int_equal(count_ops(a.prog, TPU_OP_SOFTMAX_XENT, NULL), 1);
+    assert_int_equal(b.n_infeed, 3);
+    assert_string_equal(bufd(&b, b.infeed[2])->name, "weights");
+    assert_int_equal(count_ops(b.prog, TPU_OP_SOFTMAX_XENT_W, NULL), 1);
+    assert_int_equal(b.n_outfeed, 2);
+    /* the same params, by name and shape, in the same order (checkpoints fit both) */
+    assert_int_equal(a.n_params, b.n_params);
+    for (uint32_t i = 0; i < a.n_params; i++) {
+        const struct tpu_buffer_desc *pa = bufd(&a, a.params[i]), *pb = bufd(&b, b.params[i]);
+        assert_string_equal(pa->name, pb->name);
+        assert_int_equal(pa->rows, pb->rows);
+        assert_int_equal(pa->cols, pb->cols);
+    }
+    tpu_program_destroy(&a.prog);
+    tpu_program_destroy(&b.prog);
+}
+
 /* ---- the host-set learning rate (schedule host) ----------------------------------------------- */
 
 static void test_host_schedule_lowering(void **state)
@@ -702,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_bit_identity_xent_adam),
         cmocka_unit_test(test_bit_identity_mse_adamw),
         cmocka_unit_test(test_weights_matter),
+        cmocka_unit_test(test_mlp_model_flags),
         cmocka_unit_test(test_host_schedule_lowering),
         cmocka_unit_test(test_host_rate_on_chip),
     };
