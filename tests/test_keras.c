@@ -723,7 +723,9 @@ static void test_input_running_out_mid_epoch(void **state)
     struct tpu_history h;
     struct tpu_diag d = {0};
     ok(tpu_keras_fit(e->m, &f, &h, &d), &d);
-    assert_string_equal(r.log, "tb eb0 bb0 be1 bb2 be2 ee0 eb1 bb0 be1 ee1 te ");
+    /* the second epoch's second execution begins (batch 2) and finds no data: Keras too
+     * calls on_train_batch_begin and no end for it */
+    assert_string_equal(r.log, "tb eb0 bb0 be1 bb2 be2 ee0 eb1 bb0 be1 bb2 ee1 te ");
     assert_int_equal(h.n_epochs, 2);
     assert_string_equal(h.warning,
                         "Your input ran out of data; interrupting training. Make sure that "
@@ -776,9 +778,10 @@ static void expect_fit_error(struct env *e, const struct tpu_keras_fit *f, int c
     struct tpu_history h;
     struct tpu_diag d = {0};
     const uint64_t step = tpu_estimator_global_step(tpu_keras_model_estimator(e->m));
-    assert_int_equal(tpu_keras_fit(e->m, f, &h, &d), code);
-    if (strcmp(d.msg, msg) != 0)
-        fail_msg("message:\n  got  %s\n  want %s", d.msg, msg);
+    const int rc = tpu_keras_fit(e->m, f, &h, &d);
+    if (rc != code || strcmp(d.msg, msg) != 0)
+        fail_msg("fit returned %d (want %d) with the message:\n  got  %s\n  want %s", rc,
+                 code, d.msg, msg);
     assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), step);
     tpu_history_free(&h);
 }
@@ -809,10 +812,10 @@ static void test_fit_argument_errors(void **state)
     f.validation_split = 1.0;
     expect_fit_error(e, &f, TPU_EINVAL, "`validation_split` must be between 0 and 1 (the "
                      "fraction of the arrays held out); received 1");
-    f.validation_split = 0.01;
+    f.validation_split = 0.99; /* floor(20 * 0.01) = 0 training examples */
     expect_fit_error(e, &f, TPU_EINVAL, "Training data contains 20 samples, which is not "
                      "sufficient to split it into a validation and training set as specified "
-                     "by `validation_split=0.01`. Either provide more data, or a different "
+                     "by `validation_split=0.99`. Either provide more data, or a different "
                      "value for the `validation_split` argument.");
     tpu_keras_fit_default(&f);
     f.data.input = &in;

@@ -20,6 +20,12 @@
 #include "keras/keras_int.h"
 #include "util.h"
 
+/* Keras 2.15's warning (data_adapter.py, DataHandler.catch_stop_iteration) */
+#define RAN_OUT                                                                               \
+    "Your input ran out of data; interrupting training. Make sure that your dataset or "     \
+    "generator can generate at least `steps_per_epoch * epochs` batches (in this case, %llu " \
+    "batches). You may need to use the repeat() function when building your dataset."
+
 /* An input function's training epoch of unknown size runs until the input ends. */
 #define UNKNOWN_STEPS (UINT64_C(1) << 60)
 
@@ -269,6 +275,14 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
             break;
         }
         const uint64_t ran = tpu_estimator_global_step(m->est) - before;
+        if (ran == 0 && inferred && history->n_epochs) {
+            /* the input ended at an epoch's start: the warning, and no end hooks for an
+             * epoch without a batch (Keras would hand them the previous epoch's logs) */
+            insufficient = true;
+            snprintf(history->warning, sizeof history->warning, RAN_OUT,
+                     (unsigned long long)(n_epochs * inferred));
+            break;
+        }
         if (ran == 0) {
             rc = tpu__fail(d, TPU_EINVAL, "the input gave no batch in epoch %llu, so there "
                            "are no logs (Keras: Unexpected result of `train_function` (Empty "
@@ -280,11 +294,7 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
             inferred = ran; /* the first epoch of an input of unknown size sets its size */
         } else if (ran < want && !run.stop_at_batch) {
             insufficient = true;
-            snprintf(history->warning, sizeof history->warning,
-                     "Your input ran out of data; interrupting training. Make sure that your "
-                     "dataset or generator can generate at least `steps_per_epoch * epochs` "
-                     "batches (in this case, %llu batches). You may need to use the repeat() "
-                     "function when building your dataset.",
+            snprintf(history->warning, sizeof history->warning, RAN_OUT,
                      (unsigned long long)(n_epochs * inferred));
         }
         struct tpu_logs logs = run.logs;
