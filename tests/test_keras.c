@@ -161,6 +161,7 @@ struct rec {
     struct tpu_logs batch_end[64]; /* the logs at each train batch end */
     uint32_t n_batch_end;
     uint64_t stop_at_epoch;        /* UINT64_MAX: never */
+    uint64_t stop_at_batch;        /* UINT64_MAX: never */
     struct tpu_keras_params params;
     uint32_t n_params;
 };
@@ -221,8 +222,10 @@ static int r_batch_end(void *ctx, struct tpu_keras_model *m, uint64_t i,
                        const struct tpu_logs *l, struct tpu_diag *d)
 {
     struct rec *r = ctx;
-    (void)m, (void)d;
+    (void)d;
     put(r, "be%llu", (unsigned long long)i);
+    if (r->stop_at_batch == i)
+        tpu_keras_stop_training(m);
     if (r->n_batch_end < 64)
         r->batch_end[r->n_batch_end++] = *l;
     return 0;
@@ -266,6 +269,7 @@ static struct tpu_callback recorder(struct rec *r)
 {
     memset(r, 0, sizeof *r);
     r->stop_at_epoch = UINT64_MAX;
+    r->stop_at_batch = UINT64_MAX;
     return (struct tpu_callback){
         .ctx = r, .on_train_begin = r_train_begin, .on_train_end = r_train_end,
         .on_epoch_begin = r_epoch_begin, .on_epoch_end = r_epoch_end,
@@ -411,6 +415,178 @@ static void test_stop_training(void **state)
     assert_int_equal(h.n_epochs, 2);
     assert_true(tpu_keras_stop_training_requested(e->m));
     tpu_history_free(&h);
+}
+
+
+/* stop_training at a batch end leaves the epoch's batches there (Keras breaks its step
+ * loop), runs the epoch's end hooks and ends fit; the model goes on working */
+static void test_stop_training_at_a_batch(void **state)
+{
+    struct env *e = *state;
+    compile_spe(e, 2, false);
+    struct rec r;
+    struct tpu_callback cb = recorder(&r);
+    r.stop_at_batch = 3;
+    struct tpu_dataset v = view(e, 0, 40);
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &v, 4, &cb);
+    f.epochs = 3;
+    struct tpu_history h;
+    do_fit(e, &f, &h);
+    assert_string_equal(r.log, "tb eb0 bb0 be1 bb2 be3 ee0 te ");
+    assert_int_equal(h.n_epochs, 1);
+    assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 4);
+    tpu_history_free(&h);
+    /* a later fit starts with stop_training cleared, and trains */
+    struct rec r2;
+    struct tpu_callback cb2 = recorder(&r2);
+    f.callbacks = &cb2;
+    f.epochs = 1;
+    do_fit(e, &f, &h);
+    assert_string_equal(r2.log, "tb eb0 bb0 be1 bb2 be3 bb4 be5 bb6 be7 bb8 be9 ee0 te ");
+    assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 14);
+    tpu_history_free(&h);
+}
+
+/* steps_per_execution 'auto': the Keras tuner sizes the executions; they still cover the
+ * epoch's batches in order, each begin one past the previous end, the last ending at the
+ * epoch's last batch */
+static void test_steps_per_execution_auto(void **state)
+{
+    struct env *e = *state;
+    struct tpu_keras_compile c;
+    compile_default(&c);
+    c.steps_per_execution_auto = true;
+    compile_with(e, &c);
+    struct rec r;
+    struct tpu_callback cb = recorder(&r);
+    struct tpu_dataset v = view(e, 0, 40);
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &v, 4, &cb);
+    f.epochs = 2;
+    struct tpu_history h;
+    do_fit(e, &f, &h);
+    tpu_history_free(&h);
+    assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 20);
+    const char *p = r.log;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        char want[16];
+        snprintf(want, sizeof want, "eb%d ", epoch);
+        p = strstr(p, want);
+        assert_non_null(p);
+        p += strlen(want);
+        long next = 0, begin, end;
+        int used;
+        while (sscanf(p, "bb%ld be%ld %n", &begin, &end, &used) == 2) {
+            assert_int_equal(begin, next);
+            assert_true(end >= begin);
+            next = end + 1;
+            p += used;
+        }
+        assert_int_equal(next, 10);
+    }
+    assert_non_null(tpu_estimator_tuner(tpu_keras_model_estimator(e->m), TPU_MODE_TRAIN));
+}
+
+/* the host schedule: the rate is read and set between executions; at rate 0 a step leaves
+ * the weights as they were (SGD: var -= 0 * accum), bit for bit */
+static void test_host_learning_rate(void **state)
+{
+    struct env *e = *state;
+    struct tpu_keras_compile c;
+    compile_default(&c);
+    c.optimizer.schedule = TPU_SCHEDULE_HOST;
+    compile_with(e, &c);
+    float lr = 0;
+    struct tpu_diag d = {0};
+    assert_int_equal(tpu_keras_get_learning_rate(e->m, &lr), 0);
+    assert_true(lr == 0.05f);
+    struct tpu_dataset b = view(e, 0, 8);
+    struct tpu_logs logs;
+    ok(tpu_keras_train_on_batch(e->m, &b, NULL, &logs, &d), &d); /* loads the params */
+    float before[FEATURES * 12], after[FEATURES * 12];
+    ok(tpu_estimator_read_param(tpu_keras_model_estimator(e->m), "dense.kernel", before,
+                                sizeof before, &d), &d);
+    ok(tpu_keras_set_learning_rate(e->m, 0.0f, &d), &d);
+    assert_int_equal(tpu_keras_get_learning_rate(e->m, &lr), 0);
+    assert_true(lr == 0.0f);
+    ok(tpu_keras_train_on_batch(e->m, &b, NULL, &logs, &d), &d);
+    ok(tpu_estimator_read_param(tpu_keras_model_estimator(e->m), "dense.kernel", after,
+                                sizeof after, &d), &d);
+    assert_memory_equal(before, after, sizeof before);
+    ok(tpu_keras_set_learning_rate(e->m, 0.05f, &d), &d);
+    ok(tpu_keras_train_on_batch(e->m, &b, NULL, &logs, &d), &d);
+    ok(tpu_estimator_read_param(tpu_keras_model_estimator(e->m), "dense.kernel", after,
+                                sizeof after, &d), &d);
+    assert_true(memcmp(before, after, sizeof before) != 0);
+    assert_int_equal(tpu_keras_set_learning_rate(e->m, NAN, &d), TPU_EINVAL);
+    assert_string_equal(d.msg, "learning rate nan is not a finite rate >= 0; give the rate "
+                        "the next execution uses");
+}
+
+/* a regression model: mse is the loss, mae comes from the predictions */
+static void test_regression_metrics(void **state)
+{
+    struct env *e = *state;
+    struct tpu_net *net = NULL;
+    struct tpu_diag d = {0};
+    uint32_t h, o;
+    ok(tpu_net_create("keras_reg", 1, 1, FEATURES, &net, &d), &d);
+    ok(tpu_net_dense(net, NULL, 0, 6, TPU_ACT_RELU, &h, &d), &d);
+    ok(tpu_net_dense(net, NULL, h, 2, TPU_ACT_NONE, &o, &d), &d);
+    ok(tpu_net_set_output(net, o, TPU_LOSS_MSE, &d), &d);
+    struct tpu_dataset ds = e->ds;
+    ds.n_examples = 14;
+    ds.y = NULL;
+    ds.n_classes = 0;
+    ds.n_targets = 2;
+    float t[14 * 2];
+    for (int i = 0; i < 28; i++)
+        t[i] = 0.1f * (float)(i % 7) - 0.2f;
+    ds.targets = t;
+    struct tpu_keras_compile c;
+    compile_default(&c);
+    c.loss = TPU_LOSS_MSE;
+    c.n_metrics = 2;
+    c.metrics[0] = TPU_METRIC_MAE;
+    c.metrics[1] = TPU_METRIC_MSE;
+    struct tpu_keras_model *m = NULL;
+    ok(tpu_keras_model_compile(e->dev, net, &c, &m, &d), &d);
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &ds, 4, NULL); /* 3 full batches and one of 2 */
+    struct tpu_history hist;
+    ok(tpu_keras_fit(m, &f, &hist, &d), &d);
+    assert_string_equal(hist.epochs[0].name[0], "loss");
+    assert_string_equal(hist.epochs[0].name[1], "mse");
+    assert_true(tpu_logs_get(&hist.epochs[0], "mse") == tpu_logs_get(&hist.epochs[0], "loss"));
+    tpu_history_free(&hist);
+    struct tpu_keras_evaluate ev;
+    tpu_keras_evaluate_default(&ev);
+    ev.data.arrays = &ds;
+    ev.batch_size = 4;
+    struct tpu_logs logs;
+    ok(tpu_keras_evaluate(m, &ev, &logs, &d), &d);
+    assert_string_equal(logs.name[0], "loss");
+    assert_string_equal(logs.name[1], "mae");
+    assert_string_equal(logs.name[2], "mse");
+    float *rows = NULL;
+    uint64_t n = 0;
+    uint32_t cols = 0;
+    ok(tpu_keras_predict(m, &ev, &rows, &n, &cols, &d), &d);
+    assert_int_equal(n, 14);
+    assert_int_equal(cols, 2);
+    double abs_sum = 0, sq_sum = 0;
+    for (int i = 0; i < 28; i++) {
+        abs_sum += fabs((double)rows[i] - (double)t[i]);
+        sq_sum += ((double)rows[i] - (double)t[i]) * ((double)rows[i] - (double)t[i]);
+    }
+    assert_true(tpu_logs_get(&logs, "mae") == abs_sum / 28.0);
+    /* the device's loss sums in f32 per step: equal to the host's mean squared error up
+     * to f32 rounding of sums of 8 values (a relative 1e-5 is ample) */
+    assert_true(fabs(tpu_logs_get(&logs, "loss") - sq_sum / 28.0) <= 1e-5 * sq_sum / 28.0);
+    free(rows);
+    tpu_keras_model_destroy(&m);
+    tpu_net_destroy(&net);
 }
 
 /* ---- validation -------------------------------------------------------------------------------- */
@@ -1031,6 +1207,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_epochs_initial_epoch_steps_per_epoch, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stop_training, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_training_at_a_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_steps_per_execution_auto, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_learning_rate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_regression_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_validation_split_takes_the_last_examples, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_validation_freq, setup, teardown),
