@@ -1279,6 +1279,58 @@ static void test_net_train_counts_are_the_hosts(void **state)
     alarm(0);
 }
 
+/* The net with the host schedule: before a rate is set, get gives the spec's; set to r, the
+ * params after training equal, bit for bit, those of the same net trained with the constant
+ * schedule at r (the rate reaches every optimizer op before every loop). */
+static void test_net_host_learning_rate(void **state)
+{
+    (void)state;
+    alarm(120);
+    struct tpu_dataset ds;
+    toy_dataset(&ds, 40, 5);
+    struct tpu_net *net = toy_net();
+    struct tpu_train_spec host, constant;
+    tpu_train_spec_default(&host);
+    host.learning_rate = 0.05f;
+    host.schedule = TPU_SCHEDULE_HOST;
+    constant = host;
+    constant.schedule = TPU_SCHEDULE_CONSTANT;
+    constant.learning_rate = 0.02f;
+    struct net_env a, b;
+    net_env_open(&a, net, &host, &ds, 2, 8);
+    net_env_open(&b, net, &constant, &ds, 2, 8);
+    a.in.n = b.in.n = 40;
+    struct tpu_diag d = {0};
+    float lr = 0;
+    ok(tpu_estimator_get_learning_rate(a.est, &lr, &d), &d);
+    assert_true(lr == 0.05f);
+    ok(tpu_estimator_set_learning_rate(a.est, 0.02f, &d), &d);
+    /* 2 train calls of 2 steps, loops of 1 step: the rate goes with each launch */
+    for (int k = 0; k < 2; k++) {
+        ok(tpu_estimator_train(a.est, &a.input, 2, 0, &d), &d);
+        ok(tpu_estimator_train(b.est, &b.input, 2, 0, &d), &d);
+    }
+    for (size_t i = 0; i < sizeof toy_params / sizeof toy_params[0]; i++) {
+        float pa[128], pb[128];
+        const size_t bytes = toy_params[i].size * sizeof(float);
+        ok(tpu_estimator_read_param(a.est, toy_params[i].name, pa, bytes, &d), &d);
+        ok(tpu_estimator_read_param(b.est, toy_params[i].name, pb, bytes, &d), &d);
+        for (uint32_t k = 0; k < toy_params[i].size; k++)
+            if (memcmp(&pa[k], &pb[k], sizeof(float)))
+                fail_msg("%s[%u]: %.9g at the host's rate 0.02, %.9g at the constant 0.02",
+                         toy_params[i].name, k, (double)pa[k], (double)pb[k]);
+    }
+    /* the constant schedule's estimator refuses a rate */
+    assert_int_equal(tpu_estimator_set_learning_rate(b.est, 0.1f, &d), TPU_EUNSUPPORTED);
+    if (!strstr(d.msg, "its optimizer's constant schedule"))
+        fail_msg("%s", d.msg);
+    net_env_close(&a);
+    net_env_close(&b);
+    tpu_net_destroy(&net);
+    tpu_dataset_free(&ds);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1299,6 +1351,7 @@ int main(void)
         cmocka_unit_test(test_learning_rate_trains),
         cmocka_unit_test(test_net_partial_step_trains_on_its_real_rows),
         cmocka_unit_test(test_net_train_counts_are_the_hosts),
+        cmocka_unit_test(test_net_host_learning_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
