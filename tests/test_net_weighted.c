@@ -574,7 +574,7 @@ static void test_mlp_model_flags(void **state)
     tpu_program_destroy(&b.prog);
 }
 
-/* ---- the host-set learning rate (schedule host) ----------------------------------------------- */
+/* ---- the host-set learning rate (schedule host) ------------------------------------------ */
 
 static void test_host_schedule_lowering(void **state)
 {

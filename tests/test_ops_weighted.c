@@ -296,7 +296,7 @@ static void expect_verify(const char *text, int code, const char *needle)
 #define XENT_DECLS                                                                                \
     "program p\n"                                                                                 \
     "temp logits: f32[4, 3]\n"                                                                    \
-    "temp labels: int32[4, 1]\n"                                                                    \
+    "temp labels: int32[4, 1]\n"                                                                   \
     "temp loss: f32[1, 1]\n"                                                                      \
     "temp dl: f32[4, 3]\n"
 
@@ -310,7 +310,8 @@ static void test_verifier(void **state)
     expect_verify(XENT_DECLS "temp w: int32[4, 1]\n"
                   "logits = infeed\nlabels = infeed\nw = infeed\n"
                   "loss, dl = softmax_xent_w logits, labels, w\n",
-                  TPU_ESHAPE, "input weights 'w' int32[4, 1] is int32, but softmax_xent_w computes in f32");
+                  TPU_ESHAPE,
+                  "input weights 'w' int32[4, 1] is int32, but softmax_xent_w computes in f32");
     expect_verify(XENT_DECLS "temp w: f32[1, 4]\n"
                   "logits = infeed\nlabels = infeed\nw = infeed\n"
                   "loss, dl = softmax_xent_w logits, labels, w\n",
@@ -343,7 +344,7 @@ static void test_verifier(void **state)
     "program p\n"                                                                                 \
     "temp pred: f32[4, 3]\n"                                                                      \
     "temp tgt: f32[4, 3]\n"                                                                       \
-    "temp mask: int32[4, 1]\n"                                                                      \
+    "temp mask: int32[4, 1]\n"                                                                     \
     "temp loss: f32[1, 1]\n"                                                                      \
     "temp dp: f32[4, 3]\n"
     expect_verify(MSE_DECLS "temp w: f32[4, 1]\n"

@@ -234,14 +234,15 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
  * last, and the loss is softmax_xent_w or mse_w (program.h: row i scaled by its weight
  * instead of 1 / (B * R)); with shape->train_counts it computes the counts as evaluation
  * does (classify_count, or count_rows for MSE) and outfeeds them after the loss. Both flags
- * are ignored outside training, and with both off the programs are what they were. If op_layer is not NULL, *op_layer gets a malloc'd array of the
- * program's op count: the layer index each op belongs to (forward, backward, all-reduce and
- * update of its params; 0, the input, for the input's reshape to rows of pixels), or
- * TPU_NET_OP_LOSS for the loss (and the output's reshape to [B][size]), TPU_NET_OP_STEP for
- * the step's own ops (loop, infeed, outfeed, the step counter). The caller frees it. A layer
- * the loss does not depend on gets no ops (its params keep their initial values); dropout
- * gets none outside training. host/models/net_lower.c's opening comment lists the ops of
- * each layer (conv2d: its convolution ops, above). */
+ * are ignored outside training, and with both off the programs are what they were.
+ * If op_layer is not NULL, *op_layer gets a malloc'd array of the program's op count: the
+ * layer index each op belongs to (forward, backward, all-reduce and update of its params; 0,
+ * the input, for the input's reshape to rows of pixels), or TPU_NET_OP_LOSS for the loss (and
+ * the output's reshape to [B][size]), TPU_NET_OP_STEP for the step's own ops (loop, infeed,
+ * outfeed, the step counter). The caller frees it. A layer the loss does not depend on gets
+ * no ops (its params keep their initial values); dropout gets none outside training.
+ * host/models/net_lower.c's opening comment lists the ops of each layer (conv2d: its
+ * convolution ops, above). */
 #define TPU_NET_OP_LOSS UINT32_MAX
 #define TPU_NET_OP_STEP (UINT32_MAX - 1)
 int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,

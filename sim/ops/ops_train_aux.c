@@ -1,9 +1,10 @@
 /* The training ops of regression models and regularization that one core computes: the
- * mean-squared-error loss and its gradient (also with row weights), the labelled-row count, and the dropout mask;
- * and the public value functions the ops and the host share: the learning-rate schedule
- * (tpu_lr_schedule_value), the host-set rate's variable (tpu_lr_host_value and
- * tpu_lr_host_bits) and one element of a dropout mask (tpu_dropout_mask_value). Not
- * softmax_xent, classify_count or the optimizers themselves (ops_train.c), and not timing.
+ * mean-squared-error loss and its gradient (also with row weights), the labelled-row
+ * count, and the dropout mask; and the public value functions the ops and the host share:
+ * the learning-rate schedule (tpu_lr_schedule_value), the host-set rate's variable
+ * (tpu_lr_host_value and tpu_lr_host_bits) and one element of a dropout mask
+ * (tpu_dropout_mask_value). Not softmax_xent, classify_count or the optimizers themselves
+ * (ops_train.c), and not timing.
  *
  * Arithmetic is IEEE-754 binary32, round to nearest even, one rounding per operation as
  * written, nothing fused, rows in index order, as in ops_train.c.
