@@ -13,7 +13,11 @@
  * loss sum over its rows of w_i (rowsum_i + 1) (w_i = 1 without weights: a padding row with
  * weight 0 adds nothing, one with a stale weight would), then, with train_counts, its
  * classify_count; the eval program the replica's sum of rowsum_i over its rows (padding rows
- * are zeros) and classify_count; the predict program x itself. */
+ * are zeros) and classify_count; the predict program x itself.
+ *
+ * The last tests train a real net (net.h: dense 16 -> 8 relu -> 4, softmax cross-entropy)
+ * lowered with the weights and the counts, on the toy dataset, with Keras's weights (1 /
+ * the real rows of the global step). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -25,11 +29,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net_build.h"
+#include "toy_dataset.h"
 #include "tpusim/device.h"
 #include "tpusim/models.h"
+#include "tpusim/net.h"
 #include "tpusim/runtime.h"
 
 enum { FEATURES = 4 };
+
+static void predict_emit(void *ctx, uint64_t index, const float *row, uint32_t cols);
 
 /* ---- the data stream --------------------------------------------------------------------- */
 
@@ -131,9 +140,10 @@ struct probe_model {
     uint32_t builds[3];
     struct tpu_build_shape shape[3]; /* each mode's last build */
     int32_t schedule;  /* >= 0: the train program has an sgd_momentum on param p (grad 1,
-                          momentum 0: p -= rate each step) with this schedule; 3 (host)
-                          declares the variable learning_rate */
-    bool no_lr_var;    /* host schedule without the variable (a broken model) */
+                          momentum 0: p -= rate each step) with this schedule; host reads
+                          the rate from variable learning_rate */
+    bool two_lr_vars;  /* host: a second sgd_momentum, on q, reads another variable (a
+                          broken model) */
     float alpha;
 };
 
@@ -148,8 +158,11 @@ static int probe_build(void *ctx, enum tpu_mode mode, const struct tpu_build_sha
     static const char *const name[] = {"probe_train", "probe_eval", "probe_predict"};
     PUT("program %s\nvar iterations\nvar step\n", name[mode]);
     const bool opt = mode == TPU_MODE_TRAIN && m->schedule >= 0;
-    if (opt && m->schedule == TPU_SCHEDULE_HOST && !m->no_lr_var)
+    const bool host = opt && m->schedule == TPU_SCHEDULE_HOST;
+    if (host)
         PUT("var learning_rate\n");
+    if (host && m->two_lr_vars)
+        PUT("var other_rate\nparam q: f32[1, 1]\nparam vel2: f32[1, 1]\n");
     PUT("param w: f32[1, 1]\n");
     if (opt)
         PUT("param p: f32[1, 1]\nparam vel: f32[1, 1]\ntemp g: f32[1, 1]\n");
@@ -173,8 +186,16 @@ static int probe_build(void *ctx, enum tpu_mode mode, const struct tpu_build_sha
             PUT(" rs1 = mul rs1, weights\n");
         PUT(" loss = reduce_sum rs1 axis=0\n w = scale w alpha=1 beta=1\n");
         if (opt)
-            PUT(" g = scale loss alpha=0 beta=1\n p, vel = sgd_momentum g alpha=%g beta=0 "
-                "var=step schedule=%d\n", (double)m->alpha, (int)m->schedule);
+            PUT(" g = scale loss alpha=0 beta=1\n");
+        if (host)
+            PUT(" p, vel = sgd_momentum g alpha=%g beta=0 schedule=host lr_var=learning_rate\n",
+                (double)m->alpha);
+        else if (opt)
+            PUT(" p, vel = sgd_momentum g alpha=%g beta=0 var=step schedule=%d\n",
+                (double)m->alpha, (int)m->schedule);
+        if (host && m->two_lr_vars)
+            PUT(" q, vel2 = sgd_momentum g alpha=%g beta=0 schedule=host lr_var=other_rate\n",
+                (double)m->alpha);
         if (sh->train_counts)
             PUT(" counts = classify_count x, labels\n");
         PUT(" outfeed loss\n");
@@ -930,15 +951,16 @@ static void test_learning_rate_errors(void **state)
         fail_msg("%s", d.msg);
     env_free(e);
 
-    /* the host schedule without the variable: a broken model */
+    /* host-scheduled optimizers that read two variables: a broken model */
     e = env_new();
     e->pm.schedule = TPU_SCHEDULE_HOST;
-    e->pm.no_lr_var = true;
+    e->pm.two_lr_vars = true;
     env_open(e);
     assert_int_equal(tpu_estimator_set_learning_rate(e->est, 0.1f, &d), TPU_EINVAL);
-    if (!strstr(d.msg, "the train program 'probe_train' has an optimizer with the host schedule "
-                       "but no variable named \"learning_rate\" for its rate; the model's "
-                       "build must declare it (a bug in the model)"))
+    if (!strstr(d.msg, "the train program 'probe_train' has optimizers with the host schedule "
+                       "that read their rate from different variables ('learning_rate' and "
+                       "'other_rate'); the host sets one rate for all, so they must read one "
+                       "variable (\"learning_rate\"): a bug in the model's build"))
         fail_msg("%s", d.msg);
     env_free(e);
 
@@ -979,6 +1001,336 @@ static void test_learning_rate_set_and_get(void **state)
     env_free(e);
 }
 
+/* The rate on the chip: p -= rate each step (p starts at 10; the rates are powers of 2, so
+ * every value is exact). */
+static void test_learning_rate_trains(void **state)
+{
+    (void)state;
+    struct env *e = env_new();
+    e->pm.schedule = TPU_SCHEDULE_HOST;
+    e->pm.alpha = 0.5f;
+    env_open(e);
+    struct tpu_diag d = {0};
+    /* none set: alpha */
+    train_ok(e, 2);
+    assert_true(read_param(e, "p") == 9.0f);
+    uint32_t var;
+    /* set: the next loops use it; the variable holds its bits */
+    assert_int_equal(tpu_estimator_set_learning_rate(e->est, 0.25f, &d), 0);
+    train_ok(e, 4);
+    assert_true(read_param(e, "p") == 8.0f);
+    struct tpu_model_program mp;
+    struct tpu_build_shape sh = e->pm.shape[TPU_MODE_TRAIN];
+    assert_int_equal(probe_build(&e->pm, TPU_MODE_TRAIN, &sh, &mp, &d), 0);
+    assert_int_equal(tpu_program_find_var(mp.prog, "learning_rate", &var), 0);
+    tpu_program_destroy(&mp.prog);
+    assert_true(tpu_device_get_var(e->dev, 1, var) == tpu_lr_host_bits(0.25f));
+    /* kept across program loads: an evaluation loads its program in between */
+    struct tpu_eval_result r;
+    if (tpu_estimator_evaluate(e->est, &e->input, 2, &r, &d))
+        fail_msg("evaluate: %s", d.msg);
+    train_ok(e, 2);
+    assert_true(read_param(e, "p") == 7.5f);
+    /* 0: nothing moves (not alpha) */
+    assert_int_equal(tpu_estimator_set_learning_rate(e->est, 0.0f, &d), 0);
+    train_ok(e, 3);
+    assert_true(read_param(e, "p") == 7.5f);
+    env_free(e);
+}
+
+/* ---- a real net: the partial step and the counts ---------------------------------------- */
+
+/* Examples [first, first + n) of a dataset, as Keras's fit feeds them: step s's global batch
+ * is rows [s*G, s*G + G) of them (fewer at the end), replica r's call its slice of B rows
+ * (possibly empty), each row weighted 1 / the real rows of the global step; the input ends
+ * at the first step with no rows. Evaluation and prediction: the rows in order. */
+struct net_input {
+    const struct tpu_dataset *ds;
+    uint64_t first, n;
+    uint32_t G, R;
+    uint64_t step_calls; /* training: calls made, from the start's global step */
+    uint64_t pos;        /* evaluation, prediction */
+};
+
+static int net_next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
+                    void *const *t, uint32_t *n_real, struct tpu_diag *d)
+{
+    struct net_input *in = ctx;
+    (void)d;
+    uint64_t lo, hi;
+    float w = 0;
+    if (mode == TPU_MODE_TRAIN) {
+        const uint64_t step = in->step_calls++ / in->R, s0 = step * in->G;
+        if (s0 >= in->n)
+            return 0;
+        const uint64_t s1 = s0 + in->G < in->n ? s0 + in->G : in->n;
+        w = 1.0f / (float)(s1 - s0);
+        lo = s0 + (uint64_t)shard * batch;
+        hi = lo + batch;
+        lo = lo < s1 ? lo : s1;
+        hi = hi < s1 ? hi : s1;
+    } else {
+        if (in->pos >= in->n)
+            return 0;
+        lo = in->pos;
+        hi = lo + batch < in->n ? lo + batch : in->n;
+        in->pos = hi;
+    }
+    const uint32_t F = in->ds->n_features;
+    for (uint64_t i = lo; i < hi; i++) {
+        const uint64_t ex = in->first + i, r = i - lo;
+        memcpy((float *)t[0] + r * F, in->ds->x + ex * F, F * sizeof(float));
+        if (mode != TPU_MODE_PREDICT)
+            ((int32_t *)t[1])[r] = in->ds->y[ex];
+        if (mode == TPU_MODE_TRAIN)
+            ((float *)t[2])[r] = w;
+    }
+    *n_real = (uint32_t)(hi - lo);
+    return 1;
+}
+
+static int net_start(void *ctx, enum tpu_mode mode, uint64_t global_step, uint32_t global_batch,
+                     struct tpu_diag *d)
+{
+    struct net_input *in = ctx;
+    (void)d;
+    in->G = global_batch;
+    in->step_calls = mode == TPU_MODE_TRAIN ? global_step * in->R : 0;
+    in->pos = 0;
+    return 0;
+}
+
+/* dense 16 -> 8 relu -> 4, softmax cross-entropy; layers "h" and "out" */
+static struct tpu_net *toy_net(void)
+{
+    struct tpu_net *net = new_net(1, 1, TOY_FEATURES);
+    struct tpu_diag d = {0};
+    uint32_t h, o;
+    ok(tpu_net_dense(net, "h", 0, 8, TPU_ACT_RELU, &h, &d), &d);
+    ok(tpu_net_dense(net, "out", h, TOY_CLASSES, TPU_ACT_NONE, &o, &d), &d);
+    output(net, o, TPU_LOSS_SOFTMAX_XENT);
+    return net;
+}
+
+struct net_env {
+    struct tpu_device *dev;
+    struct tpu_estimator *est;
+    struct tpu_model model;
+    struct net_input in;
+    struct tpu_input input;
+    struct recorder rec;
+    uint64_t host_correct; /* count_correct's count */
+};
+
+/* A device of `cores` cores of the tiny chip (one replica each) and an estimator of the toy
+ * net, weighted with counts, global batch G, one step per loop. */
+static void net_env_open(struct net_env *n, const struct tpu_net *net,
+                         const struct tpu_train_spec *spec, const struct tpu_dataset *ds,
+                         uint32_t cores, uint32_t G)
+{
+    memset(n, 0, sizeof *n);
+    struct tpu_chip_config chip;
+    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
+    chip.cores_per_chip = cores;
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    struct tpu_diag d = {0};
+    ok(tpu_device_open(&s, &n->dev, &d), &d);
+    ok(tpu_net_model(&n->model, net, spec, &d), &d);
+    struct tpu_run_config c;
+    tpu_run_config_default(&c);
+    c.train_batch_size = G;
+    c.predict_batch_size = G;
+    c.iterations_per_loop = 1;
+    c.seed = 5;
+    c.sample_weights = true;
+    c.train_counts = true;
+    struct tpu_hook hook = {.ctx = &n->rec, .before_loop = rec_before, .after_loop = rec_after};
+    ok(tpu_estimator_create(n->dev, &c, &n->model, &hook, 1, &n->est, &d), &d);
+    n->in = (struct net_input){.ds = ds, .R = tpu_device_n_replicas(n->dev)};
+    n->input = (struct tpu_input){.ctx = &n->in, .next = net_next, .start = net_start};
+}
+
+static void net_env_close(struct net_env *n)
+{
+    tpu_estimator_destroy(&n->est);
+    tpu_device_close(&n->dev);
+}
+
+static const struct {
+    const char *name;
+    uint32_t size;
+} toy_params[] = {{"h.kernel", 16 * 8}, {"h.bias", 8}, {"out.kernel", 8 * 4}, {"out.bias", 4},
+                  {"h.kernel.m", 16 * 8}, {"h.kernel.v", 16 * 8}, {"out.bias.v", 4}};
+
+static void test_net_partial_step_trains_on_its_real_rows(void **state)
+{
+    (void)state;
+    alarm(120);
+    struct tpu_dataset ds;
+    toy_dataset(&ds, 40, 3);
+    struct tpu_net *net = toy_net();
+    struct tpu_train_spec spec;
+    tpu_train_spec_default(&spec);
+    spec.learning_rate = 0.05f;
+    /* A: 2 replicas, global batch 8, an input of 4 rows: one partial step, replica 0's call
+     * has the 4 rows (weight 1/4 each), replica 1's none (padding, weight 0).
+     * B: 1 replica, global batch 4, the same 4 rows with weight 1/4: the run whose input is
+     * exactly those rows. Replica 0 of A computes what B's one replica computes, replica 1
+     * adds exact zeros to the all-reduce: the params must be equal bit for bit. */
+    struct net_env a, b;
+    net_env_open(&a, net, &spec, &ds, 2, 8);
+    net_env_open(&b, net, &spec, &ds, 1, 4);
+    a.in.first = b.in.first = 16;
+    a.in.n = b.in.n = 4;
+    struct tpu_diag d = {0};
+    ok(tpu_estimator_train(a.est, &a.input, 1, 0, &d), &d);
+    ok(tpu_estimator_train(b.est, &b.input, 1, 0, &d), &d);
+    assert_int_equal(tpu_estimator_global_step(a.est), 1);
+    assert_int_equal(tpu_estimator_global_step(b.est), 1);
+    for (size_t i = 0; i < sizeof toy_params / sizeof toy_params[0]; i++) {
+        float pa[128], pb[128];
+        const size_t bytes = toy_params[i].size * sizeof(float);
+        ok(tpu_estimator_read_param(a.est, toy_params[i].name, pa, bytes, &d), &d);
+        ok(tpu_estimator_read_param(b.est, toy_params[i].name, pb, bytes, &d), &d);
+        for (uint32_t k = 0; k < toy_params[i].size; k++)
+            if (memcmp(&pa[k], &pb[k], sizeof(float)))
+                fail_msg("%s[%u]: %.9g after the padded step, %.9g after the exact one",
+                         toy_params[i].name, k, (double)pa[k], (double)pb[k]);
+    }
+    /* the params moved (the comparison is not of two untouched inits) */
+    float moved[8];
+    ok(tpu_estimator_read_param(a.est, "h.bias", moved, sizeof moved, &d), &d);
+    bool any = false;
+    for (int k = 0; k < 8; k++)
+        any = any || moved[k] != 0.0f;
+    assert_true(any);
+    /* and the sums agree: 4 real rows, the same loss and counts */
+    const struct tpu_loop_info *la = tpu_estimator_last_info(a.est),
+                               *lb = tpu_estimator_last_info(b.est);
+    assert_int_equal(la->real_examples, 4);
+    assert_int_equal(lb->real_examples, 4);
+    assert_true(la->loss_sum == lb->loss_sum);
+    assert_true(la->correct == lb->correct);
+    assert_true(la->global_loss == lb->global_loss);
+    net_env_close(&a);
+    net_env_close(&b);
+    tpu_net_destroy(&net);
+    tpu_dataset_free(&ds);
+    alarm(0);
+}
+
+static void count_correct(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    struct net_env *n = ctx;
+    uint32_t best = 0;
+    for (uint32_t c = 1; c < cols; c++)
+        best = row[c] > row[best] ? c : best;
+    n->host_correct += best == (uint32_t)n->in.ds->y[n->in.first + index];
+}
+
+static void test_net_train_counts_are_the_hosts(void **state)
+{
+    (void)state;
+    alarm(120);
+    struct tpu_dataset ds;
+    toy_dataset(&ds, 40, 4);
+    struct tpu_net *net = toy_net();
+    struct tpu_train_spec spec;
+    tpu_train_spec_default(&spec);
+    spec.learning_rate = 0.05f;
+    struct net_env n;
+    net_env_open(&n, net, &spec, &ds, 2, 8);
+    /* 20 examples: steps of 8, 8 and 4 real rows; before each, the host counts the step's
+     * rows that the params of that moment predict right (predict's outputs), which is what
+     * the train step's forward pass counts */
+    struct tpu_diag d = {0};
+    for (uint64_t s = 0; s < 3; s++) {
+        const uint64_t rows = s < 2 ? 8 : 4;
+        struct net_input pin = {.ds = &ds, .first = s * 8, .n = rows, .R = 2};
+        struct tpu_input pi = {.ctx = &pin, .next = net_next, .start = net_start};
+        uint64_t emitted = 0;
+        n.host_correct = 0;
+        n.in.first = s * 8; /* count_correct's rows */
+        ok(tpu_estimator_predict(n.est, &pi, count_correct, &n, &emitted, &d), &d);
+        assert_int_equal(emitted, rows);
+        const double host_correct = (double)n.host_correct;
+        n.in.first = 0;
+        n.in.n = 20;
+        ok(tpu_estimator_train(n.est, &n.input, 1, 0, &d), &d);
+        const struct tpu_loop_info *li = tpu_estimator_last_info(n.est);
+        assert_int_equal(li->steps, 1);
+        assert_int_equal(li->real_examples, rows);
+        if (li->correct != host_correct)
+            fail_msg("step %llu: train_counts says %g correct, the host counts %g",
+                     (unsigned long long)s, li->correct, host_correct);
+        /* loss_sum is the step's global loss (summed in double) times its rows: global_loss
+         * is that sum rounded to float, so they agree within float's rounding (2^-24
+         * relative, doubled for the margin) */
+        const double mean = li->loss_sum / (double)rows;
+        if (!(fabs(mean - li->global_loss) <= 0x1p-23 * fabs(mean)))
+            fail_msg("step %llu: loss_sum / rows %.17g, global_loss %.9g",
+                     (unsigned long long)s, mean, (double)li->global_loss);
+    }
+    assert_int_equal(tpu_estimator_global_step(n.est), 3);
+    net_env_close(&n);
+    tpu_net_destroy(&net);
+    tpu_dataset_free(&ds);
+    alarm(0);
+}
+
+/* The net with the host schedule: before a rate is set, get gives the spec's; set to r, the
+ * params after training equal, bit for bit, those of the same net trained with the constant
+ * schedule at r (the rate reaches every optimizer op before every loop). */
+static void test_net_host_learning_rate(void **state)
+{
+    (void)state;
+    alarm(120);
+    struct tpu_dataset ds;
+    toy_dataset(&ds, 40, 5);
+    struct tpu_net *net = toy_net();
+    struct tpu_train_spec host, constant;
+    tpu_train_spec_default(&host);
+    host.learning_rate = 0.05f;
+    host.schedule = TPU_SCHEDULE_HOST;
+    constant = host;
+    constant.schedule = TPU_SCHEDULE_CONSTANT;
+    constant.learning_rate = 0.02f;
+    struct net_env a, b;
+    net_env_open(&a, net, &host, &ds, 2, 8);
+    net_env_open(&b, net, &constant, &ds, 2, 8);
+    a.in.n = b.in.n = 40;
+    struct tpu_diag d = {0};
+    float lr = 0;
+    ok(tpu_estimator_get_learning_rate(a.est, &lr, &d), &d);
+    assert_true(lr == 0.05f);
+    ok(tpu_estimator_set_learning_rate(a.est, 0.02f, &d), &d);
+    /* 2 train calls of 2 steps, loops of 1 step: the rate goes with each launch */
+    for (int k = 0; k < 2; k++) {
+        ok(tpu_estimator_train(a.est, &a.input, 2, 0, &d), &d);
+        ok(tpu_estimator_train(b.est, &b.input, 2, 0, &d), &d);
+    }
+    for (size_t i = 0; i < sizeof toy_params / sizeof toy_params[0]; i++) {
+        float pa[128], pb[128];
+        const size_t bytes = toy_params[i].size * sizeof(float);
+        ok(tpu_estimator_read_param(a.est, toy_params[i].name, pa, bytes, &d), &d);
+        ok(tpu_estimator_read_param(b.est, toy_params[i].name, pb, bytes, &d), &d);
+        for (uint32_t k = 0; k < toy_params[i].size; k++)
+            if (memcmp(&pa[k], &pb[k], sizeof(float)))
+                fail_msg("%s[%u]: %.9g at the host's rate 0.02, %.9g at the constant 0.02",
+                         toy_params[i].name, k, (double)pa[k], (double)pb[k]);
+    }
+    /* the constant schedule's estimator refuses a rate */
+    assert_int_equal(tpu_estimator_set_learning_rate(b.est, 0.1f, &d), TPU_EUNSUPPORTED);
+    if (!strstr(d.msg, "its optimizer's constant schedule"))
+        fail_msg("%s", d.msg);
+    net_env_close(&a);
+    net_env_close(&b);
+    tpu_net_destroy(&net);
+    tpu_dataset_free(&ds);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -996,6 +1348,10 @@ int main(void)
         cmocka_unit_test(test_reconfigure_keeps_or_drops_the_tuner),
         cmocka_unit_test(test_learning_rate_errors),
         cmocka_unit_test(test_learning_rate_set_and_get),
+        cmocka_unit_test(test_learning_rate_trains),
+        cmocka_unit_test(test_net_partial_step_trains_on_its_real_rows),
+        cmocka_unit_test(test_net_train_counts_are_the_hosts),
+        cmocka_unit_test(test_net_host_learning_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

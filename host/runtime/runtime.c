@@ -661,40 +661,48 @@ static int check_keras_shape(const struct tpu_build_shape *sh, const struct tpu_
 
 /* ---- the host learning rate ----------------------------------------------------------------- */
 
-int64_t tpu__lr_bits(float lr)
-{
-    if (lr == 0.0f)
-        lr = -0.0f; /* bits 0 would read as alpha */
-    uint32_t bits;
-    memcpy(&bits, &lr, sizeof bits);
-    return (int64_t)bits;
-}
-
 static bool is_optimizer(enum tpu_opcode c)
 {
     return c == TPU_OP_SGD_MOMENTUM || c == TPU_OP_ADAM || c == TPU_OP_ADAMW;
 }
 
 /* What a train program says of its learning rate: its optimizer ops' schedule (the first
- * host-scheduled one's, else the first one's) and alpha, and the "learning_rate" variable. */
+ * host-scheduled one's, else the first one's) and alpha, and the variable the host-scheduled
+ * ops read (their lr_var: the net lowering's "learning_rate"), which must be one for all. */
 static void lr_info_of(const struct tpu_program *prog, struct tpu__lr_info *li)
 {
     memset(li, 0, sizeof *li);
     li->known = true;
     li->schedule = -1;
     snprintf(li->program, sizeof li->program, "%s", tpu_program_name(prog));
+    bool one_var = true;
     for (size_t i = 0; i < tpu_program_n_ops(prog); i++) {
         const struct tpu_op *op = tpu_program_op(prog, i);
         if (!is_optimizer(op->code))
             continue;
-        if (li->schedule < 0 || op->attrs.schedule == TPU_SCHEDULE_HOST) {
-            li->schedule = op->attrs.schedule;
-            li->alpha = op->attrs.alpha;
+        if (op->attrs.schedule != TPU_SCHEDULE_HOST) {
+            if (li->schedule < 0) {
+                li->schedule = op->attrs.schedule;
+                li->alpha = op->attrs.alpha;
+            }
+            continue;
         }
-        if (op->attrs.schedule == TPU_SCHEDULE_HOST)
-            break;
+        if (li->schedule != TPU_SCHEDULE_HOST) {
+            li->schedule = TPU_SCHEDULE_HOST;
+            li->alpha = op->attrs.alpha;
+            li->var = op->attrs.lr_var;
+        } else if (op->attrs.lr_var != li->var) {
+            one_var = false;
+            li->var2 = op->attrs.lr_var;
+        }
     }
-    li->has_var = tpu_program_find_var(prog, "learning_rate", &li->var) == 0;
+    li->has_var = li->schedule == TPU_SCHEDULE_HOST && one_var &&
+                  li->var < tpu_program_n_vars(prog);
+    if (li->schedule == TPU_SCHEDULE_HOST) {
+        snprintf(li->var_name, sizeof li->var_name, "%s", tpu_program_var_name(prog, li->var));
+        snprintf(li->var2_name, sizeof li->var2_name, "%s",
+                 one_var ? "" : tpu_program_var_name(prog, li->var2));
+    }
 }
 
 /* The train program's learning-rate facts: from the loaded train program, or (none loaded)
@@ -737,9 +745,11 @@ static int lr_check(const struct tpu__lr_info *li, struct tpu_diag *d)
                          "use a model that trains with one, built with the host schedule "
                          "(net.h tpu_train_spec.schedule = TPU_SCHEDULE_HOST)", li->program);
     if (li->schedule == TPU_SCHEDULE_HOST)
-        return tpu__fail(d, TPU_EINVAL, "the train program '%s' has an optimizer with the host "
-                         "schedule but no variable named \"learning_rate\" for its rate; the "
-                         "model's build must declare it (a bug in the model)", li->program);
+        return tpu__fail(d, TPU_EINVAL, "the train program '%s' has optimizers with the host "
+                         "schedule that read their rate from different variables ('%s' and "
+                         "'%s'); the host sets one rate for all, so they must read one "
+                         "variable (\"learning_rate\"): a bug in the model's build",
+                         li->program, li->var_name, li->var2_name);
     return tpu__fail(d, TPU_EUNSUPPORTED, "the train program '%s' takes its learning rate from "
                      "its optimizer's %s schedule, which the host cannot set; build the model "
                      "with the host schedule (net.h tpu_train_spec.schedule = "

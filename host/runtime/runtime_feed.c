@@ -5,8 +5,8 @@
  * feeds with their slices of each tensor; the outfeed
  * thread, which drains every core's outfeed, keeps replica 0's loss, runs the host calls,
  * sums evaluation and prediction outputs and keeps each step's sums (the global loss or the
- * loss sums, the correct counts) for the loop's sums; and the watchdog, which ends a deadlocked run with
- * an error. They share the pass (struct tpu__pass, runtime_int.h) under its lock, and end
+ * loss sums, the correct counts) for the loop's sums; and the watchdog, which ends a
+ * deadlocked run with an error. They share the pass (struct tpu__pass, runtime_int.h) under its lock, and end
  * the pass with the first error of any of them through tpu__pass_fail. */
 #include <math.h>
 #include <pthread.h>

@@ -28,8 +28,9 @@ struct tpu__host_param {
 struct tpu__lr_info {
     bool known;            /* filled from a train program (loaded, or built to look at it) */
     int32_t schedule;      /* the first optimizer op's schedule, -1 when it has none */
-    bool has_var;          /* it declares the variable "learning_rate" */
-    uint32_t var;          /* that variable's id */
+    bool has_var;          /* its host-scheduled optimizer ops read one variable, var */
+    uint32_t var, var2;    /* the variable of the first (and, not has_var, of another) */
+    char var_name[48], var2_name[48];
     float alpha;           /* the host-scheduled optimizer's alpha: the rate while none is set */
     char program[48];      /* the program's name, for messages */
 };
@@ -178,11 +179,6 @@ struct tpu__pass {
     struct tpu__host_phase *input_phases;
     uint64_t n_input_phases, input_phases_cap;
 };
-
-/* The value of the train program's "learning_rate" variable for rate lr: the f32's bits in
- * the low 32 bits. A rate of 0 is sent as -0.0, whose bits are not 0 (bits 0 read as the
- * optimizer's alpha); it updates nothing either. (runtime.c) */
-int64_t tpu__lr_bits(float lr);
 
 /* Wall-clock seconds (CLOCK_MONOTONIC), for measured host costs and wall_seconds. */
 double tpu__runtime_wall_s(void);

@@ -235,7 +235,7 @@ static int launch_loop(struct tpu_estimator *e, struct tpu__pass *p, struct pass
     /* the host's learning rate, once set, before every train loop: a program load starts
      * the variable at 0, which reads as the optimizer's alpha */
     if (training && e->lr_set && e->lr_info.known && e->lr_info.has_var)
-        tpu_device_set_var(e->dev, e->lr_info.var, tpu__lr_bits(e->lr));
+        tpu_device_set_var(e->dev, e->lr_info.var, tpu_lr_host_bits(e->lr));
     /* the launch is always the modeled cost: the simulator has no real launch whose wall time
      * could be measured (tpu_device_run is the simulation itself, never charged) */
     l->start = e->host_cycle + us_to_cycles(e, e->cfg.modeled_launch_us);

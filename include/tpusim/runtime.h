@@ -414,12 +414,12 @@ int tpu_estimator_reconfigure(struct tpu_estimator *est, const struct tpu_run_co
                               struct tpu_diag *d);
 
 /* The learning rate of a train program built with the host schedule (net.h
- * TPU_SCHEDULE_HOST: the program declares the variable "learning_rate", and its optimizer
- * ops have schedule host): set between calls or from a hook (before_loop: that very loop);
+ * TPU_SCHEDULE_HOST: its optimizer ops have schedule host and read their rate from one
+ * variable, "learning_rate"): set between calls or from a hook (before_loop: that very loop);
  * the next train loop and every later one use it (the runtime writes the variable before
  * every launch of a train loop, so it survives program loads) until set again. The rate is
- * a finite number >= 0 (else TPU_EINVAL); 0 is written as -0.0 (bits 0 would read as the
- * optimizer's alpha), which updates nothing either. TPU_EUNSUPPORTED, naming the schedule
+ * a finite number >= 0 (else TPU_EINVAL), written with tpu_lr_host_bits (program.h: 0 as
+ * -0.0, since bits 0 read as the optimizer's alpha). TPU_EUNSUPPORTED, naming the schedule
  * and the fix, for a program without one. get gives the rate in force: the one set, or the
  * optimizer's alpha. Both look at the train program: the loaded one, or one built to look
  * at (so train_batch_size must be set). The rate is not part of checkpoints: a resumed run
