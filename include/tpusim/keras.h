@@ -115,6 +115,15 @@ struct tpu_estimator *tpu_keras_model_estimator(struct tpu_keras_model *m);
 
 /* ---- callbacks --------------------------------------------------------------------------- */
 
+/* Keras's callback.params: what fit, evaluate and predict tell each callback (set_params)
+ * before their first hook (fit: before on_train_begin; evaluate: before on_test_begin, unless
+ * it runs inside fit; predict: before on_predict_begin). */
+struct tpu_keras_params {
+    int verbose;             /* the call's verbose (0, 1 or 2; "auto" resolved) */
+    uint64_t epochs;         /* fit: the epochs argument; evaluate and predict: 1 */
+    uint64_t steps;          /* batches per epoch (fit) or of the call; 0: unknown */
+};
+
 /* Every Keras hook. Any entry may be NULL. Batch hooks get the batch index (with
  * steps_per_execution N: begin the execution's first, end its last) and the logs; epoch
  * hooks the epoch index (initial_epoch based). A non-zero return stops the call with that
@@ -128,8 +137,12 @@ struct tpu_callback {
                         struct tpu_diag *d);
     int (*on_epoch_begin)(void *ctx, struct tpu_keras_model *m, uint64_t epoch,
                           const struct tpu_logs *logs, struct tpu_diag *d);
+    /* The epoch's logs are the callbacks' to change, as Keras's logs dict (a
+     * LearningRateScheduler adds "lr"): fit calls the callbacks in order, each seeing what
+     * the ones before it did, and the History records the logs after the user's callbacks
+     * (before the progress bar, which comes last, as Keras adds it). */
     int (*on_epoch_end)(void *ctx, struct tpu_keras_model *m, uint64_t epoch,
-                        const struct tpu_logs *logs, struct tpu_diag *d);
+                        struct tpu_logs *logs, struct tpu_diag *d);
     int (*on_train_batch_begin)(void *ctx, struct tpu_keras_model *m, uint64_t batch,
                                 const struct tpu_logs *logs, struct tpu_diag *d);
     int (*on_train_batch_end)(void *ctx, struct tpu_keras_model *m, uint64_t batch,
@@ -150,12 +163,23 @@ struct tpu_callback {
                                   const struct tpu_logs *logs, struct tpu_diag *d);
     int (*on_predict_batch_end)(void *ctx, struct tpu_keras_model *m, uint64_t batch,
                                 const struct tpu_logs *logs, struct tpu_diag *d);
+    /* Keras's set_params (may be NULL): the call's params, before its first hook. */
+    void (*set_params)(void *ctx, const struct tpu_keras_params *p);
     /* Frees ctx; called by tpu_callback_free (NULL: nothing to free). */
     void (*destroy)(void *ctx);
 };
 
 /* Keras's model.stop_training = True: fit ends after the current epoch's end hooks. */
 void tpu_keras_stop_training(struct tpu_keras_model *m);
+/* Keras's model.stop_training as a callback reads it: true once a callback asked for a stop
+ * during this fit (fit clears it when it begins). CSVLogger writes "NA" for the missing
+ * entries of the last epoch's row when it is set. */
+bool tpu_keras_stop_training_requested(const struct tpu_keras_model *m);
+/* The simulated clock the progress bar reads (tpusim's replacement for Keras's time.time()):
+ * seconds of device and host time the runtime charged since the model was compiled, up to
+ * the end of the last execution (inside a batch-end hook, that batch's execution included).
+ * Never decreases. */
+double tpu_keras_model_seconds(const struct tpu_keras_model *m);
 /* Keras's optimizer.learning_rate: the rate the next execution uses (net.h's schedule
  * TPU_SCHEDULE_HOST, which compile selects when a LearningRateScheduler is given; on any
  * other schedule setting it is TPU_EUNSUPPORTED with the fix). */
@@ -166,32 +190,64 @@ int tpu_keras_set_learning_rate(struct tpu_keras_model *m, float lr, struct tpu_
  * tpu_callback_free. Arguments as Keras's, checked (name, rule, fix). */
 void tpu_callback_free(struct tpu_callback *cb);
 
-/* ProgbarLogger: verbose 1, a progress bar per epoch ("  64/1688 [>...] - ETA: ... - loss:
- * 0.5123 - accuracy: 0.8125"), rewritten in place with '\r' on a terminal and one line per
- * epoch end otherwise; verbose 2, one line per epoch ("1688/1688 - 1s - loss: ... - 1s/epoch
- * - 590us/step"), as Keras prints them, with "Epoch k/n" before each epoch. Times are
- * simulated. fit adds it by itself for verbose 1 and 2. */
+/* ProgbarLogger(count_mode="steps"), as fit adds it by itself for verbose 1 and 2, with
+ * Keras 2.15's Progbar lines:
+ *   verbose 1: a bar per epoch, "  4/10 [===========>..................] - ETA: 0s - loss:
+ *     0.5123 - accuracy: 0.8125" at each batch end, ending "10/10 [==============================]
+ *     - 1s 59ms/step - loss: ... - val_loss: ...". On a terminal (is_tty) each update
+ *     rewrites the line in place ('\b's then '\r'); otherwise each update is a new line
+ *     (starting with '\n', at most one per 0.05 simulated seconds, the epoch's last always).
+ *   verbose 2: one line per epoch, "10/10 - 1s - loss: ... - val_loss: ... - 1s/epoch -
+ *     59ms/step".
+ *   "Epoch k/n" before each epoch when n > 1 (Keras prints none for a single epoch).
+ * Values: a log's latest value (loss and metrics are running means already), "%.4f" when
+ * |v| > 1e-3, else "%.4e". Evaluate (outside fit) and predict get a bar of their own.
+ * Where tpusim differs: times are simulated (tpu_keras_model_seconds), never wall time.
+ * verbose 0 gives a callback that prints nothing. out is borrowed (must outlive cb). */
 int tpu_callback_progbar(FILE *out, int verbose, bool is_tty, struct tpu_callback *cb,
                          struct tpu_diag *d);
 
-/* ModelCheckpoint(filepath, monitor, save_best_only, save_weights_only=True, mode,
- * save_freq): filepath may hold "{epoch:02d}" and "{batch}"-free Keras formats ({epoch},
- * {epoch:0Nd}, and "{<log name>:.Nf}"); mode "auto", "min", "max"; save_freq 0 = "epoch",
- * else every save_freq batches, counted as Keras counts them with steps_per_execution > 1
- * (the batches since the last save reach save_freq at an execution's end). Writes a tpusim
- * checkpoint (checkpoint.h) of the params. */
+/* ModelCheckpoint(filepath, monitor, verbose, save_best_only, save_weights_only=True, mode,
+ * save_freq). filepath is formatted as Keras formats it at each save: {epoch} (1-based),
+ * {batch} (1-based; batch-level saves only), a log's value {<name>}, each with an optional
+ * format spec of Python's kinds "0Nd" / "Nd" for epoch and batch and ".Nf" / ".Ne" / ".Ng"
+ * for values ("ckpt/{epoch:02d}-{val_loss:.2f}"); "{{" and "}}" are braces; a name that is
+ * neither epoch, batch nor in the logs fails the save as Keras's KeyError does ("Failed to
+ * format this callback filepath"). mode "auto" (max when the monitor's name holds "acc",
+ * else min, Keras's rule), "min", "max"; save_freq 0 = "epoch", else every save_freq
+ * batches, counted as Keras counts them with steps_per_execution > 1 (each batch-end hook
+ * adds the batches since the last one; a save when the count reaches save_freq, which then
+ * restarts from 0, so saves fall at execution ends). save_best_only saves only when the
+ * monitor improves on the best so far (strictly: Keras's np.less / np.greater; a missing
+ * monitor skips the save, as Keras warns and skips).
+ * Where tpusim differs: the formatted path is a checkpoint directory (checkpoint.h's
+ * model_dir) that receives ckpt-<global step>.safetensors and its index, keeping one save
+ * (a later save to the same path replaces it, as Keras overwrites the file). It holds every
+ * param the estimator has, optimizer state included (tpu_estimator_param_info), so that
+ * `tpusim evaluate --model-dir` and a later run's model_dir take it as it is. */
 struct tpu_model_checkpoint_args {
     const char *filepath;
     const char *monitor;     /* default "val_loss" */
     bool save_best_only;
     const char *mode;        /* default "auto" */
     uint64_t save_freq;      /* 0: "epoch" */
+    FILE *verbose_out;       /* Keras's verbose=1 messages ("\nEpoch 1: saving model to
+                                ...") go here; NULL: verbose 0 */
 };
 int tpu_callback_model_checkpoint(const struct tpu_model_checkpoint_args *a,
                                   struct tpu_callback *cb, struct tpu_diag *d);
 
-/* EarlyStopping(monitor, min_delta, patience, mode, baseline, restore_best_weights,
- * start_from_epoch), Keras's rules (restoring the best weights when it stops). */
+/* EarlyStopping(monitor, min_delta, patience, verbose, mode, baseline, restore_best_weights,
+ * start_from_epoch), Keras 2.15's rules: at each epoch end from start_from_epoch on (earlier
+ * epochs, and epochs whose logs lack the monitor, are not counted), wait grows by one; an
+ * improvement (current - min_delta beats the best: less, or greater in max mode, min_delta
+ * taken as |min_delta| toward the better side) makes it the best and resets wait to 0 when
+ * it also beats the baseline (or there is none); otherwise, once wait >= patience and the
+ * epoch is not the first (index 0), fit is stopped (tpu_keras_stop_training) and, with
+ * restore_best_weights, the weights of the best epoch (or of the first counted epoch when
+ * none improved) are written back. mode "auto": max when the monitor ends in "acc",
+ * "accuracy" or "auc", else min. The weights it keeps and restores are the layers' params
+ * (Keras's model.get_weights(): no optimizer state), held on the host. */
 struct tpu_early_stopping_args {
     const char *monitor;     /* default "val_loss" */
     double min_delta;
@@ -200,18 +256,32 @@ struct tpu_early_stopping_args {
     double baseline;         /* NaN: none */
     bool restore_best_weights;
     uint64_t start_from_epoch;
+    FILE *verbose_out;       /* Keras's verbose=1 messages ("Epoch 5: early stopping");
+                                NULL: verbose 0 */
 };
 int tpu_callback_early_stopping(const struct tpu_early_stopping_args *a,
                                 struct tpu_callback *cb, struct tpu_diag *d);
 
-/* CSVLogger(filename, separator=',', append=False): a header "epoch,<log names...>" and a
- * row per epoch, as Keras writes it. */
+/* CSVLogger(filename, separator=',', append=False), as Keras 2.15 writes it with Python's
+ * csv module (excel dialect: "\r\n" line ends, a field quoted when it holds the separator,
+ * a quote or a line end): at the first epoch end the columns are "epoch" then the log names
+ * sorted (byte order), followed, when none starts with "val_", by "val_<name>" for each; the
+ * header is written unless appending to a file that already has a first line; each row is
+ * the epoch (0-based) and each column's value (Python's repr of a float: the shortest
+ * digits that read back exactly, "inf", "nan"), "NA" where the logs lack it. The file is
+ * opened at on_train_begin (truncated, or appended to) and closed at on_train_end;
+ * each row is flushed. */
 int tpu_callback_csv_logger(const char *filename, char separator, bool append,
                             struct tpu_callback *cb, struct tpu_diag *d);
 
 /* LearningRateScheduler(schedule, verbose): at each epoch's begin, lr = schedule(epoch, lr)
- * (the Keras signature) set with tpu_keras_set_learning_rate. The model must be compiled
- * with the host schedule (compile's optimizer.schedule TPU_SCHEDULE_HOST). */
+ * (the Keras signature: the epoch index and the rate in force) set with
+ * tpu_keras_set_learning_rate; with verbose_out, Keras's "\nEpoch 3: LearningRateScheduler
+ * setting learning rate to 0.0005." (the rate as the shortest decimal that reads back as the
+ * same f32). At each epoch end it adds "lr" (the rate in force) to the logs, as Keras does.
+ * A schedule returning a rate that is not finite fails the epoch with the epoch and
+ * the value. The model must be compiled with the host schedule (compile's
+ * optimizer.schedule TPU_SCHEDULE_HOST). */
 int tpu_callback_lr_scheduler(float (*schedule)(void *ctx, uint64_t epoch, float lr),
                               void *schedule_ctx, FILE *verbose_out, struct tpu_callback *cb,
                               struct tpu_diag *d);

@@ -416,6 +416,14 @@ int tpu_estimator_read_param(const struct tpu_estimator *est, const char *name, 
 int tpu_estimator_read_param_replica(const struct tpu_estimator *est, const char *name,
                                      uint32_t replica, float *data, size_t bytes,
                                      struct tpu_diag *d);
+/* The params the estimator holds, as its checkpoints store them (every param of the modes
+ * built so far: weights and optimizer state, in the order the programs list them): how many, and the i-th one's name and shape
+ * ([rows][cols] f32, the full param). None before the first train, evaluate or predict call
+ * (they initialize or restore them). *name points into the estimator, valid until its next
+ * call. TPU_ERANGE for i past the count. */
+size_t tpu_estimator_n_params(const struct tpu_estimator *est);
+int tpu_estimator_param_info(const struct tpu_estimator *est, size_t i, const char **name,
+                             uint32_t *rows, uint32_t *cols, struct tpu_diag *d);
 /* Sets a param (its whole value, as read_param gives it) on every replica, after a train,
  * evaluate or predict call has loaded the params. The next call starts from it. */
 int tpu_estimator_write_param(struct tpu_estimator *est, const char *name, const float *data,
