@@ -289,7 +289,8 @@ static const char fit_usage[] =
     "  - --checkpoint PATH is a tpusim checkpoint directory (safetensors and an index) of\n"
     "    every param, optimizer state included, not an HDF5 file;\n"
     "  - the MLP of --layers is a net of dense layers (relu) and a softmax classifier,\n"
-    "    initialized as Keras initializes Dense layers (Glorot uniform, zero biases).\n"
+    "    initialized as Keras initializes Dense layers (Glorot uniform, zero biases);\n"
+    "  - the callbacks print their messages (Keras's verbose=1) unless --verbose 0.\n"
     "\n";
 
 static const char fit_footer[] =
