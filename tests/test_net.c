@@ -389,7 +389,7 @@ static void test_train_spec(void **state)
     BAD(epsilon, 0.0f, "epsilon 0", NULL);
     BAD(l2, -1.0f, "l2 -1", NULL);
     BAD(schedule, TPU_SCHEDULE_STEP, "step schedule needs decay_steps >= 1", NULL);
-    BAD(schedule, (enum tpu_lr_schedule)3, "schedule 3", "cosine", NULL);
+    BAD(schedule, (enum tpu_lr_schedule)4, "schedule 4", "cosine", NULL);
     BAD(warmup_steps, 10, "warmup_steps 10 needs the cosine schedule", NULL);
     s.optimizer = TPU_OPT_SGD_MOMENTUM;
     BAD(momentum, 1.0f, "momentum 1 must be in [0, 1)", NULL);

@@ -198,11 +198,12 @@ static void echo_init(void *ctx, const char *name, uint32_t rows, uint32_t cols,
     memset(data, 0, (size_t)rows * cols * sizeof *data);
 }
 
-static int echo_shapes(void *ctx, enum tpu_mode mode, uint32_t *n,
+static int echo_shapes(void *ctx, enum tpu_mode mode, bool weighted, uint32_t *n,
                        struct tpu_infeed_shape out[4], struct tpu_diag *d)
 {
     struct echo *m = ctx;
     (void)d;
+    (void)weighted; /* echo_build builds no weighted program */
     out[0] = (struct tpu_infeed_shape){.name = "features", .rank = 3,
                                        .dims = {m->h, m->w, m->c}};
     out[1] = (struct tpu_infeed_shape){.name = "labels", .rank = 1, .dims = {1}};

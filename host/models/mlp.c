@@ -454,7 +454,9 @@ int tpu__mlp_check_shape(const struct tpu_build_shape *shape, const char *model,
     return 0;
 }
 
-/* With several cores per replica: the MLP as a layer graph of dense layers (the same math),
+/* With several cores per replica, or with weighted training or training counts (struct
+ * tpu_build_shape's weighted, train_counts): the MLP as a layer graph of dense layers (the
+ * same math),
  * whose lowering splits consecutive dense layers over the replica's cores (net_lower_part.c)
  * and takes the input partition dims a net takes. Its params keep the MLP's names (w<l>, b<l>
  * and their optimizer state), so init_param and checkpoints are the MLP's whatever the cores
@@ -498,7 +500,10 @@ static int mlp_build_net(const struct tpu_mlp_spec *spec, enum tpu_mode mode,
 static int mlp_build(void *ctx, enum tpu_mode mode, const struct tpu_build_shape *shape,
                      struct tpu_model_program *out, struct tpu_diag *d)
 {
-    if (shape->cores_per_replica > 1)
+    /* several cores per replica, or the training flags of the Keras-style runtime (row
+     * weights, counts) that only the layer graph's lowering builds */
+    const bool flags = mode == TPU_MODE_TRAIN && (shape->weighted || shape->train_counts);
+    if (shape->cores_per_replica > 1 || flags)
         return mlp_build_net(ctx, mode, shape, out, d);
     int rc = tpu__mlp_check_shape(shape, "MLP model", d);
     if (rc)

@@ -619,6 +619,7 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
                          "(weight_decay); set l2 to 0, or use adam or sgd", (double)s->l2);
     switch (s->schedule) {
     case TPU_SCHEDULE_CONSTANT:
+    case TPU_SCHEDULE_HOST: /* learning_rate until the host sets another */
         break;
     case TPU_SCHEDULE_STEP:
         if (s->decay_steps < 1)
@@ -639,8 +640,8 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d)
                              (double)s->decay_rate);
         break;
     default:
-        return tpu__fail(d, TPU_EINVAL, "schedule %d: use constant, step or cosine",
-                         (int)s->schedule);
+        return tpu__fail(d, TPU_EINVAL, "schedule %d: use constant, step, cosine or host (a "
+                         "rate the host sets between loops)", (int)s->schedule);
     }
     if (s->schedule != TPU_SCHEDULE_COSINE && s->warmup_steps)
         return tpu__fail(d, TPU_EINVAL, "warmup_steps %u needs the cosine schedule (only it "

@@ -31,6 +31,10 @@
  * the output [B][K] with the labels, or mse of the output as [B][size] with the targets and
  * the mask. Evaluation: the same with alpha 1 (a per-example sum) and classify_count (mse:
  * count_rows, no accuracy). Prediction outfeeds the output as [B][size].
+ * Training with shape.weighted infeeds the row weights f32 [B][1] after the labels (or the
+ * targets and mask; with labels on core 0 only, the weights too) and uses softmax_xent_w /
+ * mse_w, the weights in alpha's place; with shape.train_counts it adds classify_count (mse:
+ * count_rows) after the loss and outfeeds the counts after the loss at the step's end.
  *
  * Backward, layers in reverse order, each only if the loss depends on it and some param
  * lies at or before it (the input gets no gradient). A tensor read by several layers gets
@@ -50,7 +54,10 @@
  * Then each param gradient is all_reduce'd (sum: the 1 / (B * R) in the loss makes it the
  * gradient of the mean loss), `step` advances, and the optimizer updates each trainable param
  * (l2 on kernels only; AdamW decays every trainable param, as Keras's default). Batch norm's
- * moving statistics are params without an optimizer.
+ * moving statistics are params without an optimizer. With the spec's schedule host, the
+ * training program declares a third variable, "learning_rate", and every optimizer op reads
+ * its rate from it (schedule=host lr_var=learning_rate; alpha, the spec's rate, while the
+ * host has set none).
  *
  * Params: in layer order <layer>.kernel, .bias, .gamma, .beta, .moving_mean,
  * .moving_variance; training adds the optimizer state after them (<param>.vel, or .m and .v).
@@ -190,7 +197,10 @@ static void optimizer_update(struct lower *s, uint32_t i, int k)
     const struct lw *w = &s->lw[i];
     struct tpu_op_attrs at = tpu__nl_attrs0();
     at.alpha = sp->learning_rate;
-    if (sp->schedule != TPU_SCHEDULE_CONSTANT) {
+    if (sp->schedule == TPU_SCHEDULE_HOST) {
+        at.schedule = (int32_t)sp->schedule;
+        at.lr_var = s->var_lr;
+    } else if (sp->schedule != TPU_SCHEDULE_CONSTANT) {
         at.schedule = (int32_t)sp->schedule;
         at.warmup = sp->warmup_steps;
         at.decay_steps = sp->decay_steps;
@@ -214,6 +224,22 @@ static void optimizer_update(struct lower *s, uint32_t i, int k)
         at.gamma = k == TPU__P_KERNEL ? sp->l2 : 0.0f;
         tpu__b_op(&s->b, TPU_OP_ADAM, w->p[k], w->st[k][0], w->st[k][1], w->g[k], N, &at);
     }
+}
+
+/* The counts [1][2] (correct, real rows) of the output pred [B][size]: classify_count, or
+ * for MSE count_rows (no correct answers: no_accuracy). Returns the buffer, "counts". */
+static uint32_t counts_of(struct lower *s, uint32_t pred)
+{
+    uint32_t counts = tpu__b_buf(&s->b, "counts", TPU_F32, TPU_BUF_TEMP, 1, 2);
+    if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
+        tpu__nl_op(s, TPU_OP_CLASSIFY_COUNT, counts, N, pred, s->labels, NULL);
+    } else {
+        tpu__nl_op(s, TPU_OP_COUNT_ROWS, counts, N, s->mask, N, NULL);
+        s->r->no_accuracy = true;
+    }
+    if (s->labels_core0)
+        tpu__nl_core0_share(s, counts, 1, 2);
+    return counts;
 }
 
 /* The loss from the output tensor; training writes the output's gradient. Returns the
@@ -242,17 +268,21 @@ static uint32_t loss_and_tail(struct lower *s)
                                                    TPU_F32, TPU_BUF_TEMP, s->B, size);
     struct tpu_op_attrs at = tpu__nl_attrs0();
     at.alpha = s->train ? 1.0f / (float)((uint64_t)s->B * s->R) : 1.0f;
-    if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
+    if (s->net->loss == TPU_LOSS_SOFTMAX_XENT && !s->weighted) {
         tpu__nl_op(s, TPU_OP_SOFTMAX_XENT, loss, dpred, pred, s->labels, &at);
-    } else {
+    } else { /* mse, or a weighted loss: an input past the builder's two */
+        const bool xent = s->net->loss == TPU_LOSS_SOFTMAX_XENT;
         struct tpu_op m;
-        tpu_op_init(&m, TPU_OP_MSE);
+        tpu_op_init(&m, xent ? TPU_OP_SOFTMAX_XENT_W : s->weighted ? TPU_OP_MSE_W : TPU_OP_MSE);
         m.out[0] = loss;
         m.out[1] = dpred;
         m.in[0] = pred;
-        m.in[1] = s->targets;
-        m.in[2] = s->mask;
-        m.attrs = at;
+        m.in[1] = xent ? s->labels : s->targets;
+        m.in[xent ? 2 : 3] = s->weights; /* N (unused) for mse */
+        if (!xent)
+            m.in[2] = s->mask;
+        if (!s->weighted) /* the weights carry the scale: the weighted ops have no alpha */
+            m.attrs = at;
         tpu__b_add(&s->b, &m);
     }
     if (s->labels_core0) /* only core 0 has the labels: its loss and gradient, shared */
@@ -264,17 +294,11 @@ static uint32_t loss_and_tail(struct lower *s)
             tpu__nl_op(s, TPU_OP_RESHAPE, tpu__nl_dy_buf(s, o), N, dpred, N, NULL);
         }
         s->lw[o].dy_written = true;
+        if (s->train_counts) /* outfed after the loss, lower_step's end */
+            counts_of(s, pred);
         return pred;
     }
-    uint32_t counts = tpu__b_buf(&s->b, "counts", TPU_F32, TPU_BUF_TEMP, 1, 2);
-    if (s->net->loss == TPU_LOSS_SOFTMAX_XENT) {
-        tpu__nl_op(s, TPU_OP_CLASSIFY_COUNT, counts, N, pred, s->labels, NULL);
-    } else {
-        tpu__nl_op(s, TPU_OP_COUNT_ROWS, counts, N, s->mask, N, NULL);
-        r->no_accuracy = true;
-    }
-    if (s->labels_core0)
-        tpu__nl_core0_share(s, counts, 1, 2);
+    uint32_t counts = counts_of(s, pred);
     s->b.tag = TPU_NET_OP_STEP;
     tpu__nl_op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
     tpu__nl_op(s, TPU_OP_OUTFEED, N, N, counts, N, NULL);
@@ -303,6 +327,10 @@ static void lower_step(struct lower *s)
             s->mask = tpu__b_buf(&s->b, "mask", TPU_INT32, TPU_BUF_TEMP, s->B, 1);
             r->infeed[r->n_infeed++] = s->targets;
             r->infeed[r->n_infeed++] = s->mask;
+        }
+        if (s->weighted) {
+            s->weights = tpu__b_buf(&s->b, "weights", TPU_F32, TPU_BUF_TEMP, s->B, 1);
+            r->infeed[r->n_infeed++] = s->weights;
         }
     }
     struct tpu_op_attrs at = tpu__nl_attrs0();
@@ -370,6 +398,11 @@ static void lower_step(struct lower *s)
     s->b.tag = TPU_NET_OP_STEP;
     tpu__nl_op(s, TPU_OP_OUTFEED, N, N, loss, N, NULL);
     r->outfeed[r->n_outfeed++] = loss;
+    uint32_t counts = N;
+    if (s->train_counts && tpu_program_find_buffer(s->b.p, "counts", &counts) == 0) {
+        tpu__nl_op(s, TPU_OP_OUTFEED, N, N, counts, N, NULL);
+        r->outfeed[r->n_outfeed++] = counts;
+    }
 }
 
 static int check_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
@@ -444,7 +477,9 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     s.G = shape->global_batch;
     s.R = shape->n_replicas;
     s.P = shape->cores_per_replica;
-    s.labels = s.targets = s.mask = N;
+    s.labels = s.targets = s.mask = s.weights = N;
+    s.weighted = s.train && shape->weighted;
+    s.train_counts = s.train && shape->train_counts;
     s.r = calloc(1, sizeof *s.r);
     s.lw = calloc(net->n_layers, sizeof *s.lw);
     if (!s.r || !s.lw) {
@@ -469,6 +504,8 @@ int tpu_net_build(const struct tpu_net *net, const struct tpu_train_spec *spec,
     char pname[64];
     snprintf(pname, sizeof pname, "%s_%s", net->name, mode_name[mode]);
     if (!tpu__b_start(&s.b, pname, &s.r->var_iterations, &s.r->var_step)) {
+        if (s.train && spec->schedule == TPU_SCHEDULE_HOST) /* the rate the host sets */
+            s.b.rc = tpu_program_add_var(s.b.p, "learning_rate", &s.var_lr, d);
         declare_params(&s);
         lower_step(&s);
         s.b.tag = TPU_NET_OP_STEP;

@@ -59,6 +59,9 @@ struct lower {
     struct tpu_model_program *r;
     struct lw *lw;
     uint32_t labels, targets, mask; /* infeed besides x */
+    uint32_t weights;               /* training with shape.weighted: row weights f32 [B][1] */
+    bool weighted, train_counts;    /* the build shape's flags, in training (else false) */
+    uint32_t var_lr;                /* training with schedule host: "learning_rate" */
     /* partitioning: whether the features and the labels come to logical core 0 only (dims of
        product 1), and the row masks made so far, by image shape */
     bool x_core0, labels_core0;

@@ -40,9 +40,9 @@ static int model_build(void *ctx, enum tpu_mode mode, const struct tpu_build_sha
 
 /* The infeed tensors as the input function fills them (net.h's infeed order): x [h, w, c]
  * per example, then for training and evaluation the labels [1] (softmax cross-entropy), or
- * the targets [size] and the row mask [1] (MSE); prediction infeeds x only. The runtime
- * cuts them with input_partition_dims. */
-static int model_infeed_shapes(void *ctx, enum tpu_mode mode, uint32_t *n,
+ * the targets [size] and the row mask [1] (MSE), and in weighted training the row weights
+ * [1]; prediction infeeds x only. The runtime cuts them with input_partition_dims. */
+static int model_infeed_shapes(void *ctx, enum tpu_mode mode, bool weighted, uint32_t *n,
                                struct tpu_infeed_shape out[4], struct tpu_diag *d)
 {
     const struct tpu__net_binding *bd = ctx;
@@ -63,6 +63,8 @@ static int model_infeed_shapes(void *ctx, enum tpu_mode mode, uint32_t *n,
         out[1] = (struct tpu_infeed_shape){.name = "labels", .rank = 1, .dims = {1}};
         *n = 2;
     }
+    if (weighted && mode == TPU_MODE_TRAIN)
+        out[(*n)++] = (struct tpu_infeed_shape){.name = "weights", .rank = 1, .dims = {1}};
     return 0;
 }
 

@@ -22,81 +22,11 @@
 
 /* ---- the estimator -------------------------------------------------------------------------- */
 
-static int check_config(const struct tpu_run_config *c, const struct tpu_device *dev,
-                        struct tpu_diag *d)
-{
-    const uint32_t cores = tpu_device_n_cores(dev), cpr = c->num_cores_per_replica;
-    if (cpr < 1 || cpr > 128 || (cpr & (cpr - 1)))
-        return tpu__fail(d, TPU_EINVAL, "num_cores_per_replica %u must be a power of two from 1 "
-                         "to 128", cpr);
-    if (cpr != tpu_device_n_cores(dev) / tpu_device_n_replicas(dev))
-        return tpu__fail(d, TPU_EINVAL, "num_cores_per_replica %u differs from the device's %u; "
-                         "open the device with cores_per_replica %u",
-                         cpr, tpu_device_n_cores(dev) / tpu_device_n_replicas(dev), cpr);
-    if (c->num_shards && c->num_shards != tpu_device_n_replicas(dev))
-        return tpu__fail(d, TPU_EINVAL,
-                         "num_shards %u does not match the %u replicas of this device (%u cores "
-                         "/ %u cores per replica); set num_shards to %u or leave it 0",
-                         c->num_shards, tpu_device_n_replicas(dev), cores, cpr,
-                         tpu_device_n_replicas(dev));
-    if (c->iterations_per_loop_auto) {
-        if (c->tuner.kind != TPU_TUNER_MODEL && c->tuner.kind != TPU_TUNER_KERAS)
-            return tpu__fail(d, TPU_EINVAL, "iterations_per_loop auto takes the model or the "
-                             "keras tuner, not tuner kind %d; set tuner.kind to "
-                             "TPU_TUNER_MODEL or TPU_TUNER_KERAS (for a time per launch, give "
-                             "iterations_per_loop a time such as 30s)", (int)c->tuner.kind);
-        int trc = tpu_tuner_check_settings(&c->tuner, d);
-        if (trc)
-            return trc;
-    } else if (c->iterations_per_loop_s == 0 && c->iterations_per_loop < 1)
-        return tpu__fail(d, TPU_EINVAL, "iterations_per_loop is 0; use at least 1 (or a time "
-                         "such as 30s)");
-    if (c->iterations_per_loop_s < 0 || !isfinite(c->iterations_per_loop_s))
-        return tpu__fail(d, TPU_EINVAL, "iterations_per_loop time %g s must be positive",
-                         c->iterations_per_loop_s);
-    if (c->iterations_per_loop_s > 86400)
-        return tpu__fail(d, TPU_EINVAL, "iterations_per_loop time %g s is more than 24 hours "
-                         "(86400 s) of simulated time per launch; use 1s to 24h, e.g. 30s",
-                         c->iterations_per_loop_s);
-    if (c->initial_infeed_sleep_secs < 0 || c->initial_infeed_sleep_secs > 3600)
-        return tpu__fail(d, TPU_EINVAL, "initial_infeed_sleep_secs %g must be from 0 to 3600",
-                         c->initial_infeed_sleep_secs);
-    const uint32_t chips = cores / tpu_device_chip(dev)->cores_per_chip;
-    if (c->num_hosts < 1 || c->num_hosts > chips || chips % c->num_hosts)
-        return tpu__fail(d, TPU_EINVAL, "num_hosts %u does not divide the device's %u chips "
-                         "evenly (every host drives the same number of chips); give a divisor "
-                         "of %u, or open the device with num_hosts x chips per host chips",
-                         c->num_hosts, chips, chips);
-    if (c->n_input_partition_dims > 2)
-        return tpu__fail(d, TPU_EINVAL, "input_partition_dims has %u entries; it takes 1 "
-                         "(the features) or 2 (the features, then the labels)",
-                         c->n_input_partition_dims);
-    if (c->save_checkpoints_steps && !c->model_dir[0])
-        return tpu__fail(d, TPU_EINVAL, "save_checkpoints_steps %llu needs a model_dir to write "
-                         "checkpoints to", (unsigned long long)c->save_checkpoints_steps);
-    if ((unsigned)c->per_host_input_for_training > TPU_BROADCAST)
-        return tpu__fail(d, TPU_EINVAL, "per_host_input_for_training %d is not one of "
-                         "PER_SHARD_V1, PER_HOST_V1, PER_HOST_V2, BROADCAST",
-                         (int)c->per_host_input_for_training);
-    if ((unsigned)c->eval_training_input_configuration > TPU_EVAL_SLICED)
-        return tpu__fail(d, TPU_EINVAL, "eval_training_input_configuration %d is not PER_HOST_V1 "
-                         "or SLICED", (int)c->eval_training_input_configuration);
-    if (c->modeled_launch_us < 0 || c->modeled_hooks_us < 0 || c->modeled_checkpoint_us < 0 ||
-        c->modeled_input_us_per_batch < 0)
-        return tpu__fail(d, TPU_EINVAL, "modeled host costs must not be negative");
-    /* each batch size is checked when its mode runs (tpu_estimator_check_mode): a mode that
-     * never runs must not fail the run */
-    if (!c->train_batch_size && !c->eval_batch_size && !c->predict_batch_size)
-        return tpu__fail(d, TPU_EINVAL, "no batch size is set: give train_batch_size (and "
-                         "eval_batch_size, predict_batch_size for those modes)");
-    return 0;
-}
-
 int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cfg,
                          const struct tpu_model *model, const struct tpu_hook *hooks,
                          size_t n_hooks, struct tpu_estimator **out, struct tpu_diag *d)
 {
-    int rc = check_config(cfg, dev, d);
+    int rc = tpu__run_config_check(cfg, dev, d);
     if (rc)
         return rc;
     if (!model || !model->build)
@@ -123,22 +53,7 @@ int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cf
     }
     e->hosts = cfg->num_hosts;
     e->chips_per_host = e->n_cores / tpu_device_chip(dev)->cores_per_chip / e->hosts;
-    /* the rules that do not depend on a batch size, now (each mode's batch is checked when
-     * the mode runs): the plan of training with its batch when that splits over the replicas
-     * and the hosts (so messages show the run's shapes), else with one that does */
-    struct tpu__pass_probe {
-        struct tpu_shard_spec s;
-        struct tpu_shard_plan plan;
-    } probe;
-    rc = tpu__runtime_shard_spec(e, TPU_MODE_TRAIN, &probe.s, d);
-    if (!rc) {
-        const uint32_t g = cfg->train_batch_size, unit = e->n_replicas * e->hosts;
-        probe.s.global_batch = g && (g % unit == 0 || cfg->per_host_input_for_training ==
-                                                          TPU_BROADCAST) ? g : unit;
-        memset(&probe.plan, 0, sizeof probe.plan);
-        rc = tpu_shard_plan_make(&probe.s, &probe.plan, d);
-        tpu_shard_plan_free(&probe.plan);
-    }
+    rc = tpu__run_config_check_plan(e, d);
     if (rc) {
         free(e->hooks);
         free(e);
@@ -663,35 +578,223 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
                      mib(avail), what);
 }
 
-/* Loads the program of `mode` (if another is loaded) and puts the params on the device. */
-static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_diag *d)
+/* The shape the program of `mode` is built for under the current configuration, its shard
+ * spec, and the batch of the plan's first call (for the host memory check). */
+static int mode_shape(const struct tpu_estimator *e, enum tpu_mode mode,
+                      struct tpu_shard_spec *spec, struct tpu_build_shape *shape,
+                      uint32_t *per_call, struct tpu_diag *d)
 {
-    struct tpu_shard_spec spec;
     struct tpu_shard_plan plan;
-    int rc = tpu__runtime_plan(e, mode, &spec, &plan, d);
-    const uint32_t per_replica = plan.per_replica_batch, global = spec.global_batch;
-    const uint32_t per_call = plan.n_calls ? plan.calls[0].batch : 0;
+    int rc = tpu__runtime_plan(e, mode, spec, &plan, d);
+    const uint32_t per_replica = plan.per_replica_batch;
+    *per_call = plan.n_calls ? plan.calls[0].batch : 0;
     tpu_shard_plan_free(&plan);
     if (rc)
         return rc;
-    if (e->loaded && e->mode == mode && e->batch_per_replica == per_replica)
+    memset(shape, 0, sizeof *shape);
+    shape->batch_per_replica = per_replica;
+    shape->global_batch = spec->global_batch; /* BROADCAST: the per-replica batch */
+    shape->n_replicas = e->n_replicas;
+    shape->cores_per_replica = e->n_cores / e->n_replicas;
+    shape->n_dims = e->cfg.n_input_partition_dims;
+    memcpy(shape->dims, e->cfg.input_partition_dims, sizeof shape->dims);
+    /* the Keras-style flags change the train program only */
+    shape->weighted = mode == TPU_MODE_TRAIN && e->cfg.sample_weights;
+    shape->train_counts = mode == TPU_MODE_TRAIN && e->cfg.train_counts;
+    return 0;
+}
+
+static bool same_dims(const struct tpu_partition_dims *a, const struct tpu_partition_dims *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (uint32_t i = 0; i < a->rank && i < TPU_PARTITION_MAX_RANK; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
+}
+
+static bool same_shape(const struct tpu_build_shape *a, const struct tpu_build_shape *b)
+{
+    if (a->batch_per_replica != b->batch_per_replica || a->global_batch != b->global_batch ||
+        a->n_replicas != b->n_replicas || a->cores_per_replica != b->cores_per_replica ||
+        a->n_dims != b->n_dims || a->weighted != b->weighted ||
+        a->train_counts != b->train_counts)
+        return false;
+    for (uint32_t i = 0; i < a->n_dims && i < 2; i++)
+        if (!same_dims(&a->dims[i], &b->dims[i]))
+            return false;
+    return true;
+}
+
+/* A train program built with the Keras-style flags must have what they ask for: the row
+ * weights f32 [B][1] as its last infeed (weighted), the counts f32 [1][2] after the loss
+ * (train_counts). A model that ignores the flags is refused here, before anything runs. */
+static int check_keras_shape(const struct tpu_build_shape *sh, const struct tpu_model_program *mp,
+                             struct tpu_diag *d)
+{
+    const char *name = tpu_program_name(mp->prog);
+    if (sh->weighted) {
+        const struct tpu_buffer_desc *b =
+            mp->n_infeed ? tpu_program_buffer(mp->prog, mp->infeed[mp->n_infeed - 1]) : NULL;
+        if (!b || b->dtype != TPU_F32 || b->cols != 1)
+            return tpu__fail(d, TPU_EUNSUPPORTED, "sample_weights is on, but the train program "
+                             "'%s' does not infeed the row weights f32 [batch, 1] after its "
+                             "other inputs (its last infeed is %s%s%s); use a model that lowers "
+                             "weighted training (struct tpu_build_shape.weighted: net.h's "
+                             "nets do), or turn sample_weights off", name,
+                             b ? "'" : "none", b ? b->name : "", b ? "'" : "");
+    }
+    if (sh->train_counts) {
+        const struct tpu_buffer_desc *b =
+            mp->n_outfeed == 2 ? tpu_program_buffer(mp->prog, mp->outfeed[1]) : NULL;
+        if (!b || b->dtype != TPU_F32 || b->rows != 1 || b->cols != 2)
+            return tpu__fail(d, TPU_EUNSUPPORTED, "train_counts is on, but the train program "
+                             "'%s' outfeeds %u tensor%s, not the loss then the counts f32 "
+                             "[1, 2] (correct, real rows); use a model that lowers the counts "
+                             "(struct tpu_build_shape.train_counts: net.h's nets do), or turn "
+                             "train_counts off", name, mp->n_outfeed,
+                             mp->n_outfeed == 1 ? "" : "s");
+    }
+    return 0;
+}
+
+/* ---- the host learning rate ----------------------------------------------------------------- */
+
+int64_t tpu__lr_bits(float lr)
+{
+    if (lr == 0.0f)
+        lr = -0.0f; /* bits 0 would read as alpha */
+    uint32_t bits;
+    memcpy(&bits, &lr, sizeof bits);
+    return (int64_t)bits;
+}
+
+static bool is_optimizer(enum tpu_opcode c)
+{
+    return c == TPU_OP_SGD_MOMENTUM || c == TPU_OP_ADAM || c == TPU_OP_ADAMW;
+}
+
+/* What a train program says of its learning rate: its optimizer ops' schedule (the first
+ * host-scheduled one's, else the first one's) and alpha, and the "learning_rate" variable. */
+static void lr_info_of(const struct tpu_program *prog, struct tpu__lr_info *li)
+{
+    memset(li, 0, sizeof *li);
+    li->known = true;
+    li->schedule = -1;
+    snprintf(li->program, sizeof li->program, "%s", tpu_program_name(prog));
+    for (size_t i = 0; i < tpu_program_n_ops(prog); i++) {
+        const struct tpu_op *op = tpu_program_op(prog, i);
+        if (!is_optimizer(op->code))
+            continue;
+        if (li->schedule < 0 || op->attrs.schedule == TPU_SCHEDULE_HOST) {
+            li->schedule = op->attrs.schedule;
+            li->alpha = op->attrs.alpha;
+        }
+        if (op->attrs.schedule == TPU_SCHEDULE_HOST)
+            break;
+    }
+    li->has_var = tpu_program_find_var(prog, "learning_rate", &li->var) == 0;
+}
+
+/* The train program's learning-rate facts: from the loaded train program, or (none loaded)
+ * from one built to look at and destroyed (the train batch size must be set). */
+static int lr_info_get(struct tpu_estimator *e, struct tpu_diag *d)
+{
+    if (e->lr_info.known)
+        return 0;
+    if (e->loaded && e->mode == TPU_MODE_TRAIN) {
+        lr_info_of(e->mp.prog, &e->lr_info);
+        return 0;
+    }
+    int rc = tpu_estimator_check_mode(e, TPU_MODE_TRAIN, d);
+    struct tpu_shard_spec spec;
+    struct tpu_build_shape shape;
+    uint32_t per_call;
+    if (rc || (rc = mode_shape(e, TPU_MODE_TRAIN, &spec, &shape, &per_call, d)))
+        return rc;
+    struct tpu_model_program *mp = calloc(1, sizeof *mp);
+    if (!mp)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    rc = e->model.build(e->model.ctx, TPU_MODE_TRAIN, &shape, mp, d);
+    if (!rc)
+        lr_info_of(mp->prog, &e->lr_info);
+    tpu_program_destroy(&mp->prog);
+    free(mp);
+    return rc;
+}
+
+/* Whether the train program takes a host learning rate: the message says why not and what
+ * to do. */
+static int lr_check(const struct tpu__lr_info *li, struct tpu_diag *d)
+{
+    static const char *const schedule_name[] = {"constant", "step", "cosine"};
+    if (li->schedule == TPU_SCHEDULE_HOST && li->has_var)
+        return 0;
+    if (li->schedule < 0)
+        return tpu__fail(d, TPU_EUNSUPPORTED, "the train program '%s' has no optimizer op "
+                         "(sgd_momentum, adam or adamw), so it has no learning rate to set; "
+                         "use a model that trains with one, built with the host schedule "
+                         "(net.h tpu_train_spec.schedule = TPU_SCHEDULE_HOST)", li->program);
+    if (li->schedule == TPU_SCHEDULE_HOST)
+        return tpu__fail(d, TPU_EINVAL, "the train program '%s' has an optimizer with the host "
+                         "schedule but no variable named \"learning_rate\" for its rate; the "
+                         "model's build must declare it (a bug in the model)", li->program);
+    return tpu__fail(d, TPU_EUNSUPPORTED, "the train program '%s' takes its learning rate from "
+                     "its optimizer's %s schedule, which the host cannot set; build the model "
+                     "with the host schedule (net.h tpu_train_spec.schedule = "
+                     "TPU_SCHEDULE_HOST; Keras: compile with it) to set the rate between loops",
+                     li->program,
+                     li->schedule <= TPU_SCHEDULE_COSINE ? schedule_name[li->schedule] : "unknown");
+}
+
+int tpu_estimator_set_learning_rate(struct tpu_estimator *e, float lr, struct tpu_diag *d)
+{
+    tpu_diag_clear(d);
+    if (!isfinite(lr) || lr < 0)
+        return tpu__fail(d, TPU_EINVAL, "learning rate %g is not a finite number >= 0; give a "
+                         "rate such as 0.001", (double)lr);
+    int rc = lr_info_get(e, d);
+    if (rc || (rc = lr_check(&e->lr_info, d)))
+        return rc;
+    e->lr = lr;
+    e->lr_set = true;
+    return 0;
+}
+
+int tpu_estimator_get_learning_rate(const struct tpu_estimator *e, float *lr, struct tpu_diag *d)
+{
+    tpu_diag_clear(d);
+    struct tpu_estimator *m = (struct tpu_estimator *)e; /* may look at the train program */
+    int rc = lr_info_get(m, d);
+    if (rc || (rc = lr_check(&m->lr_info, d)))
+        return rc;
+    *lr = e->lr_set ? e->lr : e->lr_info.alpha;
+    return 0;
+}
+
+/* ---- loading a mode's program ------------------------------------------------------------ */
+
+/* Loads the program of `mode` (if another is loaded, or the configuration changed the shape
+ * it is built for) and puts the params on the device. */
+static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_diag *d)
+{
+    struct tpu_shard_spec spec;
+    struct tpu_build_shape shape;
+    uint32_t per_call;
+    int rc = mode_shape(e, mode, &spec, &shape, &per_call, d);
+    if (rc)
+        return rc;
+    if (e->loaded && e->mode == mode && same_shape(&e->shape, &shape))
         return e->params_on_device ? 0 : params_to_device(e, d); /* written by write_param */
     e->mode_loading = mode;
     if ((rc = params_from_device(e, d)))
         return rc;
-    struct tpu_build_shape shape = {
-        .batch_per_replica = per_replica,
-        .global_batch = global, /* BROADCAST: the per-replica batch is the global one */
-        .n_replicas = e->n_replicas,
-        .cores_per_replica = e->n_cores / e->n_replicas,
-        .n_dims = e->cfg.n_input_partition_dims,
-    };
-    memcpy(shape.dims, e->cfg.input_partition_dims, sizeof shape.dims);
     struct tpu_model_program *mp = calloc(1, sizeof *mp); /* ~50 KB: not on the stack */
     if (!mp)
         return tpu__fail(d, TPU_ENOMEM, "out of memory");
     rc = e->model.build(e->model.ctx, mode, &shape, mp, d);
-    if (!rc && ((rc = check_splits(e, mp, d)) ||
+    if (!rc && ((rc = check_splits(e, mp, d)) || (rc = check_keras_shape(&shape, mp, d)) ||
                 (rc = tpu_program_verify(mp->prog, tpu_device_chip(e->dev), d)) ||
                 (rc = check_host_memory(e, mp, &spec, per_call, d)) ||
                 (rc = tpu_device_load(e->dev, mp->prog, d))))
@@ -705,8 +808,11 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     free(mp);
     e->loaded = true;
     e->mode = mode;
-    e->batch_per_replica = per_replica;
+    e->batch_per_replica = shape.batch_per_replica;
+    e->shape = shape;
     e->params_on_device = false;
+    if (mode == TPU_MODE_TRAIN)
+        lr_info_of(e->mp.prog, &e->lr_info);
     if ((rc = ensure_host_params(e, d)))
         return rc;
     if (!e->have_params && e->timing_only) {
@@ -767,7 +873,8 @@ int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, 
         memset(&e->last, 0, sizeof e->last);
         e->last.mode = TPU_MODE_TRAIN;
         e->last.global_step = e->global_step;
-        e->last.loss = NAN;
+        e->last.loss = e->last.global_loss = NAN;
+        e->last.loss_sum = e->last.correct = NAN;
         e->last.total_seconds = (double)e->host_cycle / e->hz;
         if (e->cfg.model_dir[0])
             tpu__fail(d, 0, "warning: training skipped: the checkpoint in %s is already at "
@@ -796,7 +903,9 @@ int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, 
     rc = begin_pass(e, &p, input, TPU_MODE_TRAIN, target - e->global_step, e->global_step, d);
     if (rc)
         return rc;
+    e->busy = true;
     rc = tpu__pass_run(e, &p, target, d);
+    e->busy = false;
     tpu__pass_free(&p);
     return rc;
 }
@@ -816,7 +925,9 @@ int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *inpu
     if (rc)
         return rc;
     uint64_t cycle0 = e->host_cycle;
+    e->busy = true;
     rc = tpu__pass_run(e, &p, 0, d);
+    e->busy = false;
     if (!rc) {
         memset(out, 0, sizeof *out);
         out->examples = (uint64_t)llround(p.count);
@@ -848,7 +959,9 @@ int tpu_estimator_predict(struct tpu_estimator *e, const struct tpu_input *input
         return rc;
     p.emit = emit;
     p.emit_ctx = emit_ctx;
+    e->busy = true;
     rc = tpu__pass_run(e, &p, 0, d);
+    e->busy = false;
     if (!rc && n)
         *n = p.emitted;
     tpu__pass_free(&p);

@@ -3,8 +3,9 @@
  * the device, one call at a time across the hosts in the plan's order (the "turn", below),
  * each charged to its host's own clock, and fills the infeed queues of the cores each call
  * feeds with their slices of each tensor; the outfeed
- * thread, which drains every core's outfeed, keeps replica 0's loss, runs the host calls and
- * sums evaluation and prediction outputs; and the watchdog, which ends a deadlocked run with
+ * thread, which drains every core's outfeed, keeps replica 0's loss, runs the host calls,
+ * sums evaluation and prediction outputs and keeps each step's sums (the global loss or the
+ * loss sums, the correct counts) for the loop's sums; and the watchdog, which ends a deadlocked run with
  * an error. They share the pass (struct tpu__pass, runtime_int.h) under its lock, and end
  * the pass with the first error of any of them through tpu__pass_fail. */
 #include <math.h>
@@ -331,6 +332,10 @@ void *tpu__pass_infeed_thread(void *arg)
         tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the input batch"), &d);
         goto out;
     }
+    /* Training trains on full steps only, unless the program weighs its rows (sample
+     * weights): then a call may return a partial batch, even of 0 real rows, which is a real
+     * step whose padding rows weigh 0, and only a call that returns 0 ends the input. */
+    const bool full_steps_only = p->mode == TPU_MODE_TRAIN && !e->shape.weighted;
     uint64_t clock = e->host_cycle;
     for (uint64_t s = 0; s < p->steps; s++) {
         for (uint32_t i = 0; i < f->n_calls; i++) {
@@ -362,17 +367,19 @@ void *tpu__pass_infeed_thread(void *arg)
             if (n_real > call->batch)
                 n_real = call->batch;
             bool last_step = false;
-            if (rc == 0 || (p->mode == TPU_MODE_TRAIN && n_real < call->batch)) {
-                /* the input ended. Training never uses a partial step: the pass ends before
-                 * step s. Evaluation and prediction pad the rest of the step and end. */
-                if (p->mode == TPU_MODE_TRAIN || (ci == 0 && rc == 0)) {
+            if (rc == 0 || (full_steps_only && n_real < call->batch)) {
+                /* the input ended. Unweighted training never uses a partial step: the pass
+                 * ends before step s. Otherwise a first call that finds the end ends the
+                 * pass before step s, and a later call's end pads the rest of the step,
+                 * which is the last. */
+                if (full_steps_only || (ci == 0 && rc == 0)) {
                     pass_turn(p, s, true);
                     goto out;
                 }
                 if (rc == 0)
                     n_real = 0;
                 last_step = true;
-            } else if (n_real < call->batch) {
+            } else if (n_real < call->batch && p->mode != TPU_MODE_TRAIN) {
                 last_step = true; /* a short batch: the input has nothing after it */
             }
             pass_turn(p, last_step ? s + 1 : UINT64_MAX, last_step);
@@ -479,8 +486,10 @@ void *tpu__pass_outfeed_thread(void *arg)
     }
     const uint32_t cpr = e->n_cores / e->n_replicas;
     const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
+    const bool train_counts = p->mode == TPU_MODE_TRAIN && e->shape.train_counts;
     for (uint64_t s = 0; s < p->steps; s++) {
         double global_loss = 0; /* training: the replicas' shares, in replica order */
+        double step_loss = 0, step_correct = 0; /* the step's sums over the replicas */
         /* Every core of a replica runs the replica's program and outfeeds; the first core's
          * tensors are the replica's, the others' are drained and dropped (a queue nobody
          * drains fills up and stops its core for good). */
@@ -506,8 +515,11 @@ void *tpu__pass_outfeed_thread(void *arg)
                 if (broadcast && rep != 0)
                     continue;
                 if (p->mode == TPU_MODE_TRAIN) {
-                    if (rep == 0 && outfeed_train_step(p, s, buf, &d))
+                    /* the loss, then (train_counts) the counts (correct, real rows) */
+                    if (t == 0 && rep == 0 && outfeed_train_step(p, s, buf, &d))
                         goto out;
+                    if (t == 1 && train_counts)
+                        step_correct += buf[0];
                 } else if (p->mode == TPU_MODE_EVAL) {
                     pthread_mutex_lock(&p->lock);
                     if (t == 0)
@@ -517,6 +529,10 @@ void *tpu__pass_outfeed_thread(void *arg)
                         p->count += buf[1];
                     }
                     pthread_mutex_unlock(&p->lock);
+                    if (t == 0)
+                        step_loss += buf[0];
+                    else
+                        step_correct += buf[0];
                 } else if (p->mode == TPU_MODE_PREDICT) {
                     outfeed_predict_rows(p, s, rep, b, buf);
                 }
@@ -531,7 +547,14 @@ void *tpu__pass_outfeed_thread(void *arg)
                 goto out;
             }
             p->global_losses[s] = e->timing_only ? NAN : (float)global_loss;
+            step_loss = global_loss;
         }
+        if (grow((void **)&p->sums, &p->sums_cap, s + 1, sizeof *p->sums)) {
+            pthread_mutex_unlock(&p->lock);
+            tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
+            goto out;
+        }
+        p->sums[s] = (struct tpu__step_sums){.loss = step_loss, .correct = step_correct};
         p->drained = s + 1;
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->lock);

@@ -23,6 +23,17 @@ struct tpu__host_param {
     float *data;
 };
 
+/* The host learning rate of a train program (TPU_SCHEDULE_HOST, runtime.h
+ * tpu_estimator_set_learning_rate): what the program's ops say of it. */
+struct tpu__lr_info {
+    bool known;            /* filled from a train program (loaded, or built to look at it) */
+    int32_t schedule;      /* the first optimizer op's schedule, -1 when it has none */
+    bool has_var;          /* it declares the variable "learning_rate" */
+    uint32_t var;          /* that variable's id */
+    float alpha;           /* the host-scheduled optimizer's alpha: the rate while none is set */
+    char program[48];      /* the program's name, for messages */
+};
+
 /* The estimator (opaque in runtime.h). Only the caller's thread changes it; during a pass the
  * feed threads read its configuration, device and program, and write to the pass. */
 struct tpu_estimator {
@@ -43,7 +54,17 @@ struct tpu_estimator {
     enum tpu_mode mode;
     enum tpu_mode mode_loading; /* the mode load_mode is loading (for messages) */
     uint32_t batch_per_replica;
+    struct tpu_build_shape shape; /* what the loaded program was built for */
     struct tpu_model_program mp;
+    bool busy;             /* a train, evaluate or predict call is running (its hooks may
+                              call back: reconfigure refuses then) */
+
+    /* the host learning rate: set by tpu_estimator_set_learning_rate, written to the train
+     * program's variable before every launch of a train loop once set */
+    bool lr_set;
+    float lr;
+    struct tpu__lr_info lr_info; /* the train program's (known = false: not looked at yet, or
+                                    the shape changed since) */
 
     struct tpu__host_param *params; /* the model's state, by name */
     size_t n_params;
@@ -136,6 +157,14 @@ struct tpu__pass {
     uint64_t loss_cap;
     /* eval sums [lock] */
     double loss_sum, correct, count;
+    /* [lock] per step, once drained: train, the global loss (the replicas' shares summed in
+     * replica order); eval, the outfed loss sums; and the outfed correct counts (train with
+     * train_counts, eval), summed over the replicas. The loop sums of tpu_loop_info come
+     * from them. */
+    struct tpu__step_sums {
+        double loss, correct;
+    } *sums;
+    uint64_t sums_cap;
     /* predict */
     void (*emit)(void *ctx, uint64_t index, const float *row, uint32_t cols);
     void *emit_ctx;
@@ -149,6 +178,11 @@ struct tpu__pass {
     struct tpu__host_phase *input_phases;
     uint64_t n_input_phases, input_phases_cap;
 };
+
+/* The value of the train program's "learning_rate" variable for rate lr: the f32's bits in
+ * the low 32 bits. A rate of 0 is sent as -0.0, whose bits are not 0 (bits 0 read as the
+ * optimizer's alpha); it updates nothing either. (runtime.c) */
+int64_t tpu__lr_bits(float lr);
 
 /* Wall-clock seconds (CLOCK_MONOTONIC), for measured host costs and wall_seconds. */
 double tpu__runtime_wall_s(void);
@@ -188,6 +222,13 @@ void tpu__pass_free(struct tpu__pass *p);
  * first error of any thread with its sentence in d. */
 int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_step,
                   struct tpu_diag *d);
+
+/* Checks a run configuration against the device, before any work (runtime_config.c). */
+int tpu__run_config_check(const struct tpu_run_config *c, const struct tpu_device *dev,
+                          struct tpu_diag *d);
+/* Checks the rules of e->cfg that do not depend on a batch size: the plan of training with
+ * its batch if that splits, else with one that does (runtime_config.c). */
+int tpu__run_config_check_plan(const struct tpu_estimator *e, struct tpu_diag *d);
 
 /* The host memory this process can still allocate: the smallest of MemAvailable
  * (/proc/meminfo), the cgroup's memory limit minus its usage, and RLIMIT_AS minus the

@@ -9,12 +9,14 @@
  *   ---------------            -------------                 --------------
  *   load the mode's program    input_fn -> pad -> per-core   per step, per core: pop the
  *   restore / init params      infeed queues, for every      outfeed tensors; keep
- *   loop: set iterations,      step of the pass, running     replica 0's; host calls;
- *     run the device,          ahead across loop             NaN/Inf check; eval sums;
- *     wait for the outfeed     boundaries (no bubble); at    predict rows
- *     thread to catch up,      the end of the input: close
- *     hooks, checkpoint,       the device's infeed
- *     metrics log
+ *   loop: before_loop hooks,   step of the pass, running     replica 0's; host calls;
+ *     set iterations (and      ahead across loop             NaN/Inf check; eval sums;
+ *     the learning rate),      boundaries (no bubble); at    the step's sums (loss,
+ *     run the device,          the end of the input: close   counts); predict rows
+ *     wait for the outfeed     the device's infeed
+ *     thread to catch up,
+ *     the loop's sums, hooks,
+ *     checkpoint, metrics log
  *
  * Any thread that fails records the first error (under `lock`) and cancels the device, which
  * releases every blocked call; the caller's thread then joins the threads and returns that
@@ -230,6 +232,10 @@ static int launch_loop(struct tpu_estimator *e, struct tpu__pass *p, struct pass
 {
     const bool training = p->mode == TPU_MODE_TRAIN;
     tpu_device_set_var(e->dev, e->mp.var_iterations, (int64_t)n);
+    /* the host's learning rate, once set, before every train loop: a program load starts
+     * the variable at 0, which reads as the optimizer's alpha */
+    if (training && e->lr_set && e->lr_info.known && e->lr_info.has_var)
+        tpu_device_set_var(e->dev, e->lr_info.var, tpu__lr_bits(e->lr));
     /* the launch is always the modeled cost: the simulator has no real launch whose wall time
      * could be measured (tpu_device_run is the simulation itself, never charged) */
     l->start = e->host_cycle + us_to_cycles(e, e->cfg.modeled_launch_us);
@@ -262,6 +268,35 @@ static int launch_loop(struct tpu_estimator *e, struct tpu__pass *p, struct pass
     return r;
 }
 
+/* The loop's sums into li (runtime.h, tpu_loop_info): over the steps [done - ran, done) of
+ * the pass, every one drained. Real rows are what the input calls gave (a full training
+ * step: the global batch); training's loss sum weighs each step's global loss by its real
+ * rows, evaluation's adds the outfed loss sums; correct answers come from the outfed counts
+ * (evaluation, training with train_counts), NaN where there are none (no counts, a
+ * regression model, a timing-only device) and in prediction. */
+static void loop_sums(const struct tpu_estimator *e, struct tpu__pass *p,
+                      const struct pass_loop *L, uint64_t ran, struct tpu_loop_info *li)
+{
+    const bool training = p->mode == TPU_MODE_TRAIN;
+    uint64_t real = 0;
+    double loss = 0, correct = 0;
+    pthread_mutex_lock(&p->lock);
+    for (uint64_t s = L->done - ran; s < L->done; s++) {
+        const uint32_t rows = s < p->real_cap ? p->real_rows[s] : 0;
+        real += rows;
+        if (s < p->sums_cap && p->mode != TPU_MODE_PREDICT) {
+            loss += training ? p->sums[s].loss * rows : p->sums[s].loss;
+            correct += p->sums[s].correct;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    const bool counts = p->mode == TPU_MODE_EVAL || (training && e->shape.train_counts);
+    li->pass_steps = L->done;
+    li->real_examples = real;
+    li->loss_sum = p->mode == TPU_MODE_PREDICT || e->timing_only ? NAN : loss;
+    li->correct = counts && !e->mp.no_accuracy && !e->timing_only ? correct : NAN;
+}
+
 /* The loop's device figures (loss, time, throughput, utilization, infeed stalls) into li,
  * and into the pass's sums; `now` becomes the next loop's starting counters. */
 static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass *p,
@@ -285,6 +320,7 @@ static void loop_device_figures(const struct tpu_estimator *e, struct tpu__pass 
         li->global_loss = p->global_losses[L->done - 1];
         pthread_mutex_unlock(&p->lock);
     }
+    loop_sums(e, p, L, ran, li);
     li->device_seconds = (double)(end - start) / e->hz;
     li->step_time_s = ran ? li->device_seconds / ran : 0;
     li->examples_per_s = li->device_seconds > 0
@@ -424,6 +460,37 @@ static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pa
     loop_host_figures(e, p, L, l, host, &li);
     e->last = li;
     write_metrics(e, &li);
+    return 0;
+}
+
+/* The hooks' before_loop, before the launch of a loop of n steps (at most: evaluation and
+ * prediction stop early when the input ends): the global step, the pass's step index of the
+ * loop's first step and n. Their cost is part of the boundary's modeled hooks cost
+ * (modeled_hooks_us, charged after the loop); measured, their wall time is charged here, as
+ * a "hooks" phase before the launch. Returns 0, or a hook's error (the pass has failed with
+ * it). */
+static int before_loop(struct tpu_estimator *e, struct tpu__pass *p, struct pass_loop *L,
+                       uint64_t n, struct tpu_diag *d)
+{
+    const double t0 = tpu__runtime_wall_s();
+    bool any = false;
+    for (size_t h = 0; h < e->n_hooks; h++) {
+        if (!e->hooks[h].before_loop)
+            continue;
+        any = true;
+        int rc = e->hooks[h].before_loop(e->hooks[h].ctx, p->mode, e->global_step, L->done, n,
+                                         d);
+        if (rc) {
+            tpu__pass_fail(p, rc, d);
+            return rc;
+        }
+    }
+    if (any && e->cfg.host_time == TPU_HOST_TIME_MEASURED) {
+        const uint64_t cost = tpu__host_cost(e, 0, t0);
+        trace_host_phase(e, "hooks", e->host_cycle, cost);
+        e->host_cycle += cost;
+        L->acc_host += (double)cost;
+    }
     return 0;
 }
 
@@ -583,8 +650,11 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
         }
         uint64_t remaining = training ? target_step - e->global_step : p->steps - L.done;
         const uint64_t host_before = e->host_cycle;
+        const uint64_t n = tpu__loop_size_next(&L.size, remaining);
+        if ((rc = before_loop(e, p, &L, n, d)))
+            break;
         struct launch l;
-        if ((rc = launch_loop(e, p, &L, tpu__loop_size_next(&L.size, remaining), &l)))
+        if ((rc = launch_loop(e, p, &L, n, &l)))
             break;
         L.done += l.ran;
         if (training)
@@ -716,6 +786,7 @@ void tpu__pass_free(struct tpu__pass *p)
     free(p->real_rows);
     free(p->losses);
     free(p->global_losses);
+    free(p->sums);
     free(p->input_phases);
     free(p->slices);
     for (uint32_t i = 0; p->feeders && i < p->n_feeders; i++)

@@ -29,7 +29,8 @@ int tpu__runtime_shard_spec(const struct tpu_estimator *e, enum tpu_mode mode,
     struct tpu_infeed_shape sh[4];
     memset(sh, 0, sizeof sh);
     uint32_t n = 0;
-    int rc = e->model.infeed_shapes(e->model.ctx, mode, &n, sh, d);
+    const bool weighted = mode == TPU_MODE_TRAIN && c->sample_weights;
+    int rc = e->model.infeed_shapes(e->model.ctx, mode, weighted, &n, sh, d);
     if (rc)
         return rc;
     if (n > TPU_SHARD_MAX_TENSORS || n > 4)

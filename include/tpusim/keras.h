@@ -24,7 +24,23 @@
  *     size with steps_per_execution > 1 and no steps_per_epoch is refused with Keras's
  *     explanation.
  * Where tpusim differs, it says so: times in logs and the progress bar are simulated (the
- * chip's and the modeled host's), never the simulator's own wall time.
+ * chip's and the modeled host's), never the simulator's own wall time. And:
+ *   - batch_size (and validation_batch_size, evaluate's and predict's) is the global batch
+ *     and must split over the replicas (a multiple of them; any size in BROADCAST
+ *     training), as on a TPU; the *_on_batch calls take any row count (padded and masked);
+ *   - weights (sample_weight, class_weight) need arrays, and train only: the loss and the
+ *     loss-valued metrics of the training logs are weighted as Keras weighs them (the loss
+ *     sum_i w_i l_i / rows, the metric sum_i w_i l_i / sum_i w_i), "accuracy" counts the
+ *     correct answers unweighted, and validation and evaluate report unweighted figures;
+ *   - an input function fills unweighted full batches: one that gives a partial batch in
+ *     training ends the epoch there (the runtime's rule for estimator inputs); an input
+ *     that ends at the start of an epoch after the first ends fit with the warning, without
+ *     end hooks for that empty epoch (Keras hands them the previous epoch's logs);
+ *   - arrays with steps_per_epoch above their batches run out in the first epoch (Keras
+ *     repeats arrays over the epochs): the warning above;
+ *   - "mae" is computed on the host from a prediction pass over the same arrays after an
+ *     evaluation (evaluate, test_on_batch, validation): it is absent from the training
+ *     logs and NaN for an input function's data.
  *
  * Errors: every call checks its arguments before any work; a message names the value, the
  * rule and the fix (the Keras argument's name). No call prints: the progress bar is a
@@ -171,6 +187,9 @@ struct tpu_callback {
 
 /* Keras's model.stop_training = True: fit ends after the current epoch's end hooks. */
 void tpu_keras_stop_training(struct tpu_keras_model *m);
+/* Keras's model.stop_training as a callback reads it: true once a callback asked for a stop
+ * during this fit (fit clears it when it begins). */
+bool tpu_keras_stop_training_requested(const struct tpu_keras_model *m);
 /* The simulated clock the progress bar reads (tpusim's replacement for Keras's time.time()):
  * seconds of device and host time the runtime charged since the model was compiled, up to
  * the end of the last execution (inside a batch-end hook, that batch's execution included).
@@ -314,7 +333,7 @@ struct tpu_keras_fit {
     double validation_split;            /* [0, 1): the last fraction of the arrays */
     struct tpu_keras_data validation_data; /* or arrays/input of its own (overrides split) */
     bool shuffle;                       /* default true */
-    const float *class_weight;          /* [n_classes] or NULL */
+    const float *class_weight;          /* [n_classes] (one per class) or NULL */
     uint32_t n_class_weight;
     uint64_t initial_epoch;
     uint64_t steps_per_epoch;           /* 0: the whole arrays (ceil(n / batch)), or until the

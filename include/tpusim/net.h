@@ -194,7 +194,11 @@ struct tpu_train_spec {
     float beta1, beta2, epsilon;     /* Adam, AdamW */
     float weight_decay;              /* AdamW's decoupled decay (Keras default 0.004) */
     float l2;                        /* SGD and Adam: decay added to the gradients */
-    enum tpu_lr_schedule schedule;   /* program.h's: constant, step or cosine */
+    enum tpu_lr_schedule schedule;   /* program.h's: constant, step, cosine, or host: the
+                                        train program declares variable "learning_rate"
+                                        and its optimizers take their rate from it (the
+                                        runtime's tpu_estimator_set_learning_rate;
+                                        learning_rate until one is set) */
     uint32_t warmup_steps, decay_steps;
     float decay_rate;
     uint64_t seed;                   /* the dropout masks' seed, mixed with each dropout
@@ -226,7 +230,11 @@ int tpu_train_spec_check(const struct tpu_train_spec *s, struct tpu_diag *d);
  * [B][h*w*c], then for softmax cross-entropy labels int32 [B][1] (-1: padding), for MSE
  * targets f32 [B][size] and a row mask int32 [B][1] (0 real, -1 padding); predict infeeds x
  * only. Outfeed as runtime.h says (eval of an MSE model: counts (0, real rows), and
- * out->no_accuracy is set). If op_layer is not NULL, *op_layer gets a malloc'd array of the
+ * out->no_accuracy is set). Training with shape->weighted also infeeds row weights f32 [B][1]
+ * last, and the loss is softmax_xent_w or mse_w (program.h: row i scaled by its weight
+ * instead of 1 / (B * R)); with shape->train_counts it computes the counts as evaluation
+ * does (classify_count, or count_rows for MSE) and outfeeds them after the loss. Both flags
+ * are ignored outside training, and with both off the programs are what they were. If op_layer is not NULL, *op_layer gets a malloc'd array of the
  * program's op count: the layer index each op belongs to (forward, backward, all-reduce and
  * update of its params; 0, the input, for the input's reshape to rows of pixels), or
  * TPU_NET_OP_LOSS for the loss (and the output's reshape to [B][size]), TPU_NET_OP_STEP for

@@ -93,6 +93,22 @@
  *                                         target) / K on real rows, 0 on padding
  *   count_rows out y; in labels           y [1][2] f32 = (0, rows with label >= 0): the
  *                                         evaluation counts of a regression model
+ *   Weighted losses (training with per-row sample weights): the weights f32 [rows][1] take
+ *   the place of alpha, row by row, and the ops have no attributes.
+ *   softmax_xent_w out loss, dlogits; in logits, labels, weights
+ *                                         loss [1][1] = sum over rows with label >= 0 of
+ *                                         weights[i] * -log softmax(logits)[label]; dlogits
+ *                                         row i = weights[i] * (softmax - onehot), 0 on
+ *                                         padding. The product is the very float operation
+ *                                         softmax_xent's alpha multiply is, so weights all
+ *                                         equal to alpha give softmax_xent's dlogits bit for
+ *                                         bit (the loss differs: alpha multiplies the sum)
+ *   mse_w    out loss, dpred; in pred, target, mask, weights
+ *                                         loss [1][1] = sum over real rows (mask >= 0) of
+ *                                         weights[i] * the row's mean over k of (pred -
+ *                                         target)^2; dpred row i = ((weights[i] * 2) / K) *
+ *                                         (pred - target), 0 on padding: with weights all
+ *                                         equal to alpha, mse's dpred bit for bit
  *   dropout_mask out mask (no inputs)     mask = 1 / (1 - alpha) where u >= alpha, else 0
  *                                         (alpha the rate, in [0, 1)); u in [0, 1) a hash of
  *                                         (imm = the seed, variable `var` = the step, the
@@ -123,7 +139,10 @@
  *                                         gamma * param) (eps as adam's)
  *   The optimizers' learning rate may follow a schedule (schedule, warmup, decay_steps,
  *   decay_rate: tpu_lr_schedule_value below) of the step variable `var`; sgd_momentum reads
- *   `var` only for a schedule other than constant.
+ *   `var` only for schedule step or cosine. With schedule=host the rate is set by the host
+ *   between launches: the f32 whose bits are the low 32 bits of variable `lr_var`, alpha
+ *   while those bits are 0 (tpu_lr_host_value below; the net lowering names the variable
+ *   "learning_rate").
  *   all_reduce  out y; in x               sum (reduce 0) or mean (reduce 1) of x over the
  *                                         group, in its order: group 0 (replicas) the cores
  *                                         with this core's logical index in every replica, in
@@ -180,7 +199,8 @@
  *     }
  * Attributes are written name=value after the inputs with the names of the fields of
  * struct tpu_op_attrs (flags trans_a, trans_b, accumulate, core0 stand alone; reduce=sum|mean,
- * group=replicas|replica_cores, schedule=constant|step|cosine; the window by its own fields:
+ * group=replicas|replica_cores, schedule=constant|step|cosine|host, lr_var=VARIABLE (with
+ * schedule=host, and then required); the window by its own fields:
  * "h=28 w=28 c=1 kh=3 kw=3 sh=1 sw=1 pt=0 pl=0 ho=26 wo=26", all required where the op
  * requires the window, and "parts=4" optional); var_add's variable and imm are positional. */
 #ifndef TPUSIM_PROGRAM_H
@@ -334,7 +354,12 @@ enum tpu_buf_kind {
     X(HALO_GRAD, "halo_grad", OPERANDS, 1, 1, ("dx", "dy"), NONE, 0, HALO, TPU_ATTR_WINDOW,        \
       TPU_ATTR_WINDOW, ICI, 0, chip)                                                               \
     X(ROW_MASK, "row_mask", OPERANDS, 1, 0, ("y"), NONE, 0, ROW_MASK, TPU_ATTR_WINDOW,             \
-      TPU_ATTR_WINDOW, VPU, 1, row_mask)
+      TPU_ATTR_WINDOW, VPU, 1, row_mask)                                                           \
+    X(SOFTMAX_XENT_W, "softmax_xent_w", OPERANDS, 2, 3,                                            \
+      ("loss", "dlogits", "logits", "labels", "weights"), NONE, 0, SOFTMAX_XENT, 0, 0, VPU, 10,    \
+      softmax_xent)                                                                                \
+    X(MSE_W, "mse_w", OPERANDS, 2, 4, ("loss", "dpred", "pred", "target", "mask", "weights"),      \
+      NONE, 0, MSE, 0, 0, VPU, 5, mse)
 
 enum tpu_opcode {
 #define TPU__OP_ENUM(e, name, syntax, n_out, n_in, roles, alias, rmw, rule, attrs, required,       \
@@ -346,7 +371,7 @@ enum tpu_opcode {
 };
 
 #define TPU_OP_MAX_OUT 3
-#define TPU_OP_MAX_IN 3
+#define TPU_OP_MAX_IN 4
 #define TPU_NO_BUF UINT32_MAX
 
 enum tpu_reduce_kind {
@@ -421,8 +446,9 @@ enum tpu_lr_schedule {
                                 with warmup, alpha = decay_rate) */
     TPU_SCHEDULE_HOST = 3,   /* the rate the host sets between loops (Keras's
                                 optimizer.learning_rate, LearningRateScheduler): the f32 whose
-                                bits a program variable holds (a fresh load's 0 reads as
-                                alpha); runtime.h tpu_estimator_set_learning_rate */
+                                bits are the low 32 bits of the program variable lr_var (a
+                                fresh load's 0 reads as alpha: tpu_lr_host_value); runtime.h
+                                tpu_estimator_set_learning_rate */
 };
 
 /* Attributes; each op reads the ones its description above names (tpu_opcode_attrs), the
@@ -443,11 +469,14 @@ struct tpu_op_attrs {
                                halo_grad, row_mask; dropout_mask (optional) */
     float alpha, beta, gamma, delta, eps;
     /* the learning-rate schedule of sgd_momentum, adam, adamw (one bit, TPU_ATTR_SCHEDULE,
-     * for the four): enum tpu_lr_schedule, the warm-up and decay lengths in steps, and the
-     * decay rate (step: the factor per decay_steps; cosine: the final fraction of alpha) */
+     * for the five): enum tpu_lr_schedule, the warm-up and decay lengths in steps, and the
+     * decay rate (step: the factor per decay_steps; cosine: the final fraction of alpha);
+     * schedule=host reads none of those three but lr_var, the variable whose low 32 bits
+     * are the rate's f32 bits (0 everywhere else) */
     int32_t schedule;
     uint32_t warmup, decay_steps;
     float decay_rate;
+    uint32_t lr_var;
 };
 
 /* One bit per field of struct tpu_op_attrs, for tpu_opcode_attrs. */
@@ -468,7 +497,7 @@ enum tpu_op_attr_bits {
     TPU_ATTR_DELTA = 1u << 13,
     TPU_ATTR_EPS = 1u << 14,
     TPU_ATTR_WINDOW = 1u << 15, /* the whole of win */
-    TPU_ATTR_SCHEDULE = 1u << 16, /* schedule, warmup, decay_steps, decay_rate */
+    TPU_ATTR_SCHEDULE = 1u << 16, /* schedule, warmup, decay_steps, decay_rate, lr_var */
     TPU_ATTR_CORE0 = 1u << 17,
 };
 
@@ -616,8 +645,19 @@ bool tpu_opcode_is_collective(enum tpu_opcode code);
  *             0.5 * (1 + cos(pi * min(s - warmup, decay_steps) / decay_steps)))
  * computed in double (the power by binary exponentiation, cos from the C library) and
  * rounded once to float. decay_steps 0 (which the verifier rejects for step and cosine)
- * gives alpha. The ops use this function, and the host may call it to log the rate. */
+ * gives alpha, and so does schedule host (whose rate is in a variable: tpu_lr_host_value).
+ * The ops use this function, and the host may call it to log the rate. */
 float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var);
+
+/* The rate of an op with schedule=host when its variable lr_var holds `lr_var_value`: the
+ * f32 whose bits are the value's low 32 bits, or alpha when those bits are 0 (a fresh
+ * program's variables are 0). The ops use this function; the host writes the variable with
+ * tpu_lr_host_bits. */
+float tpu_lr_host_value(const struct tpu_op_attrs *a, int64_t lr_var_value);
+/* The variable value that makes a schedule=host op use rate `lr`: its f32 bits in the low 32
+ * bits, the high bits 0 (for tpu_device_set_var). A rate of +0 gives -0's bits (0x80000000),
+ * the same rate, since bits 0 read as alpha. */
+int64_t tpu_lr_host_bits(float lr);
 
 /* One element of dropout_mask's mask: 1 / (1 - rate) if u >= rate, else 0, where u in
  * [0, 1) is the top 24 bits of a splitmix64 hash of (seed, step, index) over 2^24

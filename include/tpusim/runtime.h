@@ -12,7 +12,8 @@
  *   - evaluate and predict pad the last partial batch and mask the padding, so N examples
  *     give exactly N predictions and metrics over exactly N examples;
  *   - a finite training input ends training cleanly at the last full step (with a warning;
- *     strict_input makes it an error).
+ *     strict_input makes it an error); with sample_weights, after its last step, partial
+ *     or not.
  *
  * Threads: the caller's thread runs the loops and hooks; an infeed thread per host (of
  * num_hosts) runs that host's input function calls and fills the infeed queues of the cores
@@ -126,7 +127,11 @@ struct tpu_run_config {
     bool strict_input;
     /* Keras-style training (keras.h); both off for an estimator-style run */
     bool sample_weights;              /* the train program infeeds row weights and trains on
-                                         partial batches (struct tpu_build_shape.weighted) */
+                                         partial batches (struct tpu_build_shape.weighted): a
+                                         training input call may give fewer real rows than
+                                         its batch, even 0, which is a step like any other
+                                         (padded: zeros, labels -1, weights 0.0); only a call
+                                         that returns 0 ends the input */
     bool train_counts;                /* the train program also outfeeds its counts
                                          (struct tpu_build_shape.train_counts) */
     /* host time */
@@ -230,8 +235,11 @@ struct tpu_model {
      * The runtime needs it for input_partition_dims (dims[0] applies to out[0], the
      * features; dims[1] to the others, the labels, or the targets and mask of an MSE
      * model), to check the dims' ranks against the tensors' and to cut each tensor into the
-     * slices of a replica's logical cores. Without it a run takes no input_partition_dims. */
-    int (*infeed_shapes)(void *ctx, enum tpu_mode mode, uint32_t *n,
+     * slices of a replica's logical cores. Without it a run takes no input_partition_dims.
+     * `weighted` says the program is built with struct tpu_build_shape.weighted (training
+     * with sample_weights): the model then lists its row weights too, after the labels
+     * (or the targets and mask), "weights" of rank 1, dims [1]; dims[1] applies to them. */
+    int (*infeed_shapes)(void *ctx, enum tpu_mode mode, bool weighted, uint32_t *n,
                          struct tpu_infeed_shape out[4], struct tpu_diag *d);
 };
 
@@ -288,22 +296,31 @@ struct tpu_loop_info {
                                       the simulated time since (host phases included), the
                                       rate TPUEstimator's line shows */
     /* Sums over this loop's steps, in every mode (Keras's running metrics are their sums
-     * over the loops of a pass). NaN / 0 where the mode has none (predict: real_examples
-     * only). */
+     * over the loops of a pass). NaN where the mode has none (predict: real_examples only;
+     * a timing-only device: no loss_sum or correct). */
     uint64_t pass_steps;           /* steps of this pass so far, this loop's included */
-    uint64_t real_examples;        /* real rows (a partial batch counts its real rows) */
-    double loss_sum;               /* train: each step's global loss times its real rows;
-                                      eval: the outfed per-example loss sums */
-    double correct;                /* train with train_counts, eval: correct predictions
-                                      (NaN without counts or for an MSE model) */
+    uint64_t real_examples;        /* real rows: the rows the input calls of the loop's steps
+                                      gave (a full training step: the global batch; a partial
+                                      step, or evaluation's last batch: its real rows) */
+    double loss_sum;               /* train: each step's global loss (global_loss's sum, in
+                                      double) times its real rows; with sample weights of
+                                      sample_weight / real rows that is the sum of the real
+                                      rows' weighted losses; eval: the outfed loss sums */
+    double correct;                /* train with train_counts, eval: the outfed correct
+                                      counts, summed over the replicas (NaN without counts,
+                                      or for a model with no_accuracy: an MSE model) */
 };
 
 struct tpu_hook {
     void *ctx;
     /* Optional (may be NULL): before every loop's launch (the caller's thread), in every
      * mode: the global step before the loop, the index in this pass (this train, evaluate or
-     * predict call) of the loop's first step, and the steps the loop will run. Non-zero
-     * stops the run with that error. */
+     * predict call) of the loop's first step, and the steps the loop will run: at most, when
+     * the input ends first (an evaluation or prediction over the whole input, whose length
+     * the runtime does not know, asks for iterations_per_loop steps each loop; after_loop's
+     * info says how many ran). It may set the learning rate for this loop. Non-zero stops
+     * the run with that error (nothing of the loop runs). Its cost is part of the loop
+     * boundary's modeled hooks cost; measured, its wall time is charged before the launch. */
     int (*before_loop)(void *ctx, enum tpu_mode mode, uint64_t global_step,
                        uint64_t pass_step, uint64_t steps, struct tpu_diag *d);
     /* After every loop (the caller's thread). Non-zero stops the run with that error. */
@@ -387,16 +404,26 @@ uint64_t tpu_estimator_global_step(const struct tpu_estimator *est);
 /* Between calls: takes a new run configuration that may differ from the current one only in
  * the batch sizes, iterations_per_loop (a count, a time or auto, and the tuner),
  * sample_weights, train_counts, log_step_count_steps, save_checkpoints_steps and
- * host_call_every_n_steps; any other difference is TPU_EINVAL naming the field. Checked as
- * tpu_estimator_create checks (before any work); a mode whose program's shape changed is
- * rebuilt at its next call, with the params carried over. */
+ * host_call_every_n_steps; any other difference is TPU_EINVAL naming the field, both values
+ * and the fix. Checked as tpu_estimator_create checks (before any work; a refused
+ * configuration changes nothing); a mode whose program's shape changed is rebuilt at its
+ * next call, with the params carried over. A mode whose loop sizing changed (its tuner's
+ * settings, or a count for a tuner) starts a fresh tuner at its next call; otherwise its
+ * tuner goes on where it got to. Called from a hook, during a call: TPU_EINVAL. */
 int tpu_estimator_reconfigure(struct tpu_estimator *est, const struct tpu_run_config *cfg,
                               struct tpu_diag *d);
 
 /* The learning rate of a train program built with the host schedule (net.h
- * TPU_SCHEDULE_HOST): set between calls; the next loop and every later one use it (kept
- * across program loads) until set again. TPU_EUNSUPPORTED, naming the schedule and the fix,
- * for a program without one. get gives the rate in force. */
+ * TPU_SCHEDULE_HOST: the program declares the variable "learning_rate", and its optimizer
+ * ops have schedule host): set between calls or from a hook (before_loop: that very loop);
+ * the next train loop and every later one use it (the runtime writes the variable before
+ * every launch of a train loop, so it survives program loads) until set again. The rate is
+ * a finite number >= 0 (else TPU_EINVAL); 0 is written as -0.0 (bits 0 would read as the
+ * optimizer's alpha), which updates nothing either. TPU_EUNSUPPORTED, naming the schedule
+ * and the fix, for a program without one. get gives the rate in force: the one set, or the
+ * optimizer's alpha. Both look at the train program: the loaded one, or one built to look
+ * at (so train_batch_size must be set). The rate is not part of checkpoints: a resumed run
+ * starts from alpha until it is set again. */
 int tpu_estimator_set_learning_rate(struct tpu_estimator *est, float lr, struct tpu_diag *d);
 int tpu_estimator_get_learning_rate(const struct tpu_estimator *est, float *lr,
                                     struct tpu_diag *d);

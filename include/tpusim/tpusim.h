@@ -4,6 +4,7 @@
  *                         device.h
  *   the host (host/)      tune.h runtime.h shard.h models.h net.h reference.h quantize.h
  *                         dataset.h dataset_input.h checkpoint.h npy.h topology_file.h
+ *                         keras.h
  *
  * Each header also stands alone. The host reaches the chip through device.h only; nothing
  * in the chip's headers knows of the host's. */
@@ -34,5 +35,6 @@
 #include "tpusim/npy.h"
 #include "tpusim/topology_file.h"
 #include "tpusim/sweep.h"
+#include "tpusim/keras.h"
 
 #endif

@@ -58,6 +58,8 @@ uint64_t tpu__host_link_share_cycles(const struct tpu_chip_config *cfg, uint64_t
  * (2), mul lr and subtract (2); a schedule's rate is computed once per op, not per element);
  * rsqrt 5 (add eps, reciprocal square root 4); mse 5 (sub, square, sum, scale the gradient,
  * select for padding rows; the row's divide by K amortised); count_rows 2 (compare, add);
+ * softmax_xent_w 10 and mse_w 5, as their unweighted forms (the row's weight takes alpha's
+ * place in the same multiply; the loss's one product per row is amortised);
  * dropout_mask 14 (xor of the key and the index, splitmix64's mix 9: add, then three
  * shift-xor pairs and two multiplies, each 64-bit operation counted as one; shift and
  * convert to float 2, compare with the rate, select). These ops sweep their largest

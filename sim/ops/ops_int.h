@@ -128,11 +128,11 @@ tpu__op_fn tpu__ops_quantize;       /* ops_vector.c */
 tpu__op_fn tpu__ops_reduce;         /* ops_vector.c: reduce_sum, reduce_max */
 tpu__op_fn tpu__ops_window;         /* ops_window.c: im2col ... avg_pool_grad, reshape */
 tpu__op_fn tpu__ops_conv;           /* ops_conv.c: conv2d and its two gradients */
-tpu__op_fn tpu__ops_softmax_xent;   /* ops_train.c */
+tpu__op_fn tpu__ops_softmax_xent;   /* ops_train.c: softmax_xent, softmax_xent_w */
 tpu__op_fn tpu__ops_classify_count; /* ops_train.c */
 tpu__op_fn tpu__ops_sgd_momentum;   /* ops_train.c */
 tpu__op_fn tpu__ops_adam;           /* ops_train.c: adam, adamw */
-tpu__op_fn tpu__ops_mse;            /* ops_train_aux.c */
+tpu__op_fn tpu__ops_mse;            /* ops_train_aux.c: mse, mse_w */
 tpu__op_fn tpu__ops_count_rows;     /* ops_train_aux.c */
 tpu__op_fn tpu__ops_dropout_mask;   /* ops_train_aux.c */
 tpu__op_fn tpu__ops_row_mask;       /* ops_part.c */

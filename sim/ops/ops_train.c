@@ -13,7 +13,9 @@
  * everywhere, so sgd_momentum, adam and adamw with the constant schedule are bit-exact on
  * any IEEE host (a cosine schedule's rate uses the C library's cos).
  *
- * Learning rate. lr = alpha for schedule=constant (the variable is not read); otherwise
+ * Learning rate. lr = alpha for schedule=constant (the variable is not read); for
+ * schedule=host lr = tpu_lr_host_value(attrs, vars[lr_var]) (the f32 in the variable's low
+ * 32 bits, alpha while they are 0; not finite is TPU_ERANGE); otherwise
  * lr = tpu_lr_schedule_value(attrs, t), t = vars[var] (t < 1 is TPU_ERANGE), once per op.
  *
  * softmax_xent  out loss [1][1], dlogits [rows][cols]; in logits [rows][cols] (x),
@@ -30,6 +32,11 @@
  *                 loss = alpha * total
  *               (alpha is usually 1 / global batch size for a mean.) dlogits may be the
  *               logits buffer: each row's x[l] and max are read before the row is written.
+ * softmax_xent_w  as softmax_xent with a third input, weights f32 [rows][1] (w), whose
+ *               w[i] takes alpha's place in row i: dlogits[j] = w[i] * p[j] (the same
+ *               multiply, so w[i] == alpha gives softmax_xent's bits), and
+ *                 total = total + w[i] * row_loss for each non-padding row in order
+ *                 loss = total
  * classify_count  out y [1][2]; in logits [rows][cols], labels int32 [rows][1].
  *               y = (number of rows whose prediction equals their label, number of rows
  *               with label >= 0), as floats (exact up to 2^24 rows). The prediction is the
@@ -98,15 +105,18 @@ int tpu__ops_softmax_xent(const struct tpu_op *op, const struct tpu__op_ctx *cx,
     struct tpu__bufmem *bufs = cx->bufs;
     struct tpu__bufmem *loss = &bufs[op->out[0]], *dl = &bufs[op->out[1]];
     const struct tpu__bufmem *x = &bufs[op->in[0]], *lab = &bufs[op->in[1]];
+    const bool weighted = op->code == TPU_OP_SOFTMAX_XENT_W;
     int rc = tpu__ops_check_buf(d, op, "loss", loss, TPU_F32, 1, 1);
     if (!rc)
         rc = tpu__ops_check_buf(d, op, "dlogits", dl, TPU_F32, x->rows, x->cols);
     if (!rc)
         rc = check_logits_labels(op, x, lab, d);
+    if (!rc && weighted)
+        rc = tpu__ops_check_buf(d, op, "weights", &bufs[op->in[2]], TPU_F32, x->rows, 1);
     if (rc)
         return rc;
     const size_t rows = x->rows, cols = x->cols;
-    const float alpha = op->attrs.alpha;
+    const float *wv = weighted ? bufs[op->in[2]].data : NULL; /* [rows][1] */
     const float *xv = x->data;       /* [rows][cols] */
     const int32_t *lv = lab->data;   /* [rows][1] */
     float *gv = dl->data;            /* [rows][cols] */
@@ -130,14 +140,17 @@ int tpu__ops_softmax_xent(const struct tpu_op *op, const struct tpu__op_ctx *cx,
             g[j] = e; /* e[j], kept in the output row */
             s = s + e;
         }
-        total = total + (logf(s) - dlab);
+        /* the row's scale: alpha, or (softmax_xent_w) the row's weight */
+        const float alpha = wv ? wv[i] : op->attrs.alpha;
+        const float row_loss = logf(s) - dlab;
+        total = total + (wv ? alpha * row_loss : row_loss);
         for (size_t j = 0; j < cols; j++)
             g[j] = g[j] / s;
         g[l] = g[l] - 1.0f;
         for (size_t j = 0; j < cols; j++)
             g[j] = alpha * g[j];
     }
-    *(float *)loss->data = alpha * total;
+    *(float *)loss->data = wv ? total : op->attrs.alpha * total;
     return 0;
 }
 
@@ -188,13 +201,24 @@ static int check_state(const struct tpu_op *op, struct tpu__bufmem *bufs, unsign
     return rc;
 }
 
-/* The op's learning rate (the header comment): alpha, or the schedule's value at the step
- * variable, which must be at least 1. */
+/* The op's learning rate (the header comment): alpha, the host's rate in lr_var, or the
+ * schedule's value at the step variable, which must be at least 1. */
 static int learning_rate(const struct tpu_op *op, const int64_t *vars, float *lr,
                          struct tpu_diag *d)
 {
     if (op->attrs.schedule == TPU_SCHEDULE_CONSTANT) {
         *lr = op->attrs.alpha;
+        return 0;
+    }
+    if (op->attrs.schedule == TPU_SCHEDULE_HOST) {
+        *lr = tpu_lr_host_value(&op->attrs, vars[op->attrs.lr_var]);
+        if (!isfinite(*lr))
+            return tpu__fail(d, TPU_ERANGE,
+                             "%s: the learning rate in variable %u (schedule=host) is %g; it "
+                             "must be a finite number: set it with tpu_lr_host_bits of the "
+                             "rate",
+                             tpu_opcode_name(op->code), (unsigned)op->attrs.lr_var,
+                             (double)*lr);
         return 0;
     }
     const int64_t t = vars[op->attrs.var];

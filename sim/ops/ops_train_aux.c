@@ -1,7 +1,8 @@
 /* The training ops of regression models and regularization that one core computes: the
- * mean-squared-error loss and its gradient, the labelled-row count, and the dropout mask;
- * and the two public value functions the ops and the host share: the learning-rate schedule
- * (tpu_lr_schedule_value) and one element of a dropout mask (tpu_dropout_mask_value). Not
+ * mean-squared-error loss and its gradient (also with row weights), the labelled-row count, and the dropout mask;
+ * and the public value functions the ops and the host share: the learning-rate schedule
+ * (tpu_lr_schedule_value), the host-set rate's variable (tpu_lr_host_value and
+ * tpu_lr_host_bits) and one element of a dropout mask (tpu_dropout_mask_value). Not
  * softmax_xent, classify_count or the optimizers themselves (ops_train.c), and not timing.
  *
  * Arithmetic is IEEE-754 binary32, round to nearest even, one rounding per operation as
@@ -14,6 +15,10 @@
  *                 row = s / (float)K;  dpred[k] = c * e[k]
  *               a padding row has dpred = +0. total = +0; total = total + row over the real
  *               rows in order; loss = alpha * total. (K as float is exact up to 2^24.)
+ * mse_w         as mse with a fourth input, weights f32 [B][1] (w), taking alpha's place
+ *               row by row: for real row i, c = (w[i] * 2) / (float)K (so w[i] == alpha gives
+ *               mse's dpred bits), dpred[k] = c * e[k], total = total + w[i] * row, and
+ *               loss = total.
  * count_rows    out y [1][2]; in labels int32 [B][1]: y = (0, rows with label >= 0) as
  *               floats (exact up to 2^24 rows). The first count is 0 since a regression
  *               model has no correct-class count; the pair matches classify_count's.
@@ -35,6 +40,7 @@
  * depends only on its arguments, so it is the same for any thread count, order or resume
  * point, and the kept fraction is 1 - rate to within 2^-24 in expectation. */
 #include <math.h>
+#include <string.h>
 
 #include "ops_int.h"
 #include "rng.h"
@@ -60,6 +66,24 @@ float tpu_lr_schedule_value(const struct tpu_op_attrs *a, int64_t step_var)
     return (float)(alpha * (rate + (1.0 - rate) * c));
 }
 
+float tpu_lr_host_value(const struct tpu_op_attrs *a, int64_t lr_var_value)
+{
+    const uint32_t bits = (uint32_t)((uint64_t)lr_var_value & 0xffffffffu);
+    if (bits == 0)
+        return a->alpha;
+    float lr;
+    memcpy(&lr, &bits, sizeof lr);
+    return lr;
+}
+
+int64_t tpu_lr_host_bits(float lr)
+{
+    uint32_t bits;
+    memcpy(&bits, &lr, sizeof bits);
+    /* +0's bits would read as "no rate set": -0 is the same rate (p - -0 * v = p - 0) */
+    return (int64_t)(bits ? bits : 0x80000000u);
+}
+
 float tpu_dropout_mask_value(uint64_t seed, int64_t step, uint64_t index, float rate)
 {
     const uint64_t key = tpu__mix64(tpu__mix64(seed) ^ (uint64_t)step);
@@ -76,6 +100,7 @@ int tpu__ops_mse(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct t
     struct tpu__bufmem *loss = &bufs[op->out[0]], *dp = &bufs[op->out[1]];
     const struct tpu__bufmem *pred = &bufs[op->in[0]], *tgt = &bufs[op->in[1]];
     const struct tpu__bufmem *mask = &bufs[op->in[2]];
+    const bool weighted = op->code == TPU_OP_MSE_W;
     int rc = tpu__ops_check_buf(d, op, "pred", pred, TPU_F32, TPU__OPS_ANY, TPU__OPS_ANY);
     if (!rc)
         rc = tpu__ops_check_buf(d, op, "target", tgt, TPU_F32, pred->rows, pred->cols);
@@ -85,11 +110,14 @@ int tpu__ops_mse(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct t
         rc = tpu__ops_check_buf(d, op, "loss", loss, TPU_F32, 1, 1);
     if (!rc)
         rc = tpu__ops_check_buf(d, op, "dpred", dp, TPU_F32, pred->rows, pred->cols);
+    if (!rc && weighted)
+        rc = tpu__ops_check_buf(d, op, "weights", &bufs[op->in[3]], TPU_F32, pred->rows, 1);
     if (rc)
         return rc;
     const size_t rows = pred->rows, cols = pred->cols;
     const float alpha = op->attrs.alpha, kf = (float)cols;
-    const float c = (alpha * 2.0f) / kf;
+    const float *wv = weighted ? bufs[op->in[3]].data : NULL; /* [rows][1] */
+    const float c0 = (alpha * 2.0f) / kf;
     const float *pv = pred->data, *tv = tgt->data; /* [rows][cols] */
     const int32_t *mv = mask->data;                /* [rows][1] */
     float *gv = dp->data;                          /* [rows][cols] */
@@ -102,15 +130,17 @@ int tpu__ops_mse(const struct tpu_op *op, const struct tpu__op_ctx *cx, struct t
                 g[k] = 0.0f;
             continue;
         }
+        /* the row's gradient scale: mse's c, or mse_w's from the row's weight */
+        const float c = wv ? (wv[i] * 2.0f) / kf : c0;
         float s = 0.0f;
         for (size_t k = 0; k < cols; k++) {
             const float e = pr[k] - tr[k];
             s = s + e * e;
             g[k] = c * e;
         }
-        total = total + s / kf;
+        total = total + (wv ? wv[i] * (s / kf) : s / kf);
     }
-    *(float *)loss->data = alpha * total;
+    *(float *)loss->data = wv ? total : alpha * total;
     return 0;
 }
 

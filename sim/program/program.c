@@ -412,14 +412,23 @@ int tpu_program_add_op(struct tpu_program *p, const struct tpu_op *op, struct tp
                              is_out ? "output" : "input", role,
                              *slot == TPU_NO_BUF ? "TPU_NO_BUF = " : "", *slot, p->n_bufs);
     }
-    /* sgd_momentum reads its variable only for a schedule; otherwise var 0 is no variable */
+    /* sgd_momentum reads its variable only for a step or cosine schedule; otherwise var 0 is
+     * no variable */
     bool reads_var = (tpu_opcode_attrs(op->code) & TPU_ATTR_VAR) &&
                      (op->code != TPU_OP_SGD_MOMENTUM || c.attrs.var != 0 ||
-                      c.attrs.schedule != TPU_SCHEDULE_CONSTANT);
+                      (c.attrs.schedule != TPU_SCHEDULE_CONSTANT &&
+                       c.attrs.schedule != TPU_SCHEDULE_HOST));
     if (reads_var && c.attrs.var >= p->n_vars)
         return tpu__fail(d, TPU_EINVAL, "op %zu (%s): variable id %u, but the program has %zu "
                          "variables; add the variable first", p->n_ops, name, c.attrs.var,
                          p->n_vars);
+    /* schedule=host reads its rate from variable lr_var */
+    const bool reads_lr = (tpu_opcode_attrs(op->code) & TPU_ATTR_SCHEDULE) &&
+                          (c.attrs.lr_var != 0 || c.attrs.schedule == TPU_SCHEDULE_HOST);
+    if (reads_lr && c.attrs.lr_var >= p->n_vars)
+        return tpu__fail(d, TPU_EINVAL, "op %zu (%s): lr_var is variable id %u, but the "
+                         "program has %zu variables; add the variable first", p->n_ops, name,
+                         c.attrs.lr_var, p->n_vars);
     if (c.attrs.win.parts == 1 && (tpu_opcode_attrs(op->code) & TPU_ATTR_WINDOW))
         /* one part is no partitioning: one spelling of it */
         c.attrs.win.parts = 0;

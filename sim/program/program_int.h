@@ -29,8 +29,9 @@ enum tpu__text_attr_type {
     TPU__TA_IMM,    /* imm=<int64> */
     TPU__TA_FLOAT,  /* name=<FLOAT> */
     TPU__TA_WINDOW, /* name=<uint32>: a field of the window group (TPU_ATTR_WINDOW) */
-    TPU__TA_SCHEDULE, /* schedule=<constant|step|cosine|int32> */
+    TPU__TA_SCHEDULE, /* schedule=<constant|step|cosine|host|int32> */
     TPU__TA_UINT32,   /* name=<uint32> (warmup, decay_steps) */
+    TPU__TA_LR_VAR,   /* lr_var=<variable> (the schedule group's; schedule=host) */
     TPU__TA_PARTS,    /* parts=<uint32>: the window group's optional field (TPU_ATTR_WINDOW;
                          never required, printed only when not 0) */
 };

@@ -27,9 +27,9 @@
  *              | ('passes' | 'axis' | 'shift') '=' INT
  *              | 'reduce' '=' ('sum' | 'mean' | INT)
  *              | 'group' '=' ('replicas' | 'replica_cores' | INT)
- *              | 'var' '=' VAR
+ *              | ('var' | 'lr_var') '=' VAR
  *              | ('imm' | 'warmup' | 'decay_steps') '=' INT
- *              | 'schedule' '=' ('constant' | 'step' | 'cosine' | INT)
+ *              | 'schedule' '=' ('constant' | 'step' | 'cosine' | 'host' | INT)
  *              | ('alpha' | 'beta' | 'gamma' | 'delta' | 'eps' | 'decay_rate') '=' FLOAT
  *              | ('h' | 'w' | 'c' | 'kh' | 'kw' | 'sh' | 'sw' | 'pt' | 'pl' | 'ho' | 'wo')
  *                '=' INT                    the window group's fields (struct tpu_window)
@@ -54,7 +54,8 @@
  * must state (its `required` column; a forgotten one would silently be zero): scale alpha;
  * reduce_sum/reduce_max axis; softmax_xent alpha; sgd_momentum alpha; adam and adamw var,
  * alpha, beta, delta, eps; all_reduce reduce; collective_permute shift, group; rsqrt eps;
- * mse alpha; dropout_mask var, imm, alpha; var for a sgd_momentum whose schedule is not constant;
+ * mse alpha; dropout_mask var, imm, alpha; var for a sgd_momentum whose schedule is step or
+ * cosine; lr_var for an optimizer whose schedule is host;
  * the window ops (im2col, col2im, max_pool, max_pool_grad, avg_pool, avg_pool_grad) every
  * field of the window, each once. The others default to zero (passes to 1, schedule to
  * constant) and are printed only when they differ. An attribute the op does not read is

@@ -183,12 +183,15 @@ static int parse_attr_value(struct tpu__parser *ps, struct tpu_op *op, const cha
         if (!rc)
             *tpu__text_attr_int32(&op->attrs, ad->bit) = (int32_t)v;
         return rc;
-    case TPU__TA_VAR: {
+    case TPU__TA_VAR:
+    case TPU__TA_LR_VAR: {
+        const bool lr = ad->type == TPU__TA_LR_VAR;
         ps->cur = val_at;
         char var[TPU__TEXT_NAME_MAX_CHARS + 1];
-        rc = tpu__parse_read_name(ps, var, "a variable name after 'var='");
+        rc = tpu__parse_read_name(ps, var, lr ? "a variable name after 'lr_var='"
+                                              : "a variable name after 'var='");
         if (!rc)
-            rc = tpu__parse_lookup_var(ps, val_at, var, &op->attrs.var);
+            rc = tpu__parse_lookup_var(ps, val_at, var, lr ? &op->attrs.lr_var : &op->attrs.var);
         return rc;
     }
     case TPU__TA_FLOAT:
@@ -200,15 +203,16 @@ static int parse_attr_value(struct tpu__parser *ps, struct tpu_op *op, const cha
             *tpu__text_attr_window(&op->attrs, ad) = (uint32_t)v;
         return rc;
     case TPU__TA_SCHEDULE: {
-        static const char *const names[] = {"constant", "step", "cosine"};
-        for (int32_t k = 0; k <= TPU_SCHEDULE_COSINE; k++)
+        static const char *const names[] = {"constant", "step", "cosine", "host"};
+        for (int32_t k = 0; k <= TPU_SCHEDULE_HOST; k++)
             if (strcmp(tok, names[k]) == 0) {
                 op->attrs.schedule = k;
                 return 0;
             }
         if (tpu__parse_is_ident_start(tok[0]))
             return perr(ps, val_at, "schedule=%s is not known; write schedule=constant, "
-                        "schedule=step or schedule=cosine", tok);
+                        "schedule=step or schedule=cosine (or schedule=host with "
+                        "lr_var=<variable>: a rate the host sets)", tok);
         rc = parse_int(ps, val_at, tok, name, INT32_MIN, INT32_MAX, &v);
         if (!rc)
             op->attrs.schedule = (int32_t)v;
@@ -291,6 +295,15 @@ static int parse_attr(struct tpu__parser *ps, struct tpu_op *op, unsigned *seen,
     return parse_attr_value(ps, op, at, name, ad);
 }
 
+/* The bit of the lr_var row in a parse's seen_rows. */
+static uint64_t lr_var_row(void)
+{
+    for (size_t i = 0; i < tpu__text_n_attrs; i++)
+        if (tpu__text_attrs[i].type == TPU__TA_LR_VAR)
+            return UINT64_C(1) << i;
+    return 0;
+}
+
 /* The attributes up to the end of the line, then the checks that need the whole line: the
  * number of inputs and the attributes the op must state. */
 int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
@@ -324,9 +337,13 @@ int tpu__parse_attrs(struct tpu__parser *ps, struct tpu__op_line *ol)
             !(seen_rows & (UINT64_C(1) << i)))
             return perr(ps, ol->op_at, "%s needs attribute %s", ol->opname,
                         tpu__text_attrs[i].hint);
-    if (ol->op.attrs.schedule != TPU_SCHEDULE_CONSTANT && !(seen & TPU_ATTR_VAR))
+    const int32_t sched = ol->op.attrs.schedule;
+    if (sched != TPU_SCHEDULE_CONSTANT && sched != TPU_SCHEDULE_HOST && !(seen & TPU_ATTR_VAR))
         return perr(ps, ol->op_at, "%s with a schedule other than constant needs attribute "
                     "var=<variable>: the step counter the learning rate follows", ol->opname);
+    if (sched == TPU_SCHEDULE_HOST && !(seen_rows & lr_var_row()))
+        return perr(ps, ol->op_at, "%s with schedule=host needs attribute lr_var=<variable>: "
+                    "the variable whose low 32 bits hold the rate's f32 bits", ol->opname);
     return 0;
 }
 

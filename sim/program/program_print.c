@@ -57,10 +57,11 @@ const struct tpu__text_attr tpu__text_attrs[] = {
     {TPU_ATTR_WINDOW, "ho", TPU__TA_WINDOW, "ho=<rows>"},
     {TPU_ATTR_WINDOW, "wo", TPU__TA_WINDOW, "wo=<cols>"},
     {TPU_ATTR_WINDOW, "parts", TPU__TA_PARTS, "parts=<cores>"},
-    {TPU_ATTR_SCHEDULE, "schedule", TPU__TA_SCHEDULE, "schedule=<constant|step|cosine>"},
+    {TPU_ATTR_SCHEDULE, "schedule", TPU__TA_SCHEDULE, "schedule=<constant|step|cosine|host>"},
     {TPU_ATTR_SCHEDULE, "warmup", TPU__TA_UINT32, "warmup=<steps>"},
     {TPU_ATTR_SCHEDULE, "decay_steps", TPU__TA_UINT32, "decay_steps=<steps>"},
     {TPU_ATTR_SCHEDULE, "decay_rate", TPU__TA_FLOAT, "decay_rate=<float>"},
+    {TPU_ATTR_SCHEDULE, "lr_var", TPU__TA_LR_VAR, "lr_var=<variable>"},
 };
 const size_t tpu__text_n_attrs = sizeof tpu__text_attrs / sizeof tpu__text_attrs[0];
 /* the parser keeps one bit per entry in a uint64_t (program_parse_attr.c) */
@@ -157,8 +158,13 @@ static bool attr_is_default(const struct tpu_op *op, const struct tpu__text_attr
     case TPU__TA_UINT32:
         return *tpu__text_attr_uint32(&a, ad) == 0;
     case TPU__TA_VAR:
-        /* a scheduled sgd_momentum reads its variable even when it is variable 0 */
-        return a.var == 0 && a.schedule == TPU_SCHEDULE_CONSTANT;
+        /* a scheduled sgd_momentum reads its variable even when it is variable 0 (not with
+         * the host's rate, which is in lr_var) */
+        return a.var == 0 &&
+               (a.schedule == TPU_SCHEDULE_CONSTANT || a.schedule == TPU_SCHEDULE_HOST);
+    case TPU__TA_LR_VAR:
+        /* schedule=host reads lr_var even when it is variable 0 */
+        return a.lr_var == 0 && a.schedule != TPU_SCHEDULE_HOST;
     case TPU__TA_IMM:
         return a.imm == 0;
     case TPU__TA_FLOAT:
@@ -278,9 +284,15 @@ static void put_attr(struct sbuf *b, const struct tpu_program *p, const struct t
     case TPU__TA_IMM:
         sb_putf(b, " imm=%" PRId64, a.imm);
         return;
+    case TPU__TA_LR_VAR:
+        if (tpu_program_var_name(p, a.lr_var))
+            sb_putf(b, " lr_var=%s", tpu_program_var_name(p, a.lr_var));
+        else
+            sb_putf(b, " lr_var=%" PRIu32, a.lr_var);
+        return;
     case TPU__TA_SCHEDULE: {
-        static const char *const names[] = {"constant", "step", "cosine"};
-        if (a.schedule >= 0 && a.schedule <= TPU_SCHEDULE_COSINE)
+        static const char *const names[] = {"constant", "step", "cosine", "host"};
+        if (a.schedule >= 0 && a.schedule <= TPU_SCHEDULE_HOST)
             sb_putf(b, " schedule=%s", names[a.schedule]);
         else
             sb_putf(b, " schedule=%" PRId32, a.schedule);

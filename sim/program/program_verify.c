@@ -37,7 +37,8 @@
  *   T3q quantize: x f32, y int8 of one shape; alpha > 0 and finite (1 / the scale).
  *   T4  reduce_sum, reduce_max: x, y f32; axis 0 gives [1, cols], axis 1 [rows, 1].
  *   T5  softmax_xent: logits f32 [B, C], labels int32 [B, 1], loss f32 [1, 1], dlogits f32
- *       [B, C]. classify_count: logits and labels likewise, y f32 [1, 2].
+ *       [B, C]; softmax_xent_w also weights f32 [B, 1]. classify_count: logits and labels
+ *       likewise, y f32 [1, 2].
  *   T6  sgd_momentum, adam, adamw: param, state and grad f32 of one shape; param and state
  *       are `param` buffers (they persist across launches).
  *   T7  all_reduce: x, y f32 of one shape. collective_permute: x, y of one shape and dtype.
@@ -209,6 +210,8 @@ static bool attr_is_set(const struct tpu_op_attrs *a, const struct tpu__text_att
         return *tpu__text_attr_uint32(&c, ad) != 0;
     case TPU__TA_VAR:
         return c.var != 0;
+    case TPU__TA_LR_VAR:
+        return c.lr_var != 0;
     case TPU__TA_IMM:
         return c.imm != 0;
     case TPU__TA_FLOAT: {
@@ -399,6 +402,11 @@ static int check_softmax_xent(struct verifier *v)
     int rc = check_logits_labels(v);
     uint32_t iloss = v->op->out[0], idl = v->op->out[1], il = v->op->in[0];
     const struct tpu_buffer_desc *l = buf(v, il);
+    if (!rc && v->op->code == TPU_OP_SOFTMAX_XENT_W)
+        rc = need_f32(v, "input weights", v->op->in[2]);
+    if (!rc && v->op->code == TPU_OP_SOFTMAX_XENT_W)
+        rc = need_shape(v, "input weights", v->op->in[2], l->rows, 1,
+                        "one weight per row of logits");
     if (!rc)
         rc = need_f32(v, "output loss", iloss);
     if (!rc)

@@ -6,7 +6,7 @@
  *
  * Rules
  *   T9  mse: pred and target f32 [B, K] of one shape; mask int32 [B, 1] (< 0 marks a padding
- *       row); loss f32 [1, 1]; dpred f32 [B, K].
+ *       row); loss f32 [1, 1]; dpred f32 [B, K]. mse_w also weights f32 [B, 1].
  *   T10 count_rows: labels int32 [B, 1]; y f32 [1, 2].
  *   T11 dropout_mask: mask f32 (any shape); the rate alpha in [0, 1); its step variable is
  *       not the loop's trip-count variable (the mask would repeat at every step). With a
@@ -15,7 +15,10 @@
  *       constant reads none of warmup, decay_steps, decay_rate: they stay 0. step: decay_steps
  *       >= 1, decay_rate > 0, warmup 0 (step has no warm-up). cosine: decay_steps >= 1, 0 <=
  *       decay_rate <= 1 (the final fraction of the rate). A schedule other than constant
- *       reads the step variable `var`, which is not the loop's trip-count variable. */
+ *       reads the step variable `var`, which is not the loop's trip-count variable.
+ *       host (3): reads lr_var (the rate's bits), which is neither the loop's trip-count
+ *       variable nor adam's and adamw's step variable; warmup, decay_steps, decay_rate stay
+ *       0. The other schedules leave lr_var 0. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,6 +78,8 @@ static int check_mse(struct tcheck *t)
         rc = need(t, "output loss", op->out[0], TPU_F32, 1, 1, "the loss is a scalar");
     if (!rc)
         rc = need(t, "output dpred", op->out[1], TPU_F32, b, k, "the shape of pred");
+    if (!rc && op->code == TPU_OP_MSE_W)
+        rc = need(t, "input weights", op->in[3], TPU_F32, b, 1, "one weight per row of pred");
     return rc;
 }
 
@@ -109,10 +114,39 @@ static int check_dropout(struct tcheck *t, bool has_loop, uint32_t loop_var)
     return has_window ? tpu__verify_part(t->p, t->op, t->msg, t->size) : 0;
 }
 
+/* schedule=host: the rate is in variable lr_var, which is neither the loop's trip count nor
+ * adam's step counter; warmup, decay_steps and decay_rate are not read. */
+static int check_host_schedule(struct tcheck *t, bool has_loop, uint32_t loop_var)
+{
+    const struct tpu_op_attrs *a = &t->op->attrs;
+    const char *n = t->opname;
+    const char *lr = tpu_program_var_name(t->p, a->lr_var);
+    if (a->warmup || a->decay_steps || a->decay_rate != 0.0f)
+        return say(t->msg, t->size, TPU_EINVAL, "%s schedule=host reads none of warmup, "
+                   "decay_steps, decay_rate (the host sets the rate in lr_var), but warmup=%"
+                   PRIu32 " decay_steps=%" PRIu32 " decay_rate=%g; remove them", n, a->warmup,
+                   a->decay_steps, (double)a->decay_rate);
+    if (has_loop && a->lr_var == loop_var)
+        return say(t->msg, t->size, TPU_EINVAL, "%s schedule=host reads lr_var=%s, the loop's "
+                   "trip-count variable, as the rate's bits; give it a variable of its own "
+                   "(the net lowering's \"learning_rate\")", n, lr);
+    if (t->op->code != TPU_OP_SGD_MOMENTUM && a->lr_var == a->var)
+        return say(t->msg, t->size, TPU_EINVAL, "%s schedule=host reads lr_var=%s, which is "
+                   "also its step counter (var); the rate needs a variable of its own (the "
+                   "net lowering's \"learning_rate\")", n, lr);
+    return 0;
+}
+
 static int check_schedule(struct tcheck *t, bool has_loop, uint32_t loop_var)
 {
     const struct tpu_op_attrs *a = &t->op->attrs;
     const char *n = t->opname;
+    if (a->schedule == TPU_SCHEDULE_HOST)
+        return check_host_schedule(t, has_loop, loop_var);
+    if (a->lr_var)
+        return say(t->msg, t->size, TPU_EINVAL, "%s has lr_var=%s but schedule=%" PRId32 "; "
+                   "only schedule=host reads lr_var: remove it or set schedule=host", n,
+                   tpu_program_var_name(t->p, a->lr_var), a->schedule);
     switch (a->schedule) {
     case TPU_SCHEDULE_CONSTANT:
         if (a->warmup || a->decay_steps || a->decay_rate != 0.0f)
@@ -139,7 +173,8 @@ static int check_schedule(struct tcheck *t, bool has_loop, uint32_t loop_var)
         break;
     default:
         return say(t->msg, t->size, TPU_EINVAL, "%s schedule=%" PRId32 " is not a schedule; "
-                   "write schedule=constant (0), step (1) or cosine (2)", n, a->schedule);
+                   "write schedule=constant (0), step (1) or cosine (2), or host (3) with "
+                   "lr_var", n, a->schedule);
     }
     if (a->decay_steps < 1)
         return say(t->msg, t->size, TPU_EINVAL, "%s schedule=%s has decay_steps=0; the decay "

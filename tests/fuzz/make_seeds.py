@@ -211,6 +211,31 @@ dxe = conv2d_grad_input y, w h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4
 dx = halo_grad dxe h=8 w=4 c=2 kh=3 kw=3 sh=1 sw=1 pt=1 pl=1 ho=8 wo=4 parts=2
 outfeed dx
 """,
+    'weighted.tpuprog': """program weighted
+var step
+var learning_rate
+param w: f32[8, 4]
+param v: f32[8, 4]
+temp x: f32[2, 8]
+temp labels: int32[2, 1]
+temp weights: f32[2, 1]
+temp logits: f32[2, 4]
+temp loss: f32[1, 1]
+temp dlogits: f32[2, 4]
+temp loss2: f32[1, 1]
+temp dpred: f32[2, 4]
+temp g: f32[8, 4]
+x = infeed
+labels = infeed
+weights = infeed
+logits = matmul x, w
+loss, dlogits = softmax_xent_w logits, labels, weights
+loss2, dpred = mse_w logits, logits, labels, weights
+g = matmul x, dlogits trans_a
+var_add step 1
+w, v = sgd_momentum g alpha=0.1 beta=0.9 schedule=host lr_var=learning_rate
+outfeed loss
+""",
     'bad_syntax.tpuprog': """program bad
 param a: f32[4, 0]
 y = frobnicate a
