@@ -288,11 +288,14 @@ static void test_progbar_terminal(void **state)
     const uint64_t ends[] = {0};
     struct tpu_logs l = logs_of(1, "loss", 0.125);
     progbar_epoch(&cb, e->m, 0, ends, 1, &l);
-    /* the first update: '\r' (nothing to erase); the last: '\b' over the previous line's
-     * 53 characters, '\r', the line, no padding (it is as long), '\n' */
+    /* the first update: '\r' (nothing to erase); the last: a '\b' over each character of
+     * the previous line, '\r', the line, spaces over what is left of the previous one, '\n'.
+     * A value the epoch's logs lack (accuracy) keeps its last value, as Keras's Progbar. */
     char want[512];
-    const char *first = "1/2 [==============>...............] - ETA: 0s - loss: 0.5000";
-    const char *last = "2/2 [==============================] - 0s 0s/step - loss: 0.1250";
+    const char *first = "1/2 [==============>...............] - ETA: 0s - loss: 0.5000 - "
+                        "accuracy: 0.2500";
+    const char *last = "2/2 [==============================] - 0s 0s/step - loss: 0.1250 - "
+                       "accuracy: 0.2500";
     size_t n = (size_t)snprintf(want, sizeof want, "\r%s", first);
     memset(want + n, '\b', strlen(first));
     n += strlen(first);
