@@ -276,8 +276,8 @@ int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_
             if (broadcast)
                 *broadcast = '\0';
             return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
-                                  !m ? "" : fit ? " (the batch of validation and of the "
-                                  "test set's evaluation: --validation-batch-size)"
+                                  !m ? "" : fit ? " (fit's validation and its evaluation of "
+                                  "the test set run in evaluation mode)"
                                                 : " (or give --no-eval)");
         }
         tpu_shard_plan_free(&plan);

@@ -150,6 +150,7 @@ def checkpoint_early_stopping_validation_executions_hosts():
             '--epochs', '6', '--verbose', '2', '--validation-split', '0.2',
             '--steps-per-execution', '3', '--hosts', '2', '--chips', '1',
             '--per-host-input-for-training', 'PER_HOST_V1',
+            '--eval-training-input-configuration', 'SLICED',
             '--checkpoint', ckpt + '/{epoch:02d}-{val_loss:.2f}',
             '--early-stopping', 'patience=0,min_delta=10,restore_best_weights=true',
             '--csv-log', path('combo.csv'))
@@ -168,9 +169,17 @@ def checkpoint_early_stopping_validation_executions_hosts():
         assert os.path.exists(os.path.join(ckpt, d, 'checkpoint.json')), d
         assert any(n.startswith('ckpt-') for n in os.listdir(os.path.join(ckpt, d))), d
     # the checkpoint is a model_dir the estimator-style commands read
+    # (epoch 1's, the weights EarlyStopping restored: the same test loss and accuracy as
+    # fit's own evaluation)
     e = run('evaluate', '--chip', 'tiny', '--data', DATA, '--model', MODEL,
             '--model-dir', os.path.join(ckpt, dirs[0]), '--eval-batch-size', '32')
-    assert re.search(r'accuracy [\d.]+ %', e.stdout + e.stderr), e.stdout
+    fit_test = re.search(r'^test \(64 examples\): loss ([\d.]+) - accuracy ([\d.]+)$', out,
+                         re.M)
+    ev = re.search(r'accuracy ([\d.]+) %, loss ([\d.]+) over 64 examples', e.stdout)
+    assert fit_test and ev, (out, e.stdout)
+    assert ev.group(2) == fit_test.group(1), (ev.group(0), fit_test.group(0))
+    assert abs(float(ev.group(1)) / 100 - float(fit_test.group(2))) < 6e-5, \
+        (ev.group(0), fit_test.group(0))  # 20.31 % against 0.2031: both rounded prints
     # the CSV's last row: the epoch it stopped at
     with open(path('combo.csv'), 'rb') as f:
         rows = f.read().decode().split('\r\n')
@@ -180,12 +189,13 @@ def checkpoint_early_stopping_validation_executions_hosts():
 @case
 def checkpoint_every_n_batches():
     ckpt = path('every')
-    # save_freq 4 with executions of 3 (batch ends 2, 4 and 5 of 0..4, each epoch): Keras
-    # counts 3, 5 (save at batch 4, count 0), 1; 1 + 3 = 4 (save at epoch 2's batch 2), ...
-    p = run(*BASE, '--epochs', '2', '--verbose', '2', '--validation-split', '0.2',
+    # 160 training examples, 5 batches, executions of 3: the batch hooks come at batches 2
+    # and 4. save_freq 6, counted as Keras counts: 3, 5; then 5 + 3 = 8 (a save at epoch 2's
+    # batch 2: "b3", the count restarts), 2; then 2 + 3 = 5, 7 (a save at epoch 3's batch 4)
+    p = run(*BASE, '--epochs', '3', '--verbose', '2', '--validation-split', '0.2',
             '--steps-per-execution', '3', '--checkpoint', ckpt + '/e{epoch}b{batch}',
-            '--checkpoint-freq', '4')
-    assert sorted(os.listdir(ckpt)) == ['e1b5', 'e2b3'], (os.listdir(ckpt), p.stdout)
+            '--checkpoint-freq', '6')
+    assert sorted(os.listdir(ckpt)) == ['e2b3', 'e3b5'], (os.listdir(ckpt), p.stdout)
 
 
 @case
@@ -225,7 +235,9 @@ def option_errors():
       "list of at most 64 increasing epochs (1-based)")
     e([*BASE, '--validation-steps', '2'], 2,
       '--validation-steps applies to validation, and there is none: give --validation-split')
-    e([*BASE, '--validation-split', '1'], 2, "--validation-split '1' is not a number from 0 to")
+    e([*BASE, '--validation-split', '1'], 2,
+      "--validation-split '1' is not a number at least 0 and less than 1; give e.g. "
+      "--validation-split 0.1")
     e([*BASE, '--initial-epoch', '3', '--epochs', '3'], 2,
       '--initial-epoch 3 is not below --epochs 3')
     e([*BASE, '--checkpoint-best-only'], 2,
@@ -266,6 +278,10 @@ def option_errors():
     e([*BASE, '--model', MODEL], 2, 'give one of --model and --layers')
     e([*BASE, '--steps', '10'], 2, "unknown option '--steps'; run 'tpusim fit --help'")
     e([*BASE, '--batch-size', '33'], 2, '33')
+    e([*BASE, '--hosts', '2', '--chips', '1', '--per-host-input-for-training', 'PER_HOST_V1'],
+      2, 'evaluation on 2 hosts is only supported with per_host_input_for_training BROADCAST '
+      "or PER_HOST_V2, or eval_training_input_configuration SLICED", "(fit's validation and "
+      'its evaluation of the test set run in evaluation mode)')
 
 
 @case
