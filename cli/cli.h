@@ -83,6 +83,9 @@ int tpu__cli_shard_spec(const char *cmd, const struct tpu_chip_config *chip,
 /* `tpusim model` (cli_model.c): model show. */
 int tpu__cli_model(int argc, char **argv);
 
+/* `tpusim fit` (cli_fit.c): Keras's compile, fit and evaluate with callbacks. */
+int tpu__cli_fit(int argc, char **argv);
+
 /* `tpusim bench` (cli_bench.c): bench loops. */
 int tpu__cli_bench(int argc, char **argv);
 

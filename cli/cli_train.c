@@ -239,7 +239,9 @@ static int check_int8(const struct run *r)
 int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_config *chip,
                               bool eval_too, bool equivalence)
 {
-    const bool train = !strcmp(o->cmd, "train");
+    /* fit trains, then validates and evaluates with the eval batch */
+    const bool fit = !strcmp(o->cmd, "fit");
+    const bool train = !strcmp(o->cmd, "train") || fit;
     const enum tpu_mode modes[2] = {
         train ? TPU_MODE_TRAIN : !strcmp(o->cmd, "evaluate") ? TPU_MODE_EVAL : TPU_MODE_PREDICT,
         TPU_MODE_EVAL};
@@ -274,7 +276,9 @@ int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_
             if (broadcast)
                 *broadcast = '\0';
             return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "%s%s", d.msg,
-                                  m ? " (or give --no-eval)" : "");
+                                  !m ? "" : fit ? " (fit's validation and its evaluation of "
+                                  "the test set run in evaluation mode)"
+                                                : " (or give --no-eval)");
         }
         tpu_shard_plan_free(&plan);
     }

@@ -54,6 +54,12 @@ struct train_opts {
     bool model_from_config;  /* --config's file named the --model file */
 };
 
+/* The defaults of the options (train's; `tpusim fit` starts from them too). */
+void tpu__cli_train_default_options(struct train_opts *o);
+/* --model against --layers and the options only one of them has (AdamW, the schedules):
+ * 0, or the exit code after printing the error. */
+int tpu__cli_train_check_model_options(const struct train_opts *o);
+
 /* Fills o (whose cmd is set: "train", "evaluate" or "predict") from the defaults and argv.
  * Returns 0, TPU__CLI_HELP after printing the help, or an exit code after an error (printed). */
 int tpu__cli_train_parse_args(int argc, char **argv, struct train_opts *o);

@@ -633,6 +633,16 @@ static int check_combinations(const struct train_opts *o)
     return 0;
 }
 
+void tpu__cli_train_default_options(struct train_opts *o)
+{
+    default_options(o);
+}
+
+int tpu__cli_train_check_model_options(const struct train_opts *o)
+{
+    return check_model_options(o);
+}
+
 int tpu__cli_train_parse_args(int argc, char **argv, struct train_opts *o)
 {
     default_options(o);

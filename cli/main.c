@@ -12,6 +12,8 @@ static const struct {
     {"train", tpu__cli_train, "train a model (a model file, or an MLP) on the simulated chip"},
     {"evaluate", tpu__cli_train, "evaluate a trained model's checkpoint"},
     {"predict", tpu__cli_train, "predict with a trained model's checkpoint"},
+    {"fit", tpu__cli_fit,
+     "train a model as Keras's compile and fit do (callbacks, validation), then evaluate"},
     {"program", tpu__cli_program, "check or run a device program written in its text form"},
     {"config", tpu__cli_config, "print or check a chip configuration"},
     {"gemm", tpu__cli_gemm,

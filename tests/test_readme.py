@@ -138,7 +138,7 @@ def have_rtl():
 def smaller(argv):
     """The README's command line with the substitutions documented at the top of this file."""
     argv = list(argv)
-    if argv[1] in ('train', 'evaluate', 'predict'):
+    if argv[1] in ('train', 'evaluate', 'predict', 'fit'):
         argv += ['--data', DATA]
         if (opt(argv, '--backend') == 'rtl' and int(opt(argv, '--train-batch-size', '512')) > 64
                 and int(opt(argv, '--steps', '0')) > RTL_MAX_STEPS):
@@ -422,9 +422,38 @@ def check_bench(argv, p, _before):
         assert head == b'\x89PNG\r\n\x1a\n' or head.startswith(b'<?xml'), head
 
 
+def check_fit(argv, p, _before):
+    """fit: "Epoch k/n" before each epoch (n > 1), one Keras line per epoch (not a terminal:
+    verbose 2), validation's val_ logs, each callback's output, then the test line."""
+    epochs = int(opt(argv, '--epochs', '1'))
+    batch = int(opt(argv, '--batch-size', '32'))
+    split = float(opt(argv, '--validation-split', '0'))
+    out = p.stdout
+    heads = re.findall(r'^Epoch (\d+)/(\d+)$', out, re.M)
+    ran = len(heads) if epochs > 1 else 1
+    assert heads == [(str(k), str(epochs)) for k in range(1, ran + 1)] or epochs == 1, out
+    steps = math.ceil(int(N_TRAIN * (1 - split)) / batch)
+    val = r' - val_loss: [\d.]+ - val_accuracy: [\d.]+' if split else ''
+    lines = re.findall(rf'^{steps}/{steps} - \d+s - loss: [\d.]+ - accuracy: [\d.]+{val} - '
+                       r'\d+s/epoch - \d+(?:s|ms|us)/step$', out, re.M)
+    assert len(lines) == ran, (steps, out)
+    assert re.search(rf'^test \({N_TEST} examples\): loss [\d.]+ - accuracy [\d.]+$', out,
+                     re.M), out
+    if opt(argv, '--checkpoint'):
+        saved = re.findall(r'^Epoch (\d+): saving model to (.*)$', out, re.M)
+        assert [int(s[0]) for s in saved] == list(range(1, ran + 1)), out
+        for _, d in saved:
+            assert os.path.exists(path(os.path.join(d, 'checkpoint.json'))), d
+    if opt(argv, '--csv-log'):
+        with open(path(opt(argv, '--csv-log')), 'rb') as f:
+            rows = f.read().decode().split('\r\n')
+        assert rows[0] == 'epoch,accuracy,loss,val_accuracy,val_loss', rows
+        assert [r.split(',')[0] for r in rows[1:-1]] == [str(e) for e in range(ran)], rows
+
+
 CHECKS = {'train': check_train, 'evaluate': check_evaluate, 'predict': check_predict,
           'program': check_program, 'config': check_config, 'gemm': check_gemm,
-          'model': check_model, 'shard': check_shard, 'bench': check_bench}
+          'model': check_model, 'shard': check_shard, 'bench': check_bench, 'fit': check_fit}
 
 
 def run_readme_line(readme_argv):

@@ -188,8 +188,7 @@ struct tpu_callback {
 /* Keras's model.stop_training = True: fit ends after the current epoch's end hooks. */
 void tpu_keras_stop_training(struct tpu_keras_model *m);
 /* Keras's model.stop_training as a callback reads it: true once a callback asked for a stop
- * during this fit (fit clears it when it begins). CSVLogger writes "NA" for the missing
- * entries of the last epoch's row when it is set. */
+ * during this fit (fit clears it when it begins). */
 bool tpu_keras_stop_training_requested(const struct tpu_keras_model *m);
 /* The simulated clock the progress bar reads (tpusim's replacement for Keras's time.time()):
  * seconds of device and host time the runtime charged since the model was compiled, up to
