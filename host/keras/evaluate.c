@@ -205,11 +205,15 @@ int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluat
     int rc = check_evaluate(m, e, "evaluate", TPU_MODE_EVAL, batch, d);
     if (rc)
         return rc;
-    tpu__keras_set_params(e->callbacks, e->n_callbacks,
-                          tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
+    struct tpu__keras_cbs cbs;
+    if ((rc = tpu__keras_cbs_make(e->callbacks, e->n_callbacks, e->verbose, e->out,
+                                  e->out_is_tty, &cbs, d)))
+        return rc;
+    tpu__keras_set_params(cbs.all, cbs.n, tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
                           call_steps(&e->data, batch, e->steps));
-    return tpu__keras_evaluate_data(m, &e->data, batch, e->steps, e->callbacks, e->n_callbacks,
-                                    logs, d);
+    rc = tpu__keras_evaluate_data(m, &e->data, batch, e->steps, cbs.all, cbs.n, logs, d);
+    tpu__keras_cbs_free(&cbs);
+    return rc;
 }
 
 int tpu_keras_predict(struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,
@@ -235,19 +239,20 @@ int tpu_keras_predict(struct tpu_keras_model *m, const struct tpu_keras_evaluate
         tpu__keras_arrays_init(&arr, ds, NULL, NULL, 0, NULL);
         input = &arr.input;
     }
+    struct tpu__keras_cbs cbs;
+    if ((rc = tpu__keras_cbs_make(e->callbacks, e->n_callbacks, e->verbose, e->out,
+                                  e->out_is_tty, &cbs, d)))
+        return rc;
     struct rows r = {0};
-    struct tpu__keras_run run = {.mode = TPU_MODE_PREDICT, .cbs = e->callbacks,
-                                 .n_cbs = e->n_callbacks};
-    tpu__keras_set_params(e->callbacks, e->n_callbacks,
-                          tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
+    struct tpu__keras_run run = {.mode = TPU_MODE_PREDICT, .cbs = cbs.all, .n_cbs = cbs.n};
+    tpu__keras_set_params(cbs.all, cbs.n, tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
                           call_steps(&e->data, batch, e->steps));
-    rc = tpu__keras_callbacks(m, e->callbacks, e->n_callbacks, TPU__CB_PREDICT_BEGIN, 0, NULL,
-                              d);
+    rc = tpu__keras_callbacks(m, cbs.all, cbs.n, TPU__CB_PREDICT_BEGIN, 0, NULL, d);
     if (!rc)
         rc = predict_pass(m, input, batch, &run, &r, d);
     if (!rc)
-        rc = tpu__keras_callbacks(m, e->callbacks, e->n_callbacks, TPU__CB_PREDICT_END, 0,
-                                  NULL, d);
+        rc = tpu__keras_callbacks(m, cbs.all, cbs.n, TPU__CB_PREDICT_END, 0, NULL, d);
+    tpu__keras_cbs_free(&cbs);
     if (rc) {
         free(r.data);
         return rc;

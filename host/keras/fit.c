@@ -220,24 +220,30 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
     }
     history->first_epoch = f->initial_epoch;
 
+    struct tpu__keras_cbs cbs;
+    if ((rc = tpu__keras_cbs_make(f->callbacks, f->n_callbacks, f->verbose, f->out,
+                                  f->out_is_tty, &cbs, d))) {
+        free(s.perm);
+        free(s.wsum);
+        return rc;
+    }
     m->stop_training = false;
     struct tpu_logs last_logs = {0};
     bool insufficient = false;
     uint64_t inferred = epoch_steps; /* 0: not known yet */
-    tpu__keras_set_params(f->callbacks, f->n_callbacks,
-                          tpu__keras_verbose(f->verbose, f->out_is_tty), f->epochs, epoch_steps);
-    rc = tpu__keras_callbacks(m, f->callbacks, f->n_callbacks, TPU__CB_TRAIN_BEGIN, 0, NULL, d);
+    tpu__keras_set_params(cbs.all, cbs.n, tpu__keras_verbose(f->verbose, f->out_is_tty),
+                          f->epochs, epoch_steps);
+    rc = tpu__keras_callbacks(m, cbs.all, cbs.n, TPU__CB_TRAIN_BEGIN, 0, NULL, d);
     for (uint64_t epoch = f->initial_epoch; !rc && epoch < f->epochs && !insufficient;
          epoch++) {
-        if ((rc = tpu__keras_callbacks(m, f->callbacks, f->n_callbacks, TPU__CB_EPOCH_BEGIN,
+        if ((rc = tpu__keras_callbacks(m, cbs.all, cbs.n, TPU__CB_EPOCH_BEGIN,
                                        epoch, NULL, d)))
             break;
         if ((rc = tpu__keras_configure(m, TPU_MODE_TRAIN, batch, weighted, 0, d)))
             break;
         struct tpu__keras_arrays arr;
         const struct tpu_input *input = f->data.input;
-        struct tpu__keras_run run = {.mode = TPU_MODE_TRAIN, .cbs = f->callbacks,
-                                     .n_cbs = f->n_callbacks};
+        struct tpu__keras_run run = {.mode = TPU_MODE_TRAIN, .cbs = cbs.all, .n_cbs = cbs.n};
         if (s.train) {
             if (s.perm)
                 tpu_dataset_shuffle(s.perm, s.train->n_examples, m->cfg.seed, epoch);
@@ -301,7 +307,7 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
         if (validate && should_validate(f, epoch)) {
             struct tpu_logs vlogs;
             rc = tpu__keras_evaluate_data(m, &s.val, val_batch, f->validation_steps,
-                                          f->callbacks, f->n_callbacks, &vlogs, d);
+                                          cbs.all, cbs.n, &vlogs, d);
             if (rc)
                 break;
             for (uint32_t i = 0; i < vlogs.n; i++) {
@@ -310,19 +316,23 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
                 tpu_logs_set(&logs, name, vlogs.value[i]);
             }
         }
-        /* the callbacks may add to the epoch's logs (a LearningRateScheduler's "lr"); the
-         * History records them as the callbacks leave them */
-        if ((rc = tpu__keras_callbacks(m, f->callbacks, f->n_callbacks, TPU__CB_EPOCH_END,
-                                       epoch, &logs, d)))
+        /* the user's callbacks may add to the epoch's logs (a LearningRateScheduler's
+         * "lr"); the History records them as they leave them, then the progress bar shows
+         * them (Keras's order: the user's callbacks, History, ProgbarLogger) */
+        if ((rc = tpu__keras_callbacks(m, cbs.all, cbs.n_user, TPU__CB_EPOCH_END, epoch, &logs,
+                                       d)))
             break;
         history->epochs[history->n_epochs++] = logs;
         last_logs = logs;
+        if ((rc = tpu__keras_callbacks(m, cbs.all + cbs.n_user, cbs.n - cbs.n_user,
+                                       TPU__CB_EPOCH_END, epoch, &logs, d)))
+            break;
         if (m->stop_training)
             break;
     }
     if (!rc)
-        rc = tpu__keras_callbacks(m, f->callbacks, f->n_callbacks, TPU__CB_TRAIN_END, 0,
-                                  &last_logs, d);
+        rc = tpu__keras_callbacks(m, cbs.all, cbs.n, TPU__CB_TRAIN_END, 0, &last_logs, d);
+    tpu__keras_cbs_free(&cbs);
     free(s.perm);
     free(s.wsum);
     if (!rc && history->warning[0])

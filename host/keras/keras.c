@@ -375,6 +375,41 @@ void tpu__keras_set_params(const struct tpu_callback *cbs, size_t n, int verbose
             cbs[i].set_params(cbs[i].ctx, &p);
 }
 
+int tpu__keras_cbs_make(const struct tpu_callback *user, size_t n_user, int verbose,
+                        FILE *out, bool is_tty, struct tpu__keras_cbs *l, struct tpu_diag *d)
+{
+    memset(l, 0, sizeof *l);
+    verbose = tpu__keras_verbose(verbose, is_tty);
+    if (verbose > 0 && out) {
+        int rc = tpu_callback_progbar(out, verbose, is_tty, &l->bar, d);
+        if (rc)
+            return rc;
+        l->has_bar = true;
+    }
+    l->all = calloc(n_user + 1, sizeof *l->all);
+    if (!l->all) {
+        tpu_callback_free(&l->bar);
+        return tpu__fail(d, TPU_ENOMEM, "out of memory for the callbacks");
+    }
+    if (n_user)
+        memcpy(l->all, user, n_user * sizeof *user);
+    l->n_user = n_user;
+    l->n = n_user;
+    if (l->has_bar)
+        l->all[l->n++] = l->bar;
+    return 0;
+}
+
+void tpu__keras_cbs_free(struct tpu__keras_cbs *l)
+{
+    if (!l)
+        return;
+    if (l->has_bar)
+        tpu_callback_free(&l->bar);
+    free(l->all);
+    memset(l, 0, sizeof *l);
+}
+
 int tpu__keras_verbose(int verbose, bool is_tty)
 {
     return verbose == -1 ? (is_tty ? 1 : 2) : verbose;

@@ -106,6 +106,19 @@ enum tpu__keras_hook {
 int tpu__keras_callbacks(struct tpu_keras_model *m, const struct tpu_callback *cbs, size_t n,
                          enum tpu__keras_hook hook, uint64_t index, struct tpu_logs *logs,
                          struct tpu_diag *d);
+/* The callbacks of a fit, evaluate or predict call: the user's, then the progress bar the
+ * call adds by itself for verbose 1 and 2 with an `out` (Keras appends its ProgbarLogger
+ * after the user's callbacks). all[0 .. n_user) are the user's. */
+struct tpu__keras_cbs {
+    struct tpu_callback *all;       /* [n], malloc'd */
+    size_t n, n_user;
+    struct tpu_callback bar;        /* all[n_user] when has_bar */
+    bool has_bar;
+};
+int tpu__keras_cbs_make(const struct tpu_callback *user, size_t n_user, int verbose,
+                        FILE *out, bool is_tty, struct tpu__keras_cbs *l, struct tpu_diag *d);
+void tpu__keras_cbs_free(struct tpu__keras_cbs *l);
+
 /* Keras's set_params on each callback (those that have one). */
 void tpu__keras_set_params(const struct tpu_callback *cbs, size_t n, int verbose,
                            uint64_t epochs, uint64_t steps);
