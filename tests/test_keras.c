@@ -589,6 +589,46 @@ static void test_regression_metrics(void **state)
     tpu_net_destroy(&net);
 }
 
+
+/* a callback that adds an entry to the epoch's logs, as Keras's LearningRateScheduler adds
+ * "lr" */
+static int add_entry(void *ctx, struct tpu_keras_model *m, uint64_t epoch,
+                     struct tpu_logs *logs, struct tpu_diag *d)
+{
+    (void)ctx, (void)m, (void)d;
+    return tpu_logs_set(logs, "extra", (double)epoch + 0.5);
+}
+
+/* verbose 2 with an out: fit adds the progress bar after the user's callbacks; the History
+ * holds what the user's callbacks left in the epoch's logs */
+static void test_verbose_adds_the_bar_and_history_keeps_the_callbacks_logs(void **state)
+{
+    struct env *e = *state;
+    compile_spe(e, 4, true);
+    struct tpu_dataset v = view(e, 0, 16);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    struct tpu_callback cb = {.on_epoch_end = add_entry};
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &v, 4, &cb);
+    f.epochs = 2;
+    f.verbose = 2;
+    f.out = out;
+    struct tpu_history h;
+    do_fit(e, &f, &h);
+    fclose(out);
+    assert_int_equal(h.n_epochs, 2);
+    assert_true(tpu_logs_get(&h.epochs[1], "extra") == 1.5);
+    /* Keras's verbose-2 lines: "Epoch k/n", then "4/4 - ... - loss: ..." per epoch */
+    assert_non_null(strstr(text, "Epoch 1/2\n4/4 - "));
+    assert_non_null(strstr(text, "Epoch 2/2\n4/4 - "));
+    assert_non_null(strstr(text, " - extra: 1.5000"));
+    free(text);
+    tpu_history_free(&h);
+}
+
 /* ---- validation -------------------------------------------------------------------------------- */
 
 static void test_validation_split_takes_the_last_examples(void **state)
@@ -1208,6 +1248,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stop_training, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_training_at_a_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_verbose_adds_the_bar_and_history_keeps_the_callbacks_logs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_steps_per_execution_auto, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_learning_rate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_regression_metrics, setup, teardown),
