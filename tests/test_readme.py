@@ -435,7 +435,7 @@ def check_fit(argv, p, _before):
     steps = math.ceil(int(N_TRAIN * (1 - split)) / batch)
     val = r' - val_loss: [\d.]+ - val_accuracy: [\d.]+' if split else ''
     lines = re.findall(rf'^{steps}/{steps} - \d+s - loss: [\d.]+ - accuracy: [\d.]+{val} - '
-                       r'\d+s/epoch - \d+(?:s|ms|us)/step$', out, re.M)
+                       r'\d+(?:s|ms|us)/epoch - \d+(?:s|ms|us)/step$', out, re.M)
     assert len(lines) == ran, (steps, out)
     assert re.search(rf'^test \({N_TEST} examples\): loss [\d.]+ - accuracy [\d.]+$', out,
                      re.M), out
