@@ -69,7 +69,7 @@ def top_level_help_and_unknown_command():
     p = run('--help')
     assert 'gemm' in p.stdout and 'config' in p.stdout
     expect_error(['frobnicate'], 2, "tpusim: error: 'frobnicate' is not a command of tpusim; the "
-                 "commands are train, evaluate, predict, program, config, gemm, model, shard and bench (run "
+                 "commands are train, evaluate, predict, fit, program, config, gemm, model, shard and bench (run "
                  "'tpusim --help')\n")
     expect_error(['model', 'frob'], 2, "tpusim model: error: 'frob' is not a command of tpusim "
                  "model; the commands are show (run 'tpusim model --help')\n")
