@@ -287,6 +287,32 @@ def option_errors():
 
 
 @case
+def fit_arguments():
+    # steps_per_epoch: 3 batches an epoch; initial_epoch: epochs 3 and 4 of 4 run
+    p = run(*BASE, '--epochs', '4', '--initial-epoch', '2', '--steps-per-epoch', '3',
+            '--verbose', '2')
+    assert re.findall(r'^Epoch (\d)/4$', p.stdout, re.M) == ['3', '4'], p.stdout
+    assert epoch_lines(p.stdout) == ['3', '3'], p.stdout
+    # the order: shuffled from --seed each epoch (default), or kept
+    def losses(*extra):
+        out = run(*BASE, '--epochs', '2', '--verbose', '2', *extra).stdout
+        return re.findall(r' - loss: ([\d.]+) - ', out)
+    shuffled, kept = losses(), losses('--no-shuffle')
+    assert shuffled != kept and losses('--seed', '7') != shuffled, (shuffled, kept)
+    assert kept == losses('--no-shuffle'), kept
+    # steps_per_execution auto (Keras's tuner) trains the same epochs
+    p = run(*BASE, '--epochs', '2', '--verbose', '2', '--steps-per-execution', 'auto')
+    assert epoch_lines(p.stdout) == ['7', '7'], p.stdout
+    # validation's batch and steps: 50 validation examples, batches of 16, 2 of them
+    p = run(*BASE, '--epochs', '2', '--verbose', '2', '--validation-split', '0.25',
+            '--validation-batch-size', '16', '--validation-steps', '2', '--metrics',
+            'accuracy,sparse_categorical_crossentropy')
+    assert epoch_lines(p.stdout, r' - sparse_categorical_crossentropy: [\d.]+ - val_loss: '
+                       r'[\d.]+ - val_accuracy: [\d.]+ - val_sparse_categorical_crossentropy: '
+                       r'[\d.]+') == ['5', '5'], p.stdout
+
+
+@case
 def class_weight_trains():
     w = ','.join(f'{c}:{1 + c / 10}' for c in range(10))
     p = run(*BASE, '--epochs', '2', '--verbose', '2', '--class-weight', w)

@@ -66,7 +66,7 @@ extern "C" {
 /* ---- logs ------------------------------------------------------------------------------ */
 
 #define TPU_LOGS_MAX 16
-#define TPU_LOG_NAME_MAX 31
+#define TPU_LOG_NAME_MAX 63 /* "val_sparse_categorical_crossentropy" (35) fits */
 
 /* Keras's `logs` dict: named values in insertion order ("loss", "accuracy", "val_loss", ...).
  * Batch logs hold the running means over the epoch so far; epoch logs the epoch's. */
