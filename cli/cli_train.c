@@ -33,6 +33,9 @@
 #ifdef TPUSIM_HAVE_RTL
 #include "mxu_rtl_provider.h"
 #endif
+#ifdef TPUSIM_HAVE_SYSTEMC
+#include "tpusim/systemc.h"
+#endif
 
 /* ---- progress ------------------------------------------------------------------------------- */
 
@@ -201,6 +204,17 @@ static int setup_rtl(struct run *r, struct tpu_device_settings *s)
     return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
                           "without the RTL matrix unit");
 #endif
+}
+
+/* --backend's word, for the summary. */
+static const char *backend_name(enum train_backend b)
+{
+    switch (b) {
+    case TRAIN_BACKEND_RTL: return "rtl";
+    case TRAIN_BACKEND_SYSTEMC: return "systemc";
+    case TRAIN_BACKEND_NATIVE: break;
+    }
+    return "native";
 }
 
 /* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. */
@@ -384,8 +398,12 @@ static int setup(struct run *r, bool need_train_data)
     s.op_stats = r->o.step_shares;
     if (r->o.int8 && (rc = setup_int8(r)))
         return rc;
-    if (r->o.rtl && (rc = setup_rtl(r, &s)))
+    if (r->o.backend == TRAIN_BACKEND_RTL && (rc = setup_rtl(r, &s)))
         return rc;
+#ifdef TPUSIM_HAVE_SYSTEMC
+    if (r->o.backend == TRAIN_BACKEND_SYSTEMC)
+        s.backend = tpu_device_backend_systemc();
+#endif
     if (tpu_device_open(&s, &r->dev, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     if (!r->net) {
@@ -597,8 +615,8 @@ static void print_train_json(const struct run *r, const struct train_result *t)
     else if (o->step_shares)
         printf(", \"steady_step_time_s\": null, \"all_reduce_share\": null, \"halo_share\": "
                "null");
-    printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
-    if (o->rtl) {
+    printf(", \"backend\": \"%s\"", backend_name(o->backend));
+    if (o->backend == TRAIN_BACKEND_RTL) {
         uint32_t units;
         uint64_t tiles, cycles;
         rtl_totals(r, &units, &tiles, &cycles);
@@ -703,7 +721,7 @@ static void print_train_text(const struct run *r, const struct train_result *t)
                "--iterations-per-loop)\n");
     print_loop_size(r);
     printf("  simulation         %.1f s of wall time for training\n", t->train_wall);
-    if (o->rtl) {
+    if (o->backend == TRAIN_BACKEND_RTL) {
         uint32_t units;
         uint64_t tiles, cycles;
         rtl_totals(r, &units, &tiles, &cycles);
