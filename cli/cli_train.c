@@ -623,6 +623,14 @@ static void print_train_json(const struct run *r, const struct train_result *t)
         printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
                (unsigned long long)tiles, (unsigned long long)cycles);
     }
+#ifdef TPUSIM_HAVE_SYSTEMC
+    if (o->backend == TRAIN_BACKEND_SYSTEMC) {
+        struct tpu_systemc_stats st;
+        tpu_systemc_stats(&st);
+        printf(", \"systemc_transactions\": %llu, \"systemc_time_s\": %.9g",
+               (unsigned long long)st.transactions, (double)st.sc_time_ps * 1e-12);
+    }
+#endif
     printf("}\n");
 }
 
@@ -730,6 +738,15 @@ static void print_train_text(const struct run *r, const struct train_result *t)
                (unsigned long long)tiles, (unsigned long long)cycles,
                o->vcd[0] ? "; waveform of core 0's array in " : "", o->vcd);
     }
+#ifdef TPUSIM_HAVE_SYSTEMC
+    if (o->backend == TRAIN_BACKEND_SYSTEMC) {
+        struct tpu_systemc_stats st;
+        tpu_systemc_stats(&st);
+        printf("  SystemC backend    %llu TLM transactions; SystemC time %.6f s (global quantum "
+               "%.0f ns)\n", (unsigned long long)st.transactions, (double)st.sc_time_ps * 1e-12,
+               (double)st.quantum_ps * 1e-3);
+    }
+#endif
 }
 
 static int cmd_train(struct run *r)
