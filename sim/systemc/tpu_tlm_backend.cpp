@@ -39,6 +39,9 @@
 
 #include <atomic>
 #include <cinttypes>
+#include <condition_variable>
+#include <functional>
+#include <thread>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -98,8 +101,8 @@ class host_initiator : public sc_core::sc_module {
     run_gate gate;
     std::atomic<uint64_t> transactions{0};
     std::atomic<uint64_t> sc_time_ps{0}; // SystemC time after the last run, for stats
-    bool irq_seen = false; // set by on_irq in the kernel, read by the host thread after
-                           // sc_start returns (the same thread: no race)
+    bool irq_seen = false; // set by on_irq, read after sc_start returns: both on the kernel
+                           // thread
 
     SC_HAS_PROCESS(host_initiator);
     explicit host_initiator(sc_core::sc_module_name n) : sc_core::sc_module(n), socket("socket")
@@ -118,14 +121,53 @@ class host_initiator : public sc_core::sc_module {
     }
 };
 
+// The thread that runs the SystemC kernel: elaboration and every sc_start of the backend
+// happen on it, whichever host thread opens, loads or runs, and the calling thread waits for
+// each job. One thread for the kernel keeps SystemC's coroutine switches (its processes run
+// as coroutines on stacks of their own) away from the host threads' stacks: AddressSanitizer's
+// detection of stack use after return keeps frames on a per-thread fake stack that those
+// switches would otherwise corrupt, and the only frames live on this thread across a switch
+// are this file's (built without fake frames, sim/systemc/meson.build). It lives as long as
+// the process (detached; it waits for jobs on cv).
+class kernel_thread {
+  public:
+    kernel_thread() { std::thread([this] { loop(); }).detach(); }
+
+    // Runs job on the kernel thread and returns when it has returned.
+    void call(const std::function<void()> &job)
+    {
+        std::unique_lock<std::mutex> lock(m_lock);
+        m_job = &job;
+        m_cv.notify_all();
+        m_cv.wait(lock, [this] { return m_job == nullptr; });
+    }
+
+  private:
+    void loop()
+    {
+        std::unique_lock<std::mutex> lock(m_lock);
+        for (;;) {
+            m_cv.wait(lock, [this] { return m_job != nullptr; });
+            (*m_job)();
+            m_job = nullptr;
+            m_cv.notify_all();
+        }
+    }
+
+    std::mutex m_lock; // guards m_job
+    std::condition_variable m_cv;
+    const std::function<void()> *m_job = nullptr;
+};
+
 // The one shell of the process: the chip's target, the host initiator and the wire between
-// them.
+// them, and the thread their kernel runs on.
 struct shell {
     tpu_tlm_chip chip;
     host_initiator host;
     sc_core::sc_signal<bool> irq;
+    kernel_thread *kernel;
 
-    shell() : chip("tpu_chip"), host("tpu_host"), irq("tpu_irq")
+    explicit shell(kernel_thread *k) : chip("tpu_chip"), host("tpu_host"), irq("tpu_irq"), kernel(k)
     {
         host.socket.bind(chip.socket);
         chip.irq(irq);
@@ -201,8 +243,10 @@ int host_transport(shell *sh, tlm::tlm_command cmd, uint64_t addr, void *data, s
     if (sh->host.qk.need_sync()) {
         // let the kernel catch up with the host's local time (nothing is scheduled in it
         // between runs, so this only moves SystemC time)
-        sc_core::sc_start(sh->host.qk.get_local_time());
-        sh->host.qk.reset();
+        sh->kernel->call([sh] {
+            sc_core::sc_start(sh->host.qk.get_local_time());
+            sh->host.qk.reset();
+        });
     }
     if (t.get_response_status() != tlm::TLM_OK_RESPONSE)
         return target_failure(sh, what, addr, t.get_response_status(), d);
@@ -340,11 +384,14 @@ int sc_open(void *ctx, const struct tpu_device_settings *s, void **impl, struct 
     if (!the_shell) {
         // the library prints nothing: no banner unless the environment asks for one
         setenv("SC_COPYRIGHT_MESSAGE", "DISABLE", 0);
-        // elaboration; the first sc_start ends it
-        the_shell = new shell;
-        tlm_utils::tlm_quantumkeeper::set_global_quantum(k_global_quantum);
-        sc_core::sc_start(sc_core::SC_ZERO_TIME);
-        the_shell->host.qk.reset();
+        // elaboration, on the kernel thread; the first sc_start ends it
+        kernel_thread *k = new kernel_thread;
+        k->call([k] {
+            the_shell = new shell(k);
+            tlm_utils::tlm_quantumkeeper::set_global_quantum(k_global_quantum);
+            sc_core::sc_start(sc_core::SC_ZERO_TIME);
+            the_shell->host.qk.reset();
+        });
     }
     shell *sh = the_shell;
     // the chip behind the target is the native one; the rest of the settings are the caller's
@@ -490,30 +537,36 @@ int sc_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struct tpu_dia
     shell *sh = dev->sh;
     host_initiator &host = sh->host;
     // the kernel catches up with the host's transactions since the last run
-    if (host.qk.get_local_time() > sc_core::SC_ZERO_TIME) {
-        sc_core::sc_start(host.qk.get_local_time());
-        host.qk.reset();
-    }
+    sh->kernel->call([&host] {
+        if (host.qk.get_local_time() > sc_core::SC_ZERO_TIME) {
+            sc_core::sc_start(host.qk.get_local_time());
+            host.qk.reset();
+        }
+    });
     int rc = write_reg64(sh, TPU_TLM_REG_START_CYCLE_LO, start_cycle, "setting START_CYCLE", d);
     if (!rc)
         rc = write_reg(sh, TPU_TLM_REG_IRQ_STATUS, TPU_TLM_IRQ_ALL, "clearing IRQ_STATUS", d);
     if (rc)
         return rc;
-    // the line falls in the kernel's next delta cycles (the target drives it from its own
-    // process): let it, so that the rising edge waited for below is this run's
-    for (int delta = 0; sh->irq.read() && delta < 16; delta++)
-        sc_core::sc_start(sc_core::SC_ZERO_TIME);
-    host.irq_seen = false;
-    host.gate.hold();
+    sh->kernel->call([sh, &host] {
+        // the line falls in the kernel's next delta cycles (the target drives it from its own
+        // process): let it, so that the rising edge waited for below is this run's
+        for (int delta = 0; sh->irq.read() && delta < 16; delta++)
+            sc_core::sc_start(sc_core::SC_ZERO_TIME);
+        host.irq_seen = false;
+        host.gate.hold();
+    });
     dev->running.store(true);
     rc = command(sh, TPU_TLM_CMD_LAUNCH, "the LAUNCH command", d);
-    if (!rc) {
-        while (!host.irq_seen)
+    const bool launched = rc == 0;
+    sh->kernel->call([&host, launched] {
+        // the kernel suspends (the gate) while the native cores run, until the interrupt
+        while (launched && !host.irq_seen)
             sc_core::sc_start();
-    }
-    host.gate.release();
-    host.sc_time_ps.store(static_cast<uint64_t>(sc_core::sc_time_stamp() /
-                                                sc_core::sc_time(1, sc_core::SC_PS)));
+        host.gate.release();
+        host.sc_time_ps.store(static_cast<uint64_t>(sc_core::sc_time_stamp() /
+                                                    sc_core::sc_time(1, sc_core::SC_PS)));
+    });
     dev->running.store(false);
     if (rc)
         return rc;
