@@ -42,9 +42,10 @@
  *
  * Threads. The device API's promises hold (device.h): infeed, outfeed, cancel, infeed_close
  * and watch may come from any thread during a run; cancel wakes every blocked call with
- * TPU_ECANCELED. The kernel is driven only by the thread in tpu_device_run (and by open,
- * load and the other calls of the one host thread between runs); open and close may come
- * from different threads at different times. The SystemC banner is not printed (the
+ * TPU_ECANCELED. The SystemC kernel runs on a thread of the backend's own (elaboration and
+ * every sc_start), for whichever host thread opens, loads or runs, so open and close may come
+ * from different threads at different times; tpu_device_run waits while that thread drives
+ * the kernel to the chip's interrupt. The SystemC banner is not printed (the
  * library never prints): the backend sets SC_COPYRIGHT_MESSAGE=DISABLE before it
  * elaborates, unless the environment already says otherwise. */
 #ifndef TPUSIM_SYSTEMC_H
