@@ -69,7 +69,7 @@ struct tpu_systemc_stats {
     uint64_t quantum_ps;
 };
 /* Fills *out; all zero when no systemc device was ever opened in this process. From any
- * thread except during the kernel's elaboration (the first open). */
+ * thread. */
 void tpu_systemc_stats(struct tpu_systemc_stats *out);
 
 #ifdef __cplusplus
