@@ -476,9 +476,26 @@ static void *run_thread(void *arg)
     return NULL;
 }
 
-/* Core 0 gets two of its three tensors, core 1 none: both cores end up waiting for infeed.
- * The watch (from this thread, during the run) sees the run blocked the same way on both
- * backends; then a cancel from this thread ends it. */
+/* A host thread draining core 1's outfeed, which this program never fills: it blocks until
+ * the cancel. */
+struct drainer {
+    struct tpu_device *dev;
+    int rc;
+    struct tpu_diag d;
+};
+
+static void *drain_thread(void *arg)
+{
+    struct drainer *r = arg;
+    float y[16];
+    r->rc = tpu_device_outfeed(r->dev, 1, y, sizeof y, 0, NULL, &r->d);
+    return NULL;
+}
+
+/* Core 0 gets two of its three tensors, core 1 none: both cores end up waiting for infeed,
+ * and a host thread waits on core 1's empty outfeed. The watch (from this thread, during the
+ * run) sees the run blocked the same way on both backends; then a cancel from this thread
+ * ends the run and wakes the blocked outfeed call. */
 static void watch_blocked(int systemc, struct tpu_device_watch *out)
 {
     struct tpu_device *dev = open_tiny(systemc, 2);
@@ -491,19 +508,27 @@ static void watch_blocked(int systemc, struct tpu_device_watch *out)
     for (int i = 0; i < 2; i++)
         assert_int_equal(tpu_device_infeed(dev, 0, x, sizeof x, 0, &d), 0);
     struct runner rn = {.dev = dev};
-    pthread_t rt;
+    struct drainer dr = {.dev = dev};
+    pthread_t rt, dt;
     assert_int_equal(pthread_create(&rt, NULL, run_thread, &rn), 0);
+    assert_int_equal(pthread_create(&dt, NULL, drain_thread, &dr), 0);
     struct tpu_device_watch w;
     double t0 = now_s();
     do {
         memset(&w, 0, sizeof w);
         tpu_device_watch(dev, &w);
         sleep_us(1000);
-    } while (!(w.cores_blocked && w.moves == 4) && now_s() - t0 < 10);
+    } while (!(w.cores_blocked && w.moves == 4 && w.host_calls_waiting == 1) &&
+             now_s() - t0 < 10);
     *out = w;
+    t0 = now_s();
     tpu_device_cancel(dev);
     assert_int_equal(pthread_join(rt, NULL), 0);
+    assert_int_equal(pthread_join(dt, NULL), 0);
+    assert_true(now_s() - t0 < 5.0);
     assert_int_equal(rn.rc, TPU_ECANCELED);
+    assert_int_equal(dr.rc, TPU_ECANCELED);
+    assert_string_equal(dr.d.msg, "outfeed from core 1: the run was canceled");
     memset(&w, 0, sizeof w);
     tpu_device_watch(dev, &w);
     assert_false(w.running);
@@ -520,6 +545,7 @@ static void test_watch_sees_the_same_blocked_run(void **state)
     assert_true(nat.running);
     assert_true(nat.cores_blocked);
     assert_int_equal(nat.moves, 4);
+    assert_int_equal(nat.host_calls_waiting, 1); /* the outfeed call */
     assert_true(sc.running);
     assert_true(sc.cores_blocked);
     assert_int_equal(sc.moves, nat.moves);
