@@ -148,11 +148,17 @@ def native_only_options_are_refused():
 def refused_in_a_build_without_systemc():
     if HAVE:
         raise Skip('this tpusim has the SystemC model; the refusal is for builds without it')
-    for cmd in ('train', 'evaluate', 'predict'):
-        expect_error([cmd, '--chip', 'tiny', '--backend', 'systemc'], 2,
-                     '--backend systemc: this tpusim was built without the SystemC/TLM-2.0 '
-                     "model; rebuild with 'meson configure -Dsystemc=enabled' (needs "
-                     'libsystemc-dev and a C++17 compiler)')
+    with tempfile.TemporaryDirectory() as md:
+        for cmd in ('train', 'evaluate', 'predict'):
+            refused_without_systemc([cmd, '--chip', 'tiny', '--backend', 'systemc',
+                                     '--model-dir', md])
+
+
+def refused_without_systemc(argv):
+    expect_error(argv, 2,
+                 '--backend systemc: this tpusim was built without the SystemC/TLM-2.0 '
+                 "model; rebuild with 'meson configure -Dsystemc=enabled' (needs "
+                 'libsystemc-dev and a C++17 compiler), or use --backend native')
 
 
 @case
