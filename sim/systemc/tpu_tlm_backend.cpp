@@ -10,26 +10,28 @@
 //
 // Who calls from where. The device API calls every entry but infeed, outfeed, cancel,
 // infeed_close and watch from one host thread at a time, never during a run ("the host
-// thread"); those five may come from any thread during a run ("feed threads"). So:
+// thread"); those five may come from any thread during a run ("feed threads"). The SystemC
+// kernel itself runs on a thread of the backend's own (kernel_thread): elaboration and every
+// sc_start are jobs the calling thread hands it and waits for. So:
 //   - the host thread issues register, program and HBM transactions with the quantum
 //     keeper's local time as their delay (loosely timed: the target adds its cost to the
-//     delay and never waits). When the local time passes the global quantum, or before a
-//     launch, the host thread lets the kernel catch up: sc_start(local time), then resets
-//     the keeper. Only the host thread touches the keeper and drives the kernel.
+//     delay and never waits). When the local time passes the global quantum, or at a launch,
+//     the kernel catches up: sc_start(local time), then the keeper is reset. Only the host
+//     thread (or the kernel thread on its behalf, while it waits) touches the keeper.
 //   - a feed thread issues its one transaction with a zero delay of its own; the host cycle
 //     goes in a tpu_tlm_feed_ext, which also brings back the call's status, sentence and
 //     ready cycle (the only per-transaction result that is race-free across threads). It
 //     blocks inside the target in real time while the queue is full or empty.
 //   - cancel and infeed_close write CTRL, which the target allows from any thread.
-//   - run: START_CYCLE, clear IRQ_STATUS, LAUNCH; then the host thread drives the kernel with
-//     sc_start() until the interrupt line rises. While the native chip runs on its own
-//     worker threads, nothing is scheduled in the kernel: the gate channel below is attached
-//     as "suspending" (sc_prim_channel::async_attach_suspending) during the run, so
-//     sc_start() blocks in the kernel (no spinning) until the target's asynchronous update
-//     arrives; the target then advances SystemC time to the run's end cycle and raises the
-//     line, on whose rising edge the initiator's method pauses the kernel (sc_pause) and
-//     sc_start returns. A cancel ends the native run, so the interrupt still comes: the run
-//     never hangs on the kernel.
+//   - run: START_CYCLE and clearing IRQ_STATUS from the host thread, then one job on the
+//     kernel thread: catch up, LAUNCH, and sc_start() until the interrupt line rises. While
+//     the native chip runs on its own worker threads, nothing is scheduled in the kernel: the
+//     gate channel below is attached as "suspending" (sc_prim_channel::
+//     async_attach_suspending) during the run, so sc_start() blocks in the kernel (no
+//     spinning) until the target's asynchronous update arrives; the target then advances
+//     SystemC time to the run's end cycle and raises the line, on whose rising edge the
+//     initiator's method pauses the kernel (sc_pause) and sc_start returns. A cancel ends the
+//     native run, so the interrupt still comes: the run never hangs on the kernel.
 //
 // One shell per process (systemc.h): built at the first open under shell_lock and kept;
 // each open re-powers the target with its own settings, and in_use makes a second open
@@ -315,6 +317,26 @@ int target_failure(shell *sh, const char *what, uint64_t addr, tlm::tlm_response
                 response_text(st), what, addr, err, msg[0] ? ": " : "", msg);
 }
 
+// A command from the kernel thread (LAUNCH, inside the run's job): a zero delay of its own,
+// not through the quantum keeper (whose catch-up would be a job for the kernel thread itself).
+int plain_command(shell *sh, uint32_t cmd, const char *what, struct tpu_diag *d)
+{
+    tlm::tlm_generic_payload t;
+    t.set_command(tlm::TLM_WRITE_COMMAND);
+    t.set_address(TPU_TLM_REG_BASE + TPU_TLM_REG_CTRL);
+    t.set_data_ptr(reinterpret_cast<unsigned char *>(&cmd));
+    t.set_data_length(sizeof cmd);
+    t.set_streaming_width(sizeof cmd);
+    t.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    sh->host.transactions.fetch_add(1, std::memory_order_relaxed);
+    sh->host.socket->b_transport(t, delay);
+    if (t.get_response_status() != tlm::TLM_OK_RESPONSE)
+        return target_failure(sh, what, TPU_TLM_REG_BASE + TPU_TLM_REG_CTRL,
+                              t.get_response_status(), d);
+    return 0;
+}
+
 // A feed transaction from any thread: its own delay, the host cycle and the results in the
 // extension. Returns the device call's status with its sentence.
 int feed_transport(shell *sh, tlm::tlm_command cmd, uint64_t addr, void *data, size_t bytes,
@@ -536,32 +558,30 @@ int sc_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struct tpu_dia
     sc_device *dev = static_cast<sc_device *>(impl);
     shell *sh = dev->sh;
     host_initiator &host = sh->host;
-    // the kernel catches up with the host's transactions since the last run
-    sh->kernel->call([&host] {
-        if (host.qk.get_local_time() > sc_core::SC_ZERO_TIME) {
-            sc_core::sc_start(host.qk.get_local_time());
-            host.qk.reset();
-        }
-    });
     int rc = write_reg64(sh, TPU_TLM_REG_START_CYCLE_LO, start_cycle, "setting START_CYCLE", d);
     if (!rc)
         rc = write_reg(sh, TPU_TLM_REG_IRQ_STATUS, TPU_TLM_IRQ_ALL, "clearing IRQ_STATUS", d);
     if (rc)
         return rc;
-    sh->kernel->call([sh, &host] {
+    dev->running.store(true);
+    // one job on the kernel thread for the whole launch (each hand-over between threads costs
+    // a wake-up, which a loaded machine makes slow)
+    sh->kernel->call([sh, &host, &rc, d] {
+        // the kernel catches up with the host's transactions since the last run
+        if (host.qk.get_local_time() > sc_core::SC_ZERO_TIME) {
+            sc_core::sc_start(host.qk.get_local_time());
+            host.qk.reset();
+        }
         // the line falls in the kernel's next delta cycles (the target drives it from its own
         // process): let it, so that the rising edge waited for below is this run's
         for (int delta = 0; sh->irq.read() && delta < 16; delta++)
             sc_core::sc_start(sc_core::SC_ZERO_TIME);
         host.irq_seen = false;
         host.gate.hold();
-    });
-    dev->running.store(true);
-    rc = command(sh, TPU_TLM_CMD_LAUNCH, "the LAUNCH command", d);
-    const bool launched = rc == 0;
-    sh->kernel->call([&host, launched] {
-        // the kernel suspends (the gate) while the native cores run, until the interrupt
-        while (launched && !host.irq_seen)
+        // LAUNCH, then the kernel suspends (the gate) while the native cores run, until the
+        // interrupt
+        rc = plain_command(sh, TPU_TLM_CMD_LAUNCH, "the LAUNCH command", d);
+        while (rc == 0 && !host.irq_seen)
             sc_core::sc_start();
         host.gate.release();
         host.sc_time_ps.store(static_cast<uint64_t>(sc_core::sc_time_stamp() /
@@ -588,20 +608,13 @@ int sc_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struct tpu_dia
     return 0;
 }
 
-// From any thread: CTRL commands the target takes during a run (CANCEL, INFEED_CLOSE). Not
-// through the quantum keeper, which is the host thread's: a zero delay of their own.
+// CANCEL and INFEED_CLOSE come from any thread, also during a run (the target takes them
+// then): plain commands, not through the host thread's quantum keeper. They cannot fail on an
+// open device.
 void any_thread_command(shell *sh, uint32_t cmd)
 {
-    tlm::tlm_generic_payload t;
-    t.set_command(tlm::TLM_WRITE_COMMAND);
-    t.set_address(TPU_TLM_REG_BASE + TPU_TLM_REG_CTRL);
-    t.set_data_ptr(reinterpret_cast<unsigned char *>(&cmd));
-    t.set_data_length(sizeof cmd);
-    t.set_streaming_width(sizeof cmd);
-    t.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
-    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
-    sh->host.transactions.fetch_add(1, std::memory_order_relaxed);
-    sh->host.socket->b_transport(t, delay);
+    plain_command(sh, cmd, cmd == TPU_TLM_CMD_CANCEL ? "the CANCEL command"
+                                                     : "the INFEED_CLOSE command", nullptr);
 }
 
 void sc_infeed_close(void *impl)
