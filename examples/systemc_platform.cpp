@@ -59,7 +59,8 @@ struct host_cpu : sc_core::sc_module {
     int status = 1; /* the process's result: 0 once everything worked */
 
     SC_HAS_PROCESS(host_cpu);
-    explicit host_cpu(sc_core::sc_module_name n) : sc_core::sc_module(n), socket("socket"), irq("irq")
+    explicit host_cpu(sc_core::sc_module_name n)
+        : sc_core::sc_module(n), socket("socket"), irq("irq")
     {
         SC_THREAD(main);
     }
@@ -118,7 +119,10 @@ private:
         return v;
     }
 
-    void wr(uint32_t reg, uint32_t v) { xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_REG_BASE + reg, &v, 4); }
+    void wr(uint32_t reg, uint32_t v)
+    {
+        xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_REG_BASE + reg, &v, 4);
+    }
 
     uint64_t rd64(uint32_t lo_reg)
     {
