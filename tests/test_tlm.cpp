@@ -546,6 +546,12 @@ void test_misuse_burst_and_byte_enables(void **state)
     expect_fail(xfer(tlm::TLM_READ_COMMAND, TPU_TLM_REG_COUNTERS, b8, 4, obe),
                 tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
                 {"counters read"});
+    expect_fail(xfer(tlm::TLM_READ_COMMAND, TPU_TLM_ERRMSG_BASE, b8, 4, obe),
+                tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
+                {"0x000000001000 with byte enables"});
+    expect_fail(xfer(tlm::TLM_READ_COMMAND, TPU_TLM_BUFTAB_BASE, b8, 4, obe),
+                tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
+                {"the buffer table take whole bytes"});
     expect_fail(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE, b8, 4, obe),
                 tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
                 {"program window write with byte enables"});

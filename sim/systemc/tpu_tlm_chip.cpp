@@ -257,6 +257,14 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
                       "chip's windows are memory, not FIFOs; set the streaming width to the "
                       "data length",
                       cmd_word(t), len, a, t.get_streaming_width());
+    const bool read_only_window =
+        (a >= TPU_TLM_ERRMSG_BASE && a < TPU_TLM_ERRMSG_BASE + TPU_TLM_ERRMSG_SIZE) ||
+        (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE);
+    if (read_only_window && t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
+        return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
+                      "%s at 0x%012" PRIx64 " with byte enables: the error message window and "
+                      "the buffer table take whole bytes; clear the byte enable pointer",
+                      cmd_word(t), a);
     if (a >= TPU_TLM_ERRMSG_BASE && a < TPU_TLM_ERRMSG_BASE + TPU_TLM_ERRMSG_SIZE) {
         static_assert(sizeof m_errmsg == TPU_TLM_ERRMSG_SIZE, "message window size");
         return window_read(t, a - TPU_TLM_ERRMSG_BASE, (const uint8_t *)m_errmsg,

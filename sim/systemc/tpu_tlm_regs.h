@@ -39,6 +39,8 @@
  *   - error message window, buffer table: reads of any length and alignment inside the
  *     window; writes: COMMAND.
  *   - program window: reads and writes of any length and alignment inside the window.
+ *   - byte enables are honoured only by the HBM windows; anywhere else they answer
+ *     TLM_BYTE_ENABLE_ERROR_RESPONSE (BYTE_ENABLE).
  *   - HBM windows: reads and writes inside one buffer of the table, any length and alignment,
  *     byte enables honoured (a disabled lane is neither written nor read). Outside every
  *     buffer: ADDRESS. During a run: TLM_GENERIC_ERROR_RESPONSE (BUSY). No program: NO_PROGRAM.
