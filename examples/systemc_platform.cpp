@@ -218,7 +218,7 @@ private:
         wr(TPU_TLM_REG_IRQ_STATUS, irq_status); /* acknowledge */
         const uint64_t end = rd64(TPU_TLM_REG_END_CYCLE_LO);
         const int32_t run_status = (int32_t)rd(TPU_TLM_REG_RUN_STATUS);
-        std::printf("interrupt at %s: IRQ_STATUS 0x%" PRIx32 ", RUN_STATUS %" PRId32
+        std::printf("interrupt seen at %s: IRQ_STATUS 0x%" PRIx32 ", RUN_STATUS %" PRId32
                     ", END_CYCLE %" PRIu64 "\n",
                     sc_core::sc_time_stamp().to_string().c_str(), irq_status, run_status, end);
         if (run_status != 0) {
