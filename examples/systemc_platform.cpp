@@ -59,7 +59,8 @@ struct host_cpu : sc_core::sc_module {
     int status = 1; /* the process's result: 0 once everything worked */
 
     SC_HAS_PROCESS(host_cpu);
-    explicit host_cpu(sc_core::sc_module_name n) : sc_core::sc_module(n), socket("socket"), irq("irq")
+    explicit host_cpu(sc_core::sc_module_name n)
+        : sc_core::sc_module(n), socket("socket"), irq("irq")
     {
         SC_THREAD(main);
     }
@@ -118,7 +119,10 @@ private:
         return v;
     }
 
-    void wr(uint32_t reg, uint32_t v) { xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_REG_BASE + reg, &v, 4); }
+    void wr(uint32_t reg, uint32_t v)
+    {
+        xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_REG_BASE + reg, &v, 4);
+    }
 
     uint64_t rd64(uint32_t lo_reg)
     {
@@ -214,7 +218,7 @@ private:
         wr(TPU_TLM_REG_IRQ_STATUS, irq_status); /* acknowledge */
         const uint64_t end = rd64(TPU_TLM_REG_END_CYCLE_LO);
         const int32_t run_status = (int32_t)rd(TPU_TLM_REG_RUN_STATUS);
-        std::printf("interrupt at %s: IRQ_STATUS 0x%" PRIx32 ", RUN_STATUS %" PRId32
+        std::printf("interrupt seen at %s: IRQ_STATUS 0x%" PRIx32 ", RUN_STATUS %" PRId32
                     ", END_CYCLE %" PRIu64 "\n",
                     sc_core::sc_time_stamp().to_string().c_str(), irq_status, run_status, end);
         if (run_status != 0) {

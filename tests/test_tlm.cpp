@@ -546,6 +546,12 @@ void test_misuse_burst_and_byte_enables(void **state)
     expect_fail(xfer(tlm::TLM_READ_COMMAND, TPU_TLM_REG_COUNTERS, b8, 4, obe),
                 tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
                 {"counters read"});
+    expect_fail(xfer(tlm::TLM_READ_COMMAND, TPU_TLM_ERRMSG_BASE, b8, 4, obe),
+                tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
+                {"0x000000001000 with byte enables"});
+    expect_fail(xfer(tlm::TLM_READ_COMMAND, TPU_TLM_BUFTAB_BASE, b8, 4, obe),
+                tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
+                {"the buffer table take whole bytes"});
     expect_fail(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE, b8, 4, obe),
                 tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
                 {"program window write with byte enables"});
@@ -961,6 +967,58 @@ void test_feed_without_extension(void **state)
     assert_int_equal(end, nat_end);
 }
 
+/* Two launches of one step each: the second continues from the first's params and
+ * variables, RUNS counts both, LAUNCH clears STATUS.DONE, and with IRQ_ENABLE 0 the bit is
+ * raised but the wire stays low. */
+void test_two_launches(void **state)
+{
+    (void)state;
+    assert_int_equal(load_text(kProgram), tlm::TLM_OK_RESPONSE);
+    set_var(kIter, 1);
+    wr(TPU_TLM_REG_IRQ_ENABLE, 0);
+    uint64_t ends[2];
+    for (int launch = 0; launch < 2; launch++) {
+        std::vector<float> x = input(0, launch);
+        for (uint32_t k = 0; k < 2; k++)
+            assert_int_equal(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_INFEED_ADDR(k), x.data(),
+                                  kXBytes),
+                             tlm::TLM_OK_RESPONSE);
+        wr(TPU_TLM_REG_CTRL, TPU_TLM_CMD_LAUNCH);
+        uint32_t st = rd(TPU_TLM_REG_STATUS);
+        assert_true(st & TPU_TLM_STATUS_BUSY);
+        assert_false(st & TPU_TLM_STATUS_DONE);
+        std::thread drain([] {
+            std::vector<float> y(kXBytes / 4);
+            for (uint32_t k = 0; k < 2; k++)
+                xfer(tlm::TLM_READ_COMMAND, TPU_TLM_OUTFEED_ADDR(k), y.data(), kXBytes);
+        });
+        sc_core::sc_start();
+        drain.join();
+        assert_int_equal(rd(TPU_TLM_REG_RUN_STATUS), 0);
+        assert_int_equal(rd(TPU_TLM_REG_RUNS), (uint32_t)launch + 1);
+        assert_int_equal(rd(TPU_TLM_REG_IRQ_STATUS), TPU_TLM_IRQ_DONE);
+        assert_false(g_bench->irq_wire.read());
+        ends[launch] = (uint64_t)rd(TPU_TLM_REG_END_CYCLE_HI) << 32 |
+                       rd(TPU_TLM_REG_END_CYCLE_LO);
+        /* the next launch starts where this one ended */
+        wr(TPU_TLM_REG_START_CYCLE_LO, (uint32_t)ends[launch]);
+        wr(TPU_TLM_REG_START_CYCLE_HI, (uint32_t)(ends[launch] >> 32));
+    }
+    assert_true(ends[1] > ends[0]);
+    assert_int_equal(get_var(0, kStep), 2);
+    assert_int_equal(get_var(1, kStep), 2);
+    wr(TPU_TLM_REG_COUNTER_CORE, 1);
+    uint64_t iters = 0;
+    assert_int_equal(xfer(tlm::TLM_READ_COMMAND,
+                          TPU_TLM_REG_COUNTERS + 8 * TPU_TLM_CNT_ITERATIONS, &iters, 8),
+                     tlm::TLM_OK_RESPONSE);
+    assert_int_equal(iters, 2);
+    /* enabling the pending bit raises the wire */
+    wr(TPU_TLM_REG_IRQ_ENABLE, TPU_TLM_IRQ_DONE);
+    sc_core::sc_start();
+    assert_true(g_bench->irq_wire.read());
+}
+
 /* INFEED_CLOSE: a run waiting for infeed ends with TPU_EEND, reported by RUN_STATUS and the
  * FAILED interrupt, with the run's sentence in the message window. */
 void test_infeed_close_ends_run(void **state)
@@ -1013,6 +1071,7 @@ int sc_main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_misuse_while_busy, power_on, power_off),
         cmocka_unit_test_setup_teardown(test_run_equals_native, power_on, power_off),
         cmocka_unit_test_setup_teardown(test_feed_without_extension, power_on, power_off),
+        cmocka_unit_test_setup_teardown(test_two_launches, power_on, power_off),
         cmocka_unit_test_setup_teardown(test_infeed_close_ends_run, power_on, power_off),
     };
     int rc = cmocka_run_group_tests(tests, nullptr, nullptr);

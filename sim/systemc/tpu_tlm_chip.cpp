@@ -4,6 +4,7 @@
  * responses, the commands, the HBM and feed windows, and the run's path back into the
  * SystemC kernel. */
 #include "tpu_tlm_chip.h"
+#include "tpu_tlm_int.h"
 
 #include <cinttypes>
 #include <cmath>
@@ -41,55 +42,7 @@ void tpu_tlm_async_channel::update()
         irq_ev.notify(sc_core::SC_ZERO_TIME);
 }
 
-/* ---- small helpers ---------------------------------------------------------------------- */
-
-namespace {
-
-constexpr uint64_t kCountersEnd = TPU_TLM_REG_COUNTERS + TPU_TLM_COUNTERS_SIZE;
-constexpr uint64_t kFeedSpan = (uint64_t)TPU_TLM_MAX_CORES * TPU_TLM_CORE_STRIDE;
-
-static_assert(TPU_UNIT_COUNT == 7 && TPU_STALL_COUNT == 4,
-              "tpu_tlm_regs.h's counter indices follow device.h's unit and stall tables");
-static_assert(TPU_TLM_ERRMSG_SIZE == TPU_DIAG_MAX, "the message window holds one tpu_diag");
-static_assert(TPU_TLM_BUF_NAME + TPU_PROGRAM_NAME_MAX + 1 <= TPU_TLM_BUFTAB_ENTRY,
-              "a buffer's name fits its table entry");
-
-/* Whether [off, off + len) lies inside a window of `size` bytes (no overflow). */
-bool inside(uint64_t off, uint64_t len, uint64_t size)
-{
-    return len <= size && off <= size - len;
-}
-
-void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-bool lane_enabled(const tlm_generic_payload &t, size_t i)
-{
-    const unsigned char *be = t.get_byte_enable_ptr();
-    unsigned be_len = t.get_byte_enable_length();
-    return !be || be_len == 0 || be[i % be_len] == TLM_BYTE_ENABLED;
-}
-
-const char *cmd_word(const tlm_generic_payload &t)
-{
-    return t.is_write() ? "write" : "read";
-}
-
-} // namespace
+using namespace tpu_tlm;
 
 /* ---- construction, power -------------------------------------------------------------- */
 
@@ -212,8 +165,11 @@ uint64_t tpu_tlm_chip::time_to_cycles(const sc_time &t) const
 {
     if (m_period_ps <= 0)
         return 0;
+    /* half a resolution step up before rounding down: a time made by cycles_to_time
+     * (rounded to the nearest step) gives its cycle count back */
     double ps = t.to_seconds() * 1e12;
-    return (uint64_t)std::floor((ps + 0.5) / m_period_ps);
+    double half_step_ps = sc_core::sc_get_time_resolution().to_seconds() * 1e12 / 2;
+    return (uint64_t)std::floor((ps + half_step_ps) / m_period_ps);
 }
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -225,8 +181,9 @@ void tpu_tlm_chip::record_locked(enum tpu_tlm_err code, int tpu_rc, const char *
     snprintf(m_errmsg, sizeof m_errmsg, "%s", msg);
 }
 
-tlm_response_status tpu_tlm_chip::reject(bool debug, tlm_response_status st, enum tpu_tlm_err code,
-                                       int tpu_rc, const char *fmt, ...)
+tlm_response_status tpu_tlm_chip::reject(bool debug, tlm_response_status st,
+                                         enum tpu_tlm_err code, int tpu_rc, const char *fmt,
+                                         ...)
 {
     if (debug)
         return st;
@@ -286,9 +243,9 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
     std::lock_guard<std::mutex> g(m_lock);
     if (len == 0)
         return reject(debug, tlm::TLM_BURST_ERROR_RESPONSE, TPU_TLM_ERR_BURST, 0,
-                    "%s of 0 bytes at 0x%012" PRIx64 ": every access moves at least one byte; "
-                    "set the payload's data length",
-                    cmd_word(t), a);
+                      "%s of 0 bytes at 0x%012" PRIx64 ": every access moves at least one byte; "
+                      "set the payload's data length",
+                      cmd_word(t), a);
     if (a < TPU_TLM_REG_SIZE) {
         if (a >= TPU_TLM_REG_COUNTERS && a < kCountersEnd)
             return counters_read(t, a - TPU_TLM_REG_COUNTERS, debug);
@@ -296,10 +253,18 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
     }
     if (t.get_streaming_width() < len)
         return reject(debug, tlm::TLM_BURST_ERROR_RESPONSE, TPU_TLM_ERR_BURST, 0,
-                    "%s of %" PRIu64 " bytes at 0x%012" PRIx64 " with streaming width %u: the "
-                    "chip's windows are memory, not FIFOs; set the streaming width to the "
-                    "data length",
-                    cmd_word(t), len, a, t.get_streaming_width());
+                      "%s of %" PRIu64 " bytes at 0x%012" PRIx64 " with streaming width %u: the "
+                      "chip's windows are memory, not FIFOs; set the streaming width to the "
+                      "data length",
+                      cmd_word(t), len, a, t.get_streaming_width());
+    const bool read_only_window =
+        (a >= TPU_TLM_ERRMSG_BASE && a < TPU_TLM_ERRMSG_BASE + TPU_TLM_ERRMSG_SIZE) ||
+        (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE);
+    if (read_only_window && t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
+        return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
+                      "%s at 0x%012" PRIx64 " with byte enables: the error message window and "
+                      "the buffer table take whole bytes; clear the byte enable pointer",
+                      cmd_word(t), a);
     if (a >= TPU_TLM_ERRMSG_BASE && a < TPU_TLM_ERRMSG_BASE + TPU_TLM_ERRMSG_SIZE) {
         static_assert(sizeof m_errmsg == TPU_TLM_ERRMSG_SIZE, "message window size");
         return window_read(t, a - TPU_TLM_ERRMSG_BASE, (const uint8_t *)m_errmsg,
@@ -308,9 +273,9 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
     if (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE) {
         if (!inside(a - TPU_TLM_BUFTAB_BASE, len, TPU_TLM_BUFTAB_SIZE))
             return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                        "%s of %" PRIu64 " bytes at 0x%012" PRIx64 " runs past the end of the "
-                        "buffer table (0x%012llx + 0x%llx); keep the access inside it",
-                        cmd_word(t), len, a, TPU_TLM_BUFTAB_BASE, TPU_TLM_BUFTAB_SIZE);
+                          "%s of %" PRIu64 " bytes at 0x%012" PRIx64 " runs past the end of the "
+                          "buffer table (0x%012llx + 0x%llx); keep the access inside it",
+                          cmd_word(t), len, a, TPU_TLM_BUFTAB_BASE, TPU_TLM_BUFTAB_SIZE);
         /* entries past N_BUFFERS read as zeros */
         uint64_t off = a - TPU_TLM_BUFTAB_BASE;
         if (t.is_write())
@@ -332,9 +297,9 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
                           delay, debug);
     }
     return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                "%s at 0x%012" PRIx64 ": no register or window of the chip is there; see "
-                "tpu_tlm_regs.h's address map",
-                cmd_word(t), a);
+                  "%s at 0x%012" PRIx64 ": no register or window of the chip is there; see "
+                  "tpu_tlm_regs.h's address map",
+                  cmd_word(t), a);
 }
 
 /* ---- registers ------------------------------------------------------------------------- */
@@ -437,22 +402,22 @@ tlm_response_status tpu_tlm_chip::reg_access(tlm_generic_payload &t, uint64_t of
     bool writable = false;
     if (len != 4 || off % 4 != 0 || t.get_streaming_width() < 4)
         return reject(debug, tlm::TLM_BURST_ERROR_RESPONSE, TPU_TLM_ERR_BURST, 0,
-                    "register %s of %" PRIu64 " bytes at offset 0x%03" PRIx64 " (streaming "
-                    "width %u): registers take exactly 4 bytes at a 4-aligned offset; use one "
-                    "32-bit access per register",
-                    cmd_word(t), len, off, t.get_streaming_width());
+                      "register %s of %" PRIu64 " bytes at offset 0x%03" PRIx64 " (streaming "
+                      "width %u): registers take exactly 4 bytes at a 4-aligned offset; use one "
+                      "32-bit access per register",
+                      cmd_word(t), len, off, t.get_streaming_width());
     if (t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
         return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
-                    "register %s at offset 0x%03" PRIx64 " with byte enables: registers take "
-                    "all four byte lanes; clear the payload's byte enable pointer",
-                    cmd_word(t), off);
+                      "register %s at offset 0x%03" PRIx64 " with byte enables: registers take "
+                      "all four byte lanes; clear the payload's byte enable pointer",
+                      cmd_word(t), off);
     if (!reg_exists(off, &writable))
         return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                    "register %s at offset 0x%03" PRIx64 ": no register there; the registers "
-                    "are 0x000-0x%03x and the counters window 0x%03x-0x%03" PRIx64
-                    " (tpu_tlm_regs.h)",
-                    cmd_word(t), off, TPU_TLM_REG_COUNTER_CORE, TPU_TLM_REG_COUNTERS,
-                    kCountersEnd - 1);
+                      "register %s at offset 0x%03" PRIx64 ": no register there; the registers "
+                      "are 0x000-0x%03x and the counters window 0x%03x-0x%03" PRIx64
+                      " (tpu_tlm_regs.h)",
+                      cmd_word(t), off, TPU_TLM_REG_COUNTER_CORE, TPU_TLM_REG_COUNTERS,
+                      kCountersEnd - 1);
     if (delay)
         *delay += clock_period();
     if (t.is_read()) {
@@ -461,10 +426,10 @@ tlm_response_status tpu_tlm_chip::reg_access(tlm_generic_payload &t, uint64_t of
     }
     if (!writable)
         return reject(debug, tlm::TLM_COMMAND_ERROR_RESPONSE, TPU_TLM_ERR_COMMAND, 0,
-                    "write to the read-only register at offset 0x%03" PRIx64 "; only CTRL, "
-                    "IRQ_STATUS, IRQ_ENABLE, PROG_LEN, VAR_*, START_CYCLE_* and COUNTER_CORE "
-                    "take writes",
-                    off);
+                      "write to the read-only register at offset 0x%03" PRIx64 "; only CTRL, "
+                      "IRQ_STATUS, IRQ_ENABLE, PROG_LEN, VAR_*, START_CYCLE_* and COUNTER_CORE "
+                      "take writes",
+                      off);
     return reg_write(off, get32(t.get_data_ptr()), debug);
 }
 
@@ -485,9 +450,9 @@ tlm_response_status tpu_tlm_chip::reg_write(uint64_t off, uint32_t v, bool debug
     case TPU_TLM_REG_PROG_LEN:
         if (v > TPU_TLM_PROG_SIZE)
             return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_RANGE, 0,
-                        "PROG_LEN %" PRIu32 " is larger than the program window (%llu bytes); "
-                        "a program's text must fit the window",
-                        v, TPU_TLM_PROG_SIZE);
+                          "PROG_LEN %" PRIu32 " is larger than the program window (%llu bytes); "
+                          "a program's text must fit the window",
+                          v, TPU_TLM_PROG_SIZE);
         m_prog_len = v;
         break;
     case TPU_TLM_REG_VAR_INDEX: m_var_index = v; break;
@@ -532,26 +497,26 @@ tlm_response_status tpu_tlm_chip::command(uint32_t cmd, bool debug)
     const char *name_ = cmd_name(cmd);
     if (!name_)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_COMMAND, 0,
-                    "CTRL command 0x%02" PRIx32 " is unknown; the commands are 0x01 "
-                    "LOAD_PROGRAM to 0x08 CLEAR_ERROR (tpu_tlm_regs.h)",
-                    cmd);
+                      "CTRL command 0x%02" PRIx32 " is unknown; the commands are 0x01 "
+                      "LOAD_PROGRAM to 0x08 CLEAR_ERROR (tpu_tlm_regs.h)",
+                      cmd);
     if (cmd == TPU_TLM_CMD_CLEAR_ERROR) {
         record_locked(TPU_TLM_ERR_NONE, 0, "");
         return tlm::TLM_OK_RESPONSE;
     }
     if (!m_dev)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_NO_DEVICE, 0,
-                    "CTRL command %s while the chip is powered off: power it on first "
-                    "(tpu_tlm_chip::power_on)",
-                    name_);
+                      "CTRL command %s while the chip is powered off: power it on first "
+                      "(tpu_tlm_chip::power_on)",
+                      name_);
     bool needs_idle = cmd == TPU_TLM_CMD_LOAD_PROGRAM || cmd == TPU_TLM_CMD_LAUNCH ||
                       cmd == TPU_TLM_CMD_RESET_CANCEL || cmd == TPU_TLM_CMD_SET_VAR ||
                       cmd == TPU_TLM_CMD_GET_VAR;
     if (needs_idle && m_busy)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_BUSY, 0,
-                    "CTRL command %s while a run is under way (STATUS.BUSY): wait for the run's "
-                    "interrupt (STATUS.DONE), or write CANCEL first",
-                    name_);
+                      "CTRL command %s while a run is under way (STATUS.BUSY): wait for the run's "
+                      "interrupt (STATUS.DONE), or write CANCEL first",
+                      name_);
     const struct tpu_program *p = tpu_device_program(m_dev);
     switch (cmd) {
     case TPU_TLM_CMD_LOAD_PROGRAM: return cmd_load(debug);
@@ -573,25 +538,25 @@ tlm_response_status tpu_tlm_chip::command(uint32_t cmd, bool debug)
     /* SET_VAR, GET_VAR */
     if (!p)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_NO_PROGRAM, 0,
-                    "CTRL command %s with no program loaded: write the program's text to the "
-                    "program window, its length to PROG_LEN, and LOAD_PROGRAM first",
-                    name_);
+                      "CTRL command %s with no program loaded: write the program's text to the "
+                      "program window, its length to PROG_LEN, and LOAD_PROGRAM first",
+                      name_);
     size_t n_vars = tpu_program_n_vars(p);
     if (m_var_index >= n_vars)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_RANGE, 0,
-                    "%s: VAR_INDEX %" PRIu32 " is out of range: program \"%s\" has %zu "
-                    "variable(s), ids 0 to %zu",
-                    name_, m_var_index, tpu_program_name(p), n_vars,
-                    n_vars ? n_vars - 1 : (size_t)0);
+                      "%s: VAR_INDEX %" PRIu32 " is out of range: program \"%s\" has %zu "
+                      "variable(s), ids 0 to %zu",
+                      name_, m_var_index, tpu_program_name(p), n_vars,
+                      n_vars ? n_vars - 1 : (size_t)0);
     if (cmd == TPU_TLM_CMD_SET_VAR) {
         tpu_device_set_var(m_dev, m_var_index, (int64_t)m_var_value);
         return tlm::TLM_OK_RESPONSE;
     }
     if (m_var_core >= m_n_cores)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_RANGE, 0,
-                    "GET_VAR: VAR_CORE %" PRIu32 " is out of range: the device has %" PRIu32
-                    " cores (0 to %" PRIu32 ")",
-                    m_var_core, m_n_cores, m_n_cores - 1);
+                      "GET_VAR: VAR_CORE %" PRIu32 " is out of range: the device has %" PRIu32
+                      " cores (0 to %" PRIu32 ")",
+                      m_var_core, m_n_cores, m_n_cores - 1);
     m_var_value = (uint64_t)tpu_device_get_var(m_dev, m_var_core, m_var_index);
     return tlm::TLM_OK_RESPONSE;
 }
@@ -606,7 +571,7 @@ tlm_response_status tpu_tlm_chip::cmd_load(bool debug)
     int rc = tpu_program_parse(text.c_str(), "program window", &prog, &d);
     if (rc)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_PROGRAM, rc,
-                    "LOAD_PROGRAM: %s", d.msg);
+                      "LOAD_PROGRAM: %s", d.msg);
     /* the HBM layout must fit a core's window and the table its window */
     size_t n = tpu_program_n_buffers(prog);
     uint64_t end = 0;
@@ -617,17 +582,17 @@ tlm_response_status tpu_tlm_chip::cmd_load(bool debug)
     if (n * TPU_TLM_BUFTAB_ENTRY > TPU_TLM_BUFTAB_SIZE || end > TPU_TLM_CORE_STRIDE) {
         tpu_program_destroy(&prog);
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_PROGRAM, TPU_ERANGE,
-                    "LOAD_PROGRAM: the program's %zu buffers take %" PRIu64 " bytes laid out in "
-                    "HBM; a core's HBM window holds %llu bytes and the buffer table %llu "
-                    "buffers; split the program",
-                    n, end, TPU_TLM_CORE_STRIDE, TPU_TLM_BUFTAB_SIZE / TPU_TLM_BUFTAB_ENTRY);
+                      "LOAD_PROGRAM: the program's %zu buffers take %" PRIu64 " bytes laid out in "
+                      "HBM; a core's HBM window holds %llu bytes and the buffer table %llu "
+                      "buffers; split the program",
+                      n, end, TPU_TLM_CORE_STRIDE, TPU_TLM_BUFTAB_SIZE / TPU_TLM_BUFTAB_ENTRY);
     }
     rc = tpu_device_load(m_dev, prog, &d);
     tpu_program_destroy(&prog);
     rebuild_buffer_table_locked();
     if (rc)
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_PROGRAM, rc,
-                    "LOAD_PROGRAM: %s", d.msg);
+                      "LOAD_PROGRAM: %s", d.msg);
     return tlm::TLM_OK_RESPONSE;
 }
 
@@ -664,8 +629,8 @@ tlm_response_status tpu_tlm_chip::cmd_launch(bool debug)
 {
     if (!tpu_device_program(m_dev))
         return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_NO_PROGRAM, 0,
-                    "LAUNCH with no program loaded: write the program's text to the program "
-                    "window, its length to PROG_LEN, and LOAD_PROGRAM first");
+                      "LAUNCH with no program loaded: write the program's text to the program "
+                      "window, its length to PROG_LEN, and LOAD_PROGRAM first");
     if (m_worker.joinable())
         m_worker.join(); /* the previous run's thread has returned (its completion ran) */
     m_busy = true;
@@ -728,276 +693,4 @@ void tpu_tlm_chip::irq_method()
         level = (m_irq_status & m_irq_enable) != 0;
     }
     irq.write(level);
-}
-
-/* ---- read-only windows, counters, program ------------------------------------------------ */
-
-tlm_response_status tpu_tlm_chip::window_read(tlm_generic_payload &t, uint64_t off,
-                                              const uint8_t *src, size_t src_len, bool debug)
-{
-    const uint64_t len = t.get_data_length();
-    if (t.is_write())
-        return reject(debug, tlm::TLM_COMMAND_ERROR_RESPONSE, TPU_TLM_ERR_COMMAND, 0,
-                    "write of %" PRIu64 " bytes at 0x%012" PRIx64 ": the error message window "
-                    "and the buffer table are read only",
-                    len, (uint64_t)t.get_address());
-    if (!inside(off, len, src_len))
-        return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                    "read of %" PRIu64 " bytes at 0x%012" PRIx64 " runs past the end of its "
-                    "window (%zu bytes); keep the access inside it",
-                    len, (uint64_t)t.get_address(), src_len);
-    std::memcpy(t.get_data_ptr(), src + off, len);
-    return tlm::TLM_OK_RESPONSE;
-}
-
-tlm_response_status tpu_tlm_chip::counters_read(tlm_generic_payload &t, uint64_t off,
-                                                bool debug)
-{
-    const uint64_t len = t.get_data_length();
-    if (off % 4 || len % 4 || t.get_streaming_width() < len)
-        return reject(debug, tlm::TLM_BURST_ERROR_RESPONSE, TPU_TLM_ERR_BURST, 0,
-                    "counters %s of %" PRIu64 " bytes at offset 0x%03" PRIx64 ": the counters "
-                    "window takes a multiple of 4 bytes at a 4-aligned offset",
-                    cmd_word(t), len, TPU_TLM_REG_COUNTERS + off);
-    if (t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
-        return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
-                    "counters read at offset 0x%03" PRIx64 " with byte enables: the counters "
-                    "window takes all byte lanes; clear the byte enable pointer",
-                    TPU_TLM_REG_COUNTERS + off);
-    if (!inside(off, len, TPU_TLM_COUNTERS_SIZE))
-        return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                    "counters read of %" PRIu64 " bytes at offset 0x%03" PRIx64 " runs past "
-                    "the window's end (0x%03" PRIx64 ")",
-                    len, TPU_TLM_REG_COUNTERS + off, kCountersEnd);
-    if (t.is_write())
-        return reject(debug, tlm::TLM_COMMAND_ERROR_RESPONSE, TPU_TLM_ERR_COMMAND, 0,
-                    "write to the counters window at offset 0x%03" PRIx64 ": counters are "
-                    "read only (they start at zero when the chip is powered on)",
-                    TPU_TLM_REG_COUNTERS + off);
-    if (!m_dev)
-        return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_NO_DEVICE, 0,
-                    "counters read while the chip is powered off: power it on first");
-    if (m_busy)
-        return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_BUSY, 0,
-                    "counters read during a run: the cores change them on their own "
-                    "threads; read them after the run's interrupt (STATUS.DONE)");
-    if (m_counter_core >= m_n_cores)
-        return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_RANGE, 0,
-                    "counters read: COUNTER_CORE %" PRIu32 " is out of range: the device has "
-                    "%" PRIu32 " cores (0 to %" PRIu32 ")",
-                    m_counter_core, m_n_cores, m_n_cores - 1);
-    struct tpu_core_counters c;
-    tpu_device_counters(m_dev, m_counter_core, &c);
-    uint64_t v[TPU_TLM_N_COUNTERS];
-    v[TPU_TLM_CNT_CYCLES] = c.cycles;
-    for (int u = 0; u < TPU_UNIT_COUNT; u++)
-        v[TPU_TLM_CNT_BUSY(u)] = c.busy[u];
-    for (int s = 0; s < TPU_STALL_COUNT; s++)
-        v[TPU_TLM_CNT_STALL(s)] = c.stall[s];
-    v[TPU_TLM_CNT_HBM_READ_BYTES] = c.hbm_read_bytes;
-    v[TPU_TLM_CNT_HBM_WRITE_BYTES] = c.hbm_write_bytes;
-    v[TPU_TLM_CNT_INFEED_BYTES] = c.infeed_bytes;
-    v[TPU_TLM_CNT_OUTFEED_BYTES] = c.outfeed_bytes;
-    v[TPU_TLM_CNT_ICI_BYTES] = c.ici_bytes;
-    v[TPU_TLM_CNT_MXU_MAC_SLOTS] = c.mxu_mac_slots;
-    v[TPU_TLM_CNT_MACS] = c.macs;
-    v[TPU_TLM_CNT_OPS] = c.ops;
-    v[TPU_TLM_CNT_ITERATIONS] = c.iterations;
-    uint8_t bytes[TPU_TLM_COUNTERS_SIZE];
-    for (int i = 0; i < TPU_TLM_N_COUNTERS; i++)
-        put64(bytes + 8 * i, v[i]);
-    std::memcpy(t.get_data_ptr(), bytes + off, len);
-    return tlm::TLM_OK_RESPONSE;
-}
-
-tlm_response_status tpu_tlm_chip::prog_access(tlm_generic_payload &t, uint64_t off, bool debug)
-{
-    const uint64_t len = t.get_data_length();
-    if (!inside(off, len, TPU_TLM_PROG_SIZE))
-        return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                    "program window %s of %" PRIu64 " bytes at offset 0x%" PRIx64 " runs past "
-                    "the window's end (%llu bytes); a program's text must fit the window",
-                    cmd_word(t), len, off, TPU_TLM_PROG_SIZE);
-    if (t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
-        return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
-                    "program window %s with byte enables: the program window takes whole "
-                    "bytes; clear the byte enable pointer",
-                    cmd_word(t));
-    if (t.is_write()) {
-        if (m_prog.size() < off + len)
-            m_prog.resize(off + len, 0);
-        std::memcpy(m_prog.data() + off, t.get_data_ptr(), len);
-    } else {
-        std::memset(t.get_data_ptr(), 0, len);
-        if (off < m_prog.size()) {
-            uint64_t n = m_prog.size() - off < len ? m_prog.size() - off : len;
-            std::memcpy(t.get_data_ptr(), m_prog.data() + off, n);
-        }
-    }
-    return tlm::TLM_OK_RESPONSE;
-}
-
-/* ---- HBM ------------------------------------------------------------------------------ */
-
-tlm_response_status tpu_tlm_chip::hbm_access(tlm_generic_payload &t, uint32_t core, uint64_t off,
-                                             sc_time *delay, bool debug)
-{
-    const uint64_t len = t.get_data_length();
-    if (!m_dev)
-        return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_NO_DEVICE, 0,
-                    "HBM %s while the chip is powered off: power it on first", cmd_word(t));
-    if (core >= m_n_cores)
-        return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                    "HBM %s at 0x%012" PRIx64 " is in the window of core %" PRIu32 ", but the "
-                    "device has %" PRIu32 " cores (0 to %" PRIu32 ")",
-                    cmd_word(t), (uint64_t)t.get_address(), core, m_n_cores, m_n_cores - 1);
-    if (m_buf_off.empty())
-        return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_NO_PROGRAM, 0,
-                    "HBM %s with no program loaded: the HBM windows hold the loaded program's "
-                    "buffers; LOAD_PROGRAM first",
-                    cmd_word(t));
-    if (m_busy)
-        return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_BUSY, 0,
-                    "HBM %s during a run: the cores own HBM until the run ends; wait for the "
-                    "run's interrupt (STATUS.DONE)",
-                    cmd_word(t));
-    /* the buffer holding off: the last whose offset is <= off */
-    size_t lo = 0, hi = m_buf_off.size();
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (m_buf_off[mid] <= off)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    const uint32_t id = (uint32_t)lo;
-    if (off < m_buf_off[id] || !inside(off - m_buf_off[id], len, m_buf_size[id]))
-        return reject(debug, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                    "HBM %s of %" PRIu64 " bytes at core %" PRIu32 " offset 0x%" PRIx64
-                    ": an access lies inside one buffer of the buffer table (the nearest, "
-                    "buffer %" PRIu32 ", is 0x%" PRIx64 "-0x%" PRIx64 ")",
-                    cmd_word(t), len, core, off, id, m_buf_off[id],
-                    m_buf_off[id] + m_buf_size[id]);
-    const uint64_t boff = off - m_buf_off[id];
-    const uint64_t bsize = m_buf_size[id];
-    const bool whole = boff == 0 && len == bsize && !(t.get_byte_enable_ptr() &&
-                                                      t.get_byte_enable_length() > 0);
-    struct tpu_diag d = {};
-    int rc;
-    if (whole) {
-        rc = t.is_write() ? tpu_device_write(m_dev, core, id, t.get_data_ptr(), len, &d)
-                          : tpu_device_read(m_dev, core, id, t.get_data_ptr(), len, &d);
-    } else {
-        /* part of a buffer: through a copy of the whole one */
-        m_scratch.resize(bsize);
-        rc = tpu_device_read(m_dev, core, id, m_scratch.data(), bsize, &d);
-        if (!rc) {
-            uint8_t *p = t.get_data_ptr();
-            for (uint64_t i = 0; i < len; i++) {
-                if (!lane_enabled(t, i))
-                    continue;
-                if (t.is_write())
-                    m_scratch[boff + i] = p[i];
-                else
-                    p[i] = m_scratch[boff + i];
-            }
-            if (t.is_write())
-                rc = tpu_device_write(m_dev, core, id, m_scratch.data(), bsize, &d);
-        }
-    }
-    if (rc)
-        return reject(debug, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_DEVICE, rc,
-                    "HBM %s of core %" PRIu32 " buffer %" PRIu32 ": %s", cmd_word(t), core, id,
-                    d.msg);
-    if (delay)
-        *delay += clock_period() * std::ceil((double)len / m_hbm_bytes_per_cycle);
-    return tlm::TLM_OK_RESPONSE;
-}
-
-/* ---- feeds ------------------------------------------------------------------------------ */
-
-tlm_response_status tpu_tlm_chip::feed_access(tlm_generic_payload &t, uint32_t core, bool infeed,
-                                              sc_time *delay)
-{
-    const char *win = infeed ? "infeed" : "outfeed";
-    const uint64_t a = (uint64_t)t.get_address();
-    const uint64_t len = t.get_data_length();
-    tpu_tlm_feed_ext *ext = nullptr;
-    t.get_extension(ext);
-    struct tpu_device *dev;
-    uint32_t n_cores;
-    double period_ps;
-    {
-        std::lock_guard<std::mutex> g(m_lock);
-        dev = m_dev;
-        n_cores = m_n_cores;
-        period_ps = m_period_ps;
-        tlm_response_status st = tlm::TLM_OK_RESPONSE;
-        if (!dev)
-            st = reject(false, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_NO_DEVICE, 0,
-                      "%s %s while the chip is powered off: power it on first", win,
-                      cmd_word(t));
-        else if (core >= n_cores)
-            st = reject(false, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                      "%s %s at 0x%012" PRIx64 " is in the window of core %" PRIu32 ", but the "
-                      "device has %" PRIu32 " cores (0 to %" PRIu32 ")",
-                      win, cmd_word(t), a, core, n_cores, n_cores - 1);
-        else if (a % TPU_TLM_CORE_STRIDE)
-            st = reject(false, tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                      "%s %s at 0x%012" PRIx64 ": one transaction is one tensor and starts at "
-                      "its core's window base 0x%012" PRIx64,
-                      win, cmd_word(t), a, (uint64_t)(a - a % TPU_TLM_CORE_STRIDE));
-        else if (len == 0 || t.get_streaming_width() < len)
-            st = reject(false, tlm::TLM_BURST_ERROR_RESPONSE, TPU_TLM_ERR_BURST, 0,
-                      "%s %s of %" PRIu64 " bytes with streaming width %u: one transaction "
-                      "carries one whole tensor; set the streaming width to the data length",
-                      win, cmd_word(t), len, t.get_streaming_width());
-        else if (t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
-            st = reject(false, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
-                      "%s %s with byte enables: a tensor moves whole; clear the byte enable "
-                      "pointer",
-                      win, cmd_word(t));
-        else if (t.is_write() != infeed)
-            st = reject(false, tlm::TLM_COMMAND_ERROR_RESPONSE, TPU_TLM_ERR_COMMAND, 0,
-                      "%s of the %s window of core %" PRIu32 ": the infeed window takes "
-                      "writes, the outfeed window reads",
-                      cmd_word(t), win, core);
-        if (st != tlm::TLM_OK_RESPONSE) {
-            if (ext) {
-                ext->status = m_error_tpu ? m_error_tpu : TPU_EINVAL;
-                ext->diag.code = ext->status;
-                snprintf(ext->diag.msg, sizeof ext->diag.msg, "%s", m_errmsg);
-            }
-            return st;
-        }
-    }
-    uint64_t host_cycle;
-    if (ext) {
-        host_cycle = ext->host_cycle;
-    } else {
-        /* the transaction's SystemC time; only meaningful from a SystemC process */
-        double ps = (sc_core::sc_time_stamp() + (delay ? *delay : sc_core::SC_ZERO_TIME))
-                        .to_seconds() * 1e12;
-        host_cycle = (uint64_t)std::floor((ps + 0.5) / period_ps);
-    }
-    struct tpu_diag d = {};
-    uint64_t ready = 0;
-    int rc = infeed ? tpu_device_infeed(dev, core, t.get_data_ptr(), len, host_cycle, &d)
-                    : tpu_device_outfeed(dev, core, t.get_data_ptr(), len, host_cycle, &ready,
-                                         &d);
-    if (ext) {
-        ext->status = rc;
-        ext->diag = d;
-        ext->ready_cycle = ready;
-    }
-    if (rc) {
-        std::lock_guard<std::mutex> g(m_lock);
-        return reject(false, tlm::TLM_GENERIC_ERROR_RESPONSE, TPU_TLM_ERR_DEVICE, rc,
-                    "%s of core %" PRIu32 ": %s", win, core, d.msg);
-    }
-    if (delay) {
-        double ns = m_link_latency_ns + (double)len / m_link_gbytes_per_s;
-        *delay += sc_time(ns, sc_core::SC_NS);
-    }
-    return tlm::TLM_OK_RESPONSE;
 }

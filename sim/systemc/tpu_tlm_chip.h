@@ -52,7 +52,8 @@
  *
  * Clock. The period is 1 / clock_mhz of the chip configuration. cycles_to_time rounds to the
  * SystemC time resolution (1 ps by default); time_to_cycles rounds down after adding half a
- * picosecond, so time_to_cycles(cycles_to_time(c)) == c for every clock slower than 1 THz. */
+ * resolution step, so time_to_cycles(cycles_to_time(c)) == c whenever the period is longer
+ * than one step (any clock below 1 THz at the default resolution). */
 #ifndef TPUSIM_TPU_TLM_CHIP_H
 #define TPUSIM_TPU_TLM_CHIP_H
 

@@ -39,6 +39,8 @@
  *   - error message window, buffer table: reads of any length and alignment inside the
  *     window; writes: COMMAND.
  *   - program window: reads and writes of any length and alignment inside the window.
+ *   - byte enables are honoured only by the HBM windows; anywhere else they answer
+ *     TLM_BYTE_ENABLE_ERROR_RESPONSE (BYTE_ENABLE).
  *   - HBM windows: reads and writes inside one buffer of the table, any length and alignment,
  *     byte enables honoured (a disabled lane is neither written nor read). Outside every
  *     buffer: ADDRESS. During a run: TLM_GENERIC_ERROR_RESPONSE (BUSY). No program: NO_PROGRAM.
@@ -50,7 +52,10 @@
  *     error: PROGRAM), LAUNCH while busy (BUSY), an unknown command (COMMAND). The initiator
  *     learns of the failure on the very write that caused it.
  *   - a run that ends with an error is not a failed transaction (LAUNCH returned at once):
- *     RUN_STATUS holds its TPU_E* code, STATUS.DONE is set and IRQ_STATUS.FAILED rises.
+ *     RUN_STATUS holds its TPU_E* code, STATUS.DONE is set and IRQ_STATUS.FAILED rises; the
+ *     run's sentence goes to the message window with ERROR_CODE DEVICE and ERROR_TPU the code
+ *     (also for TPU_EEND, the end a closed infeed gives a run: the host decides whether that
+ *     is an error).
  *   - tlm::TLM_IGNORE_COMMAND answers TLM_OK_RESPONSE and does nothing.
  *   - DMI: refused (get_direct_mem_ptr answers false). The HBM window is a view of buffers
  *     the native chip's cores change on their own threads during a run, assembled per
