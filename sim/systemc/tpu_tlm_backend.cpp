@@ -599,9 +599,10 @@ int sc_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struct tpu_dia
         *end_cycle = end;
     const int code = static_cast<int32_t>(run_status);
     if (code != 0) {
-        // the run's sentence is in the message window
-        char msg[TPU_TLM_ERRMSG_SIZE] = {0};
-        debug_read(sh, TPU_TLM_ERRMSG_BASE, msg, sizeof msg - 1);
+        // the run's sentence is in the run message window (the error message window may
+        // already hold a feed call's failure: one woken by the run's end on another thread)
+        char msg[TPU_TLM_RUNMSG_SIZE] = {0};
+        debug_read(sh, TPU_TLM_RUNMSG_BASE, msg, sizeof msg - 1);
         command(sh, TPU_TLM_CMD_CLEAR_ERROR, "the CLEAR_ERROR command", nullptr);
         return fail(d, code, "%s", msg);
     }

@@ -112,6 +112,7 @@ int tpu_tlm_chip::power_on(const struct tpu_device_settings &s, struct tpu_diag 
     m_var_value = m_start_cycle = m_end_cycle = 0;
     m_busy = m_done = m_canceled = m_infeed_closed = false;
     m_errmsg[0] = '\0';
+    m_runmsg[0] = '\0';
     m_prog.clear();
     rebuild_buffer_table_locked();
     m_chan.post_irq();
@@ -259,6 +260,7 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
                       cmd_word(t), len, a, t.get_streaming_width());
     const bool read_only_window =
         (a >= TPU_TLM_ERRMSG_BASE && a < TPU_TLM_ERRMSG_BASE + TPU_TLM_ERRMSG_SIZE) ||
+        (a >= TPU_TLM_RUNMSG_BASE && a < TPU_TLM_RUNMSG_BASE + TPU_TLM_RUNMSG_SIZE) ||
         (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE);
     if (read_only_window && t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
         return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
@@ -269,6 +271,11 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
         static_assert(sizeof m_errmsg == TPU_TLM_ERRMSG_SIZE, "message window size");
         return window_read(t, a - TPU_TLM_ERRMSG_BASE, (const uint8_t *)m_errmsg,
                            sizeof m_errmsg, debug);
+    }
+    if (a >= TPU_TLM_RUNMSG_BASE && a < TPU_TLM_RUNMSG_BASE + TPU_TLM_RUNMSG_SIZE) {
+        static_assert(sizeof m_runmsg == TPU_TLM_RUNMSG_SIZE, "run message window size");
+        return window_read(t, a - TPU_TLM_RUNMSG_BASE, (const uint8_t *)m_runmsg,
+                           sizeof m_runmsg, debug);
     }
     if (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE) {
         if (!inside(a - TPU_TLM_BUFTAB_BASE, len, TPU_TLM_BUFTAB_SIZE))
@@ -678,6 +685,7 @@ void tpu_tlm_chip::completion_thread()
             m_irq_status |= m_run_rc ? TPU_TLM_IRQ_FAILED : TPU_TLM_IRQ_DONE;
             if (m_run_rc)
                 record_locked(TPU_TLM_ERR_DEVICE, m_run_rc, m_run_diag.msg);
+            snprintf(m_runmsg, sizeof m_runmsg, "%s", m_run_rc ? m_run_diag.msg : "");
         }
         m_chan.detach();
         m_chan.post_irq();

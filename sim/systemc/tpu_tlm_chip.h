@@ -174,6 +174,7 @@ private:
     uint64_t m_var_value = 0, m_start_cycle = 0, m_end_cycle = 0;
     bool m_busy = false, m_done = false, m_canceled = false, m_infeed_closed = false;
     char m_errmsg[TPU_DIAG_MAX] = {};
+    char m_runmsg[TPU_DIAG_MAX] = {}; /* the run message window: the last run's sentence */
     /* windows */
     std::vector<uint8_t> m_prog;      /* the program window's bytes written so far */
     std::vector<uint8_t> m_buftab;    /* [n_buffers][TPU_TLM_BUFTAB_ENTRY] */

@@ -14,6 +14,12 @@
  *   0x0000_0000_0000 +0x1000     registers (32-bit words, below), counters window at +0x100
  *   0x0000_0000_1000 +0x400      error message window: the sentence of the last failure,
  *                                NUL-terminated (read only)
+ *   0x0000_0000_1400 +0x400      run message window: the sentence of the last run that ended
+ *                                with an error, NUL-terminated; empty after a run that
+ *                                completed (read only). Only a run's end writes it, so a feed
+ *                                that fails on another thread as the run ends (a call woken by
+ *                                the run's cancel) cannot replace it, as it can replace the
+ *                                error message window's
  *   0x0000_0001_0000 +0x10_0000  buffer table of the loaded program (read only, 128-byte
  *                                entries, below)
  *   0x0000_0100_0000 +0x100_0000 program window: the program's text form
@@ -36,8 +42,8 @@
  *     TLM_COMMAND_ERROR_RESPONSE (COMMAND).
  *   - counters window (0x100-0x1A7): reads of any multiple of 4 bytes, 4-aligned, inside the
  *     window (one read returns one consistent snapshot); writes: COMMAND.
- *   - error message window, buffer table: reads of any length and alignment inside the
- *     window; writes: COMMAND.
+ *   - error message window, run message window, buffer table: reads of any length and
+ *     alignment inside the window; writes: COMMAND.
  *   - program window: reads and writes of any length and alignment inside the window.
  *   - byte enables are honoured only by the HBM windows; anywhere else they answer
  *     TLM_BYTE_ENABLE_ERROR_RESPONSE (BYTE_ENABLE).
@@ -88,6 +94,8 @@
 #define TPU_TLM_REG_SIZE 0x1000ull
 #define TPU_TLM_ERRMSG_BASE 0x000000001000ull
 #define TPU_TLM_ERRMSG_SIZE 0x400ull /* TPU_DIAG_MAX bytes */
+#define TPU_TLM_RUNMSG_BASE 0x000000001400ull
+#define TPU_TLM_RUNMSG_SIZE 0x400ull /* TPU_DIAG_MAX bytes */
 #define TPU_TLM_BUFTAB_BASE 0x000000010000ull
 #define TPU_TLM_BUFTAB_SIZE 0x100000ull
 #define TPU_TLM_PROG_BASE 0x000001000000ull
