@@ -42,13 +42,13 @@
 #include <atomic>
 #include <cinttypes>
 #include <condition_variable>
-#include <functional>
-#include <thread>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <systemc>
