@@ -41,10 +41,15 @@ static int check_options(const struct train_opts *o)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--check-equivalence runs two devices and "
                               "writes no timeline: leave --trace out, or trace a plain 'tpusim "
                               "train' of the same configuration");
-    if (o->rtl)
+    if (o->backend == TRAIN_BACKEND_RTL)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--check-equivalence runs on the native "
                               "backend (both devices); leave --backend rtl out (the RTL array "
                               "gives the native backend's values bit for bit, test_rtl_backend)");
+    if (o->backend == TRAIN_BACKEND_SYSTEMC)
+        return tpu__cli_error(cmd, TPU_CLI_USAGE, "--check-equivalence runs on the native "
+                              "backend (both devices); leave --backend systemc out (the SystemC "
+                              "model gives the native backend's values and cycles, "
+                              "test_systemc_backend)");
     if (o->step_shares)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--step-shares measures a plain training "
                               "run's steps, and --check-equivalence runs two devices step by "

@@ -33,6 +33,9 @@
 #ifdef TPUSIM_HAVE_RTL
 #include "mxu_rtl_provider.h"
 #endif
+#ifdef TPUSIM_HAVE_SYSTEMC
+#include "tpusim/systemc.h"
+#endif
 
 /* ---- progress ------------------------------------------------------------------------------- */
 
@@ -201,6 +204,17 @@ static int setup_rtl(struct run *r, struct tpu_device_settings *s)
     return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
                           "without the RTL matrix unit");
 #endif
+}
+
+/* --backend's word, for the summary. */
+static const char *backend_name(enum train_backend b)
+{
+    switch (b) {
+    case TRAIN_BACKEND_RTL: return "rtl";
+    case TRAIN_BACKEND_SYSTEMC: return "systemc";
+    case TRAIN_BACKEND_NATIVE: break;
+    }
+    return "native";
 }
 
 /* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. */
@@ -388,8 +402,12 @@ static int setup(struct run *r, bool need_train_data)
     s.op_stats = r->o.step_shares;
     if (r->o.int8 && (rc = setup_int8(r)))
         return rc;
-    if (r->o.rtl && (rc = setup_rtl(r, &s)))
+    if (r->o.backend == TRAIN_BACKEND_RTL && (rc = setup_rtl(r, &s)))
         return rc;
+#ifdef TPUSIM_HAVE_SYSTEMC
+    if (r->o.backend == TRAIN_BACKEND_SYSTEMC)
+        s.backend = tpu_device_backend_systemc();
+#endif
     if (tpu_device_open(&s, &r->dev, &d))
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);
     if (!r->net) {
@@ -601,14 +619,22 @@ static void print_train_json(const struct run *r, const struct train_result *t)
     else if (o->step_shares)
         printf(", \"steady_step_time_s\": null, \"all_reduce_share\": null, \"halo_share\": "
                "null");
-    printf(", \"backend\": \"%s\"", o->rtl ? "rtl" : "native");
-    if (o->rtl) {
+    printf(", \"backend\": \"%s\"", backend_name(o->backend));
+    if (o->backend == TRAIN_BACKEND_RTL) {
         uint32_t units;
         uint64_t tiles, cycles;
         rtl_totals(r, &units, &tiles, &cycles);
         printf(", \"rtl_units\": %u, \"rtl_tiles\": %llu, \"rtl_cycles\": %llu", units,
                (unsigned long long)tiles, (unsigned long long)cycles);
     }
+#ifdef TPUSIM_HAVE_SYSTEMC
+    if (o->backend == TRAIN_BACKEND_SYSTEMC) {
+        struct tpu_systemc_stats st;
+        tpu_systemc_stats(&st);
+        printf(", \"systemc_transactions\": %llu, \"systemc_time_s\": %.9g",
+               (unsigned long long)st.transactions, (double)st.sc_time_ps * 1e-12);
+    }
+#endif
     printf("}\n");
 }
 
@@ -707,7 +733,7 @@ static void print_train_text(const struct run *r, const struct train_result *t)
                "--iterations-per-loop)\n");
     print_loop_size(r);
     printf("  simulation         %.1f s of wall time for training\n", t->train_wall);
-    if (o->rtl) {
+    if (o->backend == TRAIN_BACKEND_RTL) {
         uint32_t units;
         uint64_t tiles, cycles;
         rtl_totals(r, &units, &tiles, &cycles);
@@ -716,6 +742,15 @@ static void print_train_text(const struct run *r, const struct train_result *t)
                (unsigned long long)tiles, (unsigned long long)cycles,
                o->vcd[0] ? "; waveform of core 0's array in " : "", o->vcd);
     }
+#ifdef TPUSIM_HAVE_SYSTEMC
+    if (o->backend == TRAIN_BACKEND_SYSTEMC) {
+        struct tpu_systemc_stats st;
+        tpu_systemc_stats(&st);
+        printf("  SystemC backend    %llu TLM transactions; SystemC time %.6f s (global quantum "
+               "%.0f ns)\n", (unsigned long long)st.transactions, (double)st.sc_time_ps * 1e-12,
+               (double)st.quantum_ps * 1e-3);
+    }
+#endif
 }
 
 static int cmd_train(struct run *r)

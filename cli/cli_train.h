@@ -20,6 +20,11 @@
 #define OPT_MODEL_DIR_MAX (sizeof(((struct tpu_run_config *)0)->model_dir) - 1)
 #define OPT_TEXT_MAX 255
 
+/* What simulates the chip (--backend): the native C chip, the native chip with every matmul
+ * on the Verilated RTL array (a matrix-unit provider, rtl/), or the SystemC/TLM-2.0 model
+ * driven through TLM transactions (include/tpusim/systemc.h). */
+enum train_backend { TRAIN_BACKEND_NATIVE, TRAIN_BACKEND_RTL, TRAIN_BACKEND_SYSTEMC };
+
 /* The options' values. Strings are copies (never pointers into argv or a config file), so a
  * value outlives whatever it was read from; an empty string is an option not given. */
 struct train_opts {
@@ -27,7 +32,7 @@ struct train_opts {
     char chip[OPT_PATH_MAX + 1], data[OPT_PATH_MAX + 1], trace[OPT_PATH_MAX + 1];
     char output[OPT_PATH_MAX + 1];
     char vcd[OPT_PATH_MAX + 1]; /* --vcd: waveform of core 0's RTL array */
-    bool rtl;                   /* --backend rtl */
+    enum train_backend backend; /* --backend */
     uint32_t chips, cores_per_replica, threads;
     uint64_t steps, max_steps;
     double epochs;

@@ -113,8 +113,9 @@ static const char *const train_scopes[] = {"train", "evaluate", "predict", NULL}
 #define PATH .max_chars = OPT_PATH_MAX
 #define STEPS_MAX (UINT64_C(1) << 40)
 #define BATCH_MAX (1u << 24)
-static const char *const backend_words[] = {"native", "rtl", NULL};
-static const int backend_values[] = {0, 1};
+static const char *const backend_words[] = {"native", "rtl", "systemc", NULL};
+static const int backend_values[] = {TRAIN_BACKEND_NATIVE, TRAIN_BACKEND_RTL,
+                                     TRAIN_BACKEND_SYSTEMC};
 static const char *const optimizer_words[] = {"adam", "sgd", "adamw", NULL};
 static const char *const tuner_words[] = {"model", "keras", NULL};
 static const int tuner_values[] = {TPU_TUNER_MODEL, TPU_TUNER_KERAS};
@@ -159,10 +160,12 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "count cycles, compute no values (no evaluation)"},
     {.name = "--trace", .kind = TPU__CLI_TEXT, T(trace), PATH, .arg = "FILE",
      .help = "write the timeline (Chrome trace JSON, opens in Perfetto)"},
-    {.name = "--backend", .kind = TPU__CLI_ENUM, T(rtl), .words = backend_words,
+    {.name = "--backend", .kind = TPU__CLI_ENUM, T(backend), .words = backend_words,
      .values = backend_values,
-     .help = "matrix units in C (default), or every matmul on the\n"
-             "Verilated RTL array (small MXUs only, e.g. --chip tiny)"},
+     .help = "native: the chip in C (default); rtl: every matmul on\n"
+             "the Verilated RTL array (small MXUs only, e.g. --chip\n"
+             "tiny); systemc: the SystemC/TLM-2.0 model of the chip,\n"
+             "driven by TLM transactions (same values and cycles)"},
     {.name = "--vcd", .kind = TPU__CLI_TEXT, T(vcd), PATH, .arg = "FILE",
      .help = "--backend rtl: waveform (VCD) of core 0's array; about\n"
              "12 KB per cycle of an 8x8 array: use a few --steps"},
@@ -612,10 +615,10 @@ static int check_combinations(const struct train_opts *o)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--tuner-target-overhead is the model "
                               "tuner's: give --iterations-per-loop auto (and --tuner model, "
                               "the default) with it, or leave it out");
-    if (o->vcd[0] && !o->rtl)
+    if (o->vcd[0] && o->backend != TRAIN_BACKEND_RTL)
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--vcd is the waveform of the RTL array: "
                               "it goes with --backend rtl");
-    if (o->rtl) {
+    if (o->backend == TRAIN_BACKEND_RTL) {
 #ifndef TPUSIM_HAVE_RTL
         return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl: this tpusim was built "
                               "without the RTL matrix unit; rebuild with 'meson configure "
@@ -629,6 +632,26 @@ static int check_combinations(const struct train_opts *o)
             return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend rtl runs one-pass (bf16 "
                                   "input) matmuls only; --passes %u needs --backend native",
                                   o->spec.passes);
+    }
+    if (o->backend == TRAIN_BACKEND_SYSTEMC) {
+#ifndef TPUSIM_HAVE_SYSTEMC
+        return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend systemc: this tpusim was "
+                              "built without the SystemC/TLM-2.0 model; rebuild with 'meson "
+                              "configure -Dsystemc=enabled' (needs libsystemc-dev and a C++17 "
+                              "compiler), or use --backend native (the same values and "
+                              "cycles)");
+#endif
+        if (o->trace[0])
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend systemc records no "
+                                  "timeline (the TLM model exposes registers and memory "
+                                  "windows, not the chip's unit events): leave --trace out, or "
+                                  "trace the same run with --backend native (the same cycles)");
+        if (o->step_shares)
+            return tpu__cli_error(o->cmd, TPU_CLI_USAGE, "--backend systemc keeps no per-op "
+                                  "statistics (the TLM model exposes registers and memory "
+                                  "windows, not the chip's ops): leave --step-shares out, or "
+                                  "measure the same run with --backend native (the same "
+                                  "cycles)");
     }
     return 0;
 }

@@ -18,6 +18,9 @@ The changes made to README lines so that they run on small data, and nothing els
 - `--backend rtl` lines with a global batch over 64 (the default is 512): `--steps N` is
   capped at 1, since each such step on the Verilated array takes seconds; without the RTL in the build, these lines
   must instead fail with exit 2 and the documented 'built without the RTL' message;
+- `--backend systemc` lines: without the SystemC model in the build (TPUSIM_HAVE_SYSTEMC=0),
+  they must fail with exit 2 and the documented 'built without the SystemC/TLM-2.0 model'
+  message;
 - in a sanitizer build (TPUSIM_SANITIZED=1, set by tests/meson.build; everything runs 10-30
   times slower there), the same paths on less work: `train` runs at most 4 steps (`--backend
   rtl` lines 1), `--check-equivalence N` 1 step, and `bench loops` at most 4 hosts and 16
@@ -30,8 +33,9 @@ one's own, made from configs/tiny.json), A.npy and B.npy (float32 operands), lay
 SCALE-Sim topology file); runs/a is made by the README's own earlier line.
 
 usage: test_readme.py PATH/TO/tpusim
-The environment variable TPUSIM_HAVE_RTL (1 or 0, set by tests/meson.build) says whether the
-build has the RTL backend; without it, tpusim is asked. Prints CMocka-style summary lines so
+The environment variables TPUSIM_HAVE_RTL and TPUSIM_HAVE_SYSTEMC (1 or 0, set by
+tests/meson.build) say whether the build has the RTL and the SystemC backends; without them,
+tpusim is asked. Prints CMocka-style summary lines so
 the suite's totals count each case.
 """
 import glob
@@ -133,6 +137,15 @@ def have_rtl():
     p = subprocess.run([EXE, 'train', '--backend', 'rtl', '--timing-only'],
                        capture_output=True, text=True, timeout=60)
     return 'built without the RTL' not in p.stderr
+
+
+def have_systemc():
+    env = os.environ.get('TPUSIM_HAVE_SYSTEMC')
+    if env is not None:
+        return env == '1'
+    p = subprocess.run([EXE, 'train', '--backend', 'systemc', '--timing-only'],
+                       capture_output=True, text=True, timeout=60)
+    return 'built without the SystemC' not in p.stderr
 
 
 def smaller(argv):
@@ -247,6 +260,8 @@ def check_train(argv, p, before):
         assert m and 0 <= float(m.group(1)) < 100 and float(m.group(2)) == 0, out
     if opt(eff, '--backend') == 'rtl':
         assert re.search(r'^  RTL backend\s+\d+ Verilated \d+x\d+ arrays ran [1-9]', out, re.M), out
+    if opt(eff, '--backend') == 'systemc':
+        assert re.search(r'^  SystemC backend\s+[1-9]\d* TLM transactions', out, re.M), out
     if opt(eff, '--vcd'):
         with open(path(opt(eff, '--vcd')), 'rb') as f:
             assert f.read(8) == b'$version', opt(eff, '--vcd')
@@ -465,6 +480,12 @@ def run_readme_line(readme_argv):
         assert 'this tpusim was built without the RTL matrix unit' in p.stderr, p.stderr
         assert "rebuild with 'meson configure -Drtl=enabled'" in p.stderr, p.stderr
         print('  (no RTL in this build: the documented error)')
+        return
+    if opt(argv, '--backend') == 'systemc' and not have_systemc():
+        p = run_line(argv, expect=2)
+        assert 'this tpusim was built without the SystemC/TLM-2.0 model' in p.stderr, p.stderr
+        assert "rebuild with 'meson configure -Dsystemc=enabled'" in p.stderr, p.stderr
+        print('  (no SystemC in this build: the documented error)')
         return
     model_dir = opt(argv, '--model-dir')
     before = ckpt_steps(model_dir) if model_dir else []

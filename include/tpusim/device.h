@@ -12,7 +12,7 @@
  *     -> device API (this header; sim/device/device.c): checks every argument, owns the
  *        loaded program, then makes one call into the backend
  *          -> backend (struct tpu_device_backend, settings.backend):
- *               native C chip (sim/chip/, the default) | a SystemC/TLM-2.0 model (later) | ...
+ *               native C chip (sim/chip/, the default) | the SystemC/TLM-2.0 model (systemc.h)
  *                 -> the native chip's matrix unit (struct tpu_mxu_provider, settings.mxu):
  *                      built-in (gemm.h, mxu.h) | the Verilated RTL array (rtl/)
  *
@@ -324,7 +324,7 @@ int tpu_device_write_trace(const struct tpu_device *dev, const char *path, struc
 /* ---- the backend seam ------------------------------------------------------------------ */
 
 /* What simulates the chip behind the device API: a table of functions with a name. The
- * native chip (sim/chip/) is one; a SystemC/TLM-2.0 model is meant to be another. A backend
+ * native chip (sim/chip/) is one; the SystemC/TLM-2.0 model (systemc.h) another. A backend
  * is chosen with settings.backend at open.
  *
  * Division of work. The device API (sim/device/device.c) does everything every backend would

@@ -29,7 +29,8 @@ extern "C" {
     X(BACKEND, -11, "backend error")                                                          \
     X(CANCELED, -12, "the run was canceled")                                                  \
     X(TIMEOUT, -13, "timed out")                                                              \
-    X(END, -14, "the input ended")
+    X(END, -14, "the input ended")                                                            \
+    X(BUSY, -15, "the resource is in use")
 
 enum tpu_error {
     TPU_OK = 0,
