@@ -179,7 +179,7 @@ def vcd_full_disk():
 @case
 def backend_errors():
     expect_error(['train', '--backend', 'fpga'], 2, "--backend 'fpga' is not one of native, "
-                 "rtl\n")
+                 "rtl, systemc\n")
     expect_error(['train', '--vcd', 'x.vcd'], 2, '--vcd is the waveform of the RTL array',
                  '--backend rtl')
     expect_error(['train', '--backend', 'rtl', '--passes', '3'], 2,
