@@ -10,7 +10,12 @@
  * (buffers, clocks, counters, pc) are touched only by the one worker thread that runs that
  * core at a time (state RUNNING), or by the last arriver of a collective while every other
  * participant waits in CORE_WAIT_COLL; so they need no lock. Host calls that touch buffers
- * (write/read/load) are only allowed while no run is in progress. */
+ * (write/read/load) are only allowed while no run is in progress.
+ *
+ * Replica sharing (share.c, settings.share_replicas): the cores of one logical index may
+ * point their bufs[b].data of a shareable param b at one value buffer; an update op of
+ * such a buffer is computed by the first core to reach it, the others wait on share_cv
+ * under `lock` while it computes; every core still books its own timing. */
 #ifndef TPUSIM_SIM_CHIP_INT_H
 #define TPUSIM_SIM_CHIP_INT_H
 
@@ -103,6 +108,11 @@ struct core {
     struct tpu_op_stats *stats;         /* [n_ops] per-op statistics of the loaded program, or
                                            NULL when settings.op_stats is off */
 
+    uint64_t *upd_runs;                 /* [n_ops] times this core reached each shared
+                                           update op in this run (share.c), or NULL */
+    bool *from_leader;                  /* [n_buffers] y left to the leader by a shared
+                                           reduce: read replica 0's (share.c), or NULL */
+
     struct tpu_core_counters ctr;
     struct feed infeed, outfeed;        /* [L] */
     uint32_t infeed_waiters, outfeed_waiters; /* [L] host calls waiting on host_cv for space
@@ -142,6 +152,15 @@ struct chip_device {
 
     struct coll_group *groups;  /* [cores_per_replica + n_replicas] */
     uint32_t n_groups;
+
+    /* replica sharing (share.c); all NULL when the device does not share */
+    bool *shareable;            /* [n_buffers] the param may be held once per index */
+    uint8_t *role;              /* [n_ops] update candidate, reduce candidate, or neither */
+    bool *once;                 /* [n_ops x cores_per_replica] this run: computed once for the
+                                   index (update) / only the leader's y written (reduce) */
+    uint64_t *done;             /* [L] [n_ops x cores_per_replica] times computed this run */
+    bool *busy;                 /* [L] [n_ops x cores_per_replica] being computed */
+    pthread_cond_t share_cv;    /* cores wait here for an update another core computes */
 
     pthread_mutex_t lock;
     pthread_cond_t work_cv;     /* workers wait for a READY core */
@@ -209,6 +228,30 @@ void tpu__trace_free(struct trace_log *t);
 
 /* chip_exec.c: the backend's op_stats entry (impl is a struct chip_device). */
 void tpu__chip_op_stats(void *impl, uint32_t core, struct tpu_op_stats *out, size_t n_ops);
+
+/* share.c: replica sharing (the top of share.c explains it).
+ * plan: at load, after dev->prog is set and before the buffers: which params are shareable
+ * and which ops are update and reduce candidates (nothing when the settings do not share).
+ * TPU_ENOMEM or 0. free: lets the plan go. */
+int tpu__share_plan(struct chip_device *dev, const struct tpu_program *p);
+void tpu__share_free(struct chip_device *dev);
+/* Gives the slots of shareable buffer b one zeroed value buffer per index (all the
+ * replicas' cores of the index point at it) / frees every value buffer of b once. */
+int tpu__share_alloc(struct chip_device *dev, uint32_t b, size_t bytes);
+void tpu__share_free_buffer(struct chip_device *dev, uint32_t b);
+/* The host writes core c's shareable buffer b (copy on write). 0 or TPU_ENOMEM. */
+int tpu__share_write(struct chip_device *dev, uint32_t c, uint32_t b, const void *data,
+                     size_t bytes);
+/* At each launch, before the cores run: which updates run once, which reduces write only
+ * the leader (splitting slots where the replicas' values differ). 0 or TPU_ENOMEM (d). */
+int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d);
+/* The values of op pc on core c if it is a shared update: 0 when done (by c or another
+ * core), 1 when it is not shared and c computes it itself, negative on error (d). */
+int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
+                      const struct tpu_op *op, struct tpu__scratch *scratch,
+                      struct tpu_diag *d);
+/* Whether all_reduce pc writes only its leader's y for index k in this run. */
+bool tpu__share_reduce_leader_only(const struct chip_device *dev, size_t pc, uint32_t k);
 
 /* Wakes a core waiting in `state` (under the lock). */
 void tpu__wake_core(struct chip_device *dev, struct core *c, enum core_state state);
