@@ -16,7 +16,16 @@
  * memory when they fit in half of it (the other half is the streaming buffers of timing.h)
  * alongside the temps live at the same time: a temp is live from the op that first writes
  * it to the last op that reads it (to the end of the loop, if it is written before the loop
- * and read inside); temps are placed first-fit in buffer order. */
+ * and read inside); temps are placed first-fit in buffer order.
+ *
+ * Replicas that cost little (share.c; settings.share_replicas, on by default). A param that
+ * data-parallel replicas hold in common (written only by optimizer updates fed by an
+ * all_reduce over the replicas, or only by the host) gets one value buffer per logical core
+ * index at load, which the replicas' cores of that index point at; its updates are computed
+ * once per index and a gradient all_reduce that only those updates read is summed into one
+ * copy. Host writes copy on write (chip_write), so every core still looks as if it had its
+ * own buffers, and each core's timing, counters and op statistics are booked exactly as
+ * without sharing. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
