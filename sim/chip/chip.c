@@ -126,7 +126,8 @@ static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
         struct coll_group *grp = &dev->groups[g];
         grp->n = g < cpr ? dev->n_replicas : cpr;
         grp->members = calloc(grp->n, sizeof *grp->members);
-        if (!grp->members)
+        grp->ready = calloc(grp->n, sizeof *grp->ready);
+        if (!grp->members || !grp->ready)
             goto nomem;
         for (uint32_t k = 0; k < grp->n; k++)
             grp->members[k] = g < cpr ? k * cpr + g : (g - cpr) * cpr + k;
@@ -143,6 +144,7 @@ static void chip_close(void *impl)
 {
     struct chip_device *dev = impl;
     free_core_buffers(dev);
+    tpu__share_free(dev);
     if (dev->cores) {
         for (uint32_t i = 0; i < dev->n_cores; i++) {
             if (dev->cores[i].host_cv_ready)
@@ -157,7 +159,10 @@ static void chip_close(void *impl)
     }
     if (dev->groups)
         for (uint32_t g = 0; g < dev->n_groups; g++)
+        {
             free(dev->groups[g].members);
+            free(dev->groups[g].ready);
+        }
     if (dev->workers)
         for (uint32_t i = 0; i < dev->n_cores; i++)
             tpu__scratch_free(&dev->workers[i].scratch);
@@ -264,7 +269,10 @@ static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag
             const struct tpu_buffer_desc *bd = tpu_program_buffer(prog, (uint32_t)b);
             c->bufs[b] = (struct tpu__bufmem){.dtype = bd->dtype, .rows = bd->rows,
                                               .cols = bd->cols};
-            if (!dev->s.timing_only && !(dev->shareable && dev->shareable[b])) {
+            /* a shareable param gets its value buffers below; a temp that streamed reduces
+             * let go gets one when a core first writes it (share.c) */
+            if (!dev->s.timing_only && !(dev->shareable && dev->shareable[b]) &&
+                !(dev->lazy && dev->lazy[b])) {
                 /* zeroed now, by writing: the pages are the process's before the first run
                  * (calloc's lazily mapped pages would fault inside the first step) */
                 size_t bytes = (tpu_buffer_bytes(bd) + 63) / 64 * 64;
@@ -297,6 +305,11 @@ static int chip_write(void *impl, uint32_t core, uint32_t buf, const void *data,
     struct core *c = &dev->cores[core];
     if (c->from_leader)
         c->from_leader[buf] = false;
+    if (!c->bufs[buf].data) { /* a streamed reduce let it go: the core's own again */
+        int rc = tpu__share_acquire_buf(dev, c, buf, d);
+        if (rc)
+            return rc;
+    }
     if (dev->shareable && dev->shareable[buf]) {
         if (tpu__share_write(dev, core, buf, data, bytes))
             return tpu__fail(d, TPU_ENOMEM, "out of memory giving core %u its own copy of "
@@ -314,9 +327,12 @@ static int chip_read(void *impl, uint32_t core, uint32_t buf, void *data, size_t
     const struct chip_device *dev = impl;
     (void)d;
     const struct core *c = &dev->cores[core];
-    if (c->from_leader && c->from_leader[buf]) /* a shared reduce left its sum there */
-        c = &dev->cores[core % dev->cores_per_replica];
-    memcpy(data, c->bufs[buf].data, bytes);
+    if ((c->from_leader && c->from_leader[buf]) || !c->bufs[buf].data)
+        c = &dev->cores[core % dev->cores_per_replica]; /* a shared reduce left its sum there */
+    if (c->bufs[buf].data)
+        memcpy(data, c->bufs[buf].data, bytes);
+    else /* a temp no op has written yet */
+        memset(data, 0, bytes);
     return 0;
 }
 
@@ -454,7 +470,10 @@ static void *worker(void *arg)
             struct core *x = &dev->cores[(next + k) % dev->n_cores];
             if (x->state == CORE_READY) {
                 c = x;
-                next = (x->id + 1) % dev->n_cores;
+                /* round robin; with streamed reduces (share.c) the lowest ready core
+                 * first, so the replicas reach them in order and their gradients can be
+                 * let go as soon as they are summed */
+                next = dev->lazy ? 0 : (x->id + 1) % dev->n_cores;
                 break;
             }
         }

@@ -436,6 +436,11 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
 {
     struct coll_group *g = group_of(dev, c, op);
     c->coll_arrival = max3(c->last_issue, operands_ready(c, op), c->unit_free[TPU_UNIT_ICI]);
+    const bool leader_only = op->code == TPU_OP_ALL_REDUCE && !within_replica(op) &&
+                             tpu__share_reduce_leader_only(dev, pc, c->index_in_replica);
+    const bool streamed = leader_only && tpu__share_streamed(dev, op);
+    if (streamed) /* its x joins the leader's sum as soon as it is its turn */
+        tpu__share_stream_add(dev, g, c, op);
     pthread_mutex_lock(&dev->lock);
     if (++g->arrived < g->n) {
         c->state = CORE_WAIT_COLL;
@@ -446,11 +451,13 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
     pthread_mutex_unlock(&dev->lock);
 
     /* everyone else waits in CORE_WAIT_COLL: their state is ours to change */
-    const bool leader_only = op->code == TPU_OP_ALL_REDUCE && !within_replica(op) &&
-                             tpu__share_reduce_leader_only(dev, pc, c->index_in_replica);
-    int rc = collective_values(dev, g, op, leader_only, d);
-    if (rc)
-        return rc;
+    if (streamed) {
+        tpu__share_stream_finish(dev, g, op);
+    } else {
+        int rc = collective_values(dev, g, op, leader_only, d);
+        if (rc)
+            return rc;
+    }
     uint64_t start = 0;
     bool cross_chip = false;
     for (uint32_t r = 0; r < g->n; r++) {
@@ -580,8 +587,11 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
         break;
     }
     if (!dev->s.timing_only) {
-        /* a shared update: computed once for the replicas (share.c), or here (1) */
-        int e = dev->role ? tpu__share_update(dev, c, pc, op, scratch, d) : 1;
+        /* a temp a streamed reduce let go needs a buffer again; a shared update is
+         * computed once for the replicas (share.c), or here (1) */
+        int e = dev->lazy ? tpu__share_acquire(dev, c, op, d) : 0;
+        if (!e)
+            e = dev->role ? tpu__share_update(dev, c, pc, op, scratch, d) : 1;
         if (e == 1)
             e = unit == TPU_UNIT_MXU && dev->s.mxu
                     ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, c->index_in_replica,

@@ -129,6 +129,18 @@ struct coll_group {
     uint32_t n;          /* members */
     uint32_t *members;   /* core ids, in replica (or index) order */
     uint32_t arrived;
+    /* a streamed reduce (share.c): members whose x is ready, how many (in member order)
+     * are in the leader's sum, and whether a core is adding one */
+    uint8_t *ready;      /* [n] */
+    uint32_t added;
+    bool adding;
+};
+
+/* Value buffers of one temp that streamed reduces let go of, for the next core that writes
+ * the temp (share.c). [L] */
+struct share_pool {
+    void **v;
+    size_t n, cap;
 };
 
 /* A worker thread of a run. Its working memory for the ops (ops.h: a matmul's packed
@@ -160,6 +172,10 @@ struct chip_device {
                                    index (update) / only the leader's y written (reduce) */
     uint64_t *done;             /* [L] [n_ops x cores_per_replica] times computed this run */
     bool *busy;                 /* [L] [n_ops x cores_per_replica] being computed */
+    bool *lazy;                 /* [n_buffers] the in-place x of a reduce candidate: a
+                                   streamed reduce lets its members' copies go */
+    struct share_pool *pool;    /* [L] [n_buffers] */
+    size_t n_pool;
     pthread_cond_t share_cv;    /* cores wait here for an update another core computes */
 
     pthread_mutex_t lock;
@@ -252,6 +268,22 @@ int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
                       struct tpu_diag *d);
 /* Whether all_reduce pc writes only its leader's y for index k in this run. */
 bool tpu__share_reduce_leader_only(const struct chip_device *dev, size_t pc, uint32_t k);
+/* Whether all_reduce op (leader-only for c's index) is streamed: its members' x are added
+ * into the leader's y as they arrive, in member order, and let go once added. */
+bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op);
+/* A member (core c) of group g arrives at a streamed reduce: adds every member whose turn
+ * has come. The last arriver then calls finish, which waits for the last add and divides
+ * for a mean. */
+void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct core *c,
+                           const struct tpu_op *op);
+void tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
+                              const struct tpu_op *op);
+/* Gives core c a value buffer for each output of op that a streamed reduce let go.
+ * 0 or TPU_ENOMEM (d). */
+int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu_op *op,
+                       struct tpu_diag *d);
+int tpu__share_acquire_buf(struct chip_device *dev, struct core *c, uint32_t b,
+                           struct tpu_diag *d);
 
 /* Wakes a core waiting in `state` (under the lock). */
 void tpu__wake_core(struct chip_device *dev, struct core *c, enum core_state state);

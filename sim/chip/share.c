@@ -169,6 +169,16 @@ static bool reduce_shape(const struct chip_device *dev, const struct tpu_program
 
 void tpu__share_free(struct chip_device *dev)
 {
+    for (size_t b = 0; dev->pool && b < dev->n_pool; b++) {
+        for (size_t i = 0; i < dev->pool[b].n; i++)
+            free(dev->pool[b].v[i]);
+        free(dev->pool[b].v);
+    }
+    free(dev->pool);
+    free(dev->lazy);
+    dev->pool = NULL;
+    dev->lazy = NULL;
+    dev->n_pool = 0;
     free(dev->shareable);
     free(dev->role);
     free(dev->once);
@@ -233,6 +243,29 @@ int tpu__share_plan(struct chip_device *dev, const struct tpu_program *p)
     for (size_t pc = 0; pc < n_ops; pc++)
         if (dev->role[pc] == ROLE_NONE && reduce_shape(dev, p, pc))
             dev->role[pc] = ROLE_REDUCE;
+    /* streamed reduces: in place, x written in R's scope before it, and only by local ops
+     * (which take a value buffer from the pool when the core has none) */
+    dev->lazy = calloc(nb ? nb : 1, sizeof *dev->lazy);
+    dev->pool = calloc(nb ? nb : 1, sizeof *dev->pool);
+    if (!dev->lazy || !dev->pool) {
+        tpu__share_free(dev);
+        return TPU_ENOMEM;
+    }
+    dev->n_pool = nb;
+    for (size_t pc = 0; pc < n_ops; pc++) {
+        const struct tpu_op *op = tpu_program_op(p, pc);
+        if (dev->role[pc] != ROLE_REDUCE || op->in[0] != op->out[0])
+            continue;
+        const uint32_t x = op->in[0];
+        bool ok = last_writer(p, pc, x) != SIZE_MAX;
+        for (size_t j = 0; j < n_ops && ok; j++) {
+            const struct tpu_op *o = tpu_program_op(p, j);
+            const enum tpu_unit u = tpu__op_unit(o->code);
+            if (j != pc && op_writes(o, x))
+                ok = u == TPU_UNIT_MXU || u == TPU_UNIT_VPU || u == TPU_UNIT_CTRL;
+        }
+        dev->lazy[x] = ok;
+    }
     return 0;
 }
 
@@ -361,6 +394,11 @@ int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d)
     memset(dev->busy, 0, n_ops * cpr * sizeof *dev->busy);
     for (uint32_t i = 0; i < dev->n_cores; i++)
         memset(dev->cores[i].upd_runs, 0, n_ops * sizeof *dev->cores[i].upd_runs);
+    for (uint32_t g = 0; g < dev->n_groups; g++) {
+        memset(dev->groups[g].ready, 0, dev->groups[g].n);
+        dev->groups[g].added = 0;
+        dev->groups[g].adding = false;
+    }
     for (uint32_t k = 0; k < cpr; k++) {
         for (size_t pc = 0; pc < n_ops; pc++)
             dev->once[pc * cpr + k] = dev->role[pc] == ROLE_UPDATE;
@@ -438,4 +476,126 @@ int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
     pthread_cond_broadcast(&dev->share_cv);
     pthread_mutex_unlock(&dev->lock);
     return rc ? rc : 0;
+}
+
+bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op)
+{
+    return dev->lazy && op->in[0] == op->out[0] && dev->lazy[op->out[0]];
+}
+
+/* Adds member r's x into the leader's y (member 0's x, the sum so far), element by element
+ * in the order reduce_range (chip_exec.c) adds a block: the same operations, the same bits. */
+static void add_member(const struct chip_device *dev, const struct coll_group *g,
+                       const struct tpu_op *op, uint32_t r)
+{
+    const uint32_t x = op->in[0];
+    const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, x);
+    const size_t count = (size_t)bd->rows * bd->cols;
+    if (bd->dtype == TPU_F32) {
+        float *acc = dev->cores[g->members[0]].bufs[x].data;
+        const float *v = dev->cores[g->members[r]].bufs[x].data;
+        for (size_t i = 0; i < count; i++)
+            acc[i] = acc[i] + v[i];
+    } else { /* int32, wrapping */
+        uint32_t *acc = dev->cores[g->members[0]].bufs[x].data;
+        const uint32_t *v = dev->cores[g->members[r]].bufs[x].data;
+        for (size_t i = 0; i < count; i++)
+            acc[i] += v[i];
+    }
+}
+
+/* Under the lock: member r's x goes to the pool (its y is the leader's now). */
+static void release(struct chip_device *dev, const struct coll_group *g, uint32_t x,
+                    uint32_t r)
+{
+    struct core *m = &dev->cores[g->members[r]];
+    struct share_pool *pl = &dev->pool[x];
+    if (pl->n == pl->cap) {
+        size_t cap = pl->cap ? 2 * pl->cap : 4;
+        void **nv = realloc(pl->v, cap * sizeof *nv);
+        if (!nv)
+            return; /* keep it: the core still owns its buffer */
+        pl->v = nv;
+        pl->cap = cap;
+    }
+    pl->v[pl->n++] = m->bufs[x].data;
+    m->bufs[x].data = NULL;
+}
+
+void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct core *c,
+                           const struct tpu_op *op)
+{
+    pthread_mutex_lock(&dev->lock);
+    g->ready[c->replica] = 1;
+    if (!g->adding) {
+        g->adding = true;
+        while (g->added < g->n && g->ready[g->added]) {
+            const uint32_t r = g->added;
+            pthread_mutex_unlock(&dev->lock);
+            if (r > 0)
+                add_member(dev, g, op, r);
+            pthread_mutex_lock(&dev->lock);
+            if (r > 0)
+                release(dev, g, op->in[0], r);
+            g->added++;
+        }
+        g->adding = false;
+        pthread_cond_broadcast(&dev->share_cv);
+    }
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
+                              const struct tpu_op *op)
+{
+    pthread_mutex_lock(&dev->lock);
+    while (g->added < g->n)
+        pthread_cond_wait(&dev->share_cv, &dev->lock);
+    g->added = 0;
+    memset(g->ready, 0, g->n);
+    pthread_mutex_unlock(&dev->lock);
+    if (op->attrs.reduce != TPU_REDUCE_MEAN)
+        return;
+    const uint32_t y = op->out[0];
+    const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, y);
+    const size_t count = (size_t)bd->rows * bd->cols;
+    if (bd->dtype == TPU_F32) {
+        float *acc = dev->cores[g->members[0]].bufs[y].data;
+        for (size_t i = 0; i < count; i++)
+            acc[i] = acc[i] / (float)g->n;
+    } else {
+        uint32_t *acc = dev->cores[g->members[0]].bufs[y].data;
+        for (size_t i = 0; i < count; i++)
+            acc[i] = (uint32_t)((int32_t)acc[i] / (int32_t)g->n);
+    }
+}
+
+int tpu__share_acquire_buf(struct chip_device *dev, struct core *c, uint32_t b,
+                           struct tpu_diag *d)
+{
+    if (c->bufs[b].data)
+        return 0;
+    void *v = NULL;
+    pthread_mutex_lock(&dev->lock);
+    if (dev->pool && b < dev->n_pool && dev->pool[b].n)
+        v = dev->pool[b].v[--dev->pool[b].n];
+    pthread_mutex_unlock(&dev->lock);
+    const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, b);
+    if (!v && !(v = value_alloc(tpu_buffer_bytes(bd))))
+        return tpu__fail(d, TPU_ENOMEM, "core %u: out of memory for temp '%s'", c->id,
+                         bd->name);
+    c->bufs[b].data = v;
+    return 0;
+}
+
+int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu_op *op,
+                       struct tpu_diag *d)
+{
+    for (int i = 0; i < TPU_OP_MAX_OUT; i++)
+        if (op->out[i] != TPU_NO_BUF && dev->lazy[op->out[i]]) {
+            int rc = tpu__share_acquire_buf(dev, c, op->out[i], d);
+            if (rc)
+                return rc;
+        }
+    return 0;
 }
