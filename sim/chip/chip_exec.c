@@ -592,6 +592,9 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
         int e = dev->lazy ? tpu__share_acquire(dev, c, op, d) : 0;
         if (!e)
             e = dev->role ? tpu__share_update(dev, c, pc, op, scratch, d) : 1;
+        const bool hint = e == 1 && unit == TPU_UNIT_MXU && !dev->s.mxu && dev->uni;
+        if (hint) /* a shared weight: the GEMM may keep its packed blocks */
+            tpu__share_hint(dev, c, op, scratch);
         if (e == 1)
             e = unit == TPU_UNIT_MXU && dev->s.mxu
                     ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, c->index_in_replica,
@@ -600,6 +603,8 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
                                            c->index_in_replica, dev->cfg.mxu_rows,
                                            dev->s.kernel_threads ? dev->s.kernel_threads : 1,
                                            scratch, d);
+        if (hint)
+            tpu__share_hint(dev, c, NULL, scratch);
         if (e) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);

@@ -176,6 +176,12 @@ struct chip_device {
                                    streamed reduce lets its members' copies go */
     struct share_pool *pool;    /* [L] [n_buffers] */
     size_t n_pool;
+    bool *uni;                  /* [n_buffers x cores_per_replica] this run: a shareable slot
+                                   with one value buffer, written only by updates done once */
+    uint64_t *gen;              /* [n_buffers x cores_per_replica] its values' generation:
+                                   new at each launch and each update (the GEMM's cache of
+                                   packed weights, scratch.h tpu__scratch_stable_b) */
+    uint64_t gen_next;          /* [L] */
     pthread_cond_t share_cv;    /* cores wait here for an update another core computes */
 
     pthread_mutex_t lock;
@@ -266,6 +272,11 @@ int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d);
 int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
                       const struct tpu_op *op, struct tpu__scratch *scratch,
                       struct tpu_diag *d);
+/* Before a matmul-unit op on core c: tells the worker's GEMM which of the op's inputs is a
+ * shared param whose packed blocks it may keep (or none); op NULL (after it): none. */
+void tpu__share_hint(const struct chip_device *dev, const struct core *c,
+                     const struct tpu_op *op, struct tpu__scratch *scratch);
+
 /* Whether all_reduce pc writes only its leader's y for index k in this run. */
 bool tpu__share_reduce_leader_only(const struct chip_device *dev, size_t pc, uint32_t k);
 /* Whether all_reduce op (leader-only for c's index) is streamed: its members' x are added

@@ -48,7 +48,23 @@
  * program order and the leader has not gone past U yet.
  *
  * A reader of a skipped member's y (tpu_device_read) gets the leader's: from_leader[y]
- * marks a core whose y the reduce did not write, until the core's next write of y. */
+ * marks a core whose y the reduce did not write, until the core's next write of y.
+ *
+ * Streamed reduces. A reduce candidate in place (y is x) whose x only local ops write, in
+ * its scope before it, is summed as the members arrive instead of by the last arriver: the
+ * member whose turn it is (replica order) adds its x into the leader's (member 0's) x, which
+ * becomes the sum; the same additions in the same order as the last arriver's, so the same
+ * bits. An added member's x goes to a pool, and a core takes a buffer from the pool when it
+ * next writes x (tpu__share_acquire); so the replicas hold as many copies of a gradient as
+ * are waiting for their turn, not one each. The workers run the lowest ready core first
+ * (chip.c) so that turns mostly come in arrival order. A member whose x went back to the pool
+ * reads as the leader's sum (from_leader), which is what it would hold apart.
+ *
+ * Packed weights. A matmul whose input is a slot that stays shared through the launch
+ * (uni) tells its worker's GEMM (tpu__scratch_stable_b) that the operand's values change
+ * only with its generation (gen: new at each launch and at each update of the slot); the
+ * GEMM then packs those weights once per worker thread and generation instead of once per
+ * replica. Values are unchanged: the same packed words. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,6 +192,10 @@ void tpu__share_free(struct chip_device *dev)
     }
     free(dev->pool);
     free(dev->lazy);
+    free(dev->uni);
+    free(dev->gen);
+    dev->uni = NULL;
+    dev->gen = NULL;
     dev->pool = NULL;
     dev->lazy = NULL;
     dev->n_pool = 0;
@@ -247,7 +267,9 @@ int tpu__share_plan(struct chip_device *dev, const struct tpu_program *p)
      * (which take a value buffer from the pool when the core has none) */
     dev->lazy = calloc(nb ? nb : 1, sizeof *dev->lazy);
     dev->pool = calloc(nb ? nb : 1, sizeof *dev->pool);
-    if (!dev->lazy || !dev->pool) {
+    dev->uni = calloc((nb ? nb : 1) * dev->cores_per_replica, sizeof *dev->uni);
+    dev->gen = calloc((nb ? nb : 1) * dev->cores_per_replica, sizeof *dev->gen);
+    if (!dev->lazy || !dev->pool || !dev->uni || !dev->gen) {
         tpu__share_free(dev);
         return TPU_ENOMEM;
     }
@@ -425,6 +447,11 @@ int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d)
                                          tpu_program_buffer(p, op->out[i])->name);
             }
         }
+        /* the slots that stay shared through the run, each with a new generation */
+        for (size_t b = 0; b < tpu_program_n_buffers(p); b++) {
+            dev->uni[b * cpr + k] = dev->shareable[b] && unified(dev, (uint32_t)b, k);
+            dev->gen[b * cpr + k] = ++dev->gen_next;
+        }
         /* a reduce writes only the leader's y when every update reading y is done once */
         for (size_t pc = 0; pc < n_ops; pc++) {
             if (dev->role[pc] != ROLE_REDUCE)
@@ -473,6 +500,10 @@ int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
     dev->busy[slot] = false;
     if (!rc)
         dev->done[slot] = mine + 1;
+    for (int i = 0; i < TPU_OP_MAX_OUT; i++) /* new values: packed copies are stale */
+        if (op->out[i] != TPU_NO_BUF)
+            dev->gen[op->out[i] * dev->cores_per_replica + c->index_in_replica] =
+                ++dev->gen_next;
     pthread_cond_broadcast(&dev->share_cv);
     pthread_mutex_unlock(&dev->lock);
     return rc ? rc : 0;
@@ -598,4 +629,19 @@ int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu
                 return rc;
         }
     return 0;
+}
+
+void tpu__share_hint(const struct chip_device *dev, const struct core *c,
+                     const struct tpu_op *op, struct tpu__scratch *scratch)
+{
+    const uint32_t cpr = dev->cores_per_replica, k = c->index_in_replica;
+    for (int i = TPU_OP_MAX_IN; op && i-- > 0;) {
+        const uint32_t b = op->in[i];
+        if (b != TPU_NO_BUF && dev->uni[b * cpr + k]) {
+            /* no memory for the cache: the GEMM packs as usual */
+            (void)tpu__scratch_stable_b(scratch, c->bufs[b].data, dev->gen[b * cpr + k]);
+            return;
+        }
+    }
+    (void)tpu__scratch_stable_b(scratch, NULL, 0);
 }
