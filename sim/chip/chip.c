@@ -473,7 +473,7 @@ static void *worker(void *arg)
                 /* round robin; with streamed reduces (share.c) the lowest ready core
                  * first, so the replicas reach them in order and their gradients can be
                  * let go as soon as they are summed */
-                next = dev->lazy ? 0 : (x->id + 1) % dev->n_cores;
+                next = dev->streams ? 0 : (x->id + 1) % dev->n_cores;
                 break;
             }
         }

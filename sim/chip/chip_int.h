@@ -176,6 +176,7 @@ struct chip_device {
                                    streamed reduce lets its members' copies go */
     struct share_pool *pool;    /* [L] [n_buffers] */
     size_t n_pool;
+    bool streams;               /* the program has a streamed reduce (some lazy[b]) */
     bool *uni;                  /* [n_buffers x cores_per_replica] this run: a shareable slot
                                    with one value buffer, written only by updates done once */
     uint64_t *gen;              /* [n_buffers x cores_per_replica] its values' generation:

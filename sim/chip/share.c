@@ -198,6 +198,7 @@ void tpu__share_free(struct chip_device *dev)
     dev->gen = NULL;
     dev->pool = NULL;
     dev->lazy = NULL;
+    dev->streams = false;
     dev->n_pool = 0;
     free(dev->shareable);
     free(dev->role);
@@ -287,6 +288,7 @@ int tpu__share_plan(struct chip_device *dev, const struct tpu_program *p)
                 ok = u == TPU_UNIT_MXU || u == TPU_UNIT_VPU || u == TPU_UNIT_CTRL;
         }
         dev->lazy[x] = ok;
+        dev->streams = dev->streams || ok;
     }
     return 0;
 }
