@@ -158,6 +158,10 @@ struct tpu_device_settings {
     bool trace;                   /* record the timeline (tpu_device_write_trace) */
     bool op_stats;                /* collect per-op statistics (tpu_device_op_stats); off by
                                      default: when off the cores record nothing per op */
+    bool share_replicas;          /* on by default: data-parallel replicas hold what they
+                                     have in common once (below, "Replicas that cost
+                                     little"); off: every core keeps and computes all of its
+                                     own values (the same values, cycles and counters) */
     const struct tpu_mxu_provider *mxu; /* the native chip's matrix unit; NULL: built in.
                                            Borrowed: it must outlive the device */
     const struct tpu_device_backend *backend; /* what simulates the chip; NULL: the native
@@ -167,7 +171,24 @@ struct tpu_device_settings {
     void *log_ctx;
 };
 
-/* Fills settings with documented defaults for a chip (copied). */
+/* Replicas that cost little (settings.share_replicas; the native chip, sim/chip/share.c).
+ * Data-parallel replicas hold identical params and optimizer state after every all-reduce.
+ * With sharing on, the chip keeps such a param once per logical core index (shared by the
+ * replicas' cores of that index) rather than once per core, computes its optimizer update
+ * once rather than on every replica, and sums a gradient all-reduce that only the updates
+ * read into one copy. The device API's promises stay: each core still has its own buffers as
+ * far as tpu_device_write and tpu_device_read can tell (a write to one core that makes its
+ * value differ gives that core its own copy, and the replicas then compute apart from the
+ * next launch on; writing the same bytes to every core makes them share again), and every
+ * core books its own cycles, counters and op statistics exactly as with sharing off. What
+ * is shared is decided from the program: a param written only by optimizer updates whose
+ * gradient comes straight from an all_reduce over the replicas (or never written by the
+ * program). Turn sharing off to compare (the tests do, byte for byte) or to measure what
+ * replicas would cost apart.
+ *
+ * Fills settings with documented defaults for a chip (copied): one chip set of
+ * chip.chips_per_host chips, 1 core per replica, threads min(cores, CPUs), kernel_threads
+ * 1, share_replicas on, everything else off. */
 void tpu_device_default_settings(struct tpu_device_settings *s,
                                  const struct tpu_chip_config *chip);
 

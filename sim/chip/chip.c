@@ -16,7 +16,16 @@
  * memory when they fit in half of it (the other half is the streaming buffers of timing.h)
  * alongside the temps live at the same time: a temp is live from the op that first writes
  * it to the last op that reads it (to the end of the loop, if it is written before the loop
- * and read inside); temps are placed first-fit in buffer order. */
+ * and read inside); temps are placed first-fit in buffer order.
+ *
+ * Replicas that cost little (share.c; settings.share_replicas, on by default). A param that
+ * data-parallel replicas hold in common (written only by optimizer updates fed by an
+ * all_reduce over the replicas, or only by the host) gets one value buffer per logical core
+ * index at load, which the replicas' cores of that index point at; its updates are computed
+ * once per index and a gradient all_reduce that only those updates read is summed into one
+ * copy. Host writes copy on write (chip_write), so every core still looks as if it had its
+ * own buffers, and each core's timing, counters and op statistics are booked exactly as
+ * without sharing. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,12 +46,24 @@ static void free_core_buffers(struct chip_device *dev)
     if (!dev->cores)
         return;
     size_t nb = dev->prog ? tpu_program_n_buffers(dev->prog) : 0;
+    bool all_bufs = true;
+    for (uint32_t i = 0; i < dev->n_cores; i++)
+        all_bufs = all_bufs && dev->cores[i].bufs;
+    if (dev->shareable && all_bufs) /* value buffers the replicas may share: each once */
+        for (size_t b = 0; b < nb; b++)
+            if (dev->shareable[b])
+                tpu__share_free_buffer(dev, (uint32_t)b);
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         struct core *c = &dev->cores[i];
         if (c->bufs)
             for (size_t b = 0; b < nb; b++)
-                free(c->bufs[b].data);
+                if (!dev->shareable || !dev->shareable[b] || !all_bufs)
+                    free(c->bufs[b].data);
         free(c->bufs);
+        free(c->upd_runs);
+        free(c->from_leader);
+        c->upd_runs = NULL;
+        c->from_leader = NULL;
         free(c->vars);
         free(c->buf_ready);
         free(c->buf_read_done);
@@ -86,6 +107,7 @@ static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
         dev->workers[i].dev = dev;
     pthread_mutex_init(&dev->lock, NULL);
     pthread_cond_init(&dev->work_cv, NULL);
+    pthread_cond_init(&dev->share_cv, NULL);
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         struct core *c = &dev->cores[i];
         c->id = i;
@@ -104,7 +126,8 @@ static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
         struct coll_group *grp = &dev->groups[g];
         grp->n = g < cpr ? dev->n_replicas : cpr;
         grp->members = calloc(grp->n, sizeof *grp->members);
-        if (!grp->members)
+        grp->ready = calloc(grp->n, sizeof *grp->ready);
+        if (!grp->members || !grp->ready)
             goto nomem;
         for (uint32_t k = 0; k < grp->n; k++)
             grp->members[k] = g < cpr ? k * cpr + g : (g - cpr) * cpr + k;
@@ -121,6 +144,7 @@ static void chip_close(void *impl)
 {
     struct chip_device *dev = impl;
     free_core_buffers(dev);
+    tpu__share_free(dev);
     if (dev->cores) {
         for (uint32_t i = 0; i < dev->n_cores; i++) {
             if (dev->cores[i].host_cv_ready)
@@ -131,10 +155,14 @@ static void chip_close(void *impl)
         }
         pthread_mutex_destroy(&dev->lock);
         pthread_cond_destroy(&dev->work_cv);
+        pthread_cond_destroy(&dev->share_cv);
     }
     if (dev->groups)
         for (uint32_t g = 0; g < dev->n_groups; g++)
+        {
             free(dev->groups[g].members);
+            free(dev->groups[g].ready);
+        }
     if (dev->workers)
         for (uint32_t i = 0; i < dev->n_cores; i++)
             tpu__scratch_free(&dev->workers[i].scratch);
@@ -197,6 +225,7 @@ out:
 static void drop_program(struct chip_device *dev)
 {
     free_core_buffers(dev);
+    tpu__share_free(dev);
     free(dev->place);
     dev->place = NULL;
     dev->prog = NULL;
@@ -214,7 +243,7 @@ static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag
     dev->prog = prog;
     const size_t nb = tpu_program_n_buffers(prog), nv = tpu_program_n_vars(prog);
     rc = place_buffers(dev, prog);
-    if (rc)
+    if (rc || (rc = tpu__share_plan(dev, prog)))
         goto nomem;
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         struct core *c = &dev->cores[i];
@@ -224,6 +253,12 @@ static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag
         c->buf_read_done = calloc(nb ? nb : 1, sizeof *c->buf_read_done);
         if (!c->bufs || !c->vars || !c->buf_ready || !c->buf_read_done)
             goto nomem;
+        if (dev->role) {
+            c->upd_runs = calloc(tpu_program_n_ops(prog) + 1, sizeof *c->upd_runs);
+            c->from_leader = calloc(nb ? nb : 1, sizeof *c->from_leader);
+            if (!c->upd_runs || !c->from_leader)
+                goto nomem;
+        }
         if (dev->s.op_stats) { /* zero: statistics start at the load */
             const size_t n_ops = tpu_program_n_ops(prog);
             c->stats = calloc(n_ops ? n_ops : 1, sizeof *c->stats);
@@ -234,7 +269,10 @@ static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag
             const struct tpu_buffer_desc *bd = tpu_program_buffer(prog, (uint32_t)b);
             c->bufs[b] = (struct tpu__bufmem){.dtype = bd->dtype, .rows = bd->rows,
                                               .cols = bd->cols};
-            if (!dev->s.timing_only) {
+            /* a shareable param gets its value buffers below; a temp that streamed reduces
+             * let go gets one when a core first writes it (share.c) */
+            if (!dev->s.timing_only && !(dev->shareable && dev->shareable[b]) &&
+                !(dev->lazy && dev->lazy[b])) {
                 /* zeroed now, by writing: the pages are the process's before the first run
                  * (calloc's lazily mapped pages would fault inside the first step) */
                 size_t bytes = (tpu_buffer_bytes(bd) + 63) / 64 * 64;
@@ -247,6 +285,11 @@ static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag
             }
         }
     }
+    for (size_t b = 0; dev->shareable && b < nb; b++) /* one zeroed copy per index */
+        if (dev->shareable[b] &&
+            tpu__share_alloc(dev, (uint32_t)b, tpu_buffer_bytes(tpu_program_buffer(prog,
+                                                                                  (uint32_t)b))))
+            goto nomem;
     return 0;
 nomem:
     drop_program(dev);
@@ -259,8 +302,22 @@ static int chip_write(void *impl, uint32_t core, uint32_t buf, const void *data,
                       struct tpu_diag *d)
 {
     struct chip_device *dev = impl;
-    (void)d;
-    memcpy(dev->cores[core].bufs[buf].data, data, bytes);
+    struct core *c = &dev->cores[core];
+    if (c->from_leader)
+        c->from_leader[buf] = false;
+    if (!c->bufs[buf].data) { /* a streamed reduce let it go: the core's own again */
+        int rc = tpu__share_acquire_buf(dev, c, buf, d);
+        if (rc)
+            return rc;
+    }
+    if (dev->shareable && dev->shareable[buf]) {
+        if (tpu__share_write(dev, core, buf, data, bytes))
+            return tpu__fail(d, TPU_ENOMEM, "out of memory giving core %u its own copy of "
+                             "'%s' (its replicas shared one)", core,
+                             tpu_program_buffer(dev->prog, buf)->name);
+        return 0;
+    }
+    memcpy(c->bufs[buf].data, data, bytes);
     return 0;
 }
 
@@ -269,7 +326,13 @@ static int chip_read(void *impl, uint32_t core, uint32_t buf, void *data, size_t
 {
     const struct chip_device *dev = impl;
     (void)d;
-    memcpy(data, dev->cores[core].bufs[buf].data, bytes);
+    const struct core *c = &dev->cores[core];
+    if ((c->from_leader && c->from_leader[buf]) || !c->bufs[buf].data)
+        c = &dev->cores[core % dev->cores_per_replica]; /* a shared reduce left its sum there */
+    if (c->bufs[buf].data)
+        memcpy(data, c->bufs[buf].data, bytes);
+    else /* a temp no op has written yet */
+        memset(data, 0, bytes);
     return 0;
 }
 
@@ -407,7 +470,10 @@ static void *worker(void *arg)
             struct core *x = &dev->cores[(next + k) % dev->n_cores];
             if (x->state == CORE_READY) {
                 c = x;
-                next = (x->id + 1) % dev->n_cores;
+                /* round robin; with streamed reduces (share.c) the lowest ready core
+                 * first, so the replicas reach them in order and their gradients can be
+                 * let go as soon as they are summed */
+                next = dev->streams ? 0 : (x->id + 1) % dev->n_cores;
                 break;
             }
         }
@@ -490,6 +556,14 @@ static int chip_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struc
     }
     for (uint32_t g = 0; g < dev->n_groups; g++)
         dev->groups[g].arrived = 0;
+    int share_rc = tpu__share_begin_run(dev, d);
+    if (share_rc) {
+        for (uint32_t i = 0; i < dev->n_cores; i++)
+            dev->cores[i].state = CORE_DONE;
+        dev->running = false;
+        pthread_mutex_unlock(&dev->lock);
+        return share_rc;
+    }
     pthread_mutex_unlock(&dev->lock);
 
     unsigned n = dev->s.n_threads;

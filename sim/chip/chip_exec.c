@@ -105,8 +105,11 @@ static void finish_op(struct core *c, size_t pc, const struct tpu_op *op, uint64
         if (op->in[i] != TPU_NO_BUF)
             c->buf_read_done[op->in[i]] = tpu__max_u64(c->buf_read_done[op->in[i]], end);
     for (int i = 0; i < TPU_OP_MAX_OUT; i++)
-        if (op->out[i] != TPU_NO_BUF)
+        if (op->out[i] != TPU_NO_BUF) {
             c->buf_ready[op->out[i]] = end;
+            if (c->from_leader) /* the core wrote it: its own value again (share.c) */
+                c->from_leader[op->out[i]] = false;
+        }
     c->ctr.ops++;
 }
 
@@ -263,6 +266,7 @@ struct reduce_job {
     const struct coll_group *g;
     const struct tpu_op *op;
     size_t lo, hi;
+    uint32_t n_write; /* members whose y gets the sum: all, or the leader (share.c) */
     bool is_float;
 };
 
@@ -301,7 +305,7 @@ static void *reduce_range(void *arg)
                 for (size_t i = 0; i < len; i++)
                     acc.u[i] = (uint32_t)((int32_t)acc.u[i] / (int32_t)n);
         }
-        for (uint32_t r = 0; r < n; r++)
+        for (uint32_t r = 0; r < j->n_write; r++)
             memcpy((char *)cores[j->g->members[r]].bufs[y].data + lo * 4, acc.u, len * 4);
     }
     return NULL;
@@ -341,7 +345,7 @@ static int halo_values(struct chip_device *dev, const struct coll_group *g,
  * all-reduce is split over the device's worker count (the others are idle meanwhile); the
  * split does not change a value, since every element is summed in the same order. */
 static int collective_values(struct chip_device *dev, const struct coll_group *g,
-                             const struct tpu_op *op, struct tpu_diag *d)
+                             const struct tpu_op *op, bool leader_only, struct tpu_diag *d)
 {
     if (dev->s.timing_only)
         return 0;
@@ -363,6 +367,7 @@ static int collective_values(struct chip_device *dev, const struct coll_group *g
         for (unsigned k = 0; k < parts; k++) {
             jobs[k] = (struct reduce_job){.dev = dev, .g = g, .op = op,
                                           .lo = count * k / parts, .hi = count * (k + 1) / parts,
+                                          .n_write = leader_only ? 1 : g->n,
                                           .is_float = bd->dtype == TPU_F32};
             if (k > 0)
                 started[k] = pthread_create(&th[k], NULL, reduce_range, &jobs[k]) == 0;
@@ -431,6 +436,11 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
 {
     struct coll_group *g = group_of(dev, c, op);
     c->coll_arrival = max3(c->last_issue, operands_ready(c, op), c->unit_free[TPU_UNIT_ICI]);
+    const bool leader_only = op->code == TPU_OP_ALL_REDUCE && !within_replica(op) &&
+                             tpu__share_reduce_leader_only(dev, pc, c->index_in_replica);
+    const bool streamed = leader_only && tpu__share_streamed(dev, op);
+    if (streamed) /* its x joins the leader's sum as soon as it is its turn */
+        tpu__share_stream_add(dev, g, c, op);
     pthread_mutex_lock(&dev->lock);
     if (++g->arrived < g->n) {
         c->state = CORE_WAIT_COLL;
@@ -441,9 +451,13 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
     pthread_mutex_unlock(&dev->lock);
 
     /* everyone else waits in CORE_WAIT_COLL: their state is ours to change */
-    int rc = collective_values(dev, g, op, d);
-    if (rc)
-        return rc;
+    if (streamed) {
+        tpu__share_stream_finish(dev, g, op);
+    } else {
+        int rc = collective_values(dev, g, op, leader_only, d);
+        if (rc)
+            return rc;
+    }
     uint64_t start = 0;
     bool cross_chip = false;
     for (uint32_t r = 0; r < g->n; r++) {
@@ -472,6 +486,8 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
         if (m->stats)
             stats_add_delta(m, pc, &before);
         finish_op(m, pc, op, start, start + dur);
+        if (leader_only && r > 0 && !dev->s.timing_only)
+            m->from_leader[op->out[0]] = true;
         if (m != c)
             m->pc++;
     }
@@ -571,13 +587,24 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
         break;
     }
     if (!dev->s.timing_only) {
-        int e = unit == TPU_UNIT_MXU && dev->s.mxu
+        /* a temp a streamed reduce let go needs a buffer again; a shared update is
+         * computed once for the replicas (share.c), or here (1) */
+        int e = dev->lazy ? tpu__share_acquire(dev, c, op, d) : 0;
+        if (!e)
+            e = dev->role ? tpu__share_update(dev, c, pc, op, scratch, d) : 1;
+        const bool hint = e == 1 && unit == TPU_UNIT_MXU && !dev->s.mxu && dev->uni;
+        if (hint) /* a shared weight: the GEMM may keep its packed blocks */
+            tpu__share_hint(dev, c, op, scratch);
+        if (e == 1)
+            e = unit == TPU_UNIT_MXU && dev->s.mxu
                     ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, c->index_in_replica,
                                            op, c->bufs, &c->provider_mxu_cycles, d)
                     : tpu__op_compute_core(op, c->bufs, c->vars, c->replica,
                                            c->index_in_replica, dev->cfg.mxu_rows,
                                            dev->s.kernel_threads ? dev->s.kernel_threads : 1,
                                            scratch, d);
+        if (hint)
+            tpu__share_hint(dev, c, NULL, scratch);
         if (e) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "core %u, op %zu: ", c->id, pc);

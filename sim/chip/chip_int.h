@@ -10,7 +10,12 @@
  * (buffers, clocks, counters, pc) are touched only by the one worker thread that runs that
  * core at a time (state RUNNING), or by the last arriver of a collective while every other
  * participant waits in CORE_WAIT_COLL; so they need no lock. Host calls that touch buffers
- * (write/read/load) are only allowed while no run is in progress. */
+ * (write/read/load) are only allowed while no run is in progress.
+ *
+ * Replica sharing (share.c, settings.share_replicas): the cores of one logical index may
+ * point their bufs[b].data of a shareable param b at one value buffer; an update op of
+ * such a buffer is computed by the first core to reach it, the others wait on share_cv
+ * under `lock` while it computes; every core still books its own timing. */
 #ifndef TPUSIM_SIM_CHIP_INT_H
 #define TPUSIM_SIM_CHIP_INT_H
 
@@ -103,6 +108,11 @@ struct core {
     struct tpu_op_stats *stats;         /* [n_ops] per-op statistics of the loaded program, or
                                            NULL when settings.op_stats is off */
 
+    uint64_t *upd_runs;                 /* [n_ops] times this core reached each shared
+                                           update op in this run (share.c), or NULL */
+    bool *from_leader;                  /* [n_buffers] y left to the leader by a shared
+                                           reduce: read replica 0's (share.c), or NULL */
+
     struct tpu_core_counters ctr;
     struct feed infeed, outfeed;        /* [L] */
     uint32_t infeed_waiters, outfeed_waiters; /* [L] host calls waiting on host_cv for space
@@ -119,6 +129,18 @@ struct coll_group {
     uint32_t n;          /* members */
     uint32_t *members;   /* core ids, in replica (or index) order */
     uint32_t arrived;
+    /* a streamed reduce (share.c): members whose x is ready, how many (in member order)
+     * are in the leader's sum, and whether a core is adding one */
+    uint8_t *ready;      /* [n] */
+    uint32_t added;
+    bool adding;
+};
+
+/* Value buffers of one temp that streamed reduces let go of, for the next core that writes
+ * the temp (share.c). [L] */
+struct share_pool {
+    void **v;
+    size_t n, cap;
 };
 
 /* A worker thread of a run. Its working memory for the ops (ops.h: a matmul's packed
@@ -142,6 +164,26 @@ struct chip_device {
 
     struct coll_group *groups;  /* [cores_per_replica + n_replicas] */
     uint32_t n_groups;
+
+    /* replica sharing (share.c); all NULL when the device does not share */
+    bool *shareable;            /* [n_buffers] the param may be held once per index */
+    uint8_t *role;              /* [n_ops] update candidate, reduce candidate, or neither */
+    bool *once;                 /* [n_ops x cores_per_replica] this run: computed once for the
+                                   index (update) / only the leader's y written (reduce) */
+    uint64_t *done;             /* [L] [n_ops x cores_per_replica] times computed this run */
+    bool *busy;                 /* [L] [n_ops x cores_per_replica] being computed */
+    bool *lazy;                 /* [n_buffers] the in-place x of a reduce candidate: a
+                                   streamed reduce lets its members' copies go */
+    struct share_pool *pool;    /* [L] [n_buffers] */
+    size_t n_pool;
+    bool streams;               /* the program has a streamed reduce (some lazy[b]) */
+    bool *uni;                  /* [n_buffers x cores_per_replica] this run: a shareable slot
+                                   with one value buffer, written only by updates done once */
+    uint64_t *gen;              /* [n_buffers x cores_per_replica] its values' generation:
+                                   new at each launch and each update (the GEMM's cache of
+                                   packed weights, scratch.h tpu__scratch_stable_b) */
+    uint64_t gen_next;          /* [L] */
+    pthread_cond_t share_cv;    /* cores wait here for an update another core computes */
 
     pthread_mutex_t lock;
     pthread_cond_t work_cv;     /* workers wait for a READY core */
@@ -209,6 +251,51 @@ void tpu__trace_free(struct trace_log *t);
 
 /* chip_exec.c: the backend's op_stats entry (impl is a struct chip_device). */
 void tpu__chip_op_stats(void *impl, uint32_t core, struct tpu_op_stats *out, size_t n_ops);
+
+/* share.c: replica sharing (the top of share.c explains it).
+ * plan: at load, after dev->prog is set and before the buffers: which params are shareable
+ * and which ops are update and reduce candidates (nothing when the settings do not share).
+ * TPU_ENOMEM or 0. free: lets the plan go. */
+int tpu__share_plan(struct chip_device *dev, const struct tpu_program *p);
+void tpu__share_free(struct chip_device *dev);
+/* Gives the slots of shareable buffer b one zeroed value buffer per index (all the
+ * replicas' cores of the index point at it) / frees every value buffer of b once. */
+int tpu__share_alloc(struct chip_device *dev, uint32_t b, size_t bytes);
+void tpu__share_free_buffer(struct chip_device *dev, uint32_t b);
+/* The host writes core c's shareable buffer b (copy on write). 0 or TPU_ENOMEM. */
+int tpu__share_write(struct chip_device *dev, uint32_t c, uint32_t b, const void *data,
+                     size_t bytes);
+/* At each launch, before the cores run: which updates run once, which reduces write only
+ * the leader (splitting slots where the replicas' values differ). 0 or TPU_ENOMEM (d). */
+int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d);
+/* The values of op pc on core c if it is a shared update: 0 when done (by c or another
+ * core), 1 when it is not shared and c computes it itself, negative on error (d). */
+int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
+                      const struct tpu_op *op, struct tpu__scratch *scratch,
+                      struct tpu_diag *d);
+/* Before a matmul-unit op on core c: tells the worker's GEMM which of the op's inputs is a
+ * shared param whose packed blocks it may keep (or none); op NULL (after it): none. */
+void tpu__share_hint(const struct chip_device *dev, const struct core *c,
+                     const struct tpu_op *op, struct tpu__scratch *scratch);
+
+/* Whether all_reduce pc writes only its leader's y for index k in this run. */
+bool tpu__share_reduce_leader_only(const struct chip_device *dev, size_t pc, uint32_t k);
+/* Whether all_reduce op (leader-only for c's index) is streamed: its members' x are added
+ * into the leader's y as they arrive, in member order, and let go once added. */
+bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op);
+/* A member (core c) of group g arrives at a streamed reduce: adds every member whose turn
+ * has come. The last arriver then calls finish, which waits for the last add and divides
+ * for a mean. */
+void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct core *c,
+                           const struct tpu_op *op);
+void tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
+                              const struct tpu_op *op);
+/* Gives core c a value buffer for each output of op that a streamed reduce let go.
+ * 0 or TPU_ENOMEM (d). */
+int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu_op *op,
+                       struct tpu_diag *d);
+int tpu__share_acquire_buf(struct chip_device *dev, struct core *c, uint32_t b,
+                           struct tpu_diag *d);
 
 /* Wakes a core waiting in `state` (under the lock). */
 void tpu__wake_core(struct chip_device *dev, struct core *c, enum core_state state);

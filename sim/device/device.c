@@ -65,6 +65,7 @@ void tpu_device_default_settings(struct tpu_device_settings *s,
     s->cores_per_replica = 1;
     s->n_threads = 0;
     s->kernel_threads = 1;
+    s->share_replicas = true;
 }
 
 /* ---- open and close ------------------------------------------------------------------- */

@@ -327,6 +327,33 @@ struct gemm_operand_view {
     size_t elem_bytes;
 };
 
+/* Packed B blocks kept across GEMMs for a B operand the caller promised stable
+ * (tpu__scratch_stable_b): a block is found by everything that fixes its packed words --
+ * the operand's storage and generation, the kernel, the shape, the block's place. At most
+ * BCACHE_MAX blocks and BCACHE_BYTES bytes; when full it is emptied. Used by one thread
+ * (the arena's). */
+enum { BCACHE_MAX = 64 };
+#define BCACHE_BYTES ((size_t)16 << 20)
+struct bcache_key {
+    const void *data;
+    uint64_t gen;
+    const void *kern;
+    size_t ld, elem_bytes, k, n, kc, pc, jc, kcur, ncur;
+    int conv;
+    bool trans;
+};
+struct bcache_entry {
+    struct bcache_key key;
+    struct tpu__exp_stats st;
+    void *mem;
+};
+struct bcache {
+    const void *hint; /* the promised operand, or NULL */
+    uint64_t hint_gen;
+    size_t n, bytes;
+    struct bcache_entry e[BCACHE_MAX];
+};
+
 /* One GEMM as the driver sees it. Read-only while the workers run. */
 struct gemm_problem {
     const struct tpu__gemm_kernel *kern;
@@ -339,6 +366,7 @@ struct gemm_problem {
     bool accumulate;
     bool is_bf16;
     enum tpu__gemm_fma fma;
+    struct bcache *bc; /* B's blocks may come from / go to this cache, or NULL */
 };
 
 /* One thread's share: the output rectangle rows [m0, m1) x columns [n0, n1) and its own
@@ -398,6 +426,61 @@ static void canonicalise_nans(float *y, size_t ldy, size_t rows, size_t cols)
         }
 }
 
+static void bcache_clear(struct bcache *bc)
+{
+    for (size_t i = 0; i < bc->n; i++)
+        free(bc->e[i].mem);
+    bc->n = 0;
+    bc->bytes = 0;
+}
+
+static struct bcache_key bcache_key_of(const struct gemm_problem *p, size_t pc, size_t jc,
+                                       size_t kcur, size_t ncur)
+{
+    struct bcache_key k;
+    memset(&k, 0, sizeof k); /* compared with memcmp: the padding too */
+    k.data = p->b.src.p;
+    k.gen = p->bc->hint_gen;
+    k.kern = p->kern;
+    k.ld = p->b.src.ld;
+    k.elem_bytes = p->b.elem_bytes;
+    k.k = p->k;
+    k.n = p->n;
+    k.kc = p->kc;
+    k.pc = pc;
+    k.jc = jc;
+    k.kcur = kcur;
+    k.ncur = ncur;
+    k.conv = (int)p->b.src.conv;
+    k.trans = p->b.src.trans;
+    return k;
+}
+
+static const struct bcache_entry *bcache_find(const struct bcache *bc,
+                                              const struct bcache_key *k)
+{
+    for (size_t i = 0; i < bc->n; i++)
+        if (memcmp(&bc->e[i].key, k, sizeof *k) == 0)
+            return &bc->e[i];
+    return NULL;
+}
+
+/* Keeps a copy of a packed block (nothing when out of memory: it is only a cache). */
+static void bcache_put(struct bcache *bc, const struct bcache_key *k, const void *packed,
+                       size_t bytes, const struct tpu__exp_stats *st)
+{
+    if (bytes > BCACHE_BYTES / 4)
+        return;
+    if (bc->n == BCACHE_MAX || bc->bytes + bytes > BCACHE_BYTES)
+        bcache_clear(bc);
+    void *mem = aligned_alloc(GEMM_ALIGN_BYTES, round_up(bytes ? bytes : 1, GEMM_ALIGN_BYTES));
+    if (!mem)
+        return;
+    memcpy(mem, packed, bytes);
+    bc->e[bc->n++] = (struct bcache_entry){.key = *k, .st = *st, .mem = mem};
+    bc->bytes += bytes;
+}
+
 static void worker_run(struct gemm_worker *w)
 {
     const struct gemm_problem *p = w->p;
@@ -421,7 +504,21 @@ static void worker_run(struct gemm_worker *w)
                              (p->is_bf16 && last ? TPU__MICRO_CANON_NAN : 0u);
             const bool stream = can_stream && last;
             struct tpu__pack_src src = block_src(&p->b, pc, jc);
-            kern->pack_b(&src, kcur, ncur, w->bbuf, &sb);
+            const void *bblock = w->bbuf;
+            if (p->bc) { /* a stable B: its packed block may be known already */
+                const struct bcache_key key = bcache_key_of(p, pc, jc, kcur, ncur);
+                const struct bcache_entry *hit = bcache_find(p->bc, &key);
+                if (hit) {
+                    bblock = hit->mem;
+                    sb = hit->st;
+                } else {
+                    kern->pack_b(&src, kcur, ncur, w->bbuf, &sb);
+                    bcache_put(p->bc, &key, w->bbuf, round_up(ncur, nr) / nr * kwords * nr * 4,
+                               &sb);
+                }
+            } else {
+                kern->pack_b(&src, kcur, ncur, w->bbuf, &sb);
+            }
             for (size_t ic = w->m0; ic < w->m1; ic += w->mc) {
                 size_t mcur = min_size(w->mc, w->m1 - ic);
                 src = block_src(&p->a, ic, pc);
@@ -443,7 +540,7 @@ static void worker_run(struct gemm_worker *w)
                 }
                 for (size_t jr = 0; jr < ncur; jr += nr) {
                     const unsigned char *bp =
-                        (const unsigned char *)w->bbuf + (jr / nr) * kwords * nr * 4;
+                        (const unsigned char *)bblock + (jr / nr) * kwords * nr * 4;
                     size_t nw = min_size(nr, ncur - jr);
                     for (size_t ir = 0; ir < mcur; ir += mr) {
                         const unsigned char *ap =
@@ -609,6 +706,9 @@ static int run_gemm(struct gemm_problem *p, unsigned n_threads, struct tpu__scra
         if (!mem)
             rc = TPU_ENOMEM;
     }
+    /* one worker (the arena's thread alone) may use the arena's cache of packed B blocks */
+    struct bcache *bc = scratch ? scratch->mem[TPU__SCRATCH_BCACHE] : NULL;
+    p->bc = nw == 1 && p->is_bf16 && bc && bc->hint && bc->hint == p->b.src.p ? bc : NULL;
     if (rc == 0) {
         size_t off = 0;
         for (size_t i = 0; i < nw; i++) {
@@ -839,9 +939,26 @@ int tpu_gemm_f32(const float *a, const float *b, float *y, size_t m, size_t k, s
 
 /* ---- scratch arenas (scratch.h) ---------------------------------------------------------- */
 
+int tpu__scratch_stable_b(struct tpu__scratch *s, const void *data, uint64_t gen)
+{
+    struct bcache *bc = s->mem[TPU__SCRATCH_BCACHE];
+    if (!bc && data) {
+        bc = calloc(1, sizeof *bc);
+        if (!bc)
+            return TPU_ENOMEM;
+        s->mem[TPU__SCRATCH_BCACHE] = bc;
+        s->bytes[TPU__SCRATCH_BCACHE] = sizeof *bc;
+    }
+    if (bc) {
+        bc->hint = data;
+        bc->hint_gen = gen;
+    }
+    return 0;
+}
+
 void *tpu__scratch_get(struct tpu__scratch *s, enum tpu__scratch_slot slot, size_t bytes)
 {
-    if ((unsigned)slot >= TPU__SCRATCH_SLOTS)
+    if ((unsigned)slot >= TPU__SCRATCH_SLOTS || slot == TPU__SCRATCH_BCACHE)
         return NULL;
     if (s->mem[slot] && s->bytes[slot] >= bytes)
         return s->mem[slot];
@@ -860,6 +977,8 @@ void *tpu__scratch_get(struct tpu__scratch *s, enum tpu__scratch_slot slot, size
 
 void tpu__scratch_free(struct tpu__scratch *s)
 {
+    if (s->mem[TPU__SCRATCH_BCACHE])
+        bcache_clear(s->mem[TPU__SCRATCH_BCACHE]);
     for (int i = 0; i < TPU__SCRATCH_SLOTS; i++) {
         free(s->mem[i]);
         s->mem[i] = NULL;

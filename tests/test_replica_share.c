@@ -1,0 +1,313 @@
+/* Replicas that cost little (device.h, settings.share_replicas; sim/chip/share.c): the same
+ * training with sharing on and off gives the same bytes everywhere. An MLP (Adam) and a small
+ * CNN (conv, max pool, dropout, dense; SGD with momentum) train on 1, 2 and 8 replicas of 1
+ * and 2 cores; after every step the two devices hold identical params and optimizer state on
+ * every core, the same losses, and every core has the same counters and per-op statistics.
+ * A write to one core makes that replica differ (and only it), both devices go on computing
+ * it apart identically, and writing the replicas' common value back joins them again. All
+ * comparisons are exact (memcmp): sharing must change no bit. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpusim/dataset_input.h"
+#include "tpusim/device.h"
+#include "tpusim/models.h"
+#include "tpusim/net.h"
+#include "tpusim/runtime.h"
+#include "net_build.h"
+#include "toy_dataset.h"
+
+enum { BATCH = 16, STEPS = 3 };
+
+enum model_kind { MLP, CNN };
+
+/* One training setup: a device (sharing on or off), its estimator and its input. */
+struct run {
+    struct tpu_device *dev;
+    struct tpu_estimator *est;
+    struct tpu_dataset ds;
+    struct tpu_dataset_input in;
+    struct tpu_mlp_spec spec;
+    struct tpu_net *net;
+    struct tpu_train_spec tspec;
+    struct tpu_model model;
+};
+
+static void run_open(struct run *r, enum model_kind kind, uint32_t replicas, uint32_t P,
+                     bool share)
+{
+    memset(r, 0, sizeof *r);
+    struct tpu_diag d = {0};
+    struct tpu_chip_config chip;
+    ok(tpu_config_load_preset("tiny", &chip, &d), &d);
+    const uint32_t cores = replicas * P;
+    if (cores == 1)
+        chip.cores_per_chip = 1;
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    assert_true(s.share_replicas); /* the documented default */
+    s.share_replicas = share;
+    s.n_chips = cores / chip.cores_per_chip;
+    s.cores_per_replica = P;
+    s.n_threads = 2;
+    s.op_stats = true;
+    ok(tpu_device_open(&s, &r->dev, &d), &d);
+
+    toy_dataset(&r->ds, 256, 3);
+    tpu_dataset_input_init(&r->in, &r->ds, 5);
+    if (kind == MLP) {
+        tpu_mlp_default_spec(&r->spec);
+        r->spec.n_layers = 2;
+        r->spec.sizes[0] = TOY_FEATURES;
+        r->spec.sizes[1] = 12;
+        r->spec.sizes[2] = TOY_CLASSES;
+        r->spec.optimizer = TPU_OPT_ADAM;
+        r->spec.learning_rate = 0.01f;
+        tpu_mlp_model(&r->model, &r->spec);
+    } else {
+        r->net = new_net(4, 4, 1);
+        uint32_t x = conv(r->net, 0, 6, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_RELU, true);
+        x = pool(r->net, TPU_LAYER_MAX_POOL2D, x, 2, 2, 2, 2, TPU_PADDING_VALID);
+        x = dropout(r->net, x, 0.25f);
+        x = unary(r->net, TPU_LAYER_FLATTEN, x);
+        x = dense(r->net, x, TOY_CLASSES, TPU_ACT_NONE);
+        output(r->net, x, TPU_LOSS_SOFTMAX_XENT);
+        tpu_train_spec_default(&r->tspec);
+        r->tspec.optimizer = TPU_OPT_SGD_MOMENTUM;
+        r->tspec.learning_rate = 0.05f;
+        r->tspec.seed = 7;
+        ok(tpu_net_model(&r->model, r->net, &r->tspec, &d), &d);
+    }
+    struct tpu_run_config cfg;
+    tpu_run_config_default(&cfg);
+    cfg.train_batch_size = BATCH;
+    cfg.iterations_per_loop = 2;
+    cfg.num_cores_per_replica = P;
+    cfg.seed = 7;
+    ok(tpu_estimator_create(r->dev, &cfg, &r->model, NULL, 0, &r->est, &d), &d);
+}
+
+static void run_close(struct run *r)
+{
+    tpu_estimator_destroy(&r->est);
+    tpu_device_close(&r->dev);
+    tpu_dataset_input_free(&r->in);
+    tpu_dataset_free(&r->ds);
+    tpu_net_destroy(&r->net);
+}
+
+static void train(struct run *r, uint64_t steps)
+{
+    struct tpu_diag d = {0};
+    if (tpu_estimator_train(r->est, &r->in.input, steps, 0, &d))
+        fail_msg("train: %s", d.msg);
+}
+
+static size_t param_bytes(const struct tpu_program *p, uint32_t b)
+{
+    return tpu_buffer_bytes(tpu_program_buffer(p, b));
+}
+
+/* Asserts that a and b hold the same bytes in every param buffer of every core, the same
+ * counters and the same per-op statistics on every core, and the same last losses. */
+static void assert_same(const struct run *a, const struct run *b, const char *when)
+{
+    const struct tpu_program *p = tpu_device_program(a->dev);
+    assert_non_null(p);
+    const uint32_t n_cores = tpu_device_n_cores(a->dev);
+    assert_int_equal(n_cores, tpu_device_n_cores(b->dev));
+    struct tpu_diag d = {0};
+    for (uint32_t buf = 0; buf < tpu_program_n_buffers(p); buf++) {
+        const struct tpu_buffer_desc *bd = tpu_program_buffer(p, buf);
+        if (bd->kind != TPU_BUF_PARAM)
+            continue;
+        const size_t bytes = param_bytes(p, buf);
+        unsigned char *x = malloc(bytes), *y = malloc(bytes);
+        assert_non_null(x);
+        assert_non_null(y);
+        for (uint32_t c = 0; c < n_cores; c++) {
+            ok(tpu_device_read(a->dev, c, buf, x, bytes, &d), &d);
+            ok(tpu_device_read(b->dev, c, buf, y, bytes, &d), &d);
+            if (memcmp(x, y, bytes) != 0) {
+                size_t i = 0;
+                while (x[i] == y[i])
+                    i++;
+                fail_msg("%s: param '%s' on core %u differs first at byte %zu of %zu", when,
+                         bd->name, c, i, bytes);
+            }
+        }
+        free(x);
+        free(y);
+    }
+    const size_t n_ops = tpu_program_n_ops(p);
+    struct tpu_op_stats *sa = calloc(n_ops, sizeof *sa), *sb = calloc(n_ops, sizeof *sb);
+    assert_non_null(sa);
+    assert_non_null(sb);
+    for (uint32_t c = 0; c < n_cores; c++) {
+        struct tpu_core_counters ca, cb;
+        assert_int_equal(tpu_device_counters(a->dev, c, &ca), 0);
+        assert_int_equal(tpu_device_counters(b->dev, c, &cb), 0);
+        if (memcmp(&ca, &cb, sizeof ca) != 0)
+            fail_msg("%s: core %u's counters differ (cycles %llu vs %llu)", when, c,
+                     (unsigned long long)ca.cycles, (unsigned long long)cb.cycles);
+        ok(tpu_device_op_stats(a->dev, c, sa, n_ops, &d), &d);
+        ok(tpu_device_op_stats(b->dev, c, sb, n_ops, &d), &d);
+        for (size_t i = 0; i < n_ops; i++)
+            if (memcmp(&sa[i], &sb[i], sizeof sa[i]) != 0)
+                fail_msg("%s: core %u, op %zu: statistics differ", when, c, i);
+    }
+    free(sa);
+    free(sb);
+    const struct tpu_loop_info *ia = tpu_estimator_last_info(a->est);
+    const struct tpu_loop_info *ib = tpu_estimator_last_info(b->est);
+    assert_memory_equal(&ia->loss, &ib->loss, sizeof ia->loss);
+    assert_memory_equal(&ia->global_loss, &ib->global_loss, sizeof ia->global_loss);
+    assert_memory_equal(&ia->device_seconds, &ib->device_seconds, sizeof ia->device_seconds);
+    assert_true(ia->loss == ia->loss); /* trained: a real number */
+}
+
+static void same_training(enum model_kind kind, uint32_t replicas, uint32_t P)
+{
+    struct run on, off;
+    run_open(&on, kind, replicas, P, true);
+    run_open(&off, kind, replicas, P, false);
+    char when[64];
+    for (int step = 1; step <= STEPS; step++) {
+        train(&on, 1);
+        train(&off, 1);
+        snprintf(when, sizeof when, "%s, %u replicas of %u cores, step %d",
+                 kind == MLP ? "MLP" : "CNN", replicas, P, step);
+        assert_same(&on, &off, when);
+    }
+    train(&on, 2); /* a launch of two steps: the loop runs on the chip */
+    train(&off, 2);
+    assert_same(&on, &off, "after a launch of two steps");
+    run_close(&on);
+    run_close(&off);
+}
+
+static void test_mlp_1x1(void **state) { (void)state; same_training(MLP, 1, 1); }
+static void test_mlp_2x1(void **state) { (void)state; same_training(MLP, 2, 1); }
+static void test_mlp_8x1(void **state) { (void)state; same_training(MLP, 8, 1); }
+static void test_mlp_1x2(void **state) { (void)state; same_training(MLP, 1, 2); }
+static void test_mlp_2x2(void **state) { (void)state; same_training(MLP, 2, 2); }
+static void test_mlp_8x2(void **state) { (void)state; same_training(MLP, 8, 2); }
+static void test_cnn_1x1(void **state) { (void)state; same_training(CNN, 1, 1); }
+static void test_cnn_2x1(void **state) { (void)state; same_training(CNN, 2, 1); }
+static void test_cnn_8x1(void **state) { (void)state; same_training(CNN, 8, 1); }
+static void test_cnn_1x2(void **state) { (void)state; same_training(CNN, 1, 2); }
+static void test_cnn_2x2(void **state) { (void)state; same_training(CNN, 2, 2); }
+static void test_cnn_8x2(void **state) { (void)state; same_training(CNN, 8, 2); }
+
+/* The first param of the program (the first dense kernel): its id and size. */
+static uint32_t first_param(const struct run *r, size_t *bytes)
+{
+    const struct tpu_program *p = tpu_device_program(r->dev);
+    for (uint32_t b = 0; b < tpu_program_n_buffers(p); b++)
+        if (tpu_program_buffer(p, b)->kind == TPU_BUF_PARAM) {
+            *bytes = param_bytes(p, b);
+            return b;
+        }
+    fail_msg("the program has no param");
+    return 0;
+}
+
+/* A write to one core changes that core only; the replicas then compute apart, with
+ * sharing as without; writing the common value back joins them again. */
+static void test_write_diverges(void **state)
+{
+    (void)state;
+    enum { R = 4 };
+    struct run on, off;
+    run_open(&on, MLP, R, 1, true);
+    run_open(&off, MLP, R, 1, false);
+    train(&on, 2);
+    train(&off, 2);
+    assert_same(&on, &off, "before the write");
+    size_t bytes;
+    const uint32_t w = first_param(&on, &bytes);
+    const char *name = tpu_program_buffer(tpu_device_program(on.dev), w)->name;
+    float *orig = malloc(bytes), *pert = malloc(bytes), *got = malloc(bytes);
+    assert_non_null(orig);
+    assert_non_null(pert);
+    assert_non_null(got);
+    struct tpu_diag d = {0};
+    ok(tpu_device_read(on.dev, 0, w, orig, bytes, &d), &d);
+    memcpy(pert, orig, bytes);
+    pert[0] += 0.5f; /* replica 2 drifts */
+    ok(tpu_device_write(on.dev, 2, w, pert, bytes, &d), &d);
+    ok(tpu_device_write(off.dev, 2, w, pert, bytes, &d), &d);
+    for (uint32_t c = 0; c < R; c++) {
+        ok(tpu_device_read(on.dev, c, w, got, bytes, &d), &d);
+        assert_memory_equal(got, c == 2 ? pert : orig, bytes);
+    }
+    /* what the equivalence check reads: replica 2's copy differs, the others do not */
+    const size_t n = bytes / sizeof(float);
+    for (uint32_t rep = 0; rep < R; rep++) {
+        ok(tpu_estimator_read_param_replica(on.est, name, rep, got, bytes, &d), &d);
+        assert_memory_equal(got, rep == 2 ? pert : orig, bytes);
+    }
+    assert_same(&on, &off, "after the write");
+    train(&on, 2);
+    train(&off, 2);
+    assert_same(&on, &off, "two steps after the write");
+    float *r0 = malloc(bytes);
+    assert_non_null(r0);
+    ok(tpu_device_read(on.dev, 0, w, r0, bytes, &d), &d);
+    ok(tpu_device_read(on.dev, 2, w, got, bytes, &d), &d);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += memcmp(&r0[i], &got[i], sizeof(float)) != 0;
+    assert_true(differ > 0); /* replica 2 went on from its own params */
+    ok(tpu_device_read(on.dev, 1, w, got, bytes, &d), &d);
+    assert_memory_equal(got, r0, bytes); /* replica 1 is replica 0's */
+
+    /* writing every param's replica-0 value to core 2 joins the replicas again */
+    const struct tpu_program *p = tpu_device_program(on.dev);
+    for (uint32_t b = 0; b < tpu_program_n_buffers(p); b++) {
+        if (tpu_program_buffer(p, b)->kind != TPU_BUF_PARAM)
+            continue;
+        const size_t nb = param_bytes(p, b);
+        void *v = malloc(nb);
+        assert_non_null(v);
+        ok(tpu_device_read(on.dev, 0, b, v, nb, &d), &d);
+        ok(tpu_device_write(on.dev, 2, b, v, nb, &d), &d);
+        ok(tpu_device_read(off.dev, 0, b, v, nb, &d), &d);
+        ok(tpu_device_write(off.dev, 2, b, v, nb, &d), &d);
+        free(v);
+    }
+    train(&on, 2);
+    train(&off, 2);
+    assert_same(&on, &off, "after joining the replicas again");
+    ok(tpu_device_read(on.dev, 0, w, r0, bytes, &d), &d);
+    for (uint32_t c = 1; c < R; c++) {
+        ok(tpu_device_read(on.dev, c, w, got, bytes, &d), &d);
+        assert_memory_equal(got, r0, bytes);
+    }
+    free(r0);
+    free(orig);
+    free(pert);
+    free(got);
+    run_close(&on);
+    run_close(&off);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mlp_1x1), cmocka_unit_test(test_mlp_2x1),
+        cmocka_unit_test(test_mlp_8x1), cmocka_unit_test(test_mlp_1x2),
+        cmocka_unit_test(test_mlp_2x2), cmocka_unit_test(test_mlp_8x2),
+        cmocka_unit_test(test_cnn_1x1), cmocka_unit_test(test_cnn_2x1),
+        cmocka_unit_test(test_cnn_8x1), cmocka_unit_test(test_cnn_1x2),
+        cmocka_unit_test(test_cnn_2x2), cmocka_unit_test(test_cnn_8x2),
+        cmocka_unit_test(test_write_diverges),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
