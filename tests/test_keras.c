@@ -166,7 +166,7 @@ struct rec {
     uint32_t n_params;
 };
 
-static void put(struct rec *r, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void put(struct rec *r, const char *fmt, ...)
 {
     size_t len = strlen(r->log);
     va_list ap;

@@ -97,8 +97,13 @@ static int csv_epoch_end(void *ctx, struct tpu_keras_model *m, uint64_t epoch,
             val = val || !strncmp(c->keys[k], "val_", 4);
         if (!val) {
             const uint32_t n = c->n_keys;
-            for (uint32_t k = 0; k < n; k++)
-                snprintf(c->keys[c->n_keys++], sizeof c->keys[0], "val_%s", c->keys[k]);
+            for (uint32_t k = 0; k < n; k++) {
+                char key[sizeof c->keys[0] + 4];
+                memcpy(key, "val_", 4);
+                memcpy(key + 4, c->keys[k], sizeof c->keys[0]);
+                key[sizeof c->keys[0] - 1] = '\0'; /* a log name has at most TPU_LOG_NAME_MAX */
+                memcpy(c->keys[c->n_keys++], key, sizeof c->keys[0]);
+            }
         }
         c->have_keys = true;
         if (c->append_header) {

@@ -311,8 +311,10 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
             if (rc)
                 break;
             for (uint32_t i = 0; i < vlogs.n; i++) {
-                char name[TPU_LOG_NAME_MAX + 1];
+                /* cut to TPU_LOG_NAME_MAX characters (tpu_logs_set's limit) */
+                char name[TPU_LOG_NAME_MAX + 5];
                 snprintf(name, sizeof name, "val_%s", vlogs.name[i]);
+                name[TPU_LOG_NAME_MAX] = '\0';
                 tpu_logs_set(&logs, name, vlogs.value[i]);
             }
         }
