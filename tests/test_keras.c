@@ -833,6 +833,89 @@ static void test_fit_is_the_estimator_bit_for_bit(void **state)
     assert_int_equal(same_params(e, want), 0);
 }
 
+/* the params now, for same_params (which frees them) */
+static void snapshot_params(struct env *e, float *out[4])
+{
+    struct tpu_diag d = {0};
+    for (int i = 0; i < 4; i++) {
+        out[i] = malloc(param_floats[i] * sizeof(float));
+        assert_non_null(out[i]);
+        ok(tpu_estimator_read_param(tpu_keras_model_estimator(e->m), param_names[i], out[i],
+                                    param_floats[i] * sizeof(float), &d), &d);
+    }
+}
+
+/* fit on arrays is one stream over the epochs (Keras's repeat(epochs) of the batched
+ * arrays): an epoch of steps_per_epoch steps continues where the last one stopped, each
+ * pass with its own shuffle and its own partial last batch, so 2 epochs of 5 steps are 1
+ * epoch of 10 steps bit for bit, and 3 epochs of 2 steps are 2 epochs of 3 */
+static void test_epochs_continue_one_stream(void **state)
+{
+    struct env *e = *state;
+    struct tpu_history h;
+    struct tpu_keras_fit f;
+    float *want[4];
+
+    /* 40 rows, batches of 4: 10 batches per pass, shuffled */
+    struct tpu_dataset v = view(e, 0, 40);
+    compile_spe(e, 2, false);
+    fit_arrays(&f, &v, 4, NULL);
+    f.shuffle = true;
+    f.steps_per_epoch = 10;
+    do_fit(e, &f, &h);
+    tpu_history_free(&h);
+    snapshot_params(e, want);
+    compile_spe(e, 2, false);
+    f.epochs = 2;
+    f.steps_per_epoch = 5;
+    do_fit(e, &f, &h);
+    assert_string_equal(h.warning, "");
+    tpu_history_free(&h);
+    assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 10);
+    assert_int_equal(same_params(e, want), 0);
+
+    /* 18 rows, batches of 8: 8, 8 and 2 rows per pass; passes cross epochs */
+    v = view(e, 0, 18);
+    compile_spe(e, 2, false);
+    fit_arrays(&f, &v, 8, NULL);
+    f.shuffle = true;
+    f.epochs = 2;
+    do_fit(e, &f, &h);
+    tpu_history_free(&h);
+    snapshot_params(e, want);
+    compile_spe(e, 2, false);
+    f.epochs = 3;
+    f.steps_per_epoch = 2;
+    do_fit(e, &f, &h);
+    assert_string_equal(h.warning, "");
+    assert_int_equal(h.n_epochs, 3);
+    tpu_history_free(&h);
+    assert_int_equal(same_params(e, want), 0);
+}
+
+/* steps_per_epoch above a pass's batches runs into the next pass; the stream holds
+ * `epochs` passes (40 rows, batches of 4: 20 batches for 2 epochs), so epochs of 15 steps
+ * train 15, then 5, then Keras's ran-out warning */
+static void test_epoch_longer_than_a_pass(void **state)
+{
+    struct env *e = *state;
+    compile_spe(e, 4, false);
+    struct rec r;
+    struct tpu_callback cb = recorder(&r);
+    struct tpu_dataset v = view(e, 0, 40);
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &v, 4, &cb);
+    f.epochs = 2;
+    f.steps_per_epoch = 15;
+    struct tpu_history h;
+    do_fit(e, &f, &h);
+    assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 20);
+    assert_int_equal(h.n_epochs, 2);
+    assert_non_null(strstr(h.warning, "Your input ran out of data; interrupting training."));
+    assert_non_null(strstr(h.warning, "(in this case, 30 batches)"));
+    tpu_history_free(&h);
+}
+
 static void test_partial_last_batch_is_trained(void **state)
 {
     struct env *e = *state;
@@ -1258,6 +1341,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_validation_freq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fit_is_the_estimator_bit_for_bit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partial_last_batch_is_trained, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epochs_continue_one_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epoch_longer_than_a_pass, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_weight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_class_weight_is_a_sample_weight_per_class, setup,
                                         teardown),

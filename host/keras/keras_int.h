@@ -32,7 +32,25 @@ struct tpu__keras_arrays {
     uint32_t scale;                  /* >= 1 */
     uint32_t global_batch;           /* from start() */
     uint64_t calls;                  /* calls since start() */
+    /* fit's stream (tpu__keras_arrays_stream): the steps of n_passes passes, one after
+     * another across start() calls, as Keras's repeat(epochs) over the batched arrays;
+     * stream_base is the stream's step at start() (fit sets it before each epoch). With
+     * shuffle_perm, pass p's order is tpu_dataset_shuffle(shuffle_perm, n, seed,
+     * first_epoch + p), made when a step of pass p is first read after another pass's. */
+    uint64_t n_passes;               /* 1 unless streamed */
+    uint64_t stream_base;
+    uint32_t *shuffle_perm;          /* == perm, or NULL: no reshuffle */
+    uint64_t seed, first_epoch;
+    uint64_t perm_pass;              /* the pass perm holds (UINT64_MAX: none yet) */
 };
+
+/* Makes a a stream of n_passes passes (fit on arrays); perm, if not NULL, is reshuffled
+ * per pass (see above) and stays owned by the caller. */
+void tpu__keras_arrays_stream(struct tpu__keras_arrays *a, uint64_t n_passes, uint32_t *perm,
+                              uint64_t seed, uint64_t first_epoch);
+
+/* Makes perm hold pass `pass`'s order (a no-op without shuffle_perm). */
+void tpu__keras_arrays_use_pass(struct tpu__keras_arrays *a, uint64_t pass);
 
 void tpu__keras_arrays_init(struct tpu__keras_arrays *a, const struct tpu_dataset *ds,
                             const float *sample_weight, const float *class_weight,
