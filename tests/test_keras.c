@@ -1050,10 +1050,46 @@ static void test_unknown_size_with_executions_is_refused(void **state)
     struct tpu_diag d = {0};
     assert_int_equal(tpu_keras_fit(e->m, &f, &h, &d), TPU_EINVAL);
     assert_string_equal(d.msg, "Could not infer the size of the data. With "
-                               "`steps_per_execution > 1` (here 4), you must specify the "
-                               "number of steps to run: give steps_per_epoch for the input "
-                               "function");
+                               "`steps_per_execution > 1`, you must specify the number of "
+                               "steps to run. (tpusim: steps_per_execution is 4 and fit's "
+                               "data is an input function without steps_per_epoch: give "
+                               "steps_per_epoch)");
     assert_int_equal(s.calls, 0);
+    /* the same check for validation_data, evaluate and predict (Keras's DataHandler
+     * validates each of them) */
+    struct tpu_keras_fit fa;
+    fit_arrays(&fa, &v, 4, NULL);
+    fa.validation_data.input = &in;
+    assert_int_equal(tpu_keras_fit(e->m, &fa, &h, &d), TPU_EINVAL);
+    assert_string_equal(d.msg, "Could not infer the size of the data. With "
+                               "`steps_per_execution > 1`, you must specify the number of "
+                               "steps to run. (tpusim: steps_per_execution is 4 and "
+                               "validation_data is an input function without "
+                               "validation_steps: give validation_steps)");
+    struct tpu_keras_evaluate ev;
+    tpu_keras_evaluate_default(&ev);
+    ev.data.input = &in;
+    ev.batch_size = 4;
+    ev.verbose = 0;
+    struct tpu_logs lg;
+    assert_int_equal(tpu_keras_evaluate(e->m, &ev, &lg, &d), TPU_EINVAL);
+    assert_string_equal(d.msg, "Could not infer the size of the data. With "
+                               "`steps_per_execution > 1`, you must specify the number of "
+                               "steps to run. (tpusim: steps_per_execution is 4 and evaluate's "
+                               "data is an input function without steps: give steps)");
+    float *rows = NULL;
+    uint64_t n_rows = 0;
+    uint32_t cols = 0;
+    assert_int_equal(tpu_keras_predict(e->m, &ev, &rows, &n_rows, &cols, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "(tpusim: steps_per_execution is 4 and predict's data is "
+                                  "an input function without steps: give steps)"));
+    assert_null(rows);
+    assert_int_equal(s.calls, 0);
+    /* given steps, evaluate runs */
+    ev.steps = 2;
+    ok(tpu_keras_evaluate(e->m, &ev, &lg, &d), &d);
+    assert_int_equal(s.calls, 4);
+    s.calls = 0;
     /* with steps_per_execution 1 the first epoch runs until the input ends and sets the
      * epoch's size (Keras's inferred steps) */
     compile_spe(e, 1, false);

@@ -171,6 +171,22 @@ static uint64_t call_steps(const struct tpu_keras_data *data, uint32_t batch, ui
     return steps && steps < all ? steps : all;
 }
 
+int tpu__keras_check_known_size(const struct tpu_keras_model *m,
+                                const struct tpu_keras_data *data, uint64_t steps,
+                                const char *what, const char *steps_arg, struct tpu_diag *d)
+{
+    /* an execution must be cut at the pass's end, which needs the pass's size */
+    if (data->input && !steps && !m->c.steps_per_execution_auto &&
+        m->c.steps_per_execution > 1)
+        return tpu__fail(d, TPU_EINVAL, "Could not infer the size of the data. With "
+                         "`steps_per_execution > 1`, you must specify the number of steps to "
+                         "run. (tpusim: steps_per_execution is %llu and %s is an input "
+                         "function without %s: give %s)",
+                         (unsigned long long)m->c.steps_per_execution, what, steps_arg,
+                         steps_arg);
+    return 0;
+}
+
 static int check_evaluate(const struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,
                           const char *what, enum tpu_mode mode, uint32_t batch,
                           struct tpu_diag *d)
@@ -191,7 +207,9 @@ static int check_evaluate(const struct tpu_keras_model *m, const struct tpu_kera
     if (e->n_callbacks && !e->callbacks)
         return tpu__fail(d, TPU_EINVAL, "n_callbacks is %zu but callbacks is NULL; give the "
                          "array of callbacks or 0", e->n_callbacks);
-    return 0;
+    char data_name[64];
+    snprintf(data_name, sizeof data_name, "%s's data", what);
+    return tpu__keras_check_known_size(m, &e->data, e->steps, data_name, "steps", d);
 }
 
 int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,

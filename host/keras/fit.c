@@ -110,15 +110,11 @@ static int check_fit(const struct tpu_keras_model *m, const struct tpu_keras_fit
         return tpu__fail(d, TPU_EINVAL, "n_class_weight is %u but class_weight is NULL; give "
                          "the weights or 0", f->n_class_weight);
     }
-    /* Keras's DataHandler: an execution must be cut at the epoch's end, which needs the
-     * epoch's size */
-    if (f->data.input && !f->steps_per_epoch && !m->c.steps_per_execution_auto &&
-        m->c.steps_per_execution > 1)
-        return tpu__fail(d, TPU_EINVAL, "Could not infer the size of the data. With "
-                         "`steps_per_execution > 1` (here %llu), you must specify the number "
-                         "of steps to run: give steps_per_epoch for the input function",
-                         (unsigned long long)m->c.steps_per_execution);
-    return 0;
+    if ((rc = tpu__keras_check_known_size(m, &f->data, f->steps_per_epoch, "fit's data",
+                                          "steps_per_epoch", d)))
+        return rc;
+    return tpu__keras_check_known_size(m, &f->validation_data, f->validation_steps,
+                                       "validation_data", "validation_steps", d);
 }
 
 static bool should_validate(const struct tpu_keras_fit *f, uint64_t epoch)

@@ -148,6 +148,13 @@ int tpu__keras_verbose(int verbose, bool is_tty);
 int tpu__keras_check_data(const struct tpu_keras_model *m, const struct tpu_keras_data *data,
                           const char *what, struct tpu_diag *d);
 
+/* Keras's DataHandler._validate_data_handler, for fit, its validation, evaluate and
+ * predict: with steps_per_execution > 1 (not 'auto'), an input function of unknown size
+ * needs its steps (`steps_arg`, named in the message; `what` names the data). evaluate.c. */
+int tpu__keras_check_known_size(const struct tpu_keras_model *m,
+                                const struct tpu_keras_data *data, uint64_t steps,
+                                const char *what, const char *steps_arg, struct tpu_diag *d);
+
 /* An evaluation over `data` (arrays or an input) with batch_size and steps, reporting to
  * the callbacks' test hooks (evaluate, and validation inside fit): fills *logs with "loss"
  * and the metrics (mae from a prediction pass over arrays). evaluate.c. */
