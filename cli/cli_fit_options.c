@@ -290,7 +290,12 @@ static const char fit_usage[] =
     "    every param, optimizer state included, not an HDF5 file;\n"
     "  - the MLP of --layers is a net of dense layers (relu) and a softmax classifier,\n"
     "    initialized as Keras initializes Dense layers (Glorot uniform, zero biases);\n"
-    "  - the callbacks print their messages (Keras's verbose=1) unless --verbose 0.\n"
+    "  - the callbacks print their messages (Keras's verbose=1) unless --verbose 0;\n"
+    "  - without --verbose (Keras's verbose='auto', which is 1 unless absl logging is on)\n"
+    "    the progress bar is shown on a terminal only: into a pipe or a file fit prints a\n"
+    "    line per epoch (verbose 2) instead of the bar's carriage-return updates;\n"
+    "  - LearningRateScheduler's message prints the rate as the float32 the chip uses\n"
+    "    (0.0005), where Keras prints the double of that float32 (0.0005000000237487257).\n"
     "\n";
 
 static const char fit_footer[] =

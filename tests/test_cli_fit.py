@@ -62,6 +62,20 @@ def verbose2_lines():
 
 
 @case
+def verbose_auto_off_a_terminal_is_2():
+    # Keras's 'auto' is 1; tpusim's is 1 on a terminal only, a difference the help states
+    auto = run(*BASE, '--epochs', '2')
+    assert auto.stdout == run(*BASE, '--epochs', '2', '--verbose', '2').stdout, auto.stdout
+    assert '\r' not in auto.stdout, auto.stdout
+    help_text = ' '.join(run('fit', '--help').stdout.split())
+    assert ("without --verbose (Keras's verbose='auto', which is 1 unless absl logging is on) "
+            'the progress bar is shown on a terminal only') in help_text, help_text
+    assert ("LearningRateScheduler's message prints the rate as the float32 the chip uses "
+            '(0.0005), where Keras prints the double of that float32 (0.0005000000237487257)'
+            ) in help_text, help_text
+
+
+@case
 def one_epoch_has_no_epoch_line():
     p = run(*BASE, '--verbose', '2')
     assert 'Epoch ' not in p.stdout, p.stdout  # Keras prints "Epoch k/n" only when n > 1

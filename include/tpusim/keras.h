@@ -325,7 +325,11 @@ struct tpu_keras_fit {
     struct tpu_keras_data data;
     uint32_t batch_size;                /* 0: 32 (arrays); the global batch */
     uint64_t epochs;                    /* default 1 */
-    int verbose;                        /* 0, 1, 2; -1 "auto" (1 on a terminal, else 2) */
+    /* 0, 1, 2; -1 "auto": 1 when out_is_tty, else 2. This differs from Keras 2.15, whose
+     * 'auto' is 1 (unless absl logging or a ParameterServerStrategy): a progress bar's
+     * carriage-return updates written into a pipe or a file are unreadable, so off a
+     * terminal tpusim prints a line per epoch. */
+    int verbose;
     FILE *out;                          /* where verbose writes (NULL: nothing) */
     bool out_is_tty;
     const struct tpu_callback *callbacks;
