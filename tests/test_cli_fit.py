@@ -119,6 +119,18 @@ def validation_split_adds_val_logs():
             '--validation-freq', '1,3')
     lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]
     assert ['val_loss' in l for l in lines] == [True, False, True], p.stdout
+    # a list of one epoch (Keras's validation_freq=[3]: epoch 3 only, not every third), and
+    # a list in any order with a repeat (Keras tests `epoch in validation_freq`)
+    for freq in ('[3]', '3,'):
+        p = run(*BASE, '--epochs', '6', '--verbose', '2', '--validation-split', '0.25',
+                '--validation-freq', freq)
+        lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]
+        assert ['val_loss' in l for l in lines] == [False, False, True, False, False,
+                                                     False], (freq, p.stdout)
+    p = run(*BASE, '--epochs', '3', '--verbose', '2', '--validation-split', '0.25',
+            '--validation-freq', '3,1,3')
+    lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]
+    assert ['val_loss' in l for l in lines] == [True, False, True], p.stdout
 
 
 @case
@@ -246,9 +258,11 @@ def option_errors():
     e([*BASE, '--steps-per-execution', '0'], 2,
       "--steps-per-execution '0' is neither a whole number of batches from 1 to "
       "1099511627776 nor 'auto'; give e.g. --steps-per-execution 32")
-    e([*BASE, '--validation-freq', '3,2'], 2,
-      "--validation-freq '3,2' is neither a whole number of epochs from 1 to 1000000 nor a "
-      "list of at most 64 increasing epochs (1-based)")
+    e([*BASE, '--validation-freq', '3,,2'], 2,
+      "--validation-freq '3,,2' is neither a whole number of epochs from 1 to 1000000 nor a "
+      "list of at most 64 epochs (1-based); give e.g. --validation-freq 2 (every second "
+      "epoch), --validation-freq 1,5,10 or, for one epoch only, --validation-freq [3] (or 3,)")
+    e([*BASE, '--validation-freq', '[]'], 2, "--validation-freq '[]' is neither")
     e([*BASE, '--validation-steps', '2'], 2,
       '--validation-steps applies to validation, and there is none: give --validation-split')
     e([*BASE, '--validation-split', '1'], 2,

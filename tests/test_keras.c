@@ -699,6 +699,28 @@ static void test_validation_freq(void **state)
     assert_string_equal(r2.log, "tb eb0 bb0 be1 vb tbe0 ve ee0v eb1 bb0 be1 ee1 "
                                 "eb2 bb0 be1 ee2 eb3 bb0 be1 vb tbe0 ve ee3v te ");
     tpu_history_free(&h);
+
+    /* the list [3] (validation_freq_is_list): epoch 3 only, where the integer 3 would be
+     * epochs 3 and 6; and a list in any order with a repeat, [4, 1, 4] */
+    f.epochs = 6;
+    f.n_validation_freq = 1;
+    f.validation_freq[0] = 3;
+    f.validation_freq_is_list = true;
+    f.callbacks = NULL;
+    f.n_callbacks = 0;
+    do_fit(e, &f, &h);
+    assert_int_equal(h.n_epochs, 6);
+    for (uint32_t i = 0; i < 6; i++)
+        assert_int_equal(!!isfinite(tpu_logs_get(&h.epochs[i], "val_loss")), i == 2);
+    tpu_history_free(&h);
+    f.n_validation_freq = 3;
+    f.validation_freq[0] = 4;
+    f.validation_freq[1] = 1;
+    f.validation_freq[2] = 4;
+    do_fit(e, &f, &h);
+    for (uint32_t i = 0; i < 6; i++)
+        assert_int_equal(!!isfinite(tpu_logs_get(&h.epochs[i], "val_loss")), i == 0 || i == 3);
+    tpu_history_free(&h);
 }
 
 /* ---- weights: fit against a direct estimator run with the row weights of Keras's formula --- */

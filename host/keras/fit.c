@@ -120,7 +120,7 @@ static int check_fit(const struct tpu_keras_model *m, const struct tpu_keras_fit
 static bool should_validate(const struct tpu_keras_fit *f, uint64_t epoch)
 {
     const uint64_t e1 = epoch + 1; /* Keras's one-indexed epoch */
-    if (f->n_validation_freq <= 1)
+    if (f->n_validation_freq <= 1 && !f->validation_freq_is_list)
         return e1 % (f->n_validation_freq ? f->validation_freq[0] : 1) == 0;
     for (uint32_t i = 0; i < f->n_validation_freq; i++)
         if (f->validation_freq[i] == e1)

@@ -344,9 +344,13 @@ struct tpu_keras_fit {
                                            input ends */
     uint64_t validation_steps;          /* 0: the whole validation data */
     uint32_t validation_batch_size;     /* 0: batch_size */
-    uint32_t n_validation_freq;         /* 0 or 1 entry: every validation_freq[0] epochs
-                                           (default 1); more: the epochs (1-based) listed */
+    uint32_t n_validation_freq;         /* 0 or 1 entry (and not validation_freq_is_list):
+                                           every validation_freq[0] epochs (default 1);
+                                           else the epochs (1-based) listed, in any order,
+                                           repeats allowed (Keras: epoch in the container) */
     uint64_t validation_freq[64];
+    bool validation_freq_is_list;       /* Keras's list form even for one entry: [3] is
+                                           epoch 3 only, where the integer 3 is every third */
 };
 
 void tpu_keras_fit_default(struct tpu_keras_fit *f);
