@@ -127,6 +127,12 @@ def validation_split_adds_val_logs():
         lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]
         assert ['val_loss' in l for l in lines] == [False, False, True, False, False,
                                                      False], (freq, p.stdout)
+    # validation that runs short says so, as Keras's evaluate does (50 rows: 2 batches)
+    p = run(*BASE, '--verbose', '2', '--validation-split', '0.25', '--validation-steps', '100')
+    assert ('tpusim fit: warning: Your input ran out of data; interrupting training.'
+            in p.stderr and '(in this case, 100 batches)' in p.stderr), p.stderr
+    p = run(*BASE, '--verbose', '2', '--validation-split', '0.25', '--validation-steps', '2')
+    assert p.stderr == '', p.stderr
     p = run(*BASE, '--epochs', '3', '--verbose', '2', '--validation-split', '0.25',
             '--validation-freq', '3,1,3')
     lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]

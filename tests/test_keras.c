@@ -938,6 +938,50 @@ static void test_epoch_longer_than_a_pass(void **state)
     tpu_history_free(&h);
 }
 
+/* validation and evaluate that run short warn as Keras's evaluate does (steps * 1) */
+static void test_validation_running_short_warns(void **state)
+{
+    struct env *e = *state;
+    compile_spe(e, 1, false);
+    struct tpu_dataset v = view(e, 0, 16);
+    struct tpu_dataset val = view(e, 16, 8); /* one batch of 8 */
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &v, 8, NULL);
+    f.validation_data.arrays = &val;
+    f.validation_steps = 100;
+    struct tpu_history h;
+    struct tpu_diag d = {0};
+    ok(tpu_keras_fit(e->m, &f, &h, &d), &d);
+    assert_string_equal(h.warning, "Your input ran out of data; interrupting training. Make "
+                                   "sure that your dataset or generator can generate at least "
+                                   "`steps_per_epoch * epochs` batches (in this case, 100 "
+                                   "batches). You may need to use the repeat() function when "
+                                   "building your dataset.");
+    assert_true(isfinite(tpu_logs_get(&h.epochs[0], "val_loss")));
+    tpu_history_free(&h);
+    /* exactly the batches there are: no warning */
+    f.validation_steps = 1;
+    ok(tpu_keras_fit(e->m, &f, &h, &d), &d);
+    assert_string_equal(h.warning, "");
+    tpu_history_free(&h);
+
+    struct tpu_keras_evaluate ev;
+    tpu_keras_evaluate_default(&ev);
+    ev.data.arrays = &val;
+    ev.batch_size = 8;
+    ev.verbose = 0;
+    ev.steps = 3;
+    struct tpu_logs lg;
+    tpu_diag_clear(&d);
+    ok(tpu_keras_evaluate(e->m, &ev, &lg, &d), &d);
+    assert_non_null(strstr(d.msg, "warning: Your input ran out of data; interrupting "
+                                  "training."));
+    assert_non_null(strstr(d.msg, "(in this case, 3 batches)"));
+    ev.steps = 1;
+    ok(tpu_keras_evaluate(e->m, &ev, &lg, &d), &d);
+    assert_string_equal(d.msg, "");
+}
+
 static void test_partial_last_batch_is_trained(void **state)
 {
     struct env *e = *state;
@@ -1400,6 +1444,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fit_is_the_estimator_bit_for_bit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partial_last_batch_is_trained, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epochs_continue_one_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_validation_running_short_warns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epoch_longer_than_a_pass, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_weight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_class_weight_is_a_sample_weight_per_class, setup,

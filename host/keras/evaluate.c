@@ -98,7 +98,8 @@ static int mae_of(struct tpu_keras_model *m, const struct tpu_dataset *ds, uint3
 int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_data *data,
                              uint32_t batch_size, uint64_t steps,
                              const struct tpu_callback *cbs, size_t n_cbs,
-                             struct tpu_logs *logs, struct tpu_diag *d)
+                             struct tpu_logs *logs, char *warning, size_t warning_size,
+                             struct tpu_diag *d)
 {
     memset(logs, 0, sizeof *logs);
     int rc = tpu__keras_configure(m, TPU_MODE_EVAL, batch_size, m->cfg.sample_weights, 0, d);
@@ -120,6 +121,8 @@ int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_d
     m->run = prev;
     if (rc)
         return rc;
+    if (steps && res.steps < steps && warning && warning_size)
+        snprintf(warning, warning_size, TPU__KERAS_RAN_OUT, (unsigned long long)steps);
     /* the pass's own figures: exactly the examples given */
     tpu_logs_set(logs, "loss", res.loss);
     bool want_mae = false;
@@ -229,8 +232,12 @@ int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluat
         return rc;
     tpu__keras_set_params(cbs.all, cbs.n, tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
                           call_steps(&e->data, batch, e->steps));
-    rc = tpu__keras_evaluate_data(m, &e->data, batch, e->steps, cbs.all, cbs.n, logs, d);
+    char warning[512] = "";
+    rc = tpu__keras_evaluate_data(m, &e->data, batch, e->steps, cbs.all, cbs.n, logs,
+                                  warning, sizeof warning, d);
     tpu__keras_cbs_free(&cbs);
+    if (!rc && warning[0])
+        tpu__fail(d, 0, "warning: %s", warning);
     return rc;
 }
 
@@ -343,7 +350,7 @@ int tpu_keras_test_on_batch(struct tpu_keras_model *m, const struct tpu_dataset 
     struct tpu_keras_data data = {.arrays = batch};
     return tpu__keras_evaluate_data(
         m, &data, round_up(batch->n_examples, tpu__keras_batch_unit(m, TPU_MODE_EVAL)), 0,
-        NULL, 0, logs, d);
+        NULL, 0, logs, NULL, 0, d);
 }
 
 int tpu_keras_predict_on_batch(struct tpu_keras_model *m, const struct tpu_dataset *batch,

@@ -22,11 +22,7 @@
 #include "keras/keras_int.h"
 #include "util.h"
 
-/* Keras 2.15's warning (data_adapter.py, DataHandler.catch_stop_iteration) */
-#define RAN_OUT                                                                               \
-    "Your input ran out of data; interrupting training. Make sure that your dataset or "     \
-    "generator can generate at least `steps_per_epoch * epochs` batches (in this case, %llu " \
-    "batches). You may need to use the repeat() function when building your dataset."
+#define RAN_OUT TPU__KERAS_RAN_OUT
 
 /* An input function's training epoch of unknown size runs until the input ends. */
 #define UNKNOWN_STEPS (UINT64_C(1) << 60)
@@ -324,8 +320,13 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
         struct tpu_logs logs = run.logs;
         if (validate && should_validate(f, epoch)) {
             struct tpu_logs vlogs;
+            /* validation that runs out warns as Keras's evaluate does (steps * 1), unless
+             * the history holds a warning already */
+            char vwarn[sizeof history->warning] = "";
             rc = tpu__keras_evaluate_data(m, &s.val, val_batch, f->validation_steps,
-                                          cbs.all, cbs.n, &vlogs, d);
+                                          cbs.all, cbs.n, &vlogs, vwarn, sizeof vwarn, d);
+            if (!rc && vwarn[0] && !history->warning[0])
+                memcpy(history->warning, vwarn, sizeof vwarn);
             if (rc)
                 break;
             for (uint32_t i = 0; i < vlogs.n; i++) {

@@ -155,12 +155,23 @@ int tpu__keras_check_known_size(const struct tpu_keras_model *m,
                                 const struct tpu_keras_data *data, uint64_t steps,
                                 const char *what, const char *steps_arg, struct tpu_diag *d);
 
+/* Keras 2.15's warning (data_adapter.py, DataHandler.catch_stop_iteration), for training
+ * (steps_per_epoch * epochs batches) and evaluation (steps * 1); one %llu: the batches. */
+#define TPU__KERAS_RAN_OUT                                                                    \
+    "Your input ran out of data; interrupting training. Make sure that your dataset or "     \
+    "generator can generate at least `steps_per_epoch * epochs` batches (in this case, %llu " \
+    "batches). You may need to use the repeat() function when building your dataset."
+
 /* An evaluation over `data` (arrays or an input) with batch_size and steps, reporting to
  * the callbacks' test hooks (evaluate, and validation inside fit): fills *logs with "loss"
- * and the metrics (mae from a prediction pass over arrays). evaluate.c. */
+ * and the metrics (mae from a prediction pass over arrays). With steps given and less
+ * data, it runs what there is and writes Keras's ran-out warning (TPU__KERAS_RAN_OUT with
+ * steps) into warning[warning_size], if warning is not NULL; else it leaves it as it is.
+ * evaluate.c. */
 int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_data *data,
                              uint32_t batch_size, uint64_t steps,
                              const struct tpu_callback *cbs, size_t n_cbs,
-                             struct tpu_logs *logs, struct tpu_diag *d);
+                             struct tpu_logs *logs, char *warning, size_t warning_size,
+                             struct tpu_diag *d);
 
 #endif

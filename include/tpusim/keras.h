@@ -370,7 +370,9 @@ struct tpu_keras_evaluate {
 };
 void tpu_keras_evaluate_default(struct tpu_keras_evaluate *e);
 /* Fills *logs with "loss" and the compiled metrics over exactly the examples given (the
- * last partial batch padded and masked). */
+ * last partial batch padded and masked). steps above the data's batches evaluates what
+ * there is and returns 0 with Keras's warning in d->msg ("warning: Your input ran out of
+ * data; ..."), as fit reports its own (tpu_history.warning). */
 int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,
                        struct tpu_logs *logs, struct tpu_diag *d);
 
