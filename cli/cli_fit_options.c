@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "cli_fit.h"
 #include "options.h"
+#include "tpusim/tune.h"
 
 #define F(f) TPU__CLI_FIELD(struct fit_opts, f)
 #define STEPS_MAX (UINT64_C(1) << 40)
@@ -29,12 +30,13 @@ static int set_spe(const struct tpu__cli_parse *p, const struct tpu__cli_opt *op
     char *end;
     errno = 0;
     unsigned long long n = *v >= '0' && *v <= '9' ? strtoull(v, &end, 10) : 0;
-    if (*v < '0' || *v > '9' || errno || *end || n < 1 || n > STEPS_MAX)
+    /* the bound compile keeps (keras.c): the largest execution the runtime runs */
+    if (*v < '0' || *v > '9' || errno || *end || n < 1 || n > TPU_TUNER_MAX_STEPS)
         return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s '%s' is neither a whole number of "
                               "batches from 1 to %llu nor 'auto'; give e.g. %s 32, or %s auto "
                               "(Keras's StepsPerExecutionTuner sizes each execution)",
-                              opt->name, v, (unsigned long long)STEPS_MAX, opt->name,
-                              opt->name);
+                              opt->name, v, (unsigned long long)TPU_TUNER_MAX_STEPS,
+                              opt->name, opt->name);
     o->steps_per_execution = n;
     return 0;
 }

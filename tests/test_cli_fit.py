@@ -263,7 +263,13 @@ def option_errors():
     e([*BASE, '--epochs', '0'], 2, "--epochs '0' is not a whole number from 1 to 1000000")
     e([*BASE, '--steps-per-execution', '0'], 2,
       "--steps-per-execution '0' is neither a whole number of batches from 1 to "
-      "1099511627776 nor 'auto'; give e.g. --steps-per-execution 32")
+      "1000000000000 nor 'auto'; give e.g. --steps-per-execution 32")
+    # the CLI's bound is compile's (TPU_TUNER_MAX_STEPS): one above is a usage error, the
+    # bound itself runs (cut to the epoch's 7 batches)
+    e([*BASE, '--steps-per-execution', '1000000000001'], 2,
+      "--steps-per-execution '1000000000001' is neither a whole number of batches from 1 to "
+      "1000000000000 nor 'auto'")
+    run(*BASE, '--steps-per-execution', '1000000000000', '--verbose', '0')
     e([*BASE, '--validation-freq', '3,,2'], 2,
       "--validation-freq '3,,2' is neither a whole number of epochs from 1 to 1000000 nor a "
       "list of at most 64 epochs (1-based); give e.g. --validation-freq 2 (every second "
