@@ -319,6 +319,7 @@ static int run(struct fit_run *r)
     f.validation_batch_size = o->validation_batch_size;
     f.n_validation_freq = o->n_validation_freq;
     memcpy(f.validation_freq, o->validation_freq, sizeof f.validation_freq);
+    f.validation_freq_is_list = o->validation_freq_is_list;
     if (tpu_keras_fit(r->model, &f, &r->history, &d)) {
         fflush(stdout);
         return tpu__cli_error(cmd, TPU_CLI_FAIL, "%s", d.msg);

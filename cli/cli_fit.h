@@ -20,6 +20,7 @@ struct fit_opts {
     double validation_split;
     uint32_t n_validation_freq;
     uint64_t validation_freq[64];
+    bool validation_freq_is_list;
     bool no_shuffle;
     uint32_t verbose;
     bool verbose_given;

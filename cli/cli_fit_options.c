@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "cli_fit.h"
 #include "options.h"
+#include "tpusim/tune.h"
 
 #define F(f) TPU__CLI_FIELD(struct fit_opts, f)
 #define STEPS_MAX (UINT64_C(1) << 40)
@@ -29,38 +30,51 @@ static int set_spe(const struct tpu__cli_parse *p, const struct tpu__cli_opt *op
     char *end;
     errno = 0;
     unsigned long long n = *v >= '0' && *v <= '9' ? strtoull(v, &end, 10) : 0;
-    if (*v < '0' || *v > '9' || errno || *end || n < 1 || n > STEPS_MAX)
+    /* the bound compile keeps (keras.c): the largest execution the runtime runs */
+    if (*v < '0' || *v > '9' || errno || *end || n < 1 || n > TPU_TUNER_MAX_STEPS)
         return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s '%s' is neither a whole number of "
                               "batches from 1 to %llu nor 'auto'; give e.g. %s 32, or %s auto "
                               "(Keras's StepsPerExecutionTuner sizes each execution)",
-                              opt->name, v, (unsigned long long)STEPS_MAX, opt->name,
-                              opt->name);
+                              opt->name, v, (unsigned long long)TPU_TUNER_MAX_STEPS,
+                              opt->name, opt->name);
     o->steps_per_execution = n;
     return 0;
 }
 
-/* --validation-freq N (every N epochs) or a list of epochs "1,3,5" (Keras: an integer or a
- * container of epochs, 1-based). */
+/* --validation-freq N (every N epochs) or a list of epochs "1,3,5", "[3]" or "3," (Keras:
+ * an integer or a container of epochs, 1-based, tested with `epoch in validation_freq`, so
+ * any order and repeats are fine). */
 static int set_validation_freq(const struct tpu__cli_parse *p, const struct tpu__cli_opt *opt,
                                const char *v)
 {
     struct fit_opts *o = p->target;
     uint32_t n = 0;
-    const char *s = v;
-    while (*s) {
+    const size_t len = strlen(v);
+    const bool bracketed = len >= 2 && v[0] == '[' && v[len - 1] == ']';
+    const char *s = bracketed ? v + 1 : v;
+    const char *stop = bracketed ? v + len - 1 : v + len;
+    bool is_list = bracketed || strchr(v, ',') != NULL;
+    bool bad = s == stop;
+    while (!bad && s < stop) {
         char *end;
         errno = 0;
         unsigned long long e = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
-        if (*s < '0' || *s > '9' || errno || e < 1 || e > 1000000 || (*end && *end != ',') ||
-            n >= 64 || (n > 0 && e <= o->validation_freq[n - 1]))
-            return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s '%s' is neither a whole number "
-                                  "of epochs from 1 to 1000000 nor a list of at most 64 "
-                                  "increasing epochs (1-based); give e.g. %s 2 (every second "
-                                  "epoch) or %s 1,5,10", opt->name, v, opt->name, opt->name);
+        if (*s < '0' || *s > '9' || errno || e < 1 || e > 1000000 ||
+            (end != stop && *end != ',') || n >= 64) {
+            bad = true;
+            break;
+        }
         o->validation_freq[n++] = e;
-        s = *end ? end + 1 : end;
+        s = end != stop ? end + 1 : end; /* "3," ends after the comma: a list of one */
     }
-    o->n_validation_freq = n; /* one entry: every n epochs (Keras's integer form) */
+    if (bad)
+        return tpu__cli_error(p->cmd, TPU_CLI_USAGE, "%s '%s' is neither a whole number of "
+                              "epochs from 1 to 1000000 nor a list of at most 64 epochs "
+                              "(1-based); give e.g. %s 2 (every second epoch), %s 1,5,10 or, "
+                              "for one epoch only, %s [3] (or 3,)", opt->name, v, opt->name,
+                              opt->name, opt->name);
+    o->n_validation_freq = n;
+    o->validation_freq_is_list = is_list; /* else one entry: every n epochs (the integer) */
     return 0;
 }
 
@@ -211,7 +225,8 @@ static const struct tpu__cli_opt fit_rows[] = {
              "shuffling, validates at each epoch's end (val_ logs)"},
     {.name = "--validation-freq", .kind = TPU__CLI_CUSTOM, .set = set_validation_freq,
      .max_chars = OPT_TEXT_MAX, .arg = "N|E,E,...",
-     .help = "validate every N epochs (default 1), or at the listed\nepochs (1-based)"},
+     .help = "validate every N epochs (default 1), or at the listed\n"
+             "epochs (1-based, any order); one epoch only: [E] or E,"},
     {.name = "--validation-batch-size", .kind = TPU__CLI_U64, F(validation_batch_size),
      .min = 1, .max = BATCH_MAX, .arg = "N",
      .help = "the validation's (and the test evaluation's) global\nbatch (default --batch-size)"},
@@ -290,7 +305,12 @@ static const char fit_usage[] =
     "    every param, optimizer state included, not an HDF5 file;\n"
     "  - the MLP of --layers is a net of dense layers (relu) and a softmax classifier,\n"
     "    initialized as Keras initializes Dense layers (Glorot uniform, zero biases);\n"
-    "  - the callbacks print their messages (Keras's verbose=1) unless --verbose 0.\n"
+    "  - the callbacks print their messages (Keras's verbose=1) unless --verbose 0;\n"
+    "  - without --verbose (Keras's verbose='auto', which is 1 unless absl logging is on)\n"
+    "    the progress bar is shown on a terminal only: into a pipe or a file fit prints a\n"
+    "    line per epoch (verbose 2) instead of the bar's carriage-return updates;\n"
+    "  - LearningRateScheduler's message prints the rate as the float32 the chip uses\n"
+    "    (0.0005), where Keras prints the double of that float32 (0.0005000000237487257).\n"
     "\n";
 
 static const char fit_footer[] =

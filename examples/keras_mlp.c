@@ -13,6 +13,12 @@
  *   examples/keras_mlp [--chip NAME] [--hidden N] [--epochs N] [--batch N] [--lr X]
  *                      [--steps-per-execution N|auto] [--validation-split X] [--seed N]
  *                      [--threads N] [--data DIR] [--train-examples N] [--quiet]
+ *                      [--estimator-style]
+ *
+ * --estimator-style trains the same net the TPUEstimator way instead (runtime.h: an
+ * estimator over tpu_net_model, the dataset input over the same training rows, shuffled
+ * with the same seed, for the same steps), for comparison: fit adds nothing to the model,
+ * so when the training rows split into whole batches both print the same test line.
  *
  * The last line printed is "test accuracy: A (loss L, N examples)"; the exit status is 0 on
  * success, 1 on a failure (with the library's message on stderr), 2 on a usage error. */
@@ -24,6 +30,7 @@
 
 #include "tpusim/config.h"
 #include "tpusim/dataset.h"
+#include "tpusim/dataset_input.h"
 #include "tpusim/device.h"
 #include "tpusim/keras.h"
 #include "tpusim/net.h"
@@ -31,7 +38,7 @@
 struct opts {
     const char *chip, *data;
     uint64_t hidden, epochs, batch, spe, seed, threads, train_examples;
-    bool spe_auto, quiet;
+    bool spe_auto, quiet, estimator_style;
     double lr, validation_split;
 };
 
@@ -39,6 +46,7 @@ static const char usage_text[] =
     "usage: keras_mlp [--chip NAME] [--hidden N] [--epochs N] [--batch N] [--lr X]\n"
     "                 [--steps-per-execution N|auto] [--validation-split X] [--seed N]\n"
     "                 [--threads N] [--data DIR] [--train-examples N] [--quiet]\n"
+    "                 [--estimator-style]\n"
     "Trains a 784-N-10 MLP on Fashion-MNIST with the Keras-style API (compile, fit with\n"
     "validation_split, evaluate) on a simulated chip and prints its test accuracy.\n";
 
@@ -82,6 +90,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         }
         if (!strcmp(f, "--quiet")) {
             o->quiet = true;
+            continue;
+        }
+        if (!strcmp(f, "--estimator-style")) {
+            o->estimator_style = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -147,6 +159,42 @@ static int fail(const char *what, const struct tpu_diag *d)
     return 1;
 }
 
+/* The TPUEstimator way: an estimator with the run config and the model compile makes,
+ * trained on the training rows fit trains on (the first n * (1 - validation_split)) through
+ * the dataset input, whose epoch e is tpu_dataset_shuffle(seed, e) as fit's, for the steps
+ * fit runs (epochs * ceil(rows / batch)), then evaluated on the test set. */
+static int estimator_style(const struct opts *o, struct tpu_device *dev,
+                           const struct tpu_net *net, const struct tpu_keras_compile *c,
+                           const struct tpu_dataset *train, const struct tpu_dataset *test,
+                           struct tpu_eval_result *res, struct tpu_diag *d)
+{
+    struct tpu_model model;
+    int rc = tpu_net_model(&model, net, &c->optimizer, d);
+    if (rc)
+        return rc;
+    struct tpu_run_config cfg = c->run;
+    cfg.train_batch_size = (uint32_t)o->batch;
+    cfg.eval_batch_size = (uint32_t)o->batch;
+    cfg.iterations_per_loop = o->spe_auto ? 1 : o->spe;
+    struct tpu_estimator *est = NULL;
+    if ((rc = tpu_estimator_create(dev, &cfg, &model, NULL, 0, &est, d)))
+        return rc;
+    struct tpu_dataset rows = *train;
+    if (o->validation_split > 0)
+        rows.n_examples = (uint32_t)((double)train->n_examples * (1.0 - o->validation_split));
+    struct tpu_dataset_input in, ev;
+    tpu_dataset_input_init(&in, &rows, o->seed);
+    tpu_dataset_input_init(&ev, test, o->seed);
+    const uint64_t steps = o->epochs * ((rows.n_examples + o->batch - 1) / o->batch);
+    rc = tpu_estimator_train(est, &in.input, steps, 0, d);
+    if (!rc)
+        rc = tpu_estimator_evaluate(est, &ev.input, 0, res, d);
+    tpu_dataset_input_free(&in);
+    tpu_dataset_input_free(&ev);
+    tpu_estimator_destroy(&est);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
@@ -204,6 +252,17 @@ int main(int argc, char **argv)
     c.steps_per_execution = o.spe;
     c.steps_per_execution_auto = o.spe_auto;
     c.run.seed = o.seed;
+    if (o.estimator_style) {
+        struct tpu_eval_result res;
+        if (estimator_style(&o, dev, net, &c, &train, &test, &res, &d)) {
+            status = fail("the estimator-style run", &d);
+            goto out;
+        }
+        printf("test accuracy: %.4f (loss %.4f, %llu examples)\n", res.accuracy, res.loss,
+               (unsigned long long)res.examples);
+        status = 0;
+        goto out;
+    }
     if (tpu_keras_model_compile(dev, net, &c, &m, &d)) {
         status = fail("compile", &d);
         goto out;

@@ -62,6 +62,20 @@ def verbose2_lines():
 
 
 @case
+def verbose_auto_off_a_terminal_is_2():
+    # Keras's 'auto' is 1; tpusim's is 1 on a terminal only, a difference the help states
+    auto = run(*BASE, '--epochs', '2')
+    assert auto.stdout == run(*BASE, '--epochs', '2', '--verbose', '2').stdout, auto.stdout
+    assert '\r' not in auto.stdout, auto.stdout
+    help_text = ' '.join(run('fit', '--help').stdout.split())
+    assert ("without --verbose (Keras's verbose='auto', which is 1 unless absl logging is on) "
+            'the progress bar is shown on a terminal only') in help_text, help_text
+    assert ("LearningRateScheduler's message prints the rate as the float32 the chip uses "
+            '(0.0005), where Keras prints the double of that float32 (0.0005000000237487257)'
+            ) in help_text, help_text
+
+
+@case
 def one_epoch_has_no_epoch_line():
     p = run(*BASE, '--verbose', '2')
     assert 'Epoch ' not in p.stdout, p.stdout  # Keras prints "Epoch k/n" only when n > 1
@@ -103,6 +117,24 @@ def validation_split_adds_val_logs():
     assert ['val_loss' in l for l in lines] == [False, True, False], p.stdout
     p = run(*BASE, '--epochs', '3', '--verbose', '2', '--validation-split', '0.25',
             '--validation-freq', '1,3')
+    lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]
+    assert ['val_loss' in l for l in lines] == [True, False, True], p.stdout
+    # a list of one epoch (Keras's validation_freq=[3]: epoch 3 only, not every third), and
+    # a list in any order with a repeat (Keras tests `epoch in validation_freq`)
+    for freq in ('[3]', '3,'):
+        p = run(*BASE, '--epochs', '6', '--verbose', '2', '--validation-split', '0.25',
+                '--validation-freq', freq)
+        lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]
+        assert ['val_loss' in l for l in lines] == [False, False, True, False, False,
+                                                     False], (freq, p.stdout)
+    # validation that runs short says so, as Keras's evaluate does (50 rows: 2 batches)
+    p = run(*BASE, '--verbose', '2', '--validation-split', '0.25', '--validation-steps', '100')
+    assert ('tpusim fit: warning: Your input ran out of data; interrupting training.'
+            in p.stderr and '(in this case, 100 batches)' in p.stderr), p.stderr
+    p = run(*BASE, '--verbose', '2', '--validation-split', '0.25', '--validation-steps', '2')
+    assert p.stderr == '', p.stderr
+    p = run(*BASE, '--epochs', '3', '--verbose', '2', '--validation-split', '0.25',
+            '--validation-freq', '3,1,3')
     lines = [l for l in p.stdout.splitlines() if l.startswith('5/5')]
     assert ['val_loss' in l for l in lines] == [True, False, True], p.stdout
 
@@ -231,10 +263,18 @@ def option_errors():
     e([*BASE, '--epochs', '0'], 2, "--epochs '0' is not a whole number from 1 to 1000000")
     e([*BASE, '--steps-per-execution', '0'], 2,
       "--steps-per-execution '0' is neither a whole number of batches from 1 to "
-      "1099511627776 nor 'auto'; give e.g. --steps-per-execution 32")
-    e([*BASE, '--validation-freq', '3,2'], 2,
-      "--validation-freq '3,2' is neither a whole number of epochs from 1 to 1000000 nor a "
-      "list of at most 64 increasing epochs (1-based)")
+      "1000000000000 nor 'auto'; give e.g. --steps-per-execution 32")
+    # the CLI's bound is compile's (TPU_TUNER_MAX_STEPS): one above is a usage error, the
+    # bound itself runs (cut to the epoch's 7 batches)
+    e([*BASE, '--steps-per-execution', '1000000000001'], 2,
+      "--steps-per-execution '1000000000001' is neither a whole number of batches from 1 to "
+      "1000000000000 nor 'auto'")
+    run(*BASE, '--steps-per-execution', '1000000000000', '--verbose', '0')
+    e([*BASE, '--validation-freq', '3,,2'], 2,
+      "--validation-freq '3,,2' is neither a whole number of epochs from 1 to 1000000 nor a "
+      "list of at most 64 epochs (1-based); give e.g. --validation-freq 2 (every second "
+      "epoch), --validation-freq 1,5,10 or, for one epoch only, --validation-freq [3] (or 3,)")
+    e([*BASE, '--validation-freq', '[]'], 2, "--validation-freq '[]' is neither")
     e([*BASE, '--validation-steps', '2'], 2,
       '--validation-steps applies to validation, and there is none: give --validation-split')
     e([*BASE, '--validation-split', '1'], 2,

@@ -699,6 +699,28 @@ static void test_validation_freq(void **state)
     assert_string_equal(r2.log, "tb eb0 bb0 be1 vb tbe0 ve ee0v eb1 bb0 be1 ee1 "
                                 "eb2 bb0 be1 ee2 eb3 bb0 be1 vb tbe0 ve ee3v te ");
     tpu_history_free(&h);
+
+    /* the list [3] (validation_freq_is_list): epoch 3 only, where the integer 3 would be
+     * epochs 3 and 6; and a list in any order with a repeat, [4, 1, 4] */
+    f.epochs = 6;
+    f.n_validation_freq = 1;
+    f.validation_freq[0] = 3;
+    f.validation_freq_is_list = true;
+    f.callbacks = NULL;
+    f.n_callbacks = 0;
+    do_fit(e, &f, &h);
+    assert_int_equal(h.n_epochs, 6);
+    for (uint32_t i = 0; i < 6; i++)
+        assert_int_equal(!!isfinite(tpu_logs_get(&h.epochs[i], "val_loss")), i == 2);
+    tpu_history_free(&h);
+    f.n_validation_freq = 3;
+    f.validation_freq[0] = 4;
+    f.validation_freq[1] = 1;
+    f.validation_freq[2] = 4;
+    do_fit(e, &f, &h);
+    for (uint32_t i = 0; i < 6; i++)
+        assert_int_equal(!!isfinite(tpu_logs_get(&h.epochs[i], "val_loss")), i == 0 || i == 3);
+    tpu_history_free(&h);
 }
 
 /* ---- weights: fit against a direct estimator run with the row weights of Keras's formula --- */
@@ -831,6 +853,133 @@ static void test_fit_is_the_estimator_bit_for_bit(void **state)
     float *want[4];
     direct_run(e, &v, NULL, false, 8, 3, 8, want);
     assert_int_equal(same_params(e, want), 0);
+}
+
+/* the params now, for same_params (which frees them) */
+static void snapshot_params(struct env *e, float *out[4])
+{
+    struct tpu_diag d = {0};
+    for (int i = 0; i < 4; i++) {
+        out[i] = malloc(param_floats[i] * sizeof(float));
+        assert_non_null(out[i]);
+        ok(tpu_estimator_read_param(tpu_keras_model_estimator(e->m), param_names[i], out[i],
+                                    param_floats[i] * sizeof(float), &d), &d);
+    }
+}
+
+/* fit on arrays is one stream over the epochs (Keras's repeat(epochs) of the batched
+ * arrays): an epoch of steps_per_epoch steps continues where the last one stopped, each
+ * pass with its own shuffle and its own partial last batch, so 2 epochs of 5 steps are 1
+ * epoch of 10 steps bit for bit, and 3 epochs of 2 steps are 2 epochs of 3 */
+static void test_epochs_continue_one_stream(void **state)
+{
+    struct env *e = *state;
+    struct tpu_history h;
+    struct tpu_keras_fit f;
+    float *want[4];
+
+    /* 40 rows, batches of 4: 10 batches per pass, shuffled */
+    struct tpu_dataset v = view(e, 0, 40);
+    compile_spe(e, 2, false);
+    fit_arrays(&f, &v, 4, NULL);
+    f.shuffle = true;
+    f.steps_per_epoch = 10;
+    do_fit(e, &f, &h);
+    tpu_history_free(&h);
+    snapshot_params(e, want);
+    compile_spe(e, 2, false);
+    f.epochs = 2;
+    f.steps_per_epoch = 5;
+    do_fit(e, &f, &h);
+    assert_string_equal(h.warning, "");
+    tpu_history_free(&h);
+    assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 10);
+    assert_int_equal(same_params(e, want), 0);
+
+    /* 18 rows, batches of 8: 8, 8 and 2 rows per pass; passes cross epochs */
+    v = view(e, 0, 18);
+    compile_spe(e, 2, false);
+    fit_arrays(&f, &v, 8, NULL);
+    f.shuffle = true;
+    f.epochs = 2;
+    do_fit(e, &f, &h);
+    tpu_history_free(&h);
+    snapshot_params(e, want);
+    compile_spe(e, 2, false);
+    f.epochs = 3;
+    f.steps_per_epoch = 2;
+    do_fit(e, &f, &h);
+    assert_string_equal(h.warning, "");
+    assert_int_equal(h.n_epochs, 3);
+    tpu_history_free(&h);
+    assert_int_equal(same_params(e, want), 0);
+}
+
+/* steps_per_epoch above a pass's batches runs into the next pass; the stream holds
+ * `epochs` passes (40 rows, batches of 4: 20 batches for 2 epochs), so epochs of 15 steps
+ * train 15, then 5, then Keras's ran-out warning */
+static void test_epoch_longer_than_a_pass(void **state)
+{
+    struct env *e = *state;
+    compile_spe(e, 4, false);
+    struct rec r;
+    struct tpu_callback cb = recorder(&r);
+    struct tpu_dataset v = view(e, 0, 40);
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &v, 4, &cb);
+    f.epochs = 2;
+    f.steps_per_epoch = 15;
+    struct tpu_history h;
+    do_fit(e, &f, &h);
+    assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 20);
+    assert_int_equal(h.n_epochs, 2);
+    assert_non_null(strstr(h.warning, "Your input ran out of data; interrupting training."));
+    assert_non_null(strstr(h.warning, "(in this case, 30 batches)"));
+    tpu_history_free(&h);
+}
+
+/* validation and evaluate that run short warn as Keras's evaluate does (steps * 1) */
+static void test_validation_running_short_warns(void **state)
+{
+    struct env *e = *state;
+    compile_spe(e, 1, false);
+    struct tpu_dataset v = view(e, 0, 16);
+    struct tpu_dataset val = view(e, 16, 8); /* one batch of 8 */
+    struct tpu_keras_fit f;
+    fit_arrays(&f, &v, 8, NULL);
+    f.validation_data.arrays = &val;
+    f.validation_steps = 100;
+    struct tpu_history h;
+    struct tpu_diag d = {0};
+    ok(tpu_keras_fit(e->m, &f, &h, &d), &d);
+    assert_string_equal(h.warning, "Your input ran out of data; interrupting training. Make "
+                                   "sure that your dataset or generator can generate at least "
+                                   "`steps_per_epoch * epochs` batches (in this case, 100 "
+                                   "batches). You may need to use the repeat() function when "
+                                   "building your dataset.");
+    assert_true(isfinite(tpu_logs_get(&h.epochs[0], "val_loss")));
+    tpu_history_free(&h);
+    /* exactly the batches there are: no warning */
+    f.validation_steps = 1;
+    ok(tpu_keras_fit(e->m, &f, &h, &d), &d);
+    assert_string_equal(h.warning, "");
+    tpu_history_free(&h);
+
+    struct tpu_keras_evaluate ev;
+    tpu_keras_evaluate_default(&ev);
+    ev.data.arrays = &val;
+    ev.batch_size = 8;
+    ev.verbose = 0;
+    ev.steps = 3;
+    struct tpu_logs lg;
+    tpu_diag_clear(&d);
+    ok(tpu_keras_evaluate(e->m, &ev, &lg, &d), &d);
+    assert_non_null(strstr(d.msg, "warning: Your input ran out of data; interrupting "
+                                  "training."));
+    assert_non_null(strstr(d.msg, "(in this case, 3 batches)"));
+    ev.steps = 1;
+    ok(tpu_keras_evaluate(e->m, &ev, &lg, &d), &d);
+    assert_string_equal(d.msg, "");
 }
 
 static void test_partial_last_batch_is_trained(void **state)
@@ -967,10 +1116,46 @@ static void test_unknown_size_with_executions_is_refused(void **state)
     struct tpu_diag d = {0};
     assert_int_equal(tpu_keras_fit(e->m, &f, &h, &d), TPU_EINVAL);
     assert_string_equal(d.msg, "Could not infer the size of the data. With "
-                               "`steps_per_execution > 1` (here 4), you must specify the "
-                               "number of steps to run: give steps_per_epoch for the input "
-                               "function");
+                               "`steps_per_execution > 1`, you must specify the number of "
+                               "steps to run. (tpusim: steps_per_execution is 4 and fit's "
+                               "data is an input function without steps_per_epoch: give "
+                               "steps_per_epoch)");
     assert_int_equal(s.calls, 0);
+    /* the same check for validation_data, evaluate and predict (Keras's DataHandler
+     * validates each of them) */
+    struct tpu_keras_fit fa;
+    fit_arrays(&fa, &v, 4, NULL);
+    fa.validation_data.input = &in;
+    assert_int_equal(tpu_keras_fit(e->m, &fa, &h, &d), TPU_EINVAL);
+    assert_string_equal(d.msg, "Could not infer the size of the data. With "
+                               "`steps_per_execution > 1`, you must specify the number of "
+                               "steps to run. (tpusim: steps_per_execution is 4 and "
+                               "validation_data is an input function without "
+                               "validation_steps: give validation_steps)");
+    struct tpu_keras_evaluate ev;
+    tpu_keras_evaluate_default(&ev);
+    ev.data.input = &in;
+    ev.batch_size = 4;
+    ev.verbose = 0;
+    struct tpu_logs lg;
+    assert_int_equal(tpu_keras_evaluate(e->m, &ev, &lg, &d), TPU_EINVAL);
+    assert_string_equal(d.msg, "Could not infer the size of the data. With "
+                               "`steps_per_execution > 1`, you must specify the number of "
+                               "steps to run. (tpusim: steps_per_execution is 4 and evaluate's "
+                               "data is an input function without steps: give steps)");
+    float *rows = NULL;
+    uint64_t n_rows = 0;
+    uint32_t cols = 0;
+    assert_int_equal(tpu_keras_predict(e->m, &ev, &rows, &n_rows, &cols, &d), TPU_EINVAL);
+    assert_non_null(strstr(d.msg, "(tpusim: steps_per_execution is 4 and predict's data is "
+                                  "an input function without steps: give steps)"));
+    assert_null(rows);
+    assert_int_equal(s.calls, 0);
+    /* given steps, evaluate runs */
+    ev.steps = 2;
+    ok(tpu_keras_evaluate(e->m, &ev, &lg, &d), &d);
+    assert_int_equal(s.calls, 4);
+    s.calls = 0;
     /* with steps_per_execution 1 the first epoch runs until the input ends and sets the
      * epoch's size (Keras's inferred steps) */
     compile_spe(e, 1, false);
@@ -1258,6 +1443,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_validation_freq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fit_is_the_estimator_bit_for_bit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partial_last_batch_is_trained, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epochs_continue_one_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_validation_running_short_warns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epoch_longer_than_a_pass, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_weight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_class_weight_is_a_sample_weight_per_class, setup,
                                         teardown),

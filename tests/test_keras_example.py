@@ -6,6 +6,10 @@
   - steps_per_execution changes how many batches each execution runs, never the model: the
     test accuracy line is the same, byte for byte, for 1, 7 and 'auto';
   - a small budget reaches a stated accuracy floor;
+  - fit is the estimator-style run of the same net: --estimator-style (runtime.h's estimator
+    over the same training rows, shuffled with the same seed, for the same steps) prints the
+    same test accuracy and loss line, byte for byte, where the training rows split into
+    whole batches (1280 rows, validation_split 0.1: 1152 = 18 batches of 64);
   - a flag it does not know, or a bad value, is a usage error (exit 2) naming the flag.
 
 Every run is deterministic (fixed seed, no shuffle differences between the runs compared),
@@ -60,6 +64,19 @@ def steps_per_execution_does_not_change_the_model():
     last = {spe: small('--steps-per-execution', spe).stdout.splitlines()[-1]
             for spe in ('1', '7', 'auto')}
     assert len(set(last.values())) == 1, last
+
+
+@case
+def fit_is_the_estimator_style_run():
+    need_data()
+    examples = '640' if SANITIZED else '1280'  # 576 or 1152 training rows: whole batches
+    args = ('--train-examples', examples, '--batch', '64', '--threads', '1', '--epochs', '2',
+            '--steps-per-execution', '7')
+    fit = run(*args).stdout.splitlines()
+    est = run(*args, '--estimator-style').stdout.splitlines()
+    assert len(fit) == 3 and len(est) == 1, (fit, est)
+    assert ACCURACY.match(est[0]), est
+    assert fit[-1] == est[0], (fit[-1], est[0])
 
 
 @case

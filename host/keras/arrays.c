@@ -1,9 +1,12 @@
 /* The input function over arrays of fit, evaluate, predict and the *_on_batch calls
  * (keras_int.h says which rows each call gets and how the row weights are made). It is a
  * runtime.h input function: the estimator calls it from its infeed threads, one call at a
- * time, and it keeps no state but its count of calls. Unlike dataset_input.c's endless
- * training stream, a pass here is one epoch (fit calls the estimator once per epoch), so a
- * pass starts at its first row whatever the global step. */
+ * time, and it keeps no state but its count of calls and, for fit, where its stream stands.
+ * fit's training data is one stream of `epochs` passes over the batched arrays, as Keras's
+ * TensorLikeDataAdapter repeats them: each pass ends with its own partial batch and has its
+ * own order, and an epoch of steps_per_epoch steps continues where the previous one
+ * stopped, into the next pass if it must (fit calls the estimator once per epoch and sets
+ * stream_base, the stream's step, before each call). */
 #include <string.h>
 
 #include "keras/keras_int.h"
@@ -40,12 +43,17 @@ static int next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
     (void)d;
     const uint32_t g = a->global_batch && a->global_batch >= batch ? a->global_batch : batch;
     const uint64_t per_step = g / batch ? g / batch : 1;
-    const uint64_t step = a->calls / per_step, slot = a->calls % per_step;
-    const uint64_t step_first = step * g, first = step_first + slot * batch;
-    /* the end of the data: a step that would begin past it, or (evaluation and prediction,
-     * read as dataset_input.c reads them) a call past it */
-    if (step_first >= n || (mode != TPU_MODE_TRAIN && first >= n))
+    const uint64_t per_pass = (n + g - 1) / g;
+    const uint64_t sstep = a->stream_base + a->calls / per_step, slot = a->calls % per_step;
+    /* the end of the data: a step past the last pass's last, or (evaluation and
+     * prediction, read as dataset_input.c reads them) a call past it */
+    if (per_pass == 0 || sstep / per_pass >= a->n_passes)
         return 0;
+    const uint64_t step = sstep % per_pass;
+    const uint64_t step_first = step * g, first = step_first + slot * batch;
+    if (mode != TPU_MODE_TRAIN && first >= n)
+        return 0;
+    tpu__keras_arrays_use_pass(a, sstep / per_pass);
     a->calls++;
     float *x = tensors[0];
     const bool with_y = mode != TPU_MODE_PREDICT;
@@ -84,9 +92,32 @@ void tpu__keras_arrays_init(struct tpu__keras_arrays *a, const struct tpu_datase
     a->n_class_weight = n_class_weight;
     a->perm = perm;
     a->scale = 1;
+    a->n_passes = 1;
+    a->perm_pass = UINT64_MAX;
     a->input.ctx = a;
     a->input.next = next;
     a->input.start = start;
+}
+
+void tpu__keras_arrays_stream(struct tpu__keras_arrays *a, uint64_t n_passes, uint32_t *perm,
+                              uint64_t seed, uint64_t first_epoch)
+{
+    a->n_passes = n_passes;
+    a->stream_base = 0;
+    a->perm = perm;
+    a->shuffle_perm = perm;
+    a->seed = seed;
+    a->first_epoch = first_epoch;
+    a->perm_pass = UINT64_MAX;
+}
+
+void tpu__keras_arrays_use_pass(struct tpu__keras_arrays *a, uint64_t pass)
+{
+    if (!a->shuffle_perm || a->perm_pass == pass)
+        return;
+    (void)tpu_dataset_shuffle(a->shuffle_perm, a->ds->n_examples, a->seed,
+                              a->first_epoch + pass);
+    a->perm_pass = pass;
 }
 
 void tpu__keras_dataset_view(const struct tpu_dataset *ds, uint32_t first, uint32_t n,

@@ -98,7 +98,8 @@ static int mae_of(struct tpu_keras_model *m, const struct tpu_dataset *ds, uint3
 int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_data *data,
                              uint32_t batch_size, uint64_t steps,
                              const struct tpu_callback *cbs, size_t n_cbs,
-                             struct tpu_logs *logs, struct tpu_diag *d)
+                             struct tpu_logs *logs, char *warning, size_t warning_size,
+                             struct tpu_diag *d)
 {
     memset(logs, 0, sizeof *logs);
     int rc = tpu__keras_configure(m, TPU_MODE_EVAL, batch_size, m->cfg.sample_weights, 0, d);
@@ -120,6 +121,8 @@ int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_d
     m->run = prev;
     if (rc)
         return rc;
+    if (steps && res.steps < steps && warning && warning_size)
+        snprintf(warning, warning_size, TPU__KERAS_RAN_OUT, (unsigned long long)steps);
     /* the pass's own figures: exactly the examples given */
     tpu_logs_set(logs, "loss", res.loss);
     bool want_mae = false;
@@ -171,6 +174,22 @@ static uint64_t call_steps(const struct tpu_keras_data *data, uint32_t batch, ui
     return steps && steps < all ? steps : all;
 }
 
+int tpu__keras_check_known_size(const struct tpu_keras_model *m,
+                                const struct tpu_keras_data *data, uint64_t steps,
+                                const char *what, const char *steps_arg, struct tpu_diag *d)
+{
+    /* an execution must be cut at the pass's end, which needs the pass's size */
+    if (data->input && !steps && !m->c.steps_per_execution_auto &&
+        m->c.steps_per_execution > 1)
+        return tpu__fail(d, TPU_EINVAL, "Could not infer the size of the data. With "
+                         "`steps_per_execution > 1`, you must specify the number of steps to "
+                         "run. (tpusim: steps_per_execution is %llu and %s is an input "
+                         "function without %s: give %s)",
+                         (unsigned long long)m->c.steps_per_execution, what, steps_arg,
+                         steps_arg);
+    return 0;
+}
+
 static int check_evaluate(const struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,
                           const char *what, enum tpu_mode mode, uint32_t batch,
                           struct tpu_diag *d)
@@ -191,7 +210,9 @@ static int check_evaluate(const struct tpu_keras_model *m, const struct tpu_kera
     if (e->n_callbacks && !e->callbacks)
         return tpu__fail(d, TPU_EINVAL, "n_callbacks is %zu but callbacks is NULL; give the "
                          "array of callbacks or 0", e->n_callbacks);
-    return 0;
+    char data_name[64];
+    snprintf(data_name, sizeof data_name, "%s's data", what);
+    return tpu__keras_check_known_size(m, &e->data, e->steps, data_name, "steps", d);
 }
 
 int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,
@@ -211,8 +232,12 @@ int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluat
         return rc;
     tpu__keras_set_params(cbs.all, cbs.n, tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
                           call_steps(&e->data, batch, e->steps));
-    rc = tpu__keras_evaluate_data(m, &e->data, batch, e->steps, cbs.all, cbs.n, logs, d);
+    char warning[512] = "";
+    rc = tpu__keras_evaluate_data(m, &e->data, batch, e->steps, cbs.all, cbs.n, logs,
+                                  warning, sizeof warning, d);
     tpu__keras_cbs_free(&cbs);
+    if (!rc && warning[0])
+        tpu__fail(d, 0, "warning: %s", warning);
     return rc;
 }
 
@@ -325,7 +350,7 @@ int tpu_keras_test_on_batch(struct tpu_keras_model *m, const struct tpu_dataset 
     struct tpu_keras_data data = {.arrays = batch};
     return tpu__keras_evaluate_data(
         m, &data, round_up(batch->n_examples, tpu__keras_batch_unit(m, TPU_MODE_EVAL)), 0,
-        NULL, 0, logs, d);
+        NULL, 0, logs, NULL, 0, d);
 }
 
 int tpu_keras_predict_on_batch(struct tpu_keras_model *m, const struct tpu_dataset *batch,

@@ -7,8 +7,10 @@
  * (evaluate.c) at the end of the epochs validation_freq selects.
  *
  * The arrays' input (arrays.c): validation_split takes the last fraction of the arrays
- * before any shuffling; each epoch's order is tpu_dataset_shuffle(seed, epoch) (identity
- * without shuffle); a partial last batch is trained on its real rows, which takes the
+ * before any shuffling; the training data is one stream of (epochs - initial_epoch) passes,
+ * as Keras's repeat(epochs), and an epoch continues it where the last one stopped; pass p's
+ * order is tpu_dataset_shuffle(seed, initial_epoch + p) (identity without shuffle), so
+ * without steps_per_epoch an epoch is a pass, epoch e in order e; a partial last batch is trained on its real rows, which takes the
  * weighted training program (the row weights carry 1 / real rows); so do sample_weight and
  * class_weight. Otherwise the unweighted program runs, the one an estimator-style run uses,
  * so fit and a direct estimator run of the same steps give the same params bit for bit. */
@@ -20,11 +22,7 @@
 #include "keras/keras_int.h"
 #include "util.h"
 
-/* Keras 2.15's warning (data_adapter.py, DataHandler.catch_stop_iteration) */
-#define RAN_OUT                                                                               \
-    "Your input ran out of data; interrupting training. Make sure that your dataset or "     \
-    "generator can generate at least `steps_per_epoch * epochs` batches (in this case, %llu " \
-    "batches). You may need to use the repeat() function when building your dataset."
+#define RAN_OUT TPU__KERAS_RAN_OUT
 
 /* An input function's training epoch of unknown size runs until the input ends. */
 #define UNKNOWN_STEPS (UINT64_C(1) << 60)
@@ -108,21 +106,17 @@ static int check_fit(const struct tpu_keras_model *m, const struct tpu_keras_fit
         return tpu__fail(d, TPU_EINVAL, "n_class_weight is %u but class_weight is NULL; give "
                          "the weights or 0", f->n_class_weight);
     }
-    /* Keras's DataHandler: an execution must be cut at the epoch's end, which needs the
-     * epoch's size */
-    if (f->data.input && !f->steps_per_epoch && !m->c.steps_per_execution_auto &&
-        m->c.steps_per_execution > 1)
-        return tpu__fail(d, TPU_EINVAL, "Could not infer the size of the data. With "
-                         "`steps_per_execution > 1` (here %llu), you must specify the number "
-                         "of steps to run: give steps_per_epoch for the input function",
-                         (unsigned long long)m->c.steps_per_execution);
-    return 0;
+    if ((rc = tpu__keras_check_known_size(m, &f->data, f->steps_per_epoch, "fit's data",
+                                          "steps_per_epoch", d)))
+        return rc;
+    return tpu__keras_check_known_size(m, &f->validation_data, f->validation_steps,
+                                       "validation_data", "validation_steps", d);
 }
 
 static bool should_validate(const struct tpu_keras_fit *f, uint64_t epoch)
 {
     const uint64_t e1 = epoch + 1; /* Keras's one-indexed epoch */
-    if (f->n_validation_freq <= 1)
+    if (f->n_validation_freq <= 1 && !f->validation_freq_is_list)
         return e1 % (f->n_validation_freq ? f->validation_freq[0] : 1) == 0;
     for (uint32_t i = 0; i < f->n_validation_freq; i++)
         if (f->validation_freq[i] == e1)
@@ -136,8 +130,9 @@ struct fit_state {
     const struct tpu_dataset *train;       /* the training arrays (a view) or NULL */
     struct tpu_keras_data val;             /* the validation data, or none */
     uint32_t *perm;                        /* [n] with shuffle */
-    double *wsum;                          /* [steps + 1] with weights */
-    uint64_t n_batches;                    /* the arrays' batches per epoch */
+    double *wsum;                          /* [n_wsum + 1] with weights */
+    uint64_t n_wsum;                       /* an epoch's steps, at most the stream's */
+    uint64_t n_batches;                    /* the arrays' batches per pass */
 };
 
 int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
@@ -202,14 +197,23 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
             return tpu__fail(d, TPU_ENOMEM, "out of memory for the shuffle of %u examples",
                              s.train->n_examples);
     }
+    const uint64_t n_epochs = f->epochs > f->initial_epoch ? f->epochs - f->initial_epoch : 0;
     if (use_weights_sum) {
-        s.wsum = malloc((size_t)(s.n_batches + 1) * sizeof *s.wsum);
+        /* an epoch runs at most the stream's n_epochs passes */
+        s.n_wsum = epoch_steps;
+        if (n_epochs && s.n_wsum / n_epochs >= s.n_batches)
+            s.n_wsum = n_epochs * s.n_batches;
+        if (s.n_wsum > (SIZE_MAX / sizeof *s.wsum) - 1) {
+            free(s.perm);
+            return tpu__fail(d, TPU_ENOMEM, "out of memory for the weights' sums of %llu "
+                             "steps", (unsigned long long)s.n_wsum);
+        }
+        s.wsum = malloc((size_t)(s.n_wsum + 1) * sizeof *s.wsum);
         if (!s.wsum) {
             free(s.perm);
             return tpu__fail(d, TPU_ENOMEM, "out of memory for the weights' sums");
         }
     }
-    const uint64_t n_epochs = f->epochs > f->initial_epoch ? f->epochs - f->initial_epoch : 0;
     if (n_epochs) {
         history->epochs = calloc(n_epochs, sizeof *history->epochs);
         if (!history->epochs) {
@@ -228,6 +232,16 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
         return rc;
     }
     m->stop_training = false;
+    /* the arrays' one stream of n_epochs passes (arrays.c) and its position */
+    struct tpu__keras_arrays arr;
+    uint64_t stream_pos = 0;
+    if (s.train) {
+        tpu__keras_arrays_init(&arr, s.train, f->data.sample_weight, f->class_weight,
+                               f->n_class_weight, s.perm);
+        tpu__keras_arrays_stream(&arr, n_epochs, s.perm, m->cfg.seed, f->initial_epoch);
+        arr.weighted = weighted;
+        arr.scale = m->cfg.per_host_input_for_training == TPU_BROADCAST ? m->n_replicas : 1;
+    }
     struct tpu_logs last_logs = {0};
     bool insufficient = false;
     uint64_t inferred = epoch_steps; /* 0: not known yet */
@@ -241,31 +255,30 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
             break;
         if ((rc = tpu__keras_configure(m, TPU_MODE_TRAIN, batch, weighted, 0, d)))
             break;
-        struct tpu__keras_arrays arr;
         const struct tpu_input *input = f->data.input;
         struct tpu__keras_run run = {.mode = TPU_MODE_TRAIN, .cbs = cbs.all, .n_cbs = cbs.n};
         if (s.train) {
-            if (s.perm)
-                tpu_dataset_shuffle(s.perm, s.train->n_examples, m->cfg.seed, epoch);
-            tpu__keras_arrays_init(&arr, s.train, f->data.sample_weight, f->class_weight,
-                                   f->n_class_weight, s.perm);
-            arr.weighted = weighted;
-            arr.scale = m->cfg.per_host_input_for_training == TPU_BROADCAST ? m->n_replicas
-                                                                             : 1;
+            arr.stream_base = stream_pos;
             input = &arr.input;
             if (s.wsum) {
+                /* the weights' sums of this epoch's steps, which may cross passes */
+                const uint64_t total = n_epochs * s.n_batches;
+                uint64_t k = total - stream_pos < inferred ? total - stream_pos : inferred;
+                k = k < s.n_wsum ? k : s.n_wsum;
                 s.wsum[0] = 0;
-                for (uint64_t st = 0; st < s.n_batches; st++) {
+                for (uint64_t st = 0; st < k; st++) {
+                    const uint64_t ss = stream_pos + st, step = ss % s.n_batches;
+                    tpu__keras_arrays_use_pass(&arr, ss / s.n_batches);
                     double sum = 0;
-                    uint64_t end = (st + 1) * batch < s.train->n_examples
-                                       ? (st + 1) * batch : s.train->n_examples;
-                    for (uint64_t r = st * batch; r < end; r++)
+                    uint64_t end = (step + 1) * batch < s.train->n_examples
+                                       ? (step + 1) * batch : s.train->n_examples;
+                    for (uint64_t r = step * batch; r < end; r++)
                         sum += tpu__keras_example_weight(&arr, s.perm ? s.perm[r]
                                                                       : (uint32_t)r);
                     s.wsum[st + 1] = s.wsum[st] + sum;
                 }
                 run.wsum = s.wsum;
-                run.n_wsum = s.n_batches;
+                run.n_wsum = k;
             }
         }
         const uint64_t want = inferred ? inferred : UNKNOWN_STEPS;
@@ -281,6 +294,7 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
             break;
         }
         const uint64_t ran = tpu_estimator_global_step(m->est) - before;
+        stream_pos += ran;
         if (ran == 0 && inferred && history->n_epochs) {
             /* the input ended at an epoch's start: the warning, and no end hooks for an
              * epoch without a batch (Keras would hand them the previous epoch's logs) */
@@ -306,8 +320,13 @@ int tpu_keras_fit(struct tpu_keras_model *m, const struct tpu_keras_fit *f,
         struct tpu_logs logs = run.logs;
         if (validate && should_validate(f, epoch)) {
             struct tpu_logs vlogs;
+            /* validation that runs out warns as Keras's evaluate does (steps * 1), unless
+             * the history holds a warning already */
+            char vwarn[sizeof history->warning] = "";
             rc = tpu__keras_evaluate_data(m, &s.val, val_batch, f->validation_steps,
-                                          cbs.all, cbs.n, &vlogs, d);
+                                          cbs.all, cbs.n, &vlogs, vwarn, sizeof vwarn, d);
+            if (!rc && vwarn[0] && !history->warning[0])
+                memcpy(history->warning, vwarn, sizeof vwarn);
             if (rc)
                 break;
             for (uint32_t i = 0; i < vlogs.n; i++) {

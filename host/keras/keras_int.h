@@ -32,7 +32,25 @@ struct tpu__keras_arrays {
     uint32_t scale;                  /* >= 1 */
     uint32_t global_batch;           /* from start() */
     uint64_t calls;                  /* calls since start() */
+    /* fit's stream (tpu__keras_arrays_stream): the steps of n_passes passes, one after
+     * another across start() calls, as Keras's repeat(epochs) over the batched arrays;
+     * stream_base is the stream's step at start() (fit sets it before each epoch). With
+     * shuffle_perm, pass p's order is tpu_dataset_shuffle(shuffle_perm, n, seed,
+     * first_epoch + p), made when a step of pass p is first read after another pass's. */
+    uint64_t n_passes;               /* 1 unless streamed */
+    uint64_t stream_base;
+    uint32_t *shuffle_perm;          /* == perm, or NULL: no reshuffle */
+    uint64_t seed, first_epoch;
+    uint64_t perm_pass;              /* the pass perm holds (UINT64_MAX: none yet) */
 };
+
+/* Makes a a stream of n_passes passes (fit on arrays); perm, if not NULL, is reshuffled
+ * per pass (see above) and stays owned by the caller. */
+void tpu__keras_arrays_stream(struct tpu__keras_arrays *a, uint64_t n_passes, uint32_t *perm,
+                              uint64_t seed, uint64_t first_epoch);
+
+/* Makes perm hold pass `pass`'s order (a no-op without shuffle_perm). */
+void tpu__keras_arrays_use_pass(struct tpu__keras_arrays *a, uint64_t pass);
 
 void tpu__keras_arrays_init(struct tpu__keras_arrays *a, const struct tpu_dataset *ds,
                             const float *sample_weight, const float *class_weight,
@@ -130,12 +148,30 @@ int tpu__keras_verbose(int verbose, bool is_tty);
 int tpu__keras_check_data(const struct tpu_keras_model *m, const struct tpu_keras_data *data,
                           const char *what, struct tpu_diag *d);
 
+/* Keras's DataHandler._validate_data_handler, for fit, its validation, evaluate and
+ * predict: with steps_per_execution > 1 (not 'auto'), an input function of unknown size
+ * needs its steps (`steps_arg`, named in the message; `what` names the data). evaluate.c. */
+int tpu__keras_check_known_size(const struct tpu_keras_model *m,
+                                const struct tpu_keras_data *data, uint64_t steps,
+                                const char *what, const char *steps_arg, struct tpu_diag *d);
+
+/* Keras 2.15's warning (data_adapter.py, DataHandler.catch_stop_iteration), for training
+ * (steps_per_epoch * epochs batches) and evaluation (steps * 1); one %llu: the batches. */
+#define TPU__KERAS_RAN_OUT                                                                    \
+    "Your input ran out of data; interrupting training. Make sure that your dataset or "     \
+    "generator can generate at least `steps_per_epoch * epochs` batches (in this case, %llu " \
+    "batches). You may need to use the repeat() function when building your dataset."
+
 /* An evaluation over `data` (arrays or an input) with batch_size and steps, reporting to
  * the callbacks' test hooks (evaluate, and validation inside fit): fills *logs with "loss"
- * and the metrics (mae from a prediction pass over arrays). evaluate.c. */
+ * and the metrics (mae from a prediction pass over arrays). With steps given and less
+ * data, it runs what there is and writes Keras's ran-out warning (TPU__KERAS_RAN_OUT with
+ * steps) into warning[warning_size], if warning is not NULL; else it leaves it as it is.
+ * evaluate.c. */
 int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_data *data,
                              uint32_t batch_size, uint64_t steps,
                              const struct tpu_callback *cbs, size_t n_cbs,
-                             struct tpu_logs *logs, struct tpu_diag *d);
+                             struct tpu_logs *logs, char *warning, size_t warning_size,
+                             struct tpu_diag *d);
 
 #endif

@@ -325,7 +325,11 @@ struct tpu_keras_fit {
     struct tpu_keras_data data;
     uint32_t batch_size;                /* 0: 32 (arrays); the global batch */
     uint64_t epochs;                    /* default 1 */
-    int verbose;                        /* 0, 1, 2; -1 "auto" (1 on a terminal, else 2) */
+    /* 0, 1, 2; -1 "auto": 1 when out_is_tty, else 2. This differs from Keras 2.15, whose
+     * 'auto' is 1 (unless absl logging or a ParameterServerStrategy): a progress bar's
+     * carriage-return updates written into a pipe or a file are unreadable, so off a
+     * terminal tpusim prints a line per epoch. */
+    int verbose;
     FILE *out;                          /* where verbose writes (NULL: nothing) */
     bool out_is_tty;
     const struct tpu_callback *callbacks;
@@ -340,9 +344,13 @@ struct tpu_keras_fit {
                                            input ends */
     uint64_t validation_steps;          /* 0: the whole validation data */
     uint32_t validation_batch_size;     /* 0: batch_size */
-    uint32_t n_validation_freq;         /* 0 or 1 entry: every validation_freq[0] epochs
-                                           (default 1); more: the epochs (1-based) listed */
+    uint32_t n_validation_freq;         /* 0 or 1 entry (and not validation_freq_is_list):
+                                           every validation_freq[0] epochs (default 1);
+                                           else the epochs (1-based) listed, in any order,
+                                           repeats allowed (Keras: epoch in the container) */
     uint64_t validation_freq[64];
+    bool validation_freq_is_list;       /* Keras's list form even for one entry: [3] is
+                                           epoch 3 only, where the integer 3 is every third */
 };
 
 void tpu_keras_fit_default(struct tpu_keras_fit *f);
@@ -362,7 +370,9 @@ struct tpu_keras_evaluate {
 };
 void tpu_keras_evaluate_default(struct tpu_keras_evaluate *e);
 /* Fills *logs with "loss" and the compiled metrics over exactly the examples given (the
- * last partial batch padded and masked). */
+ * last partial batch padded and masked). steps above the data's batches evaluates what
+ * there is and returns 0 with Keras's warning in d->msg ("warning: Your input ran out of
+ * data; ..."), as fit reports its own (tpu_history.warning). */
 int tpu_keras_evaluate(struct tpu_keras_model *m, const struct tpu_keras_evaluate *e,
                        struct tpu_logs *logs, struct tpu_diag *d);
 
