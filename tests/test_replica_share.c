@@ -25,7 +25,7 @@
 
 enum { BATCH = 16, STEPS = 3 };
 
-enum model_kind { MLP, CNN };
+enum model_kind { MLP, CNN, BN };
 
 /* One training setup: a device (sharing on or off), its estimator and its input. */
 struct run {
@@ -70,6 +70,21 @@ static void run_open(struct run *r, enum model_kind kind, uint32_t replicas, uin
         r->spec.optimizer = TPU_OPT_ADAM;
         r->spec.learning_rate = 0.01f;
         tpu_mlp_model(&r->model, &r->spec);
+    } else if (kind == BN) {
+        /* batch norm: per-replica batch statistics, moving mean and variance (params the
+         * optimizer does not write) and gamma and beta (params it does) */
+        r->net = new_net(4, 4, 1);
+        uint32_t x = conv(r->net, 0, 4, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_NONE, false);
+        x = batch_norm(r->net, x, false);
+        x = unary(r->net, TPU_LAYER_RELU, x);
+        x = unary(r->net, TPU_LAYER_FLATTEN, x);
+        x = dense(r->net, x, TOY_CLASSES, TPU_ACT_NONE);
+        output(r->net, x, TPU_LOSS_SOFTMAX_XENT);
+        tpu_train_spec_default(&r->tspec);
+        r->tspec.optimizer = TPU_OPT_ADAM;
+        r->tspec.learning_rate = 0.01f;
+        r->tspec.seed = 7;
+        ok(tpu_net_model(&r->model, r->net, &r->tspec, &d), &d);
     } else {
         r->net = new_net(4, 4, 1);
         uint32_t x = conv(r->net, 0, 6, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_RELU, true);
@@ -182,7 +197,7 @@ static void same_training(enum model_kind kind, uint32_t replicas, uint32_t P)
         train(&on, 1);
         train(&off, 1);
         snprintf(when, sizeof when, "%s, %u replicas of %u cores, step %d",
-                 kind == MLP ? "MLP" : "CNN", replicas, P, step);
+                 kind == MLP ? "MLP" : kind == CNN ? "CNN" : "batch norm", replicas, P, step);
         assert_same(&on, &off, when);
     }
     train(&on, 2); /* a launch of two steps: the loop runs on the chip */
@@ -204,6 +219,9 @@ static void test_cnn_8x1(void **state) { (void)state; same_training(CNN, 8, 1); 
 static void test_cnn_1x2(void **state) { (void)state; same_training(CNN, 1, 2); }
 static void test_cnn_2x2(void **state) { (void)state; same_training(CNN, 2, 2); }
 static void test_cnn_8x2(void **state) { (void)state; same_training(CNN, 8, 2); }
+static void test_bn_1x1(void **state) { (void)state; same_training(BN, 1, 1); }
+static void test_bn_8x1(void **state) { (void)state; same_training(BN, 8, 1); }
+static void test_bn_2x2(void **state) { (void)state; same_training(BN, 2, 2); }
 
 /* The first param of the program (the first dense kernel): its id and size. */
 static uint32_t first_param(const struct run *r, size_t *bytes)
@@ -307,6 +325,8 @@ int main(void)
         cmocka_unit_test(test_cnn_1x1), cmocka_unit_test(test_cnn_2x1),
         cmocka_unit_test(test_cnn_8x1), cmocka_unit_test(test_cnn_1x2),
         cmocka_unit_test(test_cnn_2x2), cmocka_unit_test(test_cnn_8x2),
+        cmocka_unit_test(test_bn_1x1), cmocka_unit_test(test_bn_8x1),
+        cmocka_unit_test(test_bn_2x2),
         cmocka_unit_test(test_write_diverges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
