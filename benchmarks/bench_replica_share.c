@@ -1,10 +1,11 @@
 /* Replicas that cost little (issue #16, item 4; device.h settings.share_replicas): one
  * functional training run of the MLP 784-512-256-10 on Fashion-MNIST, global batch 1024, 50
- * steps, on a tpu-v2 host of `cores` cores (cores / 2 chips, one replica per core), with
+ * steps, Adam (learning rate 0.001: the CLI's default optimizer, the issue's workload) or SGD
+ * with momentum, on a tpu-v2 host of `cores` cores (cores / 2 chips, one replica per core), with
  * replica sharing on or off. It prints one line of figures for benchmarks/replica_share.py,
  * which runs it once per configuration (peak memory is a process's own) and gives the ratios:
  *
- *   cores=C share=0|1 wall_s=... cpu_s=... train_wall_s=... train_cpu_s=... peak_rss_kb=...
+ *   cores=C share=0|1 opt=adam|sgd wall_s=... cpu_s=... train_wall_s=... train_cpu_s=... peak_rss_kb=...
  *   params_fnv=... loss=...
  *
  * wall_s / cpu_s: the whole process (loading the data set included) up to the end of
@@ -12,7 +13,7 @@
  * buffer of every core as tpu_device_read gives it, so that two runs can be compared for
  * identical values.
  *
- * usage: bench_replica_share CORES SHARE [STEPS] */
+ * usage: bench_replica_share CORES SHARE [STEPS [adam|sgd]] (default 50 steps, adam) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,13 +51,19 @@ static int fail(const char *what, const struct tpu_diag *d)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_replica_share CORES SHARE [STEPS]\n");
+        fprintf(stderr, "usage: bench_replica_share CORES SHARE [STEPS [adam|sgd]]\n");
         return 2;
     }
     const double wall0 = wall_s();
     const uint32_t cores = (uint32_t)strtoul(argv[1], NULL, 10);
     const bool share = strtoul(argv[2], NULL, 10) != 0;
     const uint64_t steps = argc > 3 ? strtoull(argv[3], NULL, 10) : 50;
+    const char *opt = argc > 4 ? argv[4] : "adam";
+    if (strcmp(opt, "adam") && strcmp(opt, "sgd")) {
+        fprintf(stderr, "bench_replica_share: optimizer '%s' is not one this benchmark runs: "
+                "give adam or sgd\n", opt);
+        return 2;
+    }
     struct tpu_diag d = {0};
     struct tpu_chip_config chip;
     if (tpu_config_load_preset("tpu-v2", &chip, &d))
@@ -86,6 +93,10 @@ int main(int argc, char **argv)
     spec.sizes[1] = 512;
     spec.sizes[2] = 256;
     spec.sizes[3] = 10;
+    if (!strcmp(opt, "adam")) {
+        spec.optimizer = TPU_OPT_ADAM; /* the CLI's default: Keras's Adam, lr 0.001 */
+        spec.learning_rate = 0.001f;
+    }
     struct tpu_model model;
     tpu_mlp_model(&model, &spec);
     struct tpu_run_config cfg;
@@ -122,9 +133,9 @@ int main(int argc, char **argv)
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("cores=%u share=%d wall_s=%.3f cpu_s=%.3f train_wall_s=%.3f train_cpu_s=%.3f "
+    printf("cores=%u share=%d opt=%s wall_s=%.3f cpu_s=%.3f train_wall_s=%.3f train_cpu_s=%.3f "
            "peak_rss_kb=%ld params_fnv=%016llx loss=%.6f\n",
-           cores, share ? 1 : 0, tw1 - wall0, tc1, tw1 - tw0, tc1 - tc0, ru.ru_maxrss,
+           cores, share ? 1 : 0, opt, tw1 - wall0, tc1, tw1 - tw0, tc1 - tc0, ru.ru_maxrss,
            (unsigned long long)h, (double)tpu_estimator_last_info(est)->loss);
     tpu_estimator_destroy(&est);
     tpu_device_close(&dev);

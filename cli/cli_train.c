@@ -311,6 +311,7 @@ void tpu__cli_train_device_settings(const struct train_opts *o,
     s->n_chips = (uint32_t)(per_host * hosts);
     s->cores_per_replica = o->rc.num_cores_per_replica;
     s->n_threads = o->threads;
+    s->share_replicas = !o->no_share_replicas;
 }
 
 /* What can be known before any work: the chip can run the subcommand, every output path

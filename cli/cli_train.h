@@ -34,6 +34,7 @@ struct train_opts {
     char vcd[OPT_PATH_MAX + 1]; /* --vcd: waveform of core 0's RTL array */
     enum train_backend backend; /* --backend */
     uint32_t chips, cores_per_replica, threads;
+    bool no_share_replicas;     /* --no-share-replicas: settings.share_replicas off */
     uint64_t steps, max_steps;
     double epochs;
     char layers_text[OPT_TEXT_MAX + 1];
@@ -143,7 +144,8 @@ struct tpu_device_settings;
 int tpu__cli_train_check_plan(const struct train_opts *o, const struct tpu_chip_config *chip,
                               bool eval_too, bool equivalence);
 
-/* The device of the options on `chip`: hosts x chips chips, --cores-per-replica, --threads;
+/* The device of the options on `chip`: hosts x chips chips, --cores-per-replica, --threads,
+ * --no-share-replicas;
  * the caller sets the rest (timing, trace, op statistics, the matrix unit). (cli_train.c) */
 void tpu__cli_train_device_settings(const struct train_opts *o,
                                     const struct tpu_chip_config *chip,

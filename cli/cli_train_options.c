@@ -155,6 +155,10 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "pairs split by columns, then rows (same param names)"},
     {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
      .help = "host threads simulating the cores (default: all CPUs)"},
+    {.name = "--no-share-replicas", .kind = TPU__CLI_FLAG, T(no_share_replicas),
+     .help = "every replica keeps and computes its own params and\n"
+             "optimizer state (the same results; more host time and\n"
+             "memory). Default: replicas share what they hold in common"},
     {.name = "--timing-only", .kind = TPU__CLI_FLAG, T(timing_only), .scope = CMD_TRAIN,
      .scope_why = "evaluating and predicting compute values",
      .help = "count cycles, compute no values (no evaluation)"},

@@ -25,7 +25,7 @@
 
 enum { BATCH = 16, STEPS = 3 };
 
-enum model_kind { MLP, CNN };
+enum model_kind { MLP, CNN, BN };
 
 /* One training setup: a device (sharing on or off), its estimator and its input. */
 struct run {
@@ -70,6 +70,21 @@ static void run_open(struct run *r, enum model_kind kind, uint32_t replicas, uin
         r->spec.optimizer = TPU_OPT_ADAM;
         r->spec.learning_rate = 0.01f;
         tpu_mlp_model(&r->model, &r->spec);
+    } else if (kind == BN) {
+        /* batch norm: per-replica batch statistics, moving mean and variance (params the
+         * optimizer does not write) and gamma and beta (params it does) */
+        r->net = new_net(4, 4, 1);
+        uint32_t x = conv(r->net, 0, 4, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_NONE, false);
+        x = batch_norm(r->net, x, false);
+        x = unary(r->net, TPU_LAYER_RELU, x);
+        x = unary(r->net, TPU_LAYER_FLATTEN, x);
+        x = dense(r->net, x, TOY_CLASSES, TPU_ACT_NONE);
+        output(r->net, x, TPU_LOSS_SOFTMAX_XENT);
+        tpu_train_spec_default(&r->tspec);
+        r->tspec.optimizer = TPU_OPT_ADAM;
+        r->tspec.learning_rate = 0.01f;
+        r->tspec.seed = 7;
+        ok(tpu_net_model(&r->model, r->net, &r->tspec, &d), &d);
     } else {
         r->net = new_net(4, 4, 1);
         uint32_t x = conv(r->net, 0, 6, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_RELU, true);
@@ -87,6 +102,8 @@ static void run_open(struct run *r, enum model_kind kind, uint32_t replicas, uin
     struct tpu_run_config cfg;
     tpu_run_config_default(&cfg);
     cfg.train_batch_size = BATCH;
+    cfg.eval_batch_size = BATCH;
+    cfg.predict_batch_size = BATCH;
     cfg.iterations_per_loop = 2;
     cfg.num_cores_per_replica = P;
     cfg.seed = 7;
@@ -182,7 +199,7 @@ static void same_training(enum model_kind kind, uint32_t replicas, uint32_t P)
         train(&on, 1);
         train(&off, 1);
         snprintf(when, sizeof when, "%s, %u replicas of %u cores, step %d",
-                 kind == MLP ? "MLP" : "CNN", replicas, P, step);
+                 kind == MLP ? "MLP" : kind == CNN ? "CNN" : "batch norm", replicas, P, step);
         assert_same(&on, &off, when);
     }
     train(&on, 2); /* a launch of two steps: the loop runs on the chip */
@@ -204,6 +221,9 @@ static void test_cnn_8x1(void **state) { (void)state; same_training(CNN, 8, 1); 
 static void test_cnn_1x2(void **state) { (void)state; same_training(CNN, 1, 2); }
 static void test_cnn_2x2(void **state) { (void)state; same_training(CNN, 2, 2); }
 static void test_cnn_8x2(void **state) { (void)state; same_training(CNN, 8, 2); }
+static void test_bn_1x1(void **state) { (void)state; same_training(BN, 1, 1); }
+static void test_bn_8x1(void **state) { (void)state; same_training(BN, 8, 1); }
+static void test_bn_2x2(void **state) { (void)state; same_training(BN, 2, 2); }
 
 /* The first param of the program (the first dense kernel): its id and size. */
 static uint32_t first_param(const struct run *r, size_t *bytes)
@@ -216,6 +236,129 @@ static uint32_t first_param(const struct run *r, size_t *bytes)
         }
     fail_msg("the program has no param");
     return 0;
+}
+
+/* Every core's gradient sums (the all_reduce outputs, temps) as the host reads them: a
+ * non-leader member whose gradient buffer went back to the pool reads as the leader's sum,
+ * which is what it holds apart. */
+static void assert_same_gradients(const struct run *a, const struct run *b, const char *when)
+{
+    const struct tpu_program *p = tpu_device_program(a->dev);
+    const uint32_t n_cores = tpu_device_n_cores(a->dev);
+    struct tpu_diag d = {0};
+    unsigned n_checked = 0;
+    for (size_t i = 0; i < tpu_program_n_ops(p); i++) {
+        const struct tpu_op *op = tpu_program_op(p, i);
+        if (op->code != TPU_OP_ALL_REDUCE)
+            continue;
+        const uint32_t y = op->out[0];
+        const struct tpu_buffer_desc *bd = tpu_program_buffer(p, y);
+        if (bd->kind != TPU_BUF_TEMP)
+            continue;
+        const size_t bytes = tpu_buffer_bytes(bd);
+        unsigned char *x = malloc(bytes), *z = malloc(bytes), *lead = malloc(bytes);
+        assert_non_null(x);
+        assert_non_null(z);
+        assert_non_null(lead);
+        ok(tpu_device_read(b->dev, 0, y, lead, bytes, &d), &d);
+        for (uint32_t c = 0; c < n_cores; c++) {
+            ok(tpu_device_read(a->dev, c, y, x, bytes, &d), &d);
+            ok(tpu_device_read(b->dev, c, y, z, bytes, &d), &d);
+            if (memcmp(x, z, bytes) != 0)
+                fail_msg("%s: gradient sum '%s' on core %u differs", when, bd->name, c);
+            n_checked++;
+        }
+        /* a real sum: not all zeros (a temp no op wrote would read as zeros) */
+        size_t nz = 0;
+        for (size_t k = 0; k < bytes; k++)
+            nz += lead[k] != 0;
+        if (nz == 0)
+            fail_msg("%s: gradient sum '%s' reads as zeros", when, bd->name);
+        free(x);
+        free(z);
+        free(lead);
+    }
+    assert_true(n_checked >= 2 * n_cores); /* a kernel's and a bias's at least */
+}
+
+enum { PRED_MAX = 1024 }; /* rows the prediction buffers hold */
+
+static void collect_row(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    float *out = ctx;
+    assert_int_equal(cols, TOY_CLASSES);
+    assert_true(index < PRED_MAX);
+    memcpy(out + index * cols, row, cols * sizeof *row);
+}
+
+/* Evaluation and prediction programs on the trained replicas, then training again on the
+ * same device (the train program loaded a second time), then a new estimator on the same
+ * device (another load): sharing on and off agree at each point, gradient sums included. */
+static void test_eval_predict_and_reload(void **state)
+{
+    (void)state;
+    enum { R = 4 };
+    struct run on, off;
+    run_open(&on, MLP, R, 1, true);
+    run_open(&off, MLP, R, 1, false);
+    train(&on, 2);
+    train(&off, 2);
+    assert_same(&on, &off, "after training");
+    assert_same_gradients(&on, &off, "after training");
+
+    struct tpu_diag d = {0};
+    struct tpu_eval_result ea, eb;
+    ok(tpu_estimator_evaluate(on.est, &on.in.input, 4, &ea, &d), &d);
+    ok(tpu_estimator_evaluate(off.est, &off.in.input, 4, &eb, &d), &d);
+    assert_int_equal(ea.examples, 4 * BATCH);
+    assert_int_equal(ea.examples, eb.examples);
+    assert_memory_equal(&ea.loss, &eb.loss, sizeof ea.loss);
+    assert_memory_equal(&ea.accuracy, &eb.accuracy, sizeof ea.accuracy);
+    assert_memory_equal(&ea.device_seconds, &eb.device_seconds, sizeof ea.device_seconds);
+    assert_true(ea.loss > 0.0 && ea.accuracy >= 0.0);
+
+    float *pa = calloc((size_t)PRED_MAX * TOY_CLASSES, sizeof *pa);
+    float *pb = calloc((size_t)PRED_MAX * TOY_CLASSES, sizeof *pb);
+    assert_non_null(pa);
+    assert_non_null(pb);
+    struct tpu_dataset_input ia, ib;
+    tpu_dataset_input_init(&ia, &on.ds, 5);
+    tpu_dataset_input_init(&ib, &off.ds, 5);
+    uint64_t na = 0, nb = 0;
+    ok(tpu_estimator_predict(on.est, &ia.input, collect_row, pa, &na, &d), &d);
+    ok(tpu_estimator_predict(off.est, &ib.input, collect_row, pb, &nb, &d), &d);
+    assert_true(na > 0);
+    assert_int_equal(na, nb);
+    assert_memory_equal(pa, pb, (size_t)na * TOY_CLASSES * sizeof *pa);
+    tpu_dataset_input_free(&ia);
+    tpu_dataset_input_free(&ib);
+    free(pa);
+    free(pb);
+
+    /* back to training: the train program is loaded again on the same devices */
+    train(&on, 2);
+    train(&off, 2);
+    assert_same(&on, &off, "training again after evaluate and predict");
+    assert_same_gradients(&on, &off, "training again after evaluate and predict");
+
+    /* a new estimator on the same device loads its programs once more */
+    tpu_estimator_destroy(&on.est);
+    tpu_estimator_destroy(&off.est);
+    struct tpu_run_config cfg;
+    tpu_run_config_default(&cfg);
+    cfg.train_batch_size = BATCH;
+    cfg.eval_batch_size = BATCH;
+    cfg.predict_batch_size = BATCH;
+    cfg.iterations_per_loop = 2;
+    cfg.seed = 7;
+    ok(tpu_estimator_create(on.dev, &cfg, &on.model, NULL, 0, &on.est, &d), &d);
+    ok(tpu_estimator_create(off.dev, &cfg, &off.model, NULL, 0, &off.est, &d), &d);
+    train(&on, 3);
+    train(&off, 3);
+    assert_same(&on, &off, "a second estimator on the same device");
+    assert_same_gradients(&on, &off, "a second estimator on the same device");
+    run_close(&on);
+    run_close(&off);
 }
 
 /* A write to one core changes that core only; the replicas then compute apart, with
@@ -307,7 +450,10 @@ int main(void)
         cmocka_unit_test(test_cnn_1x1), cmocka_unit_test(test_cnn_2x1),
         cmocka_unit_test(test_cnn_8x1), cmocka_unit_test(test_cnn_1x2),
         cmocka_unit_test(test_cnn_2x2), cmocka_unit_test(test_cnn_8x2),
+        cmocka_unit_test(test_bn_1x1), cmocka_unit_test(test_bn_8x1),
+        cmocka_unit_test(test_bn_2x2),
         cmocka_unit_test(test_write_diverges),
+        cmocka_unit_test(test_eval_predict_and_reload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

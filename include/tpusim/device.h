@@ -186,6 +186,14 @@ struct tpu_device_settings {
  * program). Turn sharing off to compare (the tests do, byte for byte) or to measure what
  * replicas would cost apart.
  *
+ * A run that ends early (tpu_device_cancel, or an error in a core, which cancels it) stops
+ * the cores part-way through a step, and there the two modes may differ: an update done once
+ * for every replica may have run while apart only some replicas' would have, a gradient sum
+ * may hold only the members added so far, and a replica whose gradient went back to the pool
+ * reads as that partial sum. The device promises nothing about buffer values after such a
+ * run in either mode (write or load what the next run needs); after a run that completes,
+ * the two modes give the same bytes on every core.
+ *
  * Fills settings with documented defaults for a chip (copied): one chip set of
  * chip.chips_per_host chips, 1 core per replica, threads min(cores, CPUs), kernel_threads
  * 1, share_replicas on, everything else off. */

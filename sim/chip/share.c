@@ -64,7 +64,16 @@
  * (uni) tells its worker's GEMM (tpu__scratch_stable_b) that the operand's values change
  * only with its generation (gen: new at each launch and at each update of the slot); the
  * GEMM then packs those weights once per worker thread and generation instead of once per
- * replica. Values are unchanged: the same packed words. */
+ * replica. Values are unchanged: the same packed words.
+ *
+ * A run that ends early. A cancel (or an error in a core, which cancels the run) stops the
+ * cores between ops, part-way through a step. Shared state is then where the run stopped,
+ * which need not be where apart cores would have stopped: a shared update done by the first
+ * member to reach it counts for every replica of its index, a leader's x may hold the sum of
+ * only the members added before the cancel, and a member whose x went back to the pool reads
+ * as that partial sum (from_leader). device.h promises nothing about buffers after such a
+ * run, so nothing here undoes it; the next tpu__share_begin_run starts every turn and count
+ * afresh, and only completed runs are held to the apart mode's bytes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -449,9 +458,14 @@ int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d)
                                          tpu_program_buffer(p, op->out[i])->name);
             }
         }
-        /* the slots that stay shared through the run, each with a new generation */
+        /* the slots that stay shared through the run, each with a new generation; the
+         * packed-weight hint (uni) only with several replicas: one replica's weights are
+         * packed once per GEMM anyway, and caching them would only copy them. (Which worker
+         * runs which member is decided as the cores become ready, so whether one worker
+         * runs two members is not known here.) */
         for (size_t b = 0; b < tpu_program_n_buffers(p); b++) {
-            dev->uni[b * cpr + k] = dev->shareable[b] && unified(dev, (uint32_t)b, k);
+            dev->uni[b * cpr + k] = dev->n_replicas > 1 && dev->shareable[b] &&
+                                    unified(dev, (uint32_t)b, k);
             dev->gen[b * cpr + k] = ++dev->gen_next;
         }
         /* a reduce writes only the leader's y when every update reading y is done once */

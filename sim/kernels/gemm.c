@@ -329,9 +329,10 @@ struct gemm_operand_view {
 
 /* Packed B blocks kept across GEMMs for a B operand the caller promised stable
  * (tpu__scratch_stable_b): a block is found by everything that fixes its packed words --
- * the operand's storage and generation, the kernel, the shape, the block's place. At most
- * BCACHE_MAX blocks and BCACHE_BYTES bytes; when full it is emptied. Used by one thread
- * (the arena's). */
+ * the operand's storage and generation, the kernel, the shape, the block's place. When a
+ * promise names a storage with a new generation, that storage's blocks of other generations
+ * are dropped (its values changed: they cannot be found again). At most BCACHE_MAX blocks
+ * and BCACHE_BYTES bytes; when full it is emptied. Used by one thread (the arena's). */
 enum { BCACHE_MAX = 64 };
 #define BCACHE_BYTES ((size_t)16 << 20)
 struct bcache_key {
@@ -346,6 +347,7 @@ struct bcache_entry {
     struct bcache_key key;
     struct tpu__exp_stats st;
     void *mem;
+    size_t bytes;
 };
 struct bcache {
     const void *hint; /* the promised operand, or NULL */
@@ -434,6 +436,22 @@ static void bcache_clear(struct bcache *bc)
     bc->bytes = 0;
 }
 
+/* Drops the blocks of the storage at `data` packed from a generation other than `gen`: the
+ * values there changed, so no GEMM will look them up again. */
+static void bcache_drop_stale(struct bcache *bc, const void *data, uint64_t gen)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < bc->n; i++) {
+        if (bc->e[i].key.data == data && bc->e[i].key.gen != gen) {
+            free(bc->e[i].mem);
+            bc->bytes -= bc->e[i].bytes;
+        } else {
+            bc->e[kept++] = bc->e[i];
+        }
+    }
+    bc->n = kept;
+}
+
 static struct bcache_key bcache_key_of(const struct gemm_problem *p, size_t pc, size_t jc,
                                        size_t kcur, size_t ncur)
 {
@@ -477,7 +495,7 @@ static void bcache_put(struct bcache *bc, const struct bcache_key *k, const void
     if (!mem)
         return;
     memcpy(mem, packed, bytes);
-    bc->e[bc->n++] = (struct bcache_entry){.key = *k, .st = *st, .mem = mem};
+    bc->e[bc->n++] = (struct bcache_entry){.key = *k, .st = *st, .mem = mem, .bytes = bytes};
     bc->bytes += bytes;
 }
 
@@ -950,6 +968,8 @@ int tpu__scratch_stable_b(struct tpu__scratch *s, const void *data, uint64_t gen
         s->bytes[TPU__SCRATCH_BCACHE] = sizeof *bc;
     }
     if (bc) {
+        if (data && (data != bc->hint || gen != bc->hint_gen))
+            bcache_drop_stale(bc, data, gen);
         bc->hint = data;
         bc->hint_gen = gen;
     }
