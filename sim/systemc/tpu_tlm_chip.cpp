@@ -31,8 +31,23 @@ void tpu_tlm_async_channel::post_irq()
     async_request_update();
 }
 
-void tpu_tlm_async_channel::attach() { async_attach_suspending(); }
-void tpu_tlm_async_channel::detach() { async_detach_suspending(); }
+void tpu_tlm_async_channel::post_feed()
+{
+    m_feed_pending.store(true);
+    async_request_update();
+}
+
+void tpu_tlm_async_channel::hold()
+{
+    if (m_holds++ == 0)
+        async_attach_suspending();
+}
+
+void tpu_tlm_async_channel::release()
+{
+    if (--m_holds == 0)
+        async_detach_suspending();
+}
 
 void tpu_tlm_async_channel::update()
 {
@@ -40,6 +55,8 @@ void tpu_tlm_async_channel::update()
         run_done_ev.notify(sc_core::SC_ZERO_TIME);
     if (m_irq_pending.exchange(false))
         irq_ev.notify(sc_core::SC_ZERO_TIME);
+    if (m_feed_pending.exchange(false))
+        feed_ev.notify(sc_core::SC_ZERO_TIME);
 }
 
 using namespace tpu_tlm;
@@ -47,7 +64,8 @@ using namespace tpu_tlm;
 /* ---- construction, power -------------------------------------------------------------- */
 
 tpu_tlm_chip::tpu_tlm_chip(sc_core::sc_module_name name)
-    : sc_core::sc_module(name), socket("socket"), irq("irq"), m_chan("async")
+    : sc_core::sc_module(name), socket("socket"), irq("irq"), m_chan("async"),
+      m_kernel_tid(std::this_thread::get_id())
 {
     socket.register_b_transport(this, &tpu_tlm_chip::b_transport);
     socket.register_transport_dbg(this, &tpu_tlm_chip::transport_dbg);
@@ -64,9 +82,20 @@ tpu_tlm_chip::~tpu_tlm_chip()
         std::lock_guard<std::mutex> g(m_lock);
         dev = m_dev;
     }
-    if (m_worker.joinable()) {
-        tpu_device_cancel(dev);
+    bool feeds;
+    {
+        std::lock_guard<std::mutex> g(m_feed_lock);
+        feeds = !m_feed_threads.empty();
+    }
+    if (m_worker.joinable() || feeds)
+        tpu_device_cancel(dev); /* wakes feed calls still blocked on a queue */
+    if (m_worker.joinable())
         m_worker.join();
+    {
+        std::lock_guard<std::mutex> g(m_feed_lock);
+        for (std::thread &th : m_feed_threads)
+            th.join();
+        m_feed_threads.clear();
     }
     tpu_device_close(&m_dev);
 }
@@ -642,7 +671,7 @@ tlm_response_status tpu_tlm_chip::cmd_launch(bool debug)
         m_worker.join(); /* the previous run's thread has returned (its completion ran) */
     m_busy = true;
     m_done = false;
-    m_chan.attach();
+    m_chan.hold();
     struct tpu_device *dev = m_dev;
     uint64_t start = m_start_cycle;
     m_worker = std::thread([this, dev, start] {
@@ -687,7 +716,7 @@ void tpu_tlm_chip::completion_thread()
                 record_locked(TPU_TLM_ERR_DEVICE, m_run_rc, m_run_diag.msg);
             snprintf(m_runmsg, sizeof m_runmsg, "%s", m_run_rc ? m_run_diag.msg : "");
         }
-        m_chan.detach();
+        m_chan.release();
         m_chan.post_irq();
         m_done_ev.notify(sc_core::SC_ZERO_TIME);
     }

@@ -16,11 +16,16 @@
  * cycles from the program, the data sizes and the host cycles the host gives with each feed
  * (device.h, "Two clocks"); the interleaving of bus phases cannot change a single device
  * cycle, so AT's four phases would buy no accuracy and cost a process switch per phase.
- * The queue windows also block in real time while a queue is full or empty (the device API's
- * promise), which a blocking b_transport expresses directly and a non-blocking nb_transport
- * could only express with another thread per call. So every access is b_transport with a
- * timing annotation, and b_transport never calls wait(): that is what lets the feed windows
- * be used from any host thread, also outside the SystemC kernel.
+ * The queue windows wait while a queue is full or empty (the device API's promise), which a
+ * blocking b_transport expresses directly. IEEE 1666 lets b_transport call wait() when the
+ * initiator is a thread process, and the feed windows do exactly that: called from a
+ * SystemC thread process (SC_THREAD / SC_CTHREAD), the device call runs on a helper thread
+ * and the process waits on an event the helper posts through async_request_update when the
+ * call returns, so the kernel keeps running the platform's other processes (a second
+ * process draining the outfeed, a ticker) meanwhile. Called from any other thread (the host
+ * runtime's feed threads, sc_main between sc_start calls) or from an SC_METHOD, which may not
+ * wait, the call blocks the calling thread in real time. The other windows and the registers
+ * never wait: they add their cost to the delay.
  *
  * The initiator's side. An LT initiator keeps a tlm_utils::tlm_quantumkeeper: it adds the
  * delay each b_transport returns to its local time offset and runs ahead of SystemC time
@@ -46,7 +51,8 @@
  *   advances to END_CYCLE x period) --> done (IRQ) --LAUNCH--> busy ...
  *
  * Threads. Feed windows: any thread, concurrently (each transaction is one
- * tpu_device_infeed / tpu_device_outfeed). Registers, the program window and HBM: one lock
+ * tpu_device_infeed / tpu_device_outfeed; from a SystemC thread process it suspends the
+ * process, elsewhere it blocks the thread, see above). Registers, the program window and HBM: one lock
  * (m_lock) serializes them; they are meant for SystemC processes. The irq output is only
  * ever written by the module's own processes.
  *
@@ -59,6 +65,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -77,10 +84,14 @@ public:
     explicit tpu_tlm_async_channel(const char *name) : sc_core::sc_prim_channel(name) {}
     sc_core::sc_event run_done_ev; /* a worker's run returned */
     sc_core::sc_event irq_ev;      /* the irq level may have changed */
+    sc_core::sc_event feed_ev;     /* a feed call made for a waiting SystemC process returned */
     void post_run_done();          /* any thread */
     void post_irq();               /* any thread */
-    void attach();                 /* kernel: keep the simulation alive for a run */
-    void detach();
+    void post_feed();              /* any thread */
+    /* Kernel thread only: keep the simulation alive while a run or a waiting feed is under
+     * way (counted: attached while at least one hold is outstanding). */
+    void hold();
+    void release();
 
 protected:
     void update() override;
@@ -88,6 +99,8 @@ protected:
 private:
     std::atomic<bool> m_run_pending{false};
     std::atomic<bool> m_irq_pending{false};
+    std::atomic<bool> m_feed_pending{false};
+    int m_holds = 0; /* kernel thread only */
 };
 
 class tpu_tlm_chip : public sc_core::sc_module {
@@ -158,6 +171,9 @@ private:
     uint32_t status_locked() const;
     void completion_thread();
     void irq_method();
+    bool on_sc_thread() const;
+    int feed_call(struct tpu_device *dev, uint32_t core, bool infeed, uint8_t *data, size_t len,
+                  uint64_t host_cycle, uint64_t *ready, struct tpu_diag *d);
 
     tpu_tlm_async_channel m_chan;
     sc_core::sc_event m_done_ev;
@@ -181,6 +197,11 @@ private:
     std::vector<uint64_t> m_buf_off;  /* [n_buffers] offset in each core's HBM window */
     std::vector<uint64_t> m_buf_size; /* [n_buffers] bytes */
     std::vector<uint8_t> m_scratch;   /* one buffer, for partial HBM accesses */
+    /* feed calls made for SystemC threads (feed_call): joined by their waiter, or by the
+     * destructor after a cancel */
+    std::mutex m_feed_lock;
+    std::list<std::thread> m_feed_threads;
+    std::thread::id m_kernel_tid; /* the thread that elaborated the module: the kernel's */
     /* the run */
     std::thread m_worker;
     int m_run_rc = 0;                 /* set by the worker before it posts */

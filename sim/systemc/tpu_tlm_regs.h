@@ -72,13 +72,16 @@
  *     effects; writes and feed windows transfer 0 bytes.
  *
  * Threads. Feed windows may be used from any thread, also several at once and during a run
- * (each transaction maps to one tpu_device_infeed / tpu_device_outfeed call, which blocks the
- * calling thread in real time while the queue is full / empty, exactly as the device API
- * does). Registers, the program window and HBM are serialized by one lock; they are meant for
+ * (each transaction maps to one tpu_device_infeed / tpu_device_outfeed call). While the
+ * queue is full / empty the transaction waits: from a SystemC thread process (SC_THREAD,
+ * SC_CTHREAD) b_transport wait()s, so only that process is suspended and the kernel runs
+ * the others (one process may feed while another drains); from any other thread, or from
+ * an SC_METHOD, it blocks the calling thread in real time, exactly as the device API does. Registers, the program window and HBM are serialized by one lock; they are meant for
  * SystemC processes of the simulation the module lives in. The CANCEL and INFEED_CLOSE
  * commands and reads of STATUS / RUN_STATUS / END_CYCLE may also come from any thread.
  *
- * Timing annotation (loosely timed; b_transport adds to the delay, never waits): a register
+ * Timing annotation (loosely timed; b_transport adds to the delay and waits only in the
+ * feed windows' case above): a register
  * access one chip cycle; an HBM access ceil(bytes / HBM bytes per cycle of one chip); a feed
  * transaction the host link's latency plus bytes over its bandwidth (config.h). */
 #ifndef TPUSIM_TPU_TLM_REGS_H
