@@ -140,6 +140,7 @@ int tpu_tlm_chip::power_on(const struct tpu_device_settings &s, struct tpu_diag 
     m_prog_len = m_var_index = m_var_core = m_counter_core = m_runs = 0;
     m_var_value = m_start_cycle = m_end_cycle = 0;
     m_busy = m_done = m_canceled = m_infeed_closed = false;
+    m_start_written = false;
     m_errmsg[0] = '\0';
     m_runmsg[0] = '\0';
     m_prog.clear();
@@ -454,6 +455,8 @@ tlm_response_status tpu_tlm_chip::reg_access(tlm_generic_payload &t, uint64_t of
                       " (tpu_tlm_regs.h)",
                       cmd_word(t), off, TPU_TLM_REG_COUNTER_CORE, TPU_TLM_REG_COUNTERS,
                       kCountersEnd - 1);
+    const bool have_delay = delay != nullptr;
+    const sc_time at = delay ? *delay : sc_core::SC_ZERO_TIME; /* before this access's cost */
     if (delay)
         *delay += clock_period();
     if (t.is_read()) {
@@ -466,7 +469,11 @@ tlm_response_status tpu_tlm_chip::reg_access(tlm_generic_payload &t, uint64_t of
                       "IRQ_STATUS, IRQ_ENABLE, PROG_LEN, VAR_*, START_CYCLE_* and COUNTER_CORE "
                       "take writes",
                       off);
-    return reg_write(off, get32(t.get_data_ptr()), debug);
+    m_have_access_delay = have_delay;
+    m_access_delay = at;
+    tlm_response_status st = reg_write(off, get32(t.get_data_ptr()), debug);
+    m_have_access_delay = false;
+    return st;
 }
 
 tlm_response_status tpu_tlm_chip::reg_write(uint64_t off, uint32_t v, bool debug)
@@ -499,9 +506,11 @@ tlm_response_status tpu_tlm_chip::reg_write(uint64_t off, uint32_t v, bool debug
         break;
     case TPU_TLM_REG_START_CYCLE_LO:
         m_start_cycle = (m_start_cycle & ~0xffffffffull) | v;
+        m_start_written = true;
         break;
     case TPU_TLM_REG_START_CYCLE_HI:
         m_start_cycle = (m_start_cycle & 0xffffffffull) | (uint64_t)v << 32;
+        m_start_written = true;
         break;
     case TPU_TLM_REG_COUNTER_CORE: m_counter_core = v; break;
     default: break;
@@ -673,6 +682,15 @@ tlm_response_status tpu_tlm_chip::cmd_launch(bool debug)
     m_done = false;
     m_chan.hold();
     struct tpu_device *dev = m_dev;
+    /* START_CYCLE not written since the last LAUNCH: the run starts no earlier than the
+     * LAUNCH write's own time, SystemC time plus its timing annotation (a quantum keeper's
+     * local offset). Only the kernel's thread may read SystemC time; from elsewhere the
+     * register's value stands. */
+    if (!m_start_written && std::this_thread::get_id() == m_kernel_tid)
+        m_start_cycle = time_to_cycles(sc_core::sc_time_stamp() +
+                                       (m_have_access_delay ? m_access_delay
+                                                            : sc_core::SC_ZERO_TIME));
+    m_start_written = false;
     uint64_t start = m_start_cycle;
     m_worker = std::thread([this, dev, start] {
         struct tpu_diag d = {};

@@ -189,6 +189,11 @@ private:
     uint32_t m_prog_len = 0, m_var_index = 0, m_var_core = 0, m_counter_core = 0, m_runs = 0;
     uint64_t m_var_value = 0, m_start_cycle = 0, m_end_cycle = 0;
     bool m_busy = false, m_done = false, m_canceled = false, m_infeed_closed = false;
+    /* START_CYCLE written since the last LAUNCH (else LAUNCH takes its transaction's time) */
+    bool m_start_written = false;
+    /* the timing annotation of the register write being processed (kernel thread only) */
+    bool m_have_access_delay = false;
+    sc_core::sc_time m_access_delay;
     char m_errmsg[TPU_DIAG_MAX] = {};
     char m_runmsg[TPU_DIAG_MAX] = {}; /* the run message window: the last run's sentence */
     /* windows */

@@ -138,7 +138,12 @@
 #define TPU_TLM_REG_VAR_CORE 0x034    /* RW: core GET_VAR reads */
 #define TPU_TLM_REG_VAR_VALUE_LO 0x038 /* RW: int64 value SET_VAR writes, GET_VAR leaves */
 #define TPU_TLM_REG_VAR_VALUE_HI 0x03C
-#define TPU_TLM_REG_START_CYCLE_LO 0x040 /* RW: device cycle LAUNCH starts no earlier than */
+#define TPU_TLM_REG_START_CYCLE_LO 0x040 /* RW: device cycle LAUNCH starts no earlier than.
+                                            Not written since the last LAUNCH: LAUNCH sets it
+                                            to its own time, (SystemC time + the LAUNCH
+                                            write's timing annotation) / the clock period
+                                            (from a thread other than the kernel's, the
+                                            value stands). A written value is used once. */
 #define TPU_TLM_REG_START_CYCLE_HI 0x044
 #define TPU_TLM_REG_END_CYCLE_LO 0x048 /* RO: the last run's end cycle (tpu_device_run's) */
 #define TPU_TLM_REG_END_CYCLE_HI 0x04C
@@ -178,7 +183,19 @@
                                          variables 0, the buffer table filled. Idle chip. */
 #define TPU_TLM_CMD_LAUNCH 0x02       /* start tpu_device_run(START_CYCLE) and return at
                                          once: STATUS.BUSY until it ends, then END_CYCLE,
-                                         RUN_STATUS, STATUS.DONE and an IRQ bit */
+                                         RUN_STATUS, STATUS.DONE and an IRQ bit. When the
+                                         IRQ comes: the native run takes real time, and
+                                         the completion is processed at the later of
+                                         END_CYCLE x period and the SystemC time at which
+                                         the run's result reached the kernel. So the IRQ
+                                         time is exactly END_CYCLE x period when nothing
+                                         else advances SystemC time during the run (the
+                                         platform's processes wait for the IRQ or for
+                                         feeds); a timed process that keeps running
+                                         meanwhile (a ticker, a timer, an ISS) can carry
+                                         SystemC time past it, and then the IRQ comes
+                                         later, at a time that depends on host speed.
+                                         END_CYCLE itself never depends on it. */
 #define TPU_TLM_CMD_CANCEL 0x03       /* tpu_device_cancel: end a run promptly */
 #define TPU_TLM_CMD_RESET_CANCEL 0x04 /* tpu_device_reset_cancel (idle chip) */
 #define TPU_TLM_CMD_INFEED_CLOSE 0x05 /* tpu_device_infeed_close */
