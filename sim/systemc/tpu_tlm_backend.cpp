@@ -637,7 +637,24 @@ void sc_reset_cancel(void *impl)
 void sc_watch(void *impl, struct tpu_device_watch *w)
 {
     sc_device *dev = static_cast<sc_device *>(impl);
-    tpu_device_watch(dev->sh->chip.device(), w);
+    // one debug read of the watch window: no timing, no side effect, any thread
+    uint8_t snap[TPU_TLM_WATCH_SIZE] = {0};
+    dev->sh->host.transactions.fetch_add(1, std::memory_order_relaxed);
+    debug_read(dev->sh, TPU_TLM_WATCH_BASE, snap, sizeof snap);
+    auto u32 = [&snap](size_t o) {
+        uint32_t v = 0;
+        for (int i = 3; i >= 0; i--)
+            v = v << 8 | snap[o + (size_t)i];
+        return v;
+    };
+    const uint32_t flags = u32(TPU_TLM_WATCH_FLAGS);
+    std::memset(w, 0, sizeof *w);
+    w->running = (flags & TPU_TLM_WATCH_RUNNING) != 0;
+    w->cores_blocked = (flags & TPU_TLM_WATCH_BLOCKED) != 0;
+    w->host_calls_waiting = u32(TPU_TLM_WATCH_HOST_CALLS);
+    w->moves = static_cast<uint64_t>(u32(TPU_TLM_WATCH_MOVES + 4)) << 32 | u32(TPU_TLM_WATCH_MOVES);
+    std::memcpy(w->why, snap + TPU_TLM_WATCH_WHY, sizeof w->why);
+    w->why[sizeof w->why - 1] = '\0';
     // the device API's run is this backend's: the target's run may already have ended while
     // the host thread has not yet taken the interrupt
     w->running = w->running || dev->running.load();

@@ -291,6 +291,7 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
     const bool read_only_window =
         (a >= TPU_TLM_ERRMSG_BASE && a < TPU_TLM_ERRMSG_BASE + TPU_TLM_ERRMSG_SIZE) ||
         (a >= TPU_TLM_RUNMSG_BASE && a < TPU_TLM_RUNMSG_BASE + TPU_TLM_RUNMSG_SIZE) ||
+        (a >= TPU_TLM_WATCH_BASE && a < TPU_TLM_WATCH_BASE + TPU_TLM_WATCH_SIZE) ||
         (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE);
     if (read_only_window && t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
         return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
@@ -306,6 +307,20 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
         static_assert(sizeof m_runmsg == TPU_TLM_RUNMSG_SIZE, "run message window size");
         return window_read(t, a - TPU_TLM_RUNMSG_BASE, (const uint8_t *)m_runmsg,
                            sizeof m_runmsg, debug);
+    }
+    if (a >= TPU_TLM_WATCH_BASE && a < TPU_TLM_WATCH_BASE + TPU_TLM_WATCH_SIZE) {
+        uint8_t snap[TPU_TLM_WATCH_SIZE] = {};
+        if (m_dev) {
+            struct tpu_device_watch w = {};
+            tpu_device_watch(m_dev, &w);
+            put32(snap + TPU_TLM_WATCH_FLAGS, (w.running ? TPU_TLM_WATCH_RUNNING : 0u) |
+                                                  (w.cores_blocked ? TPU_TLM_WATCH_BLOCKED : 0u));
+            put32(snap + TPU_TLM_WATCH_HOST_CALLS, w.host_calls_waiting);
+            put64(snap + TPU_TLM_WATCH_MOVES, w.moves);
+            std::memcpy(snap + TPU_TLM_WATCH_WHY, w.why, sizeof w.why);
+            snap[TPU_TLM_WATCH_WHY + TPU_TLM_WATCH_WHY_SIZE - 1] = 0;
+        }
+        return window_read(t, a - TPU_TLM_WATCH_BASE, snap, sizeof snap, debug);
     }
     if (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE) {
         if (!inside(a - TPU_TLM_BUFTAB_BASE, len, TPU_TLM_BUFTAB_SIZE))

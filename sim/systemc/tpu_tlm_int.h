@@ -20,6 +20,9 @@ inline constexpr uint64_t kFeedSpan = (uint64_t)TPU_TLM_MAX_CORES * TPU_TLM_CORE
 static_assert(TPU_UNIT_COUNT == 7 && TPU_STALL_COUNT == 4,
               "tpu_tlm_regs.h's counter indices follow device.h's unit and stall tables");
 static_assert(TPU_TLM_ERRMSG_SIZE == TPU_DIAG_MAX, "the message window holds one tpu_diag");
+static_assert(sizeof(((struct tpu_device_watch *)nullptr)->why) == TPU_TLM_WATCH_WHY_SIZE &&
+                  TPU_TLM_WATCH_WHY + TPU_TLM_WATCH_WHY_SIZE <= TPU_TLM_WATCH_SIZE,
+              "the watch window holds one tpu_device_watch");
 static_assert(TPU_TLM_BUF_NAME + TPU_PROGRAM_NAME_MAX + 1 <= TPU_TLM_BUFTAB_ENTRY,
               "a buffer's name fits its table entry");
 

@@ -20,6 +20,8 @@
  *                                that fails on another thread as the run ends (a call woken by
  *                                the run's cancel) cannot replace it, as it can replace the
  *                                error message window's
+ *   0x0000_0000_1800 +0x100      watch window: one snapshot of tpu_device_watch per read
+ *                                (read only, any thread, also during a run; fields below)
  *   0x0000_0001_0000 +0x10_0000  buffer table of the loaded program (read only, 128-byte
  *                                entries, below)
  *   0x0000_0100_0000 +0x100_0000 program window: the program's text form
@@ -42,8 +44,8 @@
  *     TLM_COMMAND_ERROR_RESPONSE (COMMAND).
  *   - counters window (0x100-0x1A7): reads of any multiple of 4 bytes, 4-aligned, inside the
  *     window (one read returns one consistent snapshot); writes: COMMAND.
- *   - error message window, run message window, buffer table: reads of any length and
- *     alignment inside the window; writes: COMMAND.
+ *   - error message window, run message window, watch window, buffer table: reads of any
+ *     length and alignment inside the window; writes: COMMAND.
  *   - program window: reads and writes of any length and alignment inside the window.
  *   - byte enables are honoured only by the HBM windows; anywhere else they answer
  *     TLM_BYTE_ENABLE_ERROR_RESPONSE (BYTE_ENABLE).
@@ -99,6 +101,8 @@
 #define TPU_TLM_ERRMSG_SIZE 0x400ull /* TPU_DIAG_MAX bytes */
 #define TPU_TLM_RUNMSG_BASE 0x000000001400ull
 #define TPU_TLM_RUNMSG_SIZE 0x400ull /* TPU_DIAG_MAX bytes */
+#define TPU_TLM_WATCH_BASE 0x000000001800ull
+#define TPU_TLM_WATCH_SIZE 0x100ull
 #define TPU_TLM_BUFTAB_BASE 0x000000010000ull
 #define TPU_TLM_BUFTAB_SIZE 0x100000ull
 #define TPU_TLM_PROG_BASE 0x000001000000ull
@@ -283,5 +287,16 @@ struct tpu_tlm_feed_ext : tlm::tlm_extension<tpu_tlm_feed_ext> {
     }
 };
 #endif
+
+/* ---- the watch window (TPU_TLM_WATCH_BASE): tpu_device_watch's snapshot (device.h), taken
+ * when the window is read; all zero while the chip is powered off. From any thread, also
+ * during a run and through debug transport: it is how a host sees a blocked run. -------- */
+#define TPU_TLM_WATCH_FLAGS 0x00      /* uint32: TPU_TLM_WATCH_* bits */
+#define TPU_TLM_WATCH_HOST_CALLS 0x04 /* uint32: host_calls_waiting */
+#define TPU_TLM_WATCH_MOVES 0x08      /* uint64: moves */
+#define TPU_TLM_WATCH_WHY 0x10        /* char[200]: why, NUL-terminated */
+#define TPU_TLM_WATCH_WHY_SIZE 200
+#define TPU_TLM_WATCH_RUNNING (1u << 0) /* running */
+#define TPU_TLM_WATCH_BLOCKED (1u << 1) /* cores_blocked */
 
 #endif
