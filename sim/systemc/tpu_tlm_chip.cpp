@@ -67,6 +67,8 @@ tpu_tlm_chip::tpu_tlm_chip(sc_core::sc_module_name name)
     : sc_core::sc_module(name), socket("socket"), irq("irq"), m_chan("async"),
       m_kernel_tid(std::this_thread::get_id())
 {
+    m_res_t = sc_core::sc_get_time_resolution();
+    m_res_fs = std::round(m_res_t.to_seconds() * 1e15);
     socket.register_b_transport(this, &tpu_tlm_chip::b_transport);
     socket.register_transport_dbg(this, &tpu_tlm_chip::transport_dbg);
     socket.register_get_direct_mem_ptr(this, &tpu_tlm_chip::get_direct_mem_ptr);
@@ -132,6 +134,7 @@ int tpu_tlm_chip::power_on(const struct tpu_device_settings &s, struct tpu_diag 
     m_n_cores = tpu_device_n_cores(dev);
     m_clock_mhz = chip->clock_mhz;
     m_period_ps = 1e6 / chip->clock_mhz;
+    m_period_t = time_of(m_period_ps, 1e3);
     m_hbm_bytes_per_cycle = chip->hbm_gbytes_per_s * 1e3 / chip->clock_mhz;
     m_link_latency_ns = chip->host_link_latency_ns;
     m_link_gbytes_per_s = chip->host_link_gbytes_per_s;
@@ -185,7 +188,15 @@ struct tpu_device *tpu_tlm_chip::device() const
     return m_dev;
 }
 
-sc_time tpu_tlm_chip::clock_period() const { return sc_time(m_period_ps, sc_core::SC_PS); }
+sc_time tpu_tlm_chip::time_of(double v, double unit_fs) const
+{
+    /* sc_time(v, unit)'s rounding (SystemC 2.3: v x unit / resolution + 0.5, truncated),
+     * made of the cached resolution with inline arithmetic only */
+    double steps = std::trunc(v * (unit_fs / m_res_fs) + 0.5);
+    return m_res_t * steps;
+}
+
+sc_time tpu_tlm_chip::clock_period() const { return m_period_t; }
 
 sc_time tpu_tlm_chip::cycles_to_time(uint64_t cycles) const
 {
@@ -198,8 +209,8 @@ uint64_t tpu_tlm_chip::time_to_cycles(const sc_time &t) const
         return 0;
     /* half a resolution step up before rounding down: a time made by cycles_to_time
      * (rounded to the nearest step) gives its cycle count back */
-    double ps = t.to_seconds() * 1e12;
-    double half_step_ps = sc_core::sc_get_time_resolution().to_seconds() * 1e12 / 2;
+    double ps = (double)t.value() * m_res_fs * 1e-3;
+    double half_step_ps = m_res_fs * 1e-3 / 2;
     return (uint64_t)std::floor((ps + half_step_ps) / m_period_ps);
 }
 

@@ -56,7 +56,9 @@
  * (m_lock) serializes them; they are meant for SystemC processes. The irq output is only
  * ever written by the module's own processes.
  *
- * Clock. The period is 1 / clock_mhz of the chip configuration. cycles_to_time rounds to the
+ * Clock. The period is 1 / clock_mhz of the chip configuration. The module reads SystemC's
+ * time resolution when it is constructed, so sc_set_time_resolution, if a platform calls
+ * it, comes before the module is made (as SystemC asks of any sc_time anyway). cycles_to_time rounds to the
  * SystemC time resolution (1 ps by default); time_to_cycles rounds down after adding half a
  * resolution step, so time_to_cycles(cycles_to_time(c)) == c whenever the period is longer
  * than one step (any clock below 1 THz at the default resolution). */
@@ -126,9 +128,14 @@ public:
     int power_off(struct tpu_diag *d);
     bool powered() const;
 
+    /* clock_period and time_to_cycles: any thread. cycles_to_time constructs an sc_time:
+     * the kernel's thread only. */
     sc_core::sc_time clock_period() const;
     sc_core::sc_time cycles_to_time(uint64_t cycles) const;
     uint64_t time_to_cycles(const sc_core::sc_time &t) const;
+    /* a time of `v` units of `unit_fs` femtoseconds, rounded as sc_time(v, unit) rounds,
+     * from the cached resolution: any thread */
+    sc_core::sc_time time_of(double v, double unit_fs) const;
 
     /* Notified (at the run's end time) each time a run's completion has been processed:
      * STATUS.DONE is set, whatever IRQ_ENABLE says. */
@@ -180,6 +187,13 @@ private:
 
     mutable std::mutex m_lock; /* guards everything below */
     struct tpu_device *m_dev = nullptr;
+    /* SystemC's time resolution, read once at construction (elaboration, the kernel's
+     * thread): the sc_time constructors and sc_get_time_resolution write SystemC's time
+     * parameters, so off the kernel's thread only sc_time's inline arithmetic is used on
+     * these cached values */
+    sc_core::sc_time m_res_t;
+    double m_res_fs = 0;
+    sc_core::sc_time m_period_t; /* one chip cycle, set at power_on */
     double m_clock_mhz = 0, m_period_ps = 0, m_hbm_bytes_per_cycle = 0;
     double m_link_latency_ns = 0, m_link_gbytes_per_s = 0;
     uint32_t m_n_cores = 0;
