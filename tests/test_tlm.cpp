@@ -508,7 +508,7 @@ void test_misuse_address(void **state)
                 {"infeed write", "window of core 5"});
     expect_fail(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_INFEED_ADDR(1) + 8, x.data(), kXBytes),
                 tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                {"one transaction is one tensor", "0x020100000000"});
+                {"one transaction is one tensor", "0x201000000000"});
     std::vector<uint8_t> big(TPU_TLM_PROG_SIZE / 2 + 8);
     expect_fail(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE + TPU_TLM_PROG_SIZE / 2,
                      big.data(), (unsigned)big.size()),
@@ -1072,6 +1072,24 @@ void launch_one(int salt, const sc_time *delay, uint64_t *start, uint64_t *end)
     *end = (uint64_t)rd(TPU_TLM_REG_END_CYCLE_HI) << 32 | rd(TPU_TLM_REG_END_CYCLE_LO);
 }
 
+/* A core's HBM window holds 16 GiB (tpu-v3 and tpu-v4 per core) and more: a program whose
+ * buffers take 8 GiB is not refused by the window check of LOAD_PROGRAM (the tiny chip's
+ * own HBM check refuses it instead, before allocating anything); one of 80 GiB still is. */
+void test_hbm_window_holds_16_gib(void **state)
+{
+    (void)state;
+    static_assert(TPU_TLM_CORE_STRIDE >= (16ull << 30), "16 GiB per core");
+    assert_int_equal(load_text("program big\nparam w: f32[32768, 65536]\n"),
+                     tlm::TLM_GENERIC_ERROR_RESPONSE);
+    std::string m = errmsg();
+    assert_null(std::strstr(m.c_str(), "HBM window"));
+    assert_int_equal(load_text("program huge\nparam w: f32[163840, 131072]\n"),
+                     tlm::TLM_GENERIC_ERROR_RESPONSE);
+    m = errmsg();
+    if (!std::strstr(m.c_str(), "a core's HBM window holds 68719476736 bytes"))
+        fail_msg("unexpected message: %s", m.c_str());
+}
+
 /* LAUNCH with START_CYCLE not written since the last launch starts at its own time, SystemC
  * time plus the write's timing annotation; a written START_CYCLE is taken as it is, once. */
 void test_launch_takes_its_time(void **state)
@@ -1136,6 +1154,7 @@ int sc_main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_two_launches, power_on, power_off),
         cmocka_unit_test_setup_teardown(test_infeed_close_ends_run, power_on, power_off),
         cmocka_unit_test_setup_teardown(test_launch_takes_its_time, power_on, power_off),
+        cmocka_unit_test_setup_teardown(test_hbm_window_holds_16_gib, power_on, power_off),
     };
     int rc = cmocka_run_group_tests(tests, nullptr, nullptr);
     g_bench = nullptr;

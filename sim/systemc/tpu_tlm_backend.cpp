@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <cinttypes>
+#include <climits>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
@@ -224,11 +225,25 @@ void debug_read(shell *sh, uint64_t addr, void *data, unsigned len)
 int target_failure(shell *sh, const char *what, uint64_t addr, tlm::tlm_response_status st,
                    struct tpu_diag *d);
 
+// One TLM-2.0 transaction carries at most UINT_MAX bytes (the generic payload's data length
+// is an unsigned int): 0, or TPU_EUNSUPPORTED naming the transfer.
+int check_length(size_t len, const char *what, struct tpu_diag *d)
+{
+    if (len <= UINT_MAX)
+        return 0;
+    return fail(d, TPU_EUNSUPPORTED, "%s: %zu bytes, but one TLM-2.0 transaction of the %s "
+                "backend carries at most %u bytes (its data length is 32-bit); use the native "
+                "backend for tensors and buffers of 4 GiB or more",
+                what, len, k_name, UINT_MAX);
+}
+
 // Issues one transaction from the host thread with the keeper's local time; 0 or the
 // failure (target_failure).
 int host_transport(shell *sh, tlm::tlm_command cmd, uint64_t addr, void *data, size_t len,
                    const char *what, struct tpu_diag *d)
 {
+    if (int rc = check_length(len, what, d))
+        return rc;
     tlm::tlm_generic_payload t;
     t.set_command(cmd);
     t.set_address(addr);
@@ -342,6 +357,8 @@ int plain_command(shell *sh, uint32_t cmd, const char *what, struct tpu_diag *d)
 int feed_transport(shell *sh, tlm::tlm_command cmd, uint64_t addr, void *data, size_t bytes,
                    uint64_t host_cycle, uint64_t *ready_cycle, struct tpu_diag *d)
 {
+    if (int rc = check_length(bytes, cmd == tlm::TLM_WRITE_COMMAND ? "infeed" : "outfeed", d))
+        return rc;
     tpu_tlm_feed_ext ext;
     ext.host_cycle = host_cycle;
     tlm::tlm_generic_payload t;

@@ -26,10 +26,16 @@
  *                                entries, below)
  *   0x0000_0100_0000 +0x100_0000 program window: the program's text form
  *                                (tpu_program_print / tpu_program_parse), read/write
- *   0x0100_0000_0000 + core * 4 GiB   HBM window of core: the program's buffers at the offsets
+ *   0x1000_0000_0000 + core * 64 GiB  HBM window of core: the program's buffers at the offsets
  *                                     of the buffer table (read/write, idle chip only)
- *   0x0200_0000_0000 + core * 4 GiB   infeed window of core: one write = one tensor queued
- *   0x0300_0000_0000 + core * 4 GiB   outfeed window of core: one read = one tensor taken
+ *   0x2000_0000_0000 + core * 64 GiB  infeed window of core: one write = one tensor queued
+ *   0x3000_0000_0000 + core * 64 GiB  outfeed window of core: one read = one tensor taken
+ *
+ * A core's HBM window holds 64 GiB, more than any preset's HBM per core (tpu-v3 and tpu-v4:
+ * 16 GiB). One transaction moves at most 4 GiB - 1 bytes, TLM-2.0's data length being an
+ * unsigned int: a larger buffer is reached by several transactions (parts of a buffer are
+ * allowed), and a tensor of 4 GiB or more cannot be fed (the backend refuses both with
+ * TPU_EUNSUPPORTED).
  *
  * Anything else answers TLM_ADDRESS_ERROR_RESPONSE. Cores are numbered as the device API
  * numbers them (device.h): n_chips x cores_per_chip, replicas of consecutive cores; N_CORES
@@ -107,10 +113,10 @@
 #define TPU_TLM_BUFTAB_SIZE 0x100000ull
 #define TPU_TLM_PROG_BASE 0x000001000000ull
 #define TPU_TLM_PROG_SIZE 0x1000000ull /* the longest program text, bytes */
-#define TPU_TLM_HBM_BASE 0x010000000000ull
-#define TPU_TLM_INFEED_BASE 0x020000000000ull
-#define TPU_TLM_OUTFEED_BASE 0x030000000000ull
-#define TPU_TLM_CORE_STRIDE 0x100000000ull /* 4 GiB per core in the HBM and feed windows */
+#define TPU_TLM_HBM_BASE 0x100000000000ull
+#define TPU_TLM_INFEED_BASE 0x200000000000ull
+#define TPU_TLM_OUTFEED_BASE 0x300000000000ull
+#define TPU_TLM_CORE_STRIDE 0x1000000000ull /* 64 GiB per core in the HBM and feed windows */
 #define TPU_TLM_MAX_CORES 256u
 
 #define TPU_TLM_HBM_ADDR(core, offset)                                                         \
