@@ -465,6 +465,56 @@ void sc_close(void *impl)
     delete dev;
 }
 
+// Whether the text form gives the program back op for op (tpu_program_print promises it
+// only for unnested loops and ops that set only the attributes they read): parsed here, the
+// copy must have the same buffers, variables and ops (code, operands and every attribute
+// byte). 0, or TPU_EUNSUPPORTED naming the first difference.
+int check_round_trip(const struct tpu_program *prog, const char *text, struct tpu_diag *d)
+{
+    struct tpu_program *back = nullptr;
+    struct tpu_diag pd = {};
+    if (tpu_program_parse(text, "program window", &back, &pd) != 0)
+        return fail(d, TPU_EUNSUPPORTED, "program '%s' does not parse back from its text form "
+                    "(%s); the %s backend carries programs as text: use the native backend",
+                    tpu_program_name(prog), pd.msg, k_name);
+    char what[160] = "";
+    const size_t n_bufs = tpu_program_n_buffers(prog), n_vars = tpu_program_n_vars(prog);
+    const size_t n_ops = tpu_program_n_ops(prog);
+    if (tpu_program_n_buffers(back) != n_bufs || tpu_program_n_vars(back) != n_vars ||
+        tpu_program_n_ops(back) != n_ops)
+        snprintf(what, sizeof what, "%zu buffers, %zu variables and %zu ops come back as %zu, "
+                 "%zu and %zu", n_bufs, n_vars, n_ops, tpu_program_n_buffers(back),
+                 tpu_program_n_vars(back), tpu_program_n_ops(back));
+    for (uint32_t i = 0; !what[0] && i < n_bufs; i++) {
+        const struct tpu_buffer_desc *a = tpu_program_buffer(prog, i);
+        const struct tpu_buffer_desc *b = tpu_program_buffer(back, i);
+        if (std::strcmp(a->name, b->name) || a->dtype != b->dtype || a->kind != b->kind ||
+            a->rows != b->rows || a->cols != b->cols)
+            snprintf(what, sizeof what, "buffer %u ('%s') comes back different", i, a->name);
+    }
+    for (uint32_t i = 0; !what[0] && i < n_vars; i++)
+        if (std::strcmp(tpu_program_var_name(prog, i), tpu_program_var_name(back, i)))
+            snprintf(what, sizeof what, "variable %u ('%s') comes back as '%s'", i,
+                     tpu_program_var_name(prog, i), tpu_program_var_name(back, i));
+    for (size_t i = 0; !what[0] && i < n_ops; i++) {
+        const struct tpu_op *a = tpu_program_op(prog, i), *b = tpu_program_op(back, i);
+        if (a->code != b->code || std::memcmp(a->out, b->out, sizeof a->out) ||
+            std::memcmp(a->in, b->in, sizeof a->in))
+            snprintf(what, sizeof what, "op %zu comes back with another opcode or operands", i);
+        else if (std::memcmp(&a->attrs, &b->attrs, sizeof a->attrs))
+            snprintf(what, sizeof what, "op %zu comes back with other attributes (an attribute "
+                     "the op does not read is set, or a loop is nested)", i);
+    }
+    tpu_program_destroy(&back);
+    if (what[0])
+        return fail(d, TPU_EUNSUPPORTED, "program '%s' is not given back by its text form: %s; "
+                    "the %s backend carries programs as text (tpu_program_print), so it runs "
+                    "only programs whose loops are not nested and whose ops set only the "
+                    "attributes they read: clear the others or use the native backend",
+                    tpu_program_name(prog), what, k_name);
+    return 0;
+}
+
 int sc_load(void *impl, const struct tpu_program *prog, struct tpu_diag *d)
 {
     sc_device *dev = static_cast<sc_device *>(impl);
@@ -482,8 +532,13 @@ int sc_load(void *impl, const struct tpu_program *prog, struct tpu_diag *d)
                     "TPU_TLM_PROG_SIZE): split the model or use the native backend",
                     tpu_program_name(prog), len, static_cast<unsigned long long>(TPU_TLM_PROG_SIZE));
     }
-    int rc = host_transport(sh, tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE, text, len,
-                            "writing the program window", d);
+    int rc = check_round_trip(prog, text, d);
+    if (rc) {
+        std::free(text);
+        return rc;
+    }
+    rc = host_transport(sh, tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE, text, len,
+                        "writing the program window", d);
     std::free(text);
     if (rc || (rc = write_reg(sh, TPU_TLM_REG_PROG_LEN, static_cast<uint32_t>(len),
                               "setting PROG_LEN", d)) ||
