@@ -11,8 +11,11 @@
  *   5. sync the quantum keeper and wait for the interrupt;
  *   6. read the outfeed, END_CYCLE and the counters, and print them.
  * The loop runs as many steps as the outfeed queue holds, so the host may read the outfeed
- * after the interrupt; a longer loop needs a second initiator process draining the outfeed
- * during the run, as the host runtime's outfeed thread does.
+ * after the interrupt. A longer loop drains the outfeed during the run from a second
+ * SC_THREAD with its own initiator path: a feed transaction that has to wait for its queue
+ * wait()s inside b_transport (it suspends the calling process, never the kernel's OS
+ * thread), so the feeding process and the draining one take turns as the queues fill and
+ * empty (tests/test_tlm_threads.cpp runs that platform).
  *
  * Usage: systemc_platform [CHIP]   (a preset name or a JSON file; default "tiny")
  * Exit status 0 when every transaction succeeded and the run completed. */

@@ -554,6 +554,59 @@ static void test_watch_sees_the_same_blocked_run(void **state)
     assert_string_equal(sc.why, nat.why);
 }
 
+/* ---- every entry goes through the bus ------------------------------------------------------ */
+
+static uint64_t transactions_now(void)
+{
+    struct tpu_systemc_stats st;
+    tpu_systemc_stats(&st);
+    return st.transactions;
+}
+
+/* Each entry of the backend but open and close (the chip's power, a side-band platform call:
+ * systemc.h) makes at least one transaction of the initiator, counted entry by entry. */
+#define EXPECT_TRANSACTION(what, call)                                                         \
+    do {                                                                                       \
+        uint64_t before_ = transactions_now();                                                 \
+        call;                                                                                  \
+        if (transactions_now() <= before_)                                                     \
+            fail_msg("%s made no TLM transaction", what);                                      \
+    } while (0)
+
+static void test_every_entry_makes_a_transaction(void **state)
+{
+    (void)state;
+    struct tpu_device *dev = open_tiny(1, 2);
+    struct tpu_program *p = parse("program t\nvar n\nparam b: f32[4, 4]\ntemp x: f32[4, 4]\n"
+                                  "temp y: f32[4, 4]\nloop n {\n  x = infeed\n"
+                                  "  y = add x, b\n  outfeed y\n}\n");
+    struct tpu_diag d = {0};
+    float b[16] = {0}, x[16] = {0}, y[16];
+    struct tpu_core_counters c;
+    struct tpu_device_watch w;
+    EXPECT_TRANSACTION("load", assert_int_equal(tpu_device_load(dev, p, &d), 0));
+    EXPECT_TRANSACTION("write", assert_int_equal(tpu_device_write(dev, 0, 0, b, sizeof b, &d), 0));
+    EXPECT_TRANSACTION("read", assert_int_equal(tpu_device_read(dev, 0, 0, b, sizeof b, &d), 0));
+    EXPECT_TRANSACTION("set_var", assert_int_equal(tpu_device_set_var(dev, 0, 1), 0));
+    EXPECT_TRANSACTION("get_var", assert_int_equal(tpu_device_get_var(dev, 1, 0), 1));
+    for (uint32_t k = 0; k < 2; k++)
+        EXPECT_TRANSACTION("infeed",
+                           assert_int_equal(tpu_device_infeed(dev, k, x, sizeof x, 0, &d), 0));
+    EXPECT_TRANSACTION("run", assert_int_equal(tpu_device_run(dev, 0, NULL, &d), 0));
+    for (uint32_t k = 0; k < 2; k++)
+        EXPECT_TRANSACTION("outfeed", assert_int_equal(
+                                          tpu_device_outfeed(dev, k, y, sizeof y, 0, NULL, &d), 0));
+    EXPECT_TRANSACTION("counters", assert_int_equal(tpu_device_counters(dev, 0, &c), 0));
+    EXPECT_TRANSACTION("watch", tpu_device_watch(dev, &w));
+    assert_false(w.running);
+    assert_int_equal(w.moves, 8); /* 2 infeeds and 2 outfeeds, each pushed and popped */
+    EXPECT_TRANSACTION("infeed_close", tpu_device_infeed_close(dev));
+    EXPECT_TRANSACTION("cancel", tpu_device_cancel(dev));
+    EXPECT_TRANSACTION("reset_cancel", tpu_device_reset_cancel(dev));
+    tpu_device_close(&dev);
+    tpu_program_destroy(&p);
+}
+
 /* ---- one device at a time, refusals, open and close again ---------------------------------- */
 
 static int never_run(void *ctx, uint32_t unit, const struct tpu_mxu_seq *seq, uint64_t *cycles,
@@ -658,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_training_is_the_same_both_ways),
         cmocka_unit_test(test_the_same_script_gives_the_same_results),
         cmocka_unit_test(test_watch_sees_the_same_blocked_run),
+        cmocka_unit_test(test_every_entry_makes_a_transaction),
         cmocka_unit_test(test_one_device_at_a_time_and_refusals),
         cmocka_unit_test(test_open_and_close_again),
     };

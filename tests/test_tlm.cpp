@@ -508,7 +508,7 @@ void test_misuse_address(void **state)
                 {"infeed write", "window of core 5"});
     expect_fail(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_INFEED_ADDR(1) + 8, x.data(), kXBytes),
                 tlm::TLM_ADDRESS_ERROR_RESPONSE, TPU_TLM_ERR_ADDRESS, 0,
-                {"one transaction is one tensor", "0x020100000000"});
+                {"one transaction is one tensor", "0x201000000000"});
     std::vector<uint8_t> big(TPU_TLM_PROG_SIZE / 2 + 8);
     expect_fail(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE + TPU_TLM_PROG_SIZE / 2,
                      big.data(), (unsigned)big.size()),
@@ -1046,6 +1046,86 @@ void test_infeed_close_ends_run(void **state)
     assert_int_equal(rd(TPU_TLM_REG_IRQ_STATUS), TPU_TLM_IRQ_FAILED);
 }
 
+/* One launch of a one-step run on both cores with its input queued; returns the run's
+ * START_CYCLE and END_CYCLE registers after its completion. */
+void launch_one(int salt, const sc_time *delay, uint64_t *start, uint64_t *end)
+{
+    std::vector<float> x = input(0, salt);
+    for (uint32_t k = 0; k < 2; k++)
+        assert_int_equal(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_INFEED_ADDR(k), x.data(), kXBytes),
+                         tlm::TLM_OK_RESPONSE);
+    uint32_t cmd = TPU_TLM_CMD_LAUNCH;
+    xfer_opts o;
+    sc_time d = delay ? *delay : sc_core::SC_ZERO_TIME;
+    o.delay = &d;
+    assert_int_equal(xfer(tlm::TLM_WRITE_COMMAND, TPU_TLM_REG_BASE + TPU_TLM_REG_CTRL, &cmd, 4, o),
+                     tlm::TLM_OK_RESPONSE);
+    std::thread drain([] {
+        std::vector<float> y(kXBytes / 4);
+        for (uint32_t k = 0; k < 2; k++)
+            xfer(tlm::TLM_READ_COMMAND, TPU_TLM_OUTFEED_ADDR(k), y.data(), kXBytes);
+    });
+    sc_core::sc_start();
+    drain.join();
+    assert_int_equal(rd(TPU_TLM_REG_RUN_STATUS), 0);
+    *start = (uint64_t)rd(TPU_TLM_REG_START_CYCLE_HI) << 32 | rd(TPU_TLM_REG_START_CYCLE_LO);
+    *end = (uint64_t)rd(TPU_TLM_REG_END_CYCLE_HI) << 32 | rd(TPU_TLM_REG_END_CYCLE_LO);
+}
+
+/* A core's HBM window holds 16 GiB (tpu-v3 and tpu-v4 per core) and more: a program whose
+ * buffers take 8 GiB is not refused by the window check of LOAD_PROGRAM (the tiny chip's
+ * own HBM check refuses it instead, before allocating anything); one of 80 GiB still is. */
+void test_hbm_window_holds_16_gib(void **state)
+{
+    (void)state;
+    static_assert(TPU_TLM_CORE_STRIDE >= (16ull << 30), "16 GiB per core");
+    assert_int_equal(load_text("program big\nparam w: f32[32768, 65536]\n"),
+                     tlm::TLM_GENERIC_ERROR_RESPONSE);
+    std::string m = errmsg();
+    assert_null(std::strstr(m.c_str(), "HBM window"));
+    assert_int_equal(load_text("program huge\nparam w: f32[163840, 131072]\n"),
+                     tlm::TLM_GENERIC_ERROR_RESPONSE);
+    m = errmsg();
+    if (!std::strstr(m.c_str(), "a core's HBM window holds 68719476736 bytes"))
+        fail_msg("unexpected message: %s", m.c_str());
+}
+
+/* LAUNCH with START_CYCLE not written since the last launch starts at its own time, SystemC
+ * time plus the write's timing annotation; a written START_CYCLE is taken as it is, once. */
+void test_launch_takes_its_time(void **state)
+{
+    (void)state;
+    assert_int_equal(load_text(kProgram), tlm::TLM_OK_RESPONSE);
+    set_var(kIter, 1);
+    wr(TPU_TLM_REG_IRQ_ENABLE, 0);
+    sc_core::sc_start(sc_time(1, sc_core::SC_MS)); /* SystemC time moves on, no run */
+    const sc_time at = sc_core::sc_time_stamp() + sc_time(250, sc_core::SC_NS);
+    const sc_time annot(250, sc_core::SC_NS);
+    const uint64_t want = g_bench->chip.time_to_cycles(at);
+    assert_true(want > 0);
+    uint64_t start, end;
+    launch_one(1, &annot, &start, &end);
+    assert_int_equal(start, want);
+    assert_true(end > want);
+    /* the completion comes at END_CYCLE x period: nothing else moves time in this bench */
+    assert_true(sc_core::sc_time_stamp() == g_bench->chip.cycles_to_time(end));
+    /* a written START_CYCLE (here later than now) is used as written */
+    const uint64_t later = end + 1000;
+    wr(TPU_TLM_REG_START_CYCLE_LO, (uint32_t)later);
+    wr(TPU_TLM_REG_START_CYCLE_HI, (uint32_t)(later >> 32));
+    uint64_t start2, end2;
+    launch_one(2, nullptr, &start2, &end2);
+    assert_int_equal(start2, later);
+    assert_true(end2 > later);
+    /* and only once: the next launch takes its time again */
+    sc_core::sc_start(sc_time(10, sc_core::SC_US));
+    const uint64_t want3 = g_bench->chip.time_to_cycles(sc_core::sc_time_stamp());
+    uint64_t start3, end3;
+    launch_one(3, nullptr, &start3, &end3);
+    assert_int_equal(start3, want3);
+    assert_true(end3 > want3);
+}
+
 } // namespace
 
 int sc_main(int argc, char **argv)
@@ -1073,6 +1153,8 @@ int sc_main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_feed_without_extension, power_on, power_off),
         cmocka_unit_test_setup_teardown(test_two_launches, power_on, power_off),
         cmocka_unit_test_setup_teardown(test_infeed_close_ends_run, power_on, power_off),
+        cmocka_unit_test_setup_teardown(test_launch_takes_its_time, power_on, power_off),
+        cmocka_unit_test_setup_teardown(test_hbm_window_holds_16_gib, power_on, power_off),
     };
     int rc = cmocka_run_group_tests(tests, nullptr, nullptr);
     g_bench = nullptr;

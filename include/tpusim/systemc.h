@@ -1,7 +1,9 @@
 /* The SystemC/TLM-2.0 model of the chip as a device backend (built with -Dsystemc=enabled).
  *
  * tpu_device_backend_systemc() is a struct tpu_device_backend (device.h) whose every entry
- * is carried out as TLM-2.0 transactions: a host-side initiator (a simple_initiator_socket
+ * but open and close is carried out as TLM-2.0 transactions (open and close power the chip
+ * on and off: a side-band platform call, tpu_tlm_chip::power_on / power_off, as a
+ * platform's power controller would, not a bus access): a host-side initiator (a simple_initiator_socket
  * with a tlm_quantumkeeper, sim/systemc/tpu_tlm_backend.cpp) is bound to the chip's TLM
  * target (sim/systemc/tpu_tlm_chip.h), which wraps the native C chip behind the register
  * map of sim/systemc/tpu_tlm_regs.h. So the values and device cycles are the native
@@ -23,6 +25,7 @@
  *                 run's code and end cycle are read from RUN_STATUS and END_CYCLE
  *   cancel, infeed_close, reset_cancel   the CANCEL, INFEED_CLOSE, RESET_CANCEL commands
  *   counters      COUNTER_CORE and one read of the counters window
+ *   watch         one debug-transport read of the watch window (any thread, during a run)
  * A failed transaction's sentence is the target's (its error message window or the feed
  * extension), so every misuse the target sees reads as on the native chip; the device API
  * checks every call before the backend anyway (device.h).

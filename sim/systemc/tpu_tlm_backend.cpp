@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <cinttypes>
+#include <climits>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
@@ -224,11 +225,25 @@ void debug_read(shell *sh, uint64_t addr, void *data, unsigned len)
 int target_failure(shell *sh, const char *what, uint64_t addr, tlm::tlm_response_status st,
                    struct tpu_diag *d);
 
+// One TLM-2.0 transaction carries at most UINT_MAX bytes (the generic payload's data length
+// is an unsigned int): 0, or TPU_EUNSUPPORTED naming the transfer.
+int check_length(size_t len, const char *what, struct tpu_diag *d)
+{
+    if (len <= UINT_MAX)
+        return 0;
+    return fail(d, TPU_EUNSUPPORTED, "%s: %zu bytes, but one TLM-2.0 transaction of the %s "
+                "backend carries at most %u bytes (its data length is 32-bit); use the native "
+                "backend for tensors and buffers of 4 GiB or more",
+                what, len, k_name, UINT_MAX);
+}
+
 // Issues one transaction from the host thread with the keeper's local time; 0 or the
 // failure (target_failure).
 int host_transport(shell *sh, tlm::tlm_command cmd, uint64_t addr, void *data, size_t len,
                    const char *what, struct tpu_diag *d)
 {
+    if (int rc = check_length(len, what, d))
+        return rc;
     tlm::tlm_generic_payload t;
     t.set_command(cmd);
     t.set_address(addr);
@@ -342,6 +357,8 @@ int plain_command(shell *sh, uint32_t cmd, const char *what, struct tpu_diag *d)
 int feed_transport(shell *sh, tlm::tlm_command cmd, uint64_t addr, void *data, size_t bytes,
                    uint64_t host_cycle, uint64_t *ready_cycle, struct tpu_diag *d)
 {
+    if (int rc = check_length(bytes, cmd == tlm::TLM_WRITE_COMMAND ? "infeed" : "outfeed", d))
+        return rc;
     tpu_tlm_feed_ext ext;
     ext.host_cycle = host_cycle;
     tlm::tlm_generic_payload t;
@@ -448,6 +465,56 @@ void sc_close(void *impl)
     delete dev;
 }
 
+// Whether the text form gives the program back op for op (tpu_program_print promises it
+// only for unnested loops and ops that set only the attributes they read): parsed here, the
+// copy must have the same buffers, variables and ops (code, operands and every attribute
+// byte). 0, or TPU_EUNSUPPORTED naming the first difference.
+int check_round_trip(const struct tpu_program *prog, const char *text, struct tpu_diag *d)
+{
+    struct tpu_program *back = nullptr;
+    struct tpu_diag pd = {};
+    if (tpu_program_parse(text, "program window", &back, &pd) != 0)
+        return fail(d, TPU_EUNSUPPORTED, "program '%s' does not parse back from its text form "
+                    "(%s); the %s backend carries programs as text: use the native backend",
+                    tpu_program_name(prog), pd.msg, k_name);
+    char what[160] = "";
+    const size_t n_bufs = tpu_program_n_buffers(prog), n_vars = tpu_program_n_vars(prog);
+    const size_t n_ops = tpu_program_n_ops(prog);
+    if (tpu_program_n_buffers(back) != n_bufs || tpu_program_n_vars(back) != n_vars ||
+        tpu_program_n_ops(back) != n_ops)
+        snprintf(what, sizeof what, "%zu buffers, %zu variables and %zu ops come back as %zu, "
+                 "%zu and %zu", n_bufs, n_vars, n_ops, tpu_program_n_buffers(back),
+                 tpu_program_n_vars(back), tpu_program_n_ops(back));
+    for (uint32_t i = 0; !what[0] && i < n_bufs; i++) {
+        const struct tpu_buffer_desc *a = tpu_program_buffer(prog, i);
+        const struct tpu_buffer_desc *b = tpu_program_buffer(back, i);
+        if (std::strcmp(a->name, b->name) || a->dtype != b->dtype || a->kind != b->kind ||
+            a->rows != b->rows || a->cols != b->cols)
+            snprintf(what, sizeof what, "buffer %u ('%s') comes back different", i, a->name);
+    }
+    for (uint32_t i = 0; !what[0] && i < n_vars; i++)
+        if (std::strcmp(tpu_program_var_name(prog, i), tpu_program_var_name(back, i)))
+            snprintf(what, sizeof what, "variable %u ('%s') comes back as '%s'", i,
+                     tpu_program_var_name(prog, i), tpu_program_var_name(back, i));
+    for (size_t i = 0; !what[0] && i < n_ops; i++) {
+        const struct tpu_op *a = tpu_program_op(prog, i), *b = tpu_program_op(back, i);
+        if (a->code != b->code || std::memcmp(a->out, b->out, sizeof a->out) ||
+            std::memcmp(a->in, b->in, sizeof a->in))
+            snprintf(what, sizeof what, "op %zu comes back with another opcode or operands", i);
+        else if (std::memcmp(&a->attrs, &b->attrs, sizeof a->attrs))
+            snprintf(what, sizeof what, "op %zu comes back with other attributes (an attribute "
+                     "the op does not read is set, or a loop is nested)", i);
+    }
+    tpu_program_destroy(&back);
+    if (what[0])
+        return fail(d, TPU_EUNSUPPORTED, "program '%s' is not given back by its text form: %s; "
+                    "the %s backend carries programs as text (tpu_program_print), so it runs "
+                    "only programs whose loops are not nested and whose ops set only the "
+                    "attributes they read: clear the others or use the native backend",
+                    tpu_program_name(prog), what, k_name);
+    return 0;
+}
+
 int sc_load(void *impl, const struct tpu_program *prog, struct tpu_diag *d)
 {
     sc_device *dev = static_cast<sc_device *>(impl);
@@ -465,8 +532,13 @@ int sc_load(void *impl, const struct tpu_program *prog, struct tpu_diag *d)
                     "TPU_TLM_PROG_SIZE): split the model or use the native backend",
                     tpu_program_name(prog), len, static_cast<unsigned long long>(TPU_TLM_PROG_SIZE));
     }
-    int rc = host_transport(sh, tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE, text, len,
-                            "writing the program window", d);
+    int rc = check_round_trip(prog, text, d);
+    if (rc) {
+        std::free(text);
+        return rc;
+    }
+    rc = host_transport(sh, tlm::TLM_WRITE_COMMAND, TPU_TLM_PROG_BASE, text, len,
+                        "writing the program window", d);
     std::free(text);
     if (rc || (rc = write_reg(sh, TPU_TLM_REG_PROG_LEN, static_cast<uint32_t>(len),
                               "setting PROG_LEN", d)) ||
@@ -637,7 +709,24 @@ void sc_reset_cancel(void *impl)
 void sc_watch(void *impl, struct tpu_device_watch *w)
 {
     sc_device *dev = static_cast<sc_device *>(impl);
-    tpu_device_watch(dev->sh->chip.device(), w);
+    // one debug read of the watch window: no timing, no side effect, any thread
+    uint8_t snap[TPU_TLM_WATCH_SIZE] = {0};
+    dev->sh->host.transactions.fetch_add(1, std::memory_order_relaxed);
+    debug_read(dev->sh, TPU_TLM_WATCH_BASE, snap, sizeof snap);
+    auto u32 = [&snap](size_t o) {
+        uint32_t v = 0;
+        for (int i = 3; i >= 0; i--)
+            v = v << 8 | snap[o + (size_t)i];
+        return v;
+    };
+    const uint32_t flags = u32(TPU_TLM_WATCH_FLAGS);
+    std::memset(w, 0, sizeof *w);
+    w->running = (flags & TPU_TLM_WATCH_RUNNING) != 0;
+    w->cores_blocked = (flags & TPU_TLM_WATCH_BLOCKED) != 0;
+    w->host_calls_waiting = u32(TPU_TLM_WATCH_HOST_CALLS);
+    w->moves = static_cast<uint64_t>(u32(TPU_TLM_WATCH_MOVES + 4)) << 32 | u32(TPU_TLM_WATCH_MOVES);
+    std::memcpy(w->why, snap + TPU_TLM_WATCH_WHY, sizeof w->why);
+    w->why[sizeof w->why - 1] = '\0';
     // the device API's run is this backend's: the target's run may already have ended while
     // the host thread has not yet taken the interrupt
     w->running = w->running || dev->running.load();

@@ -31,8 +31,23 @@ void tpu_tlm_async_channel::post_irq()
     async_request_update();
 }
 
-void tpu_tlm_async_channel::attach() { async_attach_suspending(); }
-void tpu_tlm_async_channel::detach() { async_detach_suspending(); }
+void tpu_tlm_async_channel::post_feed()
+{
+    m_feed_pending.store(true);
+    async_request_update();
+}
+
+void tpu_tlm_async_channel::hold()
+{
+    if (m_holds++ == 0)
+        async_attach_suspending();
+}
+
+void tpu_tlm_async_channel::release()
+{
+    if (--m_holds == 0)
+        async_detach_suspending();
+}
 
 void tpu_tlm_async_channel::update()
 {
@@ -40,6 +55,8 @@ void tpu_tlm_async_channel::update()
         run_done_ev.notify(sc_core::SC_ZERO_TIME);
     if (m_irq_pending.exchange(false))
         irq_ev.notify(sc_core::SC_ZERO_TIME);
+    if (m_feed_pending.exchange(false))
+        feed_ev.notify(sc_core::SC_ZERO_TIME);
 }
 
 using namespace tpu_tlm;
@@ -47,8 +64,11 @@ using namespace tpu_tlm;
 /* ---- construction, power -------------------------------------------------------------- */
 
 tpu_tlm_chip::tpu_tlm_chip(sc_core::sc_module_name name)
-    : sc_core::sc_module(name), socket("socket"), irq("irq"), m_chan("async")
+    : sc_core::sc_module(name), socket("socket"), irq("irq"), m_chan("async"),
+      m_kernel_tid(std::this_thread::get_id())
 {
+    m_res_t = sc_core::sc_get_time_resolution();
+    m_res_fs = std::round(m_res_t.to_seconds() * 1e15);
     socket.register_b_transport(this, &tpu_tlm_chip::b_transport);
     socket.register_transport_dbg(this, &tpu_tlm_chip::transport_dbg);
     socket.register_get_direct_mem_ptr(this, &tpu_tlm_chip::get_direct_mem_ptr);
@@ -64,9 +84,20 @@ tpu_tlm_chip::~tpu_tlm_chip()
         std::lock_guard<std::mutex> g(m_lock);
         dev = m_dev;
     }
-    if (m_worker.joinable()) {
-        tpu_device_cancel(dev);
+    bool feeds;
+    {
+        std::lock_guard<std::mutex> g(m_feed_lock);
+        feeds = !m_feed_threads.empty();
+    }
+    if (m_worker.joinable() || feeds)
+        tpu_device_cancel(dev); /* wakes feed calls still blocked on a queue */
+    if (m_worker.joinable())
         m_worker.join();
+    {
+        std::lock_guard<std::mutex> g(m_feed_lock);
+        for (std::thread &th : m_feed_threads)
+            th.join();
+        m_feed_threads.clear();
     }
     tpu_device_close(&m_dev);
 }
@@ -103,6 +134,7 @@ int tpu_tlm_chip::power_on(const struct tpu_device_settings &s, struct tpu_diag 
     m_n_cores = tpu_device_n_cores(dev);
     m_clock_mhz = chip->clock_mhz;
     m_period_ps = 1e6 / chip->clock_mhz;
+    m_period_t = time_of(m_period_ps, 1e3);
     m_hbm_bytes_per_cycle = chip->hbm_gbytes_per_s * 1e3 / chip->clock_mhz;
     m_link_latency_ns = chip->host_link_latency_ns;
     m_link_gbytes_per_s = chip->host_link_gbytes_per_s;
@@ -111,6 +143,7 @@ int tpu_tlm_chip::power_on(const struct tpu_device_settings &s, struct tpu_diag 
     m_prog_len = m_var_index = m_var_core = m_counter_core = m_runs = 0;
     m_var_value = m_start_cycle = m_end_cycle = 0;
     m_busy = m_done = m_canceled = m_infeed_closed = false;
+    m_start_written = false;
     m_errmsg[0] = '\0';
     m_runmsg[0] = '\0';
     m_prog.clear();
@@ -155,7 +188,15 @@ struct tpu_device *tpu_tlm_chip::device() const
     return m_dev;
 }
 
-sc_time tpu_tlm_chip::clock_period() const { return sc_time(m_period_ps, sc_core::SC_PS); }
+sc_time tpu_tlm_chip::time_of(double v, double unit_fs) const
+{
+    /* sc_time(v, unit)'s rounding (SystemC 2.3: v x unit / resolution + 0.5, truncated),
+     * made of the cached resolution with inline arithmetic only */
+    double steps = std::trunc(v * (unit_fs / m_res_fs) + 0.5);
+    return m_res_t * steps;
+}
+
+sc_time tpu_tlm_chip::clock_period() const { return m_period_t; }
 
 sc_time tpu_tlm_chip::cycles_to_time(uint64_t cycles) const
 {
@@ -168,8 +209,8 @@ uint64_t tpu_tlm_chip::time_to_cycles(const sc_time &t) const
         return 0;
     /* half a resolution step up before rounding down: a time made by cycles_to_time
      * (rounded to the nearest step) gives its cycle count back */
-    double ps = t.to_seconds() * 1e12;
-    double half_step_ps = sc_core::sc_get_time_resolution().to_seconds() * 1e12 / 2;
+    double ps = (double)t.value() * m_res_fs * 1e-3;
+    double half_step_ps = m_res_fs * 1e-3 / 2;
     return (uint64_t)std::floor((ps + half_step_ps) / m_period_ps);
 }
 
@@ -261,6 +302,7 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
     const bool read_only_window =
         (a >= TPU_TLM_ERRMSG_BASE && a < TPU_TLM_ERRMSG_BASE + TPU_TLM_ERRMSG_SIZE) ||
         (a >= TPU_TLM_RUNMSG_BASE && a < TPU_TLM_RUNMSG_BASE + TPU_TLM_RUNMSG_SIZE) ||
+        (a >= TPU_TLM_WATCH_BASE && a < TPU_TLM_WATCH_BASE + TPU_TLM_WATCH_SIZE) ||
         (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE);
     if (read_only_window && t.get_byte_enable_ptr() && t.get_byte_enable_length() > 0)
         return reject(debug, tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE, TPU_TLM_ERR_BYTE_ENABLE, 0,
@@ -276,6 +318,20 @@ tlm_response_status tpu_tlm_chip::access(tlm_generic_payload &t, sc_time *delay,
         static_assert(sizeof m_runmsg == TPU_TLM_RUNMSG_SIZE, "run message window size");
         return window_read(t, a - TPU_TLM_RUNMSG_BASE, (const uint8_t *)m_runmsg,
                            sizeof m_runmsg, debug);
+    }
+    if (a >= TPU_TLM_WATCH_BASE && a < TPU_TLM_WATCH_BASE + TPU_TLM_WATCH_SIZE) {
+        uint8_t snap[TPU_TLM_WATCH_SIZE] = {};
+        if (m_dev) {
+            struct tpu_device_watch w = {};
+            tpu_device_watch(m_dev, &w);
+            put32(snap + TPU_TLM_WATCH_FLAGS, (w.running ? TPU_TLM_WATCH_RUNNING : 0u) |
+                                                  (w.cores_blocked ? TPU_TLM_WATCH_BLOCKED : 0u));
+            put32(snap + TPU_TLM_WATCH_HOST_CALLS, w.host_calls_waiting);
+            put64(snap + TPU_TLM_WATCH_MOVES, w.moves);
+            std::memcpy(snap + TPU_TLM_WATCH_WHY, w.why, sizeof w.why);
+            snap[TPU_TLM_WATCH_WHY + TPU_TLM_WATCH_WHY_SIZE - 1] = 0;
+        }
+        return window_read(t, a - TPU_TLM_WATCH_BASE, snap, sizeof snap, debug);
     }
     if (a >= TPU_TLM_BUFTAB_BASE && a < TPU_TLM_BUFTAB_BASE + TPU_TLM_BUFTAB_SIZE) {
         if (!inside(a - TPU_TLM_BUFTAB_BASE, len, TPU_TLM_BUFTAB_SIZE))
@@ -425,6 +481,8 @@ tlm_response_status tpu_tlm_chip::reg_access(tlm_generic_payload &t, uint64_t of
                       " (tpu_tlm_regs.h)",
                       cmd_word(t), off, TPU_TLM_REG_COUNTER_CORE, TPU_TLM_REG_COUNTERS,
                       kCountersEnd - 1);
+    const bool have_delay = delay != nullptr;
+    const sc_time at = delay ? *delay : sc_core::SC_ZERO_TIME; /* before this access's cost */
     if (delay)
         *delay += clock_period();
     if (t.is_read()) {
@@ -437,7 +495,11 @@ tlm_response_status tpu_tlm_chip::reg_access(tlm_generic_payload &t, uint64_t of
                       "IRQ_STATUS, IRQ_ENABLE, PROG_LEN, VAR_*, START_CYCLE_* and COUNTER_CORE "
                       "take writes",
                       off);
-    return reg_write(off, get32(t.get_data_ptr()), debug);
+    m_have_access_delay = have_delay;
+    m_access_delay = at;
+    tlm_response_status st = reg_write(off, get32(t.get_data_ptr()), debug);
+    m_have_access_delay = false;
+    return st;
 }
 
 tlm_response_status tpu_tlm_chip::reg_write(uint64_t off, uint32_t v, bool debug)
@@ -470,9 +532,11 @@ tlm_response_status tpu_tlm_chip::reg_write(uint64_t off, uint32_t v, bool debug
         break;
     case TPU_TLM_REG_START_CYCLE_LO:
         m_start_cycle = (m_start_cycle & ~0xffffffffull) | v;
+        m_start_written = true;
         break;
     case TPU_TLM_REG_START_CYCLE_HI:
         m_start_cycle = (m_start_cycle & 0xffffffffull) | (uint64_t)v << 32;
+        m_start_written = true;
         break;
     case TPU_TLM_REG_COUNTER_CORE: m_counter_core = v; break;
     default: break;
@@ -642,8 +706,17 @@ tlm_response_status tpu_tlm_chip::cmd_launch(bool debug)
         m_worker.join(); /* the previous run's thread has returned (its completion ran) */
     m_busy = true;
     m_done = false;
-    m_chan.attach();
+    m_chan.hold();
     struct tpu_device *dev = m_dev;
+    /* START_CYCLE not written since the last LAUNCH: the run starts no earlier than the
+     * LAUNCH write's own time, SystemC time plus its timing annotation (a quantum keeper's
+     * local offset). Only the kernel's thread may read SystemC time; from elsewhere the
+     * register's value stands. */
+    if (!m_start_written && std::this_thread::get_id() == m_kernel_tid)
+        m_start_cycle = time_to_cycles(sc_core::sc_time_stamp() +
+                                       (m_have_access_delay ? m_access_delay
+                                                            : sc_core::SC_ZERO_TIME));
+    m_start_written = false;
     uint64_t start = m_start_cycle;
     m_worker = std::thread([this, dev, start] {
         struct tpu_diag d = {};
@@ -687,7 +760,7 @@ void tpu_tlm_chip::completion_thread()
                 record_locked(TPU_TLM_ERR_DEVICE, m_run_rc, m_run_diag.msg);
             snprintf(m_runmsg, sizeof m_runmsg, "%s", m_run_rc ? m_run_diag.msg : "");
         }
-        m_chan.detach();
+        m_chan.release();
         m_chan.post_irq();
         m_done_ev.notify(sc_core::SC_ZERO_TIME);
     }

@@ -16,11 +16,16 @@
  * cycles from the program, the data sizes and the host cycles the host gives with each feed
  * (device.h, "Two clocks"); the interleaving of bus phases cannot change a single device
  * cycle, so AT's four phases would buy no accuracy and cost a process switch per phase.
- * The queue windows also block in real time while a queue is full or empty (the device API's
- * promise), which a blocking b_transport expresses directly and a non-blocking nb_transport
- * could only express with another thread per call. So every access is b_transport with a
- * timing annotation, and b_transport never calls wait(): that is what lets the feed windows
- * be used from any host thread, also outside the SystemC kernel.
+ * The queue windows wait while a queue is full or empty (the device API's promise), which a
+ * blocking b_transport expresses directly. IEEE 1666 lets b_transport call wait() when the
+ * initiator is a thread process, and the feed windows do exactly that: called from a
+ * SystemC thread process (SC_THREAD / SC_CTHREAD), the device call runs on a helper thread
+ * and the process waits on an event the helper posts through async_request_update when the
+ * call returns, so the kernel keeps running the platform's other processes (a second
+ * process draining the outfeed, a ticker) meanwhile. Called from any other thread (the host
+ * runtime's feed threads, sc_main between sc_start calls) or from an SC_METHOD, which may not
+ * wait, the call blocks the calling thread in real time. The other windows and the registers
+ * never wait: they add their cost to the delay.
  *
  * The initiator's side. An LT initiator keeps a tlm_utils::tlm_quantumkeeper: it adds the
  * delay each b_transport returns to its local time offset and runs ahead of SystemC time
@@ -46,11 +51,14 @@
  *   advances to END_CYCLE x period) --> done (IRQ) --LAUNCH--> busy ...
  *
  * Threads. Feed windows: any thread, concurrently (each transaction is one
- * tpu_device_infeed / tpu_device_outfeed). Registers, the program window and HBM: one lock
+ * tpu_device_infeed / tpu_device_outfeed; from a SystemC thread process it suspends the
+ * process, elsewhere it blocks the thread, see above). Registers, the program window and HBM: one lock
  * (m_lock) serializes them; they are meant for SystemC processes. The irq output is only
  * ever written by the module's own processes.
  *
- * Clock. The period is 1 / clock_mhz of the chip configuration. cycles_to_time rounds to the
+ * Clock. The period is 1 / clock_mhz of the chip configuration. The module reads SystemC's
+ * time resolution when it is constructed, so sc_set_time_resolution, if a platform calls
+ * it, comes before the module is made (as SystemC asks of any sc_time anyway). cycles_to_time rounds to the
  * SystemC time resolution (1 ps by default); time_to_cycles rounds down after adding half a
  * resolution step, so time_to_cycles(cycles_to_time(c)) == c whenever the period is longer
  * than one step (any clock below 1 THz at the default resolution). */
@@ -59,6 +67,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -77,10 +86,14 @@ public:
     explicit tpu_tlm_async_channel(const char *name) : sc_core::sc_prim_channel(name) {}
     sc_core::sc_event run_done_ev; /* a worker's run returned */
     sc_core::sc_event irq_ev;      /* the irq level may have changed */
+    sc_core::sc_event feed_ev;     /* a feed call made for a waiting SystemC process returned */
     void post_run_done();          /* any thread */
     void post_irq();               /* any thread */
-    void attach();                 /* kernel: keep the simulation alive for a run */
-    void detach();
+    void post_feed();              /* any thread */
+    /* Kernel thread only: keep the simulation alive while a run or a waiting feed is under
+     * way (counted: attached while at least one hold is outstanding). */
+    void hold();
+    void release();
 
 protected:
     void update() override;
@@ -88,6 +101,8 @@ protected:
 private:
     std::atomic<bool> m_run_pending{false};
     std::atomic<bool> m_irq_pending{false};
+    std::atomic<bool> m_feed_pending{false};
+    int m_holds = 0; /* kernel thread only */
 };
 
 class tpu_tlm_chip : public sc_core::sc_module {
@@ -113,9 +128,14 @@ public:
     int power_off(struct tpu_diag *d);
     bool powered() const;
 
+    /* clock_period and time_to_cycles: any thread. cycles_to_time constructs an sc_time:
+     * the kernel's thread only. */
     sc_core::sc_time clock_period() const;
     sc_core::sc_time cycles_to_time(uint64_t cycles) const;
     uint64_t time_to_cycles(const sc_core::sc_time &t) const;
+    /* a time of `v` units of `unit_fs` femtoseconds, rounded as sc_time(v, unit) rounds,
+     * from the cached resolution: any thread */
+    sc_core::sc_time time_of(double v, double unit_fs) const;
 
     /* Notified (at the run's end time) each time a run's completion has been processed:
      * STATUS.DONE is set, whatever IRQ_ENABLE says. */
@@ -158,12 +178,22 @@ private:
     uint32_t status_locked() const;
     void completion_thread();
     void irq_method();
+    bool on_sc_thread() const;
+    int feed_call(struct tpu_device *dev, uint32_t core, bool infeed, uint8_t *data, size_t len,
+                  uint64_t host_cycle, uint64_t *ready, struct tpu_diag *d);
 
     tpu_tlm_async_channel m_chan;
     sc_core::sc_event m_done_ev;
 
     mutable std::mutex m_lock; /* guards everything below */
     struct tpu_device *m_dev = nullptr;
+    /* SystemC's time resolution, read once at construction (elaboration, the kernel's
+     * thread): the sc_time constructors and sc_get_time_resolution write SystemC's time
+     * parameters, so off the kernel's thread only sc_time's inline arithmetic is used on
+     * these cached values */
+    sc_core::sc_time m_res_t;
+    double m_res_fs = 0;
+    sc_core::sc_time m_period_t; /* one chip cycle, set at power_on */
     double m_clock_mhz = 0, m_period_ps = 0, m_hbm_bytes_per_cycle = 0;
     double m_link_latency_ns = 0, m_link_gbytes_per_s = 0;
     uint32_t m_n_cores = 0;
@@ -173,6 +203,11 @@ private:
     uint32_t m_prog_len = 0, m_var_index = 0, m_var_core = 0, m_counter_core = 0, m_runs = 0;
     uint64_t m_var_value = 0, m_start_cycle = 0, m_end_cycle = 0;
     bool m_busy = false, m_done = false, m_canceled = false, m_infeed_closed = false;
+    /* START_CYCLE written since the last LAUNCH (else LAUNCH takes its transaction's time) */
+    bool m_start_written = false;
+    /* the timing annotation of the register write being processed (kernel thread only) */
+    bool m_have_access_delay = false;
+    sc_core::sc_time m_access_delay;
     char m_errmsg[TPU_DIAG_MAX] = {};
     char m_runmsg[TPU_DIAG_MAX] = {}; /* the run message window: the last run's sentence */
     /* windows */
@@ -181,6 +216,11 @@ private:
     std::vector<uint64_t> m_buf_off;  /* [n_buffers] offset in each core's HBM window */
     std::vector<uint64_t> m_buf_size; /* [n_buffers] bytes */
     std::vector<uint8_t> m_scratch;   /* one buffer, for partial HBM accesses */
+    /* feed calls made for SystemC threads (feed_call): joined by their waiter, or by the
+     * destructor after a cancel */
+    std::mutex m_feed_lock;
+    std::list<std::thread> m_feed_threads;
+    std::thread::id m_kernel_tid; /* the thread that elaborated the module: the kernel's */
     /* the run */
     std::thread m_worker;
     int m_run_rc = 0;                 /* set by the worker before it posts */

@@ -17,9 +17,17 @@ namespace tpu_tlm {
 inline constexpr uint64_t kCountersEnd = TPU_TLM_REG_COUNTERS + TPU_TLM_COUNTERS_SIZE;
 inline constexpr uint64_t kFeedSpan = (uint64_t)TPU_TLM_MAX_CORES * TPU_TLM_CORE_STRIDE;
 
+static_assert(kFeedSpan <= TPU_TLM_INFEED_BASE - TPU_TLM_HBM_BASE &&
+                  TPU_TLM_OUTFEED_BASE - TPU_TLM_INFEED_BASE == kFeedSpan,
+              "the HBM, infeed and outfeed windows of every core do not overlap");
+static_assert(TPU_TLM_CORE_STRIDE >= (16ull << 30),
+              "a core's HBM window holds the largest preset's HBM per core (16 GiB)");
 static_assert(TPU_UNIT_COUNT == 7 && TPU_STALL_COUNT == 4,
               "tpu_tlm_regs.h's counter indices follow device.h's unit and stall tables");
 static_assert(TPU_TLM_ERRMSG_SIZE == TPU_DIAG_MAX, "the message window holds one tpu_diag");
+static_assert(sizeof(((struct tpu_device_watch *)nullptr)->why) == TPU_TLM_WATCH_WHY_SIZE &&
+                  TPU_TLM_WATCH_WHY + TPU_TLM_WATCH_WHY_SIZE <= TPU_TLM_WATCH_SIZE,
+              "the watch window holds one tpu_device_watch");
 static_assert(TPU_TLM_BUF_NAME + TPU_PROGRAM_NAME_MAX + 1 <= TPU_TLM_BUFTAB_ENTRY,
               "a buffer's name fits its table entry");
 

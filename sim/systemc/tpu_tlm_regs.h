@@ -20,14 +20,22 @@
  *                                that fails on another thread as the run ends (a call woken by
  *                                the run's cancel) cannot replace it, as it can replace the
  *                                error message window's
+ *   0x0000_0000_1800 +0x100      watch window: one snapshot of tpu_device_watch per read
+ *                                (read only, any thread, also during a run; fields below)
  *   0x0000_0001_0000 +0x10_0000  buffer table of the loaded program (read only, 128-byte
  *                                entries, below)
  *   0x0000_0100_0000 +0x100_0000 program window: the program's text form
  *                                (tpu_program_print / tpu_program_parse), read/write
- *   0x0100_0000_0000 + core * 4 GiB   HBM window of core: the program's buffers at the offsets
+ *   0x1000_0000_0000 + core * 64 GiB  HBM window of core: the program's buffers at the offsets
  *                                     of the buffer table (read/write, idle chip only)
- *   0x0200_0000_0000 + core * 4 GiB   infeed window of core: one write = one tensor queued
- *   0x0300_0000_0000 + core * 4 GiB   outfeed window of core: one read = one tensor taken
+ *   0x2000_0000_0000 + core * 64 GiB  infeed window of core: one write = one tensor queued
+ *   0x3000_0000_0000 + core * 64 GiB  outfeed window of core: one read = one tensor taken
+ *
+ * A core's HBM window holds 64 GiB, more than any preset's HBM per core (tpu-v3 and tpu-v4:
+ * 16 GiB). One transaction moves at most 4 GiB - 1 bytes, TLM-2.0's data length being an
+ * unsigned int: a larger buffer is reached by several transactions (parts of a buffer are
+ * allowed), and a tensor of 4 GiB or more cannot be fed (the backend refuses both with
+ * TPU_EUNSUPPORTED).
  *
  * Anything else answers TLM_ADDRESS_ERROR_RESPONSE. Cores are numbered as the device API
  * numbers them (device.h): n_chips x cores_per_chip, replicas of consecutive cores; N_CORES
@@ -42,8 +50,8 @@
  *     TLM_COMMAND_ERROR_RESPONSE (COMMAND).
  *   - counters window (0x100-0x1A7): reads of any multiple of 4 bytes, 4-aligned, inside the
  *     window (one read returns one consistent snapshot); writes: COMMAND.
- *   - error message window, run message window, buffer table: reads of any length and
- *     alignment inside the window; writes: COMMAND.
+ *   - error message window, run message window, watch window, buffer table: reads of any
+ *     length and alignment inside the window; writes: COMMAND.
  *   - program window: reads and writes of any length and alignment inside the window.
  *   - byte enables are honoured only by the HBM windows; anywhere else they answer
  *     TLM_BYTE_ENABLE_ERROR_RESPONSE (BYTE_ENABLE).
@@ -72,13 +80,16 @@
  *     effects; writes and feed windows transfer 0 bytes.
  *
  * Threads. Feed windows may be used from any thread, also several at once and during a run
- * (each transaction maps to one tpu_device_infeed / tpu_device_outfeed call, which blocks the
- * calling thread in real time while the queue is full / empty, exactly as the device API
- * does). Registers, the program window and HBM are serialized by one lock; they are meant for
+ * (each transaction maps to one tpu_device_infeed / tpu_device_outfeed call). While the
+ * queue is full / empty the transaction waits: from a SystemC thread process (SC_THREAD,
+ * SC_CTHREAD) b_transport wait()s, so only that process is suspended and the kernel runs
+ * the others (one process may feed while another drains); from any other thread, or from
+ * an SC_METHOD, it blocks the calling thread in real time, exactly as the device API does. Registers, the program window and HBM are serialized by one lock; they are meant for
  * SystemC processes of the simulation the module lives in. The CANCEL and INFEED_CLOSE
  * commands and reads of STATUS / RUN_STATUS / END_CYCLE may also come from any thread.
  *
- * Timing annotation (loosely timed; b_transport adds to the delay, never waits): a register
+ * Timing annotation (loosely timed; b_transport adds to the delay and waits only in the
+ * feed windows' case above): a register
  * access one chip cycle; an HBM access ceil(bytes / HBM bytes per cycle of one chip); a feed
  * transaction the host link's latency plus bytes over its bandwidth (config.h). */
 #ifndef TPUSIM_TPU_TLM_REGS_H
@@ -96,14 +107,16 @@
 #define TPU_TLM_ERRMSG_SIZE 0x400ull /* TPU_DIAG_MAX bytes */
 #define TPU_TLM_RUNMSG_BASE 0x000000001400ull
 #define TPU_TLM_RUNMSG_SIZE 0x400ull /* TPU_DIAG_MAX bytes */
+#define TPU_TLM_WATCH_BASE 0x000000001800ull
+#define TPU_TLM_WATCH_SIZE 0x100ull
 #define TPU_TLM_BUFTAB_BASE 0x000000010000ull
 #define TPU_TLM_BUFTAB_SIZE 0x100000ull
 #define TPU_TLM_PROG_BASE 0x000001000000ull
 #define TPU_TLM_PROG_SIZE 0x1000000ull /* the longest program text, bytes */
-#define TPU_TLM_HBM_BASE 0x010000000000ull
-#define TPU_TLM_INFEED_BASE 0x020000000000ull
-#define TPU_TLM_OUTFEED_BASE 0x030000000000ull
-#define TPU_TLM_CORE_STRIDE 0x100000000ull /* 4 GiB per core in the HBM and feed windows */
+#define TPU_TLM_HBM_BASE 0x100000000000ull
+#define TPU_TLM_INFEED_BASE 0x200000000000ull
+#define TPU_TLM_OUTFEED_BASE 0x300000000000ull
+#define TPU_TLM_CORE_STRIDE 0x1000000000ull /* 64 GiB per core in the HBM and feed windows */
 #define TPU_TLM_MAX_CORES 256u
 
 #define TPU_TLM_HBM_ADDR(core, offset)                                                         \
@@ -135,7 +148,12 @@
 #define TPU_TLM_REG_VAR_CORE 0x034    /* RW: core GET_VAR reads */
 #define TPU_TLM_REG_VAR_VALUE_LO 0x038 /* RW: int64 value SET_VAR writes, GET_VAR leaves */
 #define TPU_TLM_REG_VAR_VALUE_HI 0x03C
-#define TPU_TLM_REG_START_CYCLE_LO 0x040 /* RW: device cycle LAUNCH starts no earlier than */
+#define TPU_TLM_REG_START_CYCLE_LO 0x040 /* RW: device cycle LAUNCH starts no earlier than.
+                                            Not written since the last LAUNCH: LAUNCH sets it
+                                            to its own time, (SystemC time + the LAUNCH
+                                            write's timing annotation) / the clock period
+                                            (from a thread other than the kernel's, the
+                                            value stands). A written value is used once. */
 #define TPU_TLM_REG_START_CYCLE_HI 0x044
 #define TPU_TLM_REG_END_CYCLE_LO 0x048 /* RO: the last run's end cycle (tpu_device_run's) */
 #define TPU_TLM_REG_END_CYCLE_HI 0x04C
@@ -175,7 +193,19 @@
                                          variables 0, the buffer table filled. Idle chip. */
 #define TPU_TLM_CMD_LAUNCH 0x02       /* start tpu_device_run(START_CYCLE) and return at
                                          once: STATUS.BUSY until it ends, then END_CYCLE,
-                                         RUN_STATUS, STATUS.DONE and an IRQ bit */
+                                         RUN_STATUS, STATUS.DONE and an IRQ bit. When the
+                                         IRQ comes: the native run takes real time, and
+                                         the completion is processed at the later of
+                                         END_CYCLE x period and the SystemC time at which
+                                         the run's result reached the kernel. So the IRQ
+                                         time is exactly END_CYCLE x period when nothing
+                                         else advances SystemC time during the run (the
+                                         platform's processes wait for the IRQ or for
+                                         feeds); a timed process that keeps running
+                                         meanwhile (a ticker, a timer, an ISS) can carry
+                                         SystemC time past it, and then the IRQ comes
+                                         later, at a time that depends on host speed.
+                                         END_CYCLE itself never depends on it. */
 #define TPU_TLM_CMD_CANCEL 0x03       /* tpu_device_cancel: end a run promptly */
 #define TPU_TLM_CMD_RESET_CANCEL 0x04 /* tpu_device_reset_cancel (idle chip) */
 #define TPU_TLM_CMD_INFEED_CLOSE 0x05 /* tpu_device_infeed_close */
@@ -263,5 +293,16 @@ struct tpu_tlm_feed_ext : tlm::tlm_extension<tpu_tlm_feed_ext> {
     }
 };
 #endif
+
+/* ---- the watch window (TPU_TLM_WATCH_BASE): tpu_device_watch's snapshot (device.h), taken
+ * when the window is read; all zero while the chip is powered off. From any thread, also
+ * during a run and through debug transport: it is how a host sees a blocked run. -------- */
+#define TPU_TLM_WATCH_FLAGS 0x00      /* uint32: TPU_TLM_WATCH_* bits */
+#define TPU_TLM_WATCH_HOST_CALLS 0x04 /* uint32: host_calls_waiting */
+#define TPU_TLM_WATCH_MOVES 0x08      /* uint64: moves */
+#define TPU_TLM_WATCH_WHY 0x10        /* char[200]: why, NUL-terminated */
+#define TPU_TLM_WATCH_WHY_SIZE 200
+#define TPU_TLM_WATCH_RUNNING (1u << 0) /* running */
+#define TPU_TLM_WATCH_BLOCKED (1u << 1) /* cores_blocked */
 
 #endif

@@ -6,7 +6,11 @@
 #include "tpu_tlm_chip.h"
 #include "tpu_tlm_int.h"
 
+#include <atomic>
 #include <cinttypes>
+#include <iterator>
+#include <list>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -202,6 +206,56 @@ tlm_response_status tpu_tlm_chip::hbm_access(tlm_generic_payload &t, uint32_t co
 
 /* ---- feeds ------------------------------------------------------------------------------ */
 
+/* Whether the caller is a SystemC thread process of this simulation, which may wait(). Only
+ * the kernel's own OS thread is asked for its current process: another thread is never one. */
+bool tpu_tlm_chip::on_sc_thread() const
+{
+    if (std::this_thread::get_id() != m_kernel_tid)
+        return false;
+    sc_core::sc_process_handle h = sc_core::sc_get_current_process_handle();
+    return h.valid() && (h.proc_kind() == sc_core::SC_THREAD_PROC_ ||
+                         h.proc_kind() == sc_core::SC_CTHREAD_PROC_);
+}
+
+/* One tpu_device_infeed / tpu_device_outfeed. From a SystemC thread process the call runs on
+ * a helper thread while the process wait()s on feed_ev (posted through async_request_update
+ * when the call returns), so the kernel keeps scheduling the other processes meanwhile: a
+ * process draining an outfeed does not stop another from feeding the infeed the run needs.
+ * Elsewhere (a host thread, sc_main between sc_start calls, an SC_METHOD, which may not wait)
+ * the call blocks the calling thread, as the device API does. */
+int tpu_tlm_chip::feed_call(struct tpu_device *dev, uint32_t core, bool infeed, uint8_t *data,
+                            size_t len, uint64_t host_cycle, uint64_t *ready,
+                            struct tpu_diag *d)
+{
+    if (!on_sc_thread())
+        return infeed ? tpu_device_infeed(dev, core, data, len, host_cycle, d)
+                      : tpu_device_outfeed(dev, core, data, len, host_cycle, ready, d);
+    std::atomic<bool> done{false};
+    int rc = 0;
+    std::list<std::thread>::iterator it;
+    m_chan.hold(); /* the simulation must not end for lack of events while the call blocks */
+    {
+        std::lock_guard<std::mutex> g(m_feed_lock);
+        m_feed_threads.emplace_back();
+        it = std::prev(m_feed_threads.end());
+        *it = std::thread([&] {
+            rc = infeed ? tpu_device_infeed(dev, core, data, len, host_cycle, d)
+                        : tpu_device_outfeed(dev, core, data, len, host_cycle, ready, d);
+            done.store(true);
+            m_chan.post_feed();
+        });
+    }
+    while (!done.load())
+        sc_core::wait(m_chan.feed_ev);
+    {
+        std::lock_guard<std::mutex> g(m_feed_lock);
+        it->join();
+        m_feed_threads.erase(it);
+    }
+    m_chan.release();
+    return rc;
+}
+
 tlm_response_status tpu_tlm_chip::feed_access(tlm_generic_payload &t, uint32_t core, bool infeed,
                                               sc_time *delay)
 {
@@ -268,9 +322,7 @@ tlm_response_status tpu_tlm_chip::feed_access(tlm_generic_payload &t, uint32_t c
     }
     struct tpu_diag d = {};
     uint64_t ready = 0;
-    int rc = infeed ? tpu_device_infeed(dev, core, t.get_data_ptr(), len, host_cycle, &d)
-                    : tpu_device_outfeed(dev, core, t.get_data_ptr(), len, host_cycle, &ready,
-                                         &d);
+    int rc = feed_call(dev, core, infeed, t.get_data_ptr(), len, host_cycle, &ready, &d);
     if (ext) {
         ext->status = rc;
         ext->diag = d;
@@ -283,7 +335,7 @@ tlm_response_status tpu_tlm_chip::feed_access(tlm_generic_payload &t, uint32_t c
     }
     if (delay) {
         double ns = link_latency_ns + (double)len / link_gbytes_per_s;
-        *delay += sc_time(ns, sc_core::SC_NS);
+        *delay += time_of(ns, 1e6); /* no sc_time constructor: any thread */
     }
     return tlm::TLM_OK_RESPONSE;
 }
