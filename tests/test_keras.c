@@ -251,6 +251,34 @@ static int r_test_batch_end(void *ctx, struct tpu_keras_model *m, uint64_t i,
     put(ctx, "tbe%llu", (unsigned long long)i);
     return 0;
 }
+static int r_test_batch_begin(void *ctx, struct tpu_keras_model *m, uint64_t i,
+                              const struct tpu_logs *l, struct tpu_diag *d)
+{
+    (void)m, (void)l, (void)d;
+    put(ctx, "tbb%llu", (unsigned long long)i);
+    return 0;
+}
+static int r_predict_begin(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
+                           struct tpu_diag *d)
+{
+    (void)m, (void)l, (void)d;
+    put(ctx, "pb");
+    return 0;
+}
+static int r_predict_end(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
+                         struct tpu_diag *d)
+{
+    (void)m, (void)l, (void)d;
+    put(ctx, "pe");
+    return 0;
+}
+static int r_predict_batch_begin(void *ctx, struct tpu_keras_model *m, uint64_t i,
+                                 const struct tpu_logs *l, struct tpu_diag *d)
+{
+    (void)m, (void)l, (void)d;
+    put(ctx, "pbb%llu", (unsigned long long)i);
+    return 0;
+}
 static int r_predict_batch_end(void *ctx, struct tpu_keras_model *m, uint64_t i,
                                const struct tpu_logs *l, struct tpu_diag *d)
 {
@@ -275,7 +303,10 @@ static struct tpu_callback recorder(struct rec *r)
         .on_epoch_begin = r_epoch_begin, .on_epoch_end = r_epoch_end,
         .on_train_batch_begin = r_batch_begin, .on_train_batch_end = r_batch_end,
         .on_test_begin = r_test_begin, .on_test_end = r_test_end,
-        .on_test_batch_end = r_test_batch_end, .on_predict_batch_end = r_predict_batch_end,
+        .on_test_batch_begin = r_test_batch_begin, .on_test_batch_end = r_test_batch_end,
+        .on_predict_begin = r_predict_begin, .on_predict_end = r_predict_end,
+        .on_predict_batch_begin = r_predict_batch_begin,
+        .on_predict_batch_end = r_predict_batch_end,
         .set_params = r_set_params};
 }
 
@@ -647,8 +678,8 @@ static void test_validation_split_takes_the_last_examples(void **state)
     struct tpu_history h;
     do_fit(e, &f, &h);
     assert_int_equal(tpu_estimator_global_step(tpu_keras_model_estimator(e->m)), 16);
-    assert_string_equal(r.log, "tb eb0 bb0 be2 bb3 be5 bb6 be7 vb tbe2 ve ee0v "
-                               "eb1 bb0 be2 bb3 be5 bb6 be7 vb tbe2 ve ee1v te ");
+    assert_string_equal(r.log, "tb eb0 bb0 be2 bb3 be5 bb6 be7 vb tbb0 tbe2 ve ee0v "
+                               "eb1 bb0 be2 bb3 be5 bb6 be7 vb tbb0 tbe2 ve ee1v te ");
     /* the last epoch's val_ logs are an evaluation of examples 30..39 with the final params */
     struct tpu_dataset last = view(e, 30, 10);
     struct tpu_keras_evaluate ev;
@@ -683,8 +714,8 @@ static void test_validation_freq(void **state)
     f.validation_freq[0] = 2; /* every second epoch: 2 and 4 (1-based) */
     struct tpu_history h;
     do_fit(e, &f, &h);
-    assert_string_equal(r.log, "tb eb0 bb0 be1 ee0 eb1 bb0 be1 vb tbe0 ve ee1v "
-                               "eb2 bb0 be1 ee2 eb3 bb0 be1 vb tbe0 ve ee3v te ");
+    assert_string_equal(r.log, "tb eb0 bb0 be1 ee0 eb1 bb0 be1 vb tbb0 tbe0 ve ee1v "
+                               "eb2 bb0 be1 ee2 eb3 bb0 be1 vb tbb0 tbe0 ve ee3v te ");
     assert_true(isnan(tpu_logs_get(&h.epochs[0], "val_loss")));
     assert_true(isfinite(tpu_logs_get(&h.epochs[1], "val_loss")));
     tpu_history_free(&h);
@@ -696,8 +727,8 @@ static void test_validation_freq(void **state)
     f.validation_freq[0] = 1;
     f.validation_freq[1] = 4;
     do_fit(e, &f, &h);
-    assert_string_equal(r2.log, "tb eb0 bb0 be1 vb tbe0 ve ee0v eb1 bb0 be1 ee1 "
-                                "eb2 bb0 be1 ee2 eb3 bb0 be1 vb tbe0 ve ee3v te ");
+    assert_string_equal(r2.log, "tb eb0 bb0 be1 vb tbb0 tbe0 ve ee0v eb1 bb0 be1 ee1 "
+                                "eb2 bb0 be1 ee2 eb3 bb0 be1 vb tbb0 tbe0 ve ee3v te ");
     tpu_history_free(&h);
 
     /* the list [3] (validation_freq_is_list): epoch 3 only, where the integer 3 would be
@@ -1336,7 +1367,7 @@ static void test_evaluate_and_predict_n_in_n_out(void **state)
     struct tpu_logs a, b;
     struct tpu_diag d = {0};
     ok(tpu_keras_evaluate(e->m, &ev, &a, &d), &d);
-    assert_string_equal(r.log, "vb tbe1 tbe3 tbe5 ve ");
+    assert_string_equal(r.log, "vb tbb0 tbe1 tbb2 tbe3 tbb4 tbe5 ve ");
     assert_int_equal(r.params.steps, 6);
     /* the same 22 examples in one batch: the same accuracy exactly, the loss up to the
      * order of the per-step float sums (one step of 22 against six of 4) */
@@ -1347,14 +1378,19 @@ static void test_evaluate_and_predict_n_in_n_out(void **state)
     assert_true(tpu_logs_get(&a, "accuracy") == tpu_logs_get(&b, "accuracy"));
     assert_true(fabs(tpu_logs_get(&a, "loss") - tpu_logs_get(&b, "loss")) <=
                 1e-6 * fabs(tpu_logs_get(&b, "loss")));
-    /* predict: 22 rows for 22 examples, each the row predict_on_batch gives for it alone */
+    /* predict: 22 rows for 22 examples, each the row predict_on_batch gives for it alone;
+     * its hooks fire once per execution of 2 batches, as evaluate's */
     ev.batch_size = 4;
+    cb = recorder(&r);
+    ev.callbacks = &cb;
+    ev.n_callbacks = 1;
     float *rows = NULL;
     uint64_t n = 0;
     uint32_t cols = 0;
     ok(tpu_keras_predict(e->m, &ev, &rows, &n, &cols, &d), &d);
     assert_int_equal(n, 22);
     assert_int_equal(cols, CLASSES);
+    assert_string_equal(r.log, "pb pbb0 pbe1 pbb2 pbe3 pbb4 pbe5 pe ");
     uint32_t correct = 0;
     for (uint32_t i = 0; i < 22; i++) {
         uint32_t best = 0;

@@ -95,6 +95,16 @@ static int mae_of(struct tpu_keras_model *m, const struct tpu_dataset *ds, uint3
     return rc;
 }
 
+/* the batches of an evaluate or predict call: 0 when unknown (an input function without
+ * steps) */
+static uint64_t call_steps(const struct tpu_keras_data *data, uint32_t batch, uint64_t steps)
+{
+    if (!data->arrays)
+        return steps;
+    const uint64_t all = (data->arrays->n_examples + (uint64_t)batch - 1) / batch;
+    return steps && steps < all ? steps : all;
+}
+
 int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_data *data,
                              uint32_t batch_size, uint64_t steps,
                              const struct tpu_callback *cbs, size_t n_cbs,
@@ -113,7 +123,8 @@ int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_d
         tpu__keras_arrays_init(&arr, data->arrays, NULL, NULL, 0, NULL);
         input = &arr.input;
     }
-    struct tpu__keras_run run = {.mode = TPU_MODE_EVAL, .cbs = cbs, .n_cbs = n_cbs};
+    struct tpu__keras_run run = {.mode = TPU_MODE_EVAL, .cbs = cbs, .n_cbs = n_cbs,
+                                 .known_steps = call_steps(data, batch_size, steps)};
     struct tpu_eval_result res;
     struct tpu__keras_run *prev = m->run;
     m->run = &run;
@@ -164,15 +175,6 @@ int tpu__keras_evaluate_data(struct tpu_keras_model *m, const struct tpu_keras_d
     return tpu__keras_callbacks(m, cbs, n_cbs, TPU__CB_TEST_END, 0, &ordered, d);
 }
 
-/* the batches of an evaluate or predict call: 0 when unknown (an input function without
- * steps) */
-static uint64_t call_steps(const struct tpu_keras_data *data, uint32_t batch, uint64_t steps)
-{
-    if (!data->arrays)
-        return steps;
-    const uint64_t all = (data->arrays->n_examples + (uint64_t)batch - 1) / batch;
-    return steps && steps < all ? steps : all;
-}
 
 int tpu__keras_check_known_size(const struct tpu_keras_model *m,
                                 const struct tpu_keras_data *data, uint64_t steps,
@@ -269,7 +271,8 @@ int tpu_keras_predict(struct tpu_keras_model *m, const struct tpu_keras_evaluate
                                   e->out_is_tty, &cbs, d)))
         return rc;
     struct rows r = {0};
-    struct tpu__keras_run run = {.mode = TPU_MODE_PREDICT, .cbs = cbs.all, .n_cbs = cbs.n};
+    struct tpu__keras_run run = {.mode = TPU_MODE_PREDICT, .cbs = cbs.all, .n_cbs = cbs.n,
+                                 .known_steps = call_steps(&e->data, batch, e->steps)};
     tpu__keras_set_params(cbs.all, cbs.n, tpu__keras_verbose(e->verbose, e->out_is_tty), 1,
                           call_steps(&e->data, batch, e->steps));
     rc = tpu__keras_callbacks(m, cbs.all, cbs.n, TPU__CB_PREDICT_BEGIN, 0, NULL, d);

@@ -465,7 +465,7 @@ static int hook_before_loop(void *ctx, enum tpu_mode mode, uint64_t global_step,
     struct tpu__keras_run *run = m->run;
     (void)global_step;
     (void)steps;
-    if (!run || run->mode != mode)
+    if (!run || run->mode != mode || (run->known_steps && pass_step >= run->known_steps))
         return 0;
     static const enum tpu__keras_hook begin[] = {TPU__CB_TRAIN_BATCH_BEGIN,
                                                  TPU__CB_TEST_BATCH_BEGIN,

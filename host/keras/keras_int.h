@@ -79,6 +79,9 @@ struct tpu__keras_run {
     const double *wsum;
     uint64_t n_wsum;
     struct tpu_logs logs;           /* the running logs after the last loop */
+    uint64_t known_steps;           /* the pass's batches when known (arrays, or steps
+                                       given), else 0: a launch that the estimator makes
+                                       only to find the input's end gets no batch begin */
     bool stop_at_batch;             /* stop_training was set at a batch end: the hook
                                        stopped the pass (not an error) */
 };
