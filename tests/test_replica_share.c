@@ -373,7 +373,7 @@ static void test_write_diverges(void **state)
     train(&on, 2);
     train(&off, 2);
     assert_same(&on, &off, "before the write");
-    size_t bytes;
+    size_t bytes = 0;
     const uint32_t w = first_param(&on, &bytes);
     const char *name = tpu_program_buffer(tpu_device_program(on.dev), w)->name;
     float *orig = malloc(bytes), *pert = malloc(bytes), *got = malloc(bytes);
