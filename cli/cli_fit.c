@@ -5,6 +5,7 @@
  * cli_train.c), so both commands take and refuse the same things with the same words. What
  * fit prints is the progress bar's (Keras's lines), the callbacks' messages and, at the
  * end, the test set's evaluation. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +112,8 @@ int tpu__cli_fit_parse_class_weight(const char *cmd, const char *text, uint32_t 
             goto bad;
         const char *w_text = end + 1;
         double w = strtod(w_text, &end);
-        if (end == w_text || (*end && *end != ',') || !isfinite(w) || w < 0)
+        /* the weights are float32 on the chip: a finite double above FLT_MAX would be inf */
+        if (end == w_text || (*end && *end != ',') || !isfinite(w) || w < 0 || w > FLT_MAX)
             goto bad;
         if (seen[c])
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--class-weight '%s' gives class %lu "
@@ -133,8 +135,8 @@ int tpu__cli_fit_parse_class_weight(const char *cmd, const char *text, uint32_t 
     return 0;
 bad:
     return tpu__cli_error(cmd, TPU_CLI_USAGE, "--class-weight '%s' is not a list of CLASS:WEIGHT "
-                          "pairs (a class from 0, a finite weight of at least 0); give e.g. "
-                          "--class-weight 0:1,1:2.5", text);
+                          "pairs (a class from 0, a weight from 0 to 3.4e38, the largest float32); "
+                          "give e.g. --class-weight 0:1,1:2.5", text);
 }
 
 static int parse_class_weight(struct fit_run *r, uint32_t classes)
