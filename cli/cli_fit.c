@@ -5,6 +5,7 @@
  * cli_train.c), so both commands take and refuse the same things with the same words. What
  * fit prints is the progress bar's (Keras's lines), the callbacks' messages and, at the
  * end, the test set's evaluation. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ struct fit_run {
     struct tpu_device *dev;
     struct tpu_keras_model *model;
     struct tpu_keras_compile c;
-    float class_weight[65536];
+    float class_weight[TPU__CLI_FIT_MAX_CLASSES];
     uint32_t n_class_weight;
     struct tpu_callback cbs[4];
     size_t n_cbs;
@@ -97,29 +98,28 @@ static int parse_metrics(struct fit_run *r, enum tpu_loss loss)
 
 /* --class-weight C:W,...: every class from 0 to K-1 listed once (Keras's rule for the
  * class_weight dict), weights finite and not negative. */
-static int parse_class_weight(struct fit_run *r, uint32_t classes)
+int tpu__cli_fit_parse_class_weight(const char *cmd, const char *text, uint32_t classes,
+                                    float weights[TPU__CLI_FIT_MAX_CLASSES], uint32_t *n_out)
 {
-    struct fit_opts *o = r->o;
-    const char *cmd = o->t.cmd;
-    if (!o->class_weight[0])
-        return 0;
-    bool seen[65536] = {false};
+    bool seen[TPU__CLI_FIT_MAX_CLASSES] = {false};
     uint32_t n = 0, max_class = 0;
-    const char *s = o->class_weight;
+    const char *s = text;
+    *n_out = 0;
     while (*s) {
         char *end;
         unsigned long c = *s >= '0' && *s <= '9' ? strtoul(s, &end, 10) : 0;
-        if (*s < '0' || *s > '9' || *end != ':' || c >= 65536)
+        if (*s < '0' || *s > '9' || *end != ':' || c >= TPU__CLI_FIT_MAX_CLASSES)
             goto bad;
         const char *w_text = end + 1;
         double w = strtod(w_text, &end);
-        if (end == w_text || (*end && *end != ',') || !isfinite(w) || w < 0)
+        /* the weights are float32 on the chip: a finite double above FLT_MAX would be inf */
+        if (end == w_text || (*end && *end != ',') || !isfinite(w) || w < 0 || w > FLT_MAX)
             goto bad;
         if (seen[c])
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--class-weight '%s' gives class %lu "
-                                  "twice; give each class once", o->class_weight, c);
+                                  "twice; give each class once", text, c);
         seen[c] = true;
-        r->class_weight[c] = (float)w;
+        weights[c] = (float)w;
         n++;
         if (c > max_class)
             max_class = (uint32_t)c;
@@ -129,14 +129,23 @@ static int parse_class_weight(struct fit_run *r, uint32_t classes)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--class-weight '%s': expected class_weight "
                               "to have keys from 0 to one less than the number of classes "
                               "(%u: 0 to %u), found %u key%s up to %u; give a weight for "
-                              "every class", o->class_weight, classes, classes - 1, n,
+                              "every class", text, classes, classes - 1, n,
                               n == 1 ? "" : "s", max_class);
-    r->n_class_weight = n;
+    *n_out = n;
     return 0;
 bad:
     return tpu__cli_error(cmd, TPU_CLI_USAGE, "--class-weight '%s' is not a list of CLASS:WEIGHT "
-                          "pairs (a class from 0, a finite weight of at least 0); give e.g. "
-                          "--class-weight 0:1,1:2.5", o->class_weight);
+                          "pairs (a class from 0, a weight from 0 to 3.4e38, the largest float32); "
+                          "give e.g. --class-weight 0:1,1:2.5", text);
+}
+
+static int parse_class_weight(struct fit_run *r, uint32_t classes)
+{
+    struct fit_opts *o = r->o;
+    if (!o->class_weight[0])
+        return 0;
+    return tpu__cli_fit_parse_class_weight(o->t.cmd, o->class_weight, classes, r->class_weight,
+                                           &r->n_class_weight);
 }
 
 /* A monitor must be a log the run writes: tpusim checks it before any work. */

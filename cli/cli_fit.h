@@ -48,6 +48,16 @@ struct fit_opts {
  * Returns 0, TPU__CLI_HELP after printing the help, or an exit code after an error. */
 int tpu__cli_fit_parse_args(int argc, char **argv, struct fit_opts *o);
 
+/* The most classes --class-weight names (0 .. 65535). */
+#define TPU__CLI_FIT_MAX_CLASSES 65536
+
+/* Parses --class-weight text (C:W,...) against a classifier of `classes` classes: every class
+ * from 0 to classes - 1 listed once, weights finite and not negative, into weights[class] and
+ * *n (= classes). Returns 0, or an exit code after printing the error (*n = 0). Used by
+ * cli_fit.c once the data gives the classes, and by tests/fuzz/fuzz_fit_options.c. */
+int tpu__cli_fit_parse_class_weight(const char *cmd, const char *text, uint32_t classes,
+                                    float weights[TPU__CLI_FIT_MAX_CLASSES], uint32_t *n);
+
 /* The names of the mode words of --checkpoint-mode, by value. */
 extern const char *const tpu__cli_fit_mode_words[];
 

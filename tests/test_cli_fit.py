@@ -314,6 +314,11 @@ def option_errors():
       "the number of classes (10: 0 to 9)")
     e([*BASE, '--class-weight', 'heavy'], 2,
       "--class-weight 'heavy' is not a list of CLASS:WEIGHT pairs")
+    # a weight finite as a double but beyond float32 (the chip's type) would become inf
+    big = ','.join(f'{c}:1' for c in range(9)) + ',9:' + '1' * 47
+    e([*BASE, '--class-weight', big], 2,
+      f"--class-weight '{big}' is not a list of CLASS:WEIGHT pairs (a class from 0, a weight "
+      "from 0 to 3.4e38, the largest float32)")
     e([*BASE, '--metrics', 'accuracy,accuracy'], 2,
       "--metrics 'accuracy,accuracy' names accuracy twice")
     e([*BASE, '--metrics', 'f1'], 2, '--metrics: ')

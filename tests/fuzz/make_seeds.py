@@ -462,6 +462,54 @@ def partition_dims_seeds():
         put('partition_dims', name, text)
 
 
+def fit_options_seeds():
+    # `tpusim fit` option values; the first byte picks the parser (byte % 5: 0 --class-weight
+    # against 1 + (byte // 5) % 16 classes, 1 --validation-freq, 2 --early-stopping,
+    # 3 --checkpoint-freq, 4 the ModelCheckpoint filepath, into 1 + (byte // 5) % 128 bytes
+    # and 4096), then the text: the forms a user writes and each error's neighbourhood
+    def cw(classes, text):
+        return bytes([5 * (classes - 1)]) + text.encode()
+    for name, data in [
+            ('cw_two.txt', cw(2, '0:1,1:2.5')),
+            ('cw_three_order.txt', cw(3, '2:0.5,0:1,1:1e1')),
+            ('cw_twice.txt', cw(2, '0:1,0:2')),
+            ('cw_missing.txt', cw(3, '0:1,2:1')),
+            ('cw_negative.txt', cw(2, '0:1,1:-1')),
+            ('cw_inf.txt', cw(2, '0:inf,1:nan')),
+            ('cw_big_class.txt', cw(1, '65536:1')),
+            ('cw_trailing.txt', cw(2, '0:1,1:2,')),
+            ('vf_int.txt', b'\x01' + b'2'),
+            ('vf_list.txt', b'\x01' + b'1,5,10,5'),
+            ('vf_bracket.txt', b'\x01' + b'[3]'),
+            ('vf_one_comma.txt', b'\x01' + b'3,'),
+            ('vf_empty_bracket.txt', b'\x01' + b'[]'),
+            ('vf_zero.txt', b'\x01' + b'0'),
+            ('vf_too_many.txt', b'\x01' + ','.join(['1'] * 65).encode()),
+            ('vf_huge.txt', b'\x01' + b'99999999999999999999999'),
+            ('es_all.txt', b'\x02' + b'monitor=val_accuracy,min_delta=0.01,patience=3,mode=max,'
+             b'baseline=0.5,restore_best_weights=true,start_from_epoch=2'),
+            ('es_flag.txt', b'\x02' + b'restore_best_weights,patience=0'),
+            ('es_unknown.txt', b'\x02' + b'verbose=1'),
+            ('es_no_value.txt', b'\x02' + b'patience'),
+            ('es_nan.txt', b'\x02' + b'min_delta=nan,baseline=inf'),
+            ('es_long_monitor.txt', b'\x02' + b'monitor=' + b'm' * 80),
+            ('es_empty.txt', b'\x02' + b',,='),
+            ('ckf_epoch.txt', b'\x03' + b'epoch'),
+            ('ckf_n.txt', b'\x03' + b'100'),
+            ('ckf_max.txt', b'\x03' + b'1099511627776'),
+            ('ckf_over.txt', b'\x03' + b'1099511627777'),
+            ('ckf_sign.txt', b'\x03' + b'-5'),
+            ('fp_keras.txt', bytes([254]) + b'ckpt/{epoch:02d}-{val_loss:.2f}'),
+            ('fp_batch.txt', bytes([4]) + b'w.{epoch:03d}.{batch}.{loss:.4f}'),
+            ('fp_escape.txt', bytes([9]) + b'{{literal}}/{accuracy:e}-{lr}'),
+            ('fp_unknown.txt', bytes([14]) + b'{nothing}'),
+            ('fp_open.txt', bytes([19]) + b'ckpt/{epoch'),
+            ('fp_close.txt', bytes([24]) + b'ckpt/}x'),
+            ('fp_spec.txt', bytes([29]) + b'{val_accuracy:>+020.3g}{epoch:x}{loss!r}'),
+            ('fp_width.txt', bytes([34]) + b'{epoch:99999999999d}')]:
+        put('fit_options', name, data)
+
+
 def main():
     if os.path.isdir(SEEDS):
         shutil.rmtree(SEEDS)
@@ -475,6 +523,7 @@ def main():
     ckpt_index_seeds()
     model_file_seeds()
     partition_dims_seeds()
+    fit_options_seeds()
     for target in sorted(os.listdir(SEEDS)):
         print('%-12s %d seeds' % (target, len(os.listdir(os.path.join(SEEDS, target)))))
 
