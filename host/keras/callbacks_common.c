@@ -229,7 +229,7 @@ int tpu__format_filepath(const char *fmt, uint64_t epoch, int64_t batch,
             *colon = 0;
             spec = colon + 1;
         }
-        char text[256];
+        char text[512]; /* the longest field: %.60f of 1.8e308, about 370 characters */
         int rc;
         if (!logs) { /* syntax only */
             rc = format_field(fmt, field, spec, !strcmp(spec, "") || strchr(spec, 'd'), 1, 1.0,
