@@ -180,27 +180,35 @@ __attribute__((format(printf, 2, 3))) static void put(struct rec *r, const char 
     }
 }
 
-static int r_train_begin(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
-                         struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "tb");
-    return 0;
-}
-static int r_train_end(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
-                       struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "te");
-    return 0;
-}
-static int r_epoch_begin(void *ctx, struct tpu_keras_model *m, uint64_t i,
-                         const struct tpu_logs *l, struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "eb%llu", (unsigned long long)i);
-    return 0;
-}
+/* The recorder's hooks that only log a token (and the index, for batch and epoch hooks). */
+#define REC_HOOK(fn, token)                                                                 \
+    static int fn(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,          \
+                  struct tpu_diag *d)                                                      \
+    {                                                                                      \
+        (void)m, (void)l, (void)d;                                                         \
+        put(ctx, token);                                                                   \
+        return 0;                                                                          \
+    }
+#define REC_INDEX_HOOK(fn, token)                                                           \
+    static int fn(void *ctx, struct tpu_keras_model *m, uint64_t i,                        \
+                  const struct tpu_logs *l, struct tpu_diag *d)                            \
+    {                                                                                      \
+        (void)m, (void)l, (void)d;                                                         \
+        put(ctx, token "%llu", (unsigned long long)i);                                     \
+        return 0;                                                                          \
+    }
+REC_HOOK(r_train_begin, "tb")
+REC_HOOK(r_train_end, "te")
+REC_HOOK(r_test_begin, "vb")
+REC_HOOK(r_test_end, "ve")
+REC_HOOK(r_predict_begin, "pb")
+REC_HOOK(r_predict_end, "pe")
+REC_INDEX_HOOK(r_epoch_begin, "eb")
+REC_INDEX_HOOK(r_test_batch_begin, "tbb")
+REC_INDEX_HOOK(r_test_batch_end, "tbe")
+REC_INDEX_HOOK(r_predict_batch_begin, "pbb")
+REC_INDEX_HOOK(r_predict_batch_end, "pbe")
+REC_INDEX_HOOK(r_batch_begin, "bb")
 static int r_epoch_end(void *ctx, struct tpu_keras_model *m, uint64_t i, struct tpu_logs *l,
                        struct tpu_diag *d)
 {
@@ -209,13 +217,6 @@ static int r_epoch_end(void *ctx, struct tpu_keras_model *m, uint64_t i, struct 
     put(r, "ee%llu%s", (unsigned long long)i, isnan(tpu_logs_get(l, "val_loss")) ? "" : "v");
     if (r->stop_at_epoch == i)
         tpu_keras_stop_training(m);
-    return 0;
-}
-static int r_batch_begin(void *ctx, struct tpu_keras_model *m, uint64_t i,
-                         const struct tpu_logs *l, struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "bb%llu", (unsigned long long)i);
     return 0;
 }
 static int r_batch_end(void *ctx, struct tpu_keras_model *m, uint64_t i,
@@ -228,62 +229,6 @@ static int r_batch_end(void *ctx, struct tpu_keras_model *m, uint64_t i,
         tpu_keras_stop_training(m);
     if (r->n_batch_end < 64)
         r->batch_end[r->n_batch_end++] = *l;
-    return 0;
-}
-static int r_test_begin(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
-                        struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "vb");
-    return 0;
-}
-static int r_test_end(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
-                      struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "ve");
-    return 0;
-}
-static int r_test_batch_end(void *ctx, struct tpu_keras_model *m, uint64_t i,
-                            const struct tpu_logs *l, struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "tbe%llu", (unsigned long long)i);
-    return 0;
-}
-static int r_test_batch_begin(void *ctx, struct tpu_keras_model *m, uint64_t i,
-                              const struct tpu_logs *l, struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "tbb%llu", (unsigned long long)i);
-    return 0;
-}
-static int r_predict_begin(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
-                           struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "pb");
-    return 0;
-}
-static int r_predict_end(void *ctx, struct tpu_keras_model *m, const struct tpu_logs *l,
-                         struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "pe");
-    return 0;
-}
-static int r_predict_batch_begin(void *ctx, struct tpu_keras_model *m, uint64_t i,
-                                 const struct tpu_logs *l, struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "pbb%llu", (unsigned long long)i);
-    return 0;
-}
-static int r_predict_batch_end(void *ctx, struct tpu_keras_model *m, uint64_t i,
-                               const struct tpu_logs *l, struct tpu_diag *d)
-{
-    (void)m, (void)l, (void)d;
-    put(ctx, "pbe%llu", (unsigned long long)i);
     return 0;
 }
 static void r_set_params(void *ctx, const struct tpu_keras_params *p)
