@@ -23,6 +23,7 @@
 #include "tpusim/device.h"
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
+#include "backend_outcome.h"
 #include "toy_dataset.h"
 
 /* ---- the wrapper backend -------------------------------------------------------------------- */
@@ -262,62 +263,7 @@ static void clear_entry(struct tpu_device_backend *b, enum entry e)
 
 /* ---- a training run ------------------------------------------------------------------------ */
 
-enum {
-    FEATURES = TOY_FEATURES,
-    HIDDEN = 12,
-    CLASSES = TOY_CLASSES,
-    STEPS = 10,
-    IPL = 4,
-    MAX_CORES = 8
-};
 
-
-/* Everything a run produced that a backend could change. */
-struct outcome {
-    float step_loss[STEPS];         /* replica 0's loss at each global step (host calls) */
-    uint64_t host_call_steps[STEPS];
-    int n_host_calls;
-    float loop_loss[8];
-    uint64_t loop_step[8];
-    double loop_device_s[8];
-    int n_loops;
-    float w0[FEATURES * HIDDEN], b0[HIDDEN], w1[HIDDEN * CLASSES], b1[CLASSES];
-    struct tpu_eval_result eval;
-    uint32_t n_cores;
-    struct tpu_core_counters ctr[MAX_CORES];
-    char *trace;                    /* the timeline file's text */
-    size_t trace_bytes;
-};
-
-static int on_host_call(void *ctx, uint64_t step, float loss, struct tpu_diag *d)
-{
-    struct outcome *o = ctx;
-    (void)d;
-    if (o->n_host_calls < STEPS) {
-        o->host_call_steps[o->n_host_calls] = step;
-        o->step_loss[o->n_host_calls++] = loss;
-    }
-    return 0;
-}
-
-static int on_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag *d)
-{
-    struct outcome *o = ctx;
-    (void)d;
-    if (li->mode == TPU_MODE_TRAIN && o->n_loops < 8) {
-        o->loop_loss[o->n_loops] = li->loss;
-        o->loop_step[o->n_loops] = li->global_step;
-        o->loop_device_s[o->n_loops++] = li->device_seconds;
-    }
-    return 0;
-}
-
-static void read_param(struct tpu_estimator *est, const char *name, float *data, size_t bytes)
-{
-    struct tpu_diag d = {0};
-    if (tpu_estimator_read_param(est, name, data, bytes, &d) != 0)
-        fail_msg("read_param %s: %s", name, d.msg);
-}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -365,8 +311,8 @@ static char *slurp(const char *path, size_t *bytes)
     return buf;
 }
 
-/* Trains the MLP for STEPS steps on the tiny chip (2 cores, 2 worker threads, tracing) on
- * `backend` (NULL: the default, native), evaluates it once, and keeps what came out. */
+/* Trains on the tiny chip (2 cores, 2 worker threads, tracing) on `backend` (NULL: the
+ * default, native), as backend_outcome.h's outcome_train does, and keeps its timeline. */
 static void train_on(const struct tpu_device_backend *backend, struct outcome *o)
 {
     memset(o, 0, sizeof *o);
@@ -381,45 +327,7 @@ static void train_on(const struct tpu_device_backend *backend, struct outcome *o
     struct tpu_diag d = {0};
     if (tpu_device_open(&s, &dev, &d) != 0)
         fail_msg("open: %s", d.msg);
-
-    struct tpu_run_config cfg;
-    tpu_run_config_default(&cfg);
-    cfg.train_batch_size = 16;
-    cfg.eval_batch_size = 16;
-    cfg.iterations_per_loop = IPL;
-    cfg.host_call_every_n_steps = 1;
-    cfg.seed = 7;
-    struct tpu_mlp_spec spec;
-    tpu_mlp_default_spec(&spec);
-    spec.n_layers = 2;
-    spec.sizes[0] = FEATURES;
-    spec.sizes[1] = HIDDEN;
-    spec.sizes[2] = CLASSES;
-    spec.optimizer = TPU_OPT_ADAM;
-    spec.learning_rate = 0.01f;
-    struct tpu_model model;
-    tpu_mlp_model(&model, &spec);
-    struct tpu_hook hook = {.ctx = o, .after_loop = on_loop, .host_call = on_host_call};
-    struct tpu_estimator *est = NULL;
-    if (tpu_estimator_create(dev, &cfg, &model, &hook, 1, &est, &d) != 0)
-        fail_msg("estimator: %s", d.msg);
-
-    struct tpu_dataset ds;
-    toy_dataset(&ds, 200, 1);
-    struct tpu_dataset_input in;
-    tpu_dataset_input_init(&in, &ds, 3);
-    if (tpu_estimator_train(est, &in.input, STEPS, 0, &d) != 0)
-        fail_msg("train: %s", d.msg);
-    if (tpu_estimator_evaluate(est, &in.input, 0, &o->eval, &d) != 0)
-        fail_msg("evaluate: %s", d.msg);
-    read_param(est, "w0", o->w0, sizeof o->w0);
-    read_param(est, "b0", o->b0, sizeof o->b0);
-    read_param(est, "w1", o->w1, sizeof o->w1);
-    read_param(est, "b1", o->b1, sizeof o->b1);
-    o->n_cores = tpu_device_n_cores(dev);
-    assert_true(o->n_cores <= MAX_CORES);
-    for (uint32_t c = 0; c < o->n_cores; c++)
-        assert_int_equal(tpu_device_counters(dev, c, &o->ctr[c]), 0);
+    outcome_train(dev, backend ? "the wrapper" : "native", o);
     assert_int_equal(tpu_device_trace_host(dev, "checked by the test", 100, 200), 0);
     char path[] = "/tmp/tpusim-backend-trace-XXXXXX";
     int fd = mkstemp(path);
@@ -429,21 +337,8 @@ static void train_on(const struct tpu_device_backend *backend, struct outcome *o
         fail_msg("write_trace: %s", d.msg);
     o->trace = slurp(path, &o->trace_bytes);
     unlink(path);
-
-    tpu_estimator_destroy(&est);
     tpu_device_close(&dev);
     assert_null(dev);
-    tpu_dataset_input_free(&in);
-    tpu_dataset_free(&ds);
-}
-
-/* The first differing float of two arrays, for a message that shows it. */
-static void assert_same_floats(const char *what, const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
-            fail_msg("%s[%zu]: native %.9g, wrapper %.9g (bits differ)", what, i, (double)a[i],
-                     (double)b[i]);
 }
 
 static void test_training_through_a_wrapper_is_bit_identical(void **state)
@@ -465,17 +360,17 @@ static void test_training_through_a_wrapper_is_bit_identical(void **state)
     assert_int_equal(wrapped->n_host_calls, native->n_host_calls);
     assert_memory_equal(wrapped->host_call_steps, native->host_call_steps,
                         sizeof native->host_call_steps);
-    assert_same_floats("step loss", native->step_loss, wrapped->step_loss, STEPS);
+    assert_same_floats("step loss", "wrapper", native->step_loss, wrapped->step_loss, STEPS);
     assert_int_equal(native->n_loops, 3); /* 10 steps in loops of 4: 4, 8, 10 */
     assert_int_equal(wrapped->n_loops, native->n_loops);
     assert_memory_equal(wrapped->loop_step, native->loop_step, sizeof native->loop_step);
-    assert_same_floats("loop loss", native->loop_loss, wrapped->loop_loss, 3);
+    assert_same_floats("loop loss", "wrapper", native->loop_loss, wrapped->loop_loss, 3);
     assert_memory_equal(wrapped->loop_device_s, native->loop_device_s,
                         sizeof native->loop_device_s);
-    assert_same_floats("w0", native->w0, wrapped->w0, FEATURES * HIDDEN);
-    assert_same_floats("b0", native->b0, wrapped->b0, HIDDEN);
-    assert_same_floats("w1", native->w1, wrapped->w1, HIDDEN * CLASSES);
-    assert_same_floats("b1", native->b1, wrapped->b1, CLASSES);
+    assert_same_floats("w0", "wrapper", native->w0, wrapped->w0, FEATURES * HIDDEN);
+    assert_same_floats("b0", "wrapper", native->b0, wrapped->b0, HIDDEN);
+    assert_same_floats("w1", "wrapper", native->w1, wrapped->w1, HIDDEN * CLASSES);
+    assert_same_floats("b1", "wrapper", native->b1, wrapped->b1, CLASSES);
     assert_int_equal(wrapped->eval.examples, native->eval.examples);
     assert_memory_equal(&wrapped->eval.loss, &native->eval.loss, sizeof native->eval.loss);
     assert_memory_equal(&wrapped->eval.accuracy, &native->eval.accuracy,

@@ -30,6 +30,7 @@
 #include "tpusim/models.h"
 #include "tpusim/runtime.h"
 #include "tpusim/systemc.h"
+#include "backend_outcome.h"
 #include "toy_dataset.h"
 
 static const struct tpu_device_backend *backend_of(int systemc)
@@ -78,110 +79,15 @@ static struct tpu_program *parse(const char *text)
 
 /* ---- a short training, both ways ------------------------------------------------------------ */
 
-enum { FEATURES = TOY_FEATURES, HIDDEN = 12, CLASSES = TOY_CLASSES, STEPS = 10, IPL = 4,
-       MAX_CORES = 8 };
-
-struct outcome {
-    float step_loss[STEPS];
-    uint64_t host_call_steps[STEPS];
-    int n_host_calls;
-    float loop_loss[8];
-    uint64_t loop_step[8];
-    double loop_device_s[8];
-    int n_loops;
-    float w0[FEATURES * HIDDEN], b0[HIDDEN], w1[HIDDEN * CLASSES], b1[CLASSES];
-    struct tpu_eval_result eval;
-    uint32_t n_cores;
-    struct tpu_core_counters ctr[MAX_CORES];
-};
-
-static int on_host_call(void *ctx, uint64_t step, float loss, struct tpu_diag *d)
-{
-    struct outcome *o = ctx;
-    (void)d;
-    if (o->n_host_calls < STEPS) {
-        o->host_call_steps[o->n_host_calls] = step;
-        o->step_loss[o->n_host_calls++] = loss;
-    }
-    return 0;
-}
-
-static int on_loop(void *ctx, const struct tpu_loop_info *li, struct tpu_diag *d)
-{
-    struct outcome *o = ctx;
-    (void)d;
-    if (li->mode == TPU_MODE_TRAIN && o->n_loops < 8) {
-        o->loop_loss[o->n_loops] = li->loss;
-        o->loop_step[o->n_loops] = li->global_step;
-        o->loop_device_s[o->n_loops++] = li->device_seconds;
-    }
-    return 0;
-}
-
-static void read_param(struct tpu_estimator *est, const char *name, float *data, size_t bytes)
-{
-    struct tpu_diag d = {0};
-    if (tpu_estimator_read_param(est, name, data, bytes, &d) != 0)
-        fail_msg("read_param %s: %s", name, d.msg);
-}
-
-/* Trains the MLP for STEPS steps on the tiny chip (2 cores, 2 worker threads, Adam, host
- * calls every step) on the native or the systemc backend, evaluates once, keeps the rest. */
+/* Trains on the native or the systemc backend (2 worker threads), as backend_outcome.h's
+ * outcome_train does. */
 static void train_on(int systemc, struct outcome *o)
 {
     memset(o, 0, sizeof *o);
     struct tpu_device *dev = open_tiny(systemc, 2);
-    struct tpu_run_config cfg;
-    tpu_run_config_default(&cfg);
-    cfg.train_batch_size = 16;
-    cfg.eval_batch_size = 16;
-    cfg.iterations_per_loop = IPL;
-    cfg.host_call_every_n_steps = 1;
-    cfg.seed = 7;
-    struct tpu_mlp_spec spec;
-    tpu_mlp_default_spec(&spec);
-    spec.n_layers = 2;
-    spec.sizes[0] = FEATURES;
-    spec.sizes[1] = HIDDEN;
-    spec.sizes[2] = CLASSES;
-    spec.optimizer = TPU_OPT_ADAM;
-    spec.learning_rate = 0.01f;
-    struct tpu_model model;
-    tpu_mlp_model(&model, &spec);
-    struct tpu_hook hook = {.ctx = o, .after_loop = on_loop, .host_call = on_host_call};
-    struct tpu_estimator *est = NULL;
-    struct tpu_diag d = {0};
-    if (tpu_estimator_create(dev, &cfg, &model, &hook, 1, &est, &d) != 0)
-        fail_msg("estimator on %s: %s", which[systemc], d.msg);
-    struct tpu_dataset ds;
-    toy_dataset(&ds, 200, 1);
-    struct tpu_dataset_input in;
-    tpu_dataset_input_init(&in, &ds, 3);
-    if (tpu_estimator_train(est, &in.input, STEPS, 0, &d) != 0)
-        fail_msg("train on %s: %s", which[systemc], d.msg);
-    if (tpu_estimator_evaluate(est, &in.input, 0, &o->eval, &d) != 0)
-        fail_msg("evaluate on %s: %s", which[systemc], d.msg);
-    read_param(est, "w0", o->w0, sizeof o->w0);
-    read_param(est, "b0", o->b0, sizeof o->b0);
-    read_param(est, "w1", o->w1, sizeof o->w1);
-    read_param(est, "b1", o->b1, sizeof o->b1);
-    o->n_cores = tpu_device_n_cores(dev);
-    assert_true(o->n_cores <= MAX_CORES);
-    for (uint32_t c = 0; c < o->n_cores; c++)
-        assert_int_equal(tpu_device_counters(dev, c, &o->ctr[c]), 0);
-    tpu_estimator_destroy(&est);
+    outcome_train(dev, which[systemc], o);
     tpu_device_close(&dev);
     assert_null(dev);
-    tpu_dataset_input_free(&in);
-    tpu_dataset_free(&ds);
-}
-
-static void assert_same_floats(const char *what, const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
-            fail_msg("%s[%zu]: native %.9g, systemc %.9g (bits differ)", what, i, (double)a[i],
-                     (double)b[i]);
 }
 
 static void test_training_is_the_same_both_ways(void **state)
@@ -204,16 +110,16 @@ static void test_training_is_the_same_both_ways(void **state)
 
     assert_int_equal(sc->n_host_calls, nat->n_host_calls);
     assert_memory_equal(sc->host_call_steps, nat->host_call_steps, sizeof nat->host_call_steps);
-    assert_same_floats("step loss", nat->step_loss, sc->step_loss, STEPS);
+    assert_same_floats("step loss", "systemc", nat->step_loss, sc->step_loss, STEPS);
     assert_int_equal(nat->n_loops, 3); /* 10 steps in loops of 4: 4, 8, 10 */
     assert_int_equal(sc->n_loops, nat->n_loops);
     assert_memory_equal(sc->loop_step, nat->loop_step, sizeof nat->loop_step);
-    assert_same_floats("loop loss", nat->loop_loss, sc->loop_loss, 3);
+    assert_same_floats("loop loss", "systemc", nat->loop_loss, sc->loop_loss, 3);
     assert_memory_equal(sc->loop_device_s, nat->loop_device_s, sizeof nat->loop_device_s);
-    assert_same_floats("w0", nat->w0, sc->w0, FEATURES * HIDDEN);
-    assert_same_floats("b0", nat->b0, sc->b0, HIDDEN);
-    assert_same_floats("w1", nat->w1, sc->w1, HIDDEN * CLASSES);
-    assert_same_floats("b1", nat->b1, sc->b1, CLASSES);
+    assert_same_floats("w0", "systemc", nat->w0, sc->w0, FEATURES * HIDDEN);
+    assert_same_floats("b0", "systemc", nat->b0, sc->b0, HIDDEN);
+    assert_same_floats("w1", "systemc", nat->w1, sc->w1, HIDDEN * CLASSES);
+    assert_same_floats("b1", "systemc", nat->b1, sc->b1, CLASSES);
     assert_int_equal(sc->eval.examples, nat->eval.examples);
     assert_memory_equal(&sc->eval.loss, &nat->eval.loss, sizeof nat->eval.loss);
     assert_memory_equal(&sc->eval.accuracy, &nat->eval.accuracy, sizeof nat->eval.accuracy);
