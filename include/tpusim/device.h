@@ -148,6 +148,41 @@ enum tpu_log_level { TPU_LOG_ERROR, TPU_LOG_WARN, TPU_LOG_INFO, TPU_LOG_DEBUG };
 
 struct tpu_device_backend; /* below */
 
+/* A pod slice simulated as several devices, one per host, each in its own process (host/mpi:
+ * an MPI rank per host) or thread (tests): settings.pod links this device to the others. The
+ * device then holds its host's cores only, but its replicas are numbered in the whole pod:
+ * core c of part `index` belongs to pod replica index x R + c / cores_per_replica (R the
+ * device's own replica count), which is what an op that depends on the replica sees (dropout
+ * masks, row masks). An all_reduce over the replicas (group=replicas) spans every part: its
+ * members are the R x parts replicas' cores of one logical index, in pod replica order, so it
+ * starts when the last of them arrives in the whole pod, takes the cycles of that many
+ * members (the torus of all the pod's chips), and sums their x in pod replica order,
+ * ((x0 + x1) + x2) + ..., bit for bit as one device holding the whole pod does. Ops within a
+ * replica (halo ops, group=replica_cores) stay on the part; a collective_permute over the
+ * replicas does not cross parts (the load refuses it with a message). Every part must load
+ * the same program and run the same launches: the link carries only what the collectives
+ * need.
+ *
+ * The link's entries are blocking and are called from the device's worker threads during a
+ * run. `group` is the logical index k of the reduce (0 .. cores_per_replica - 1): for one k
+ * the calls come in the same order on every part (program order); calls for different k may
+ * come at the same time from different threads. Each returns 0, or a negative TPU_E* code
+ * with a sentence in d (a peer is gone), which fails the run. */
+struct tpu_pod_link {
+    void *ctx;
+    uint32_t parts; /* devices of the pod (hosts): 1 .. 4096 */
+    uint32_t index; /* this device's part: < parts */
+    /* *value becomes the largest *value given by any part for this call. */
+    int (*max_u64)(void *ctx, uint32_t group, uint64_t *value, struct tpu_diag *d);
+    /* Receives `bytes` from part index - 1's matching send_next (not called on part 0). */
+    int (*recv_prev)(void *ctx, uint32_t group, void *data, size_t bytes, struct tpu_diag *d);
+    /* Sends `bytes` to part index + 1 (not called on the last part). */
+    int (*send_next)(void *ctx, uint32_t group, const void *data, size_t bytes,
+                     struct tpu_diag *d);
+    /* The last part's `bytes` at data replace every other part's. */
+    int (*bcast_last)(void *ctx, uint32_t group, void *data, size_t bytes, struct tpu_diag *d);
+};
+
 struct tpu_device_settings {
     struct tpu_chip_config chip;  /* copied at open */
     uint32_t n_chips;             /* default: chip.chips_per_host */
@@ -167,6 +202,10 @@ struct tpu_device_settings {
     const struct tpu_device_backend *backend; /* what simulates the chip; NULL: the native
                                                  chip (tpu_device_backend_native). Borrowed:
                                                  it must outlive the device */
+    const struct tpu_pod_link *pod; /* NULL: the device is the whole pod slice. Otherwise
+                                       this device is part pod->index of pod->parts (above);
+                                       the native chip only (another backend refuses it).
+                                       Borrowed: it must outlive the device */
     void (*log)(void *ctx, enum tpu_log_level level, const char *msg);
     void *log_ctx;
 };
@@ -211,6 +250,8 @@ void tpu_device_close(struct tpu_device **dev);
 
 uint32_t tpu_device_n_cores(const struct tpu_device *dev);
 uint32_t tpu_device_n_replicas(const struct tpu_device *dev);
+/* settings.pod (NULL when the device is the whole pod slice). */
+const struct tpu_pod_link *tpu_device_pod(const struct tpu_device *dev);
 const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev);
 
 /* Verifies the program against the chip and gives every core its buffers (params zeroed,

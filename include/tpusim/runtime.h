@@ -96,6 +96,35 @@ struct tpu_partition_dims {
     uint32_t dims[TPU_PARTITION_MAX_RANK];
 };
 
+/* The hosts of a pod slice when each runs in its own process (host/mpi: one MPI rank per
+ * host; tests: one thread per host). Every process creates its estimator with the same run
+ * configuration (num_hosts = n, host_group = its group) on a device that is its host's part of
+ * the pod (device.h, settings.pod: parts n, index rank). The estimator then drives only its
+ * host: it makes its host's input_fn calls and advances past the others' (struct tpu_input's
+ * skip), feeds and drains its own cores, writes params to them; at each loop boundary the
+ * hosts exchange what the loop's figures need (each replica's outfed values, the cores'
+ * counters, the device's end cycle), so that every host computes the same loop info, the
+ * same numbers as one process simulating all n hosts, bit for bit. Checkpoints and
+ * metrics.jsonl are written by host 0 (which holds replica 0); every host restores from
+ * them. At the start of each pass the hosts check that they run the same thing (chip,
+ * cores, program, batch, steps, global step) and refuse with a message naming the field and
+ * both values if not. */
+struct tpu_host_group {
+    void *ctx;
+    uint32_t n;    /* hosts: the run configuration's num_hosts */
+    uint32_t rank; /* this process's host: < n */
+    /* Every host gives `bytes` at send; recv[h x bytes ..] gets host h's, for every h.
+     * Called from the caller's thread only, at the same points on every host, with the same
+     * bytes. Returns 0 or a negative TPU_E* code with a sentence in d. */
+    int (*allgather)(void *ctx, const void *send, size_t bytes, void *recv,
+                     struct tpu_diag *d);
+    /* The pass failed on this host with rc and d (the first error of any of its threads,
+     * called from that thread). The others may be blocked in a collective that this host will
+     * never join: the group ends every host's run now (MPI: the error is reported and the job
+     * aborted). May return (then the runtime unwinds as usual) or not. */
+    void (*abort)(void *ctx, int rc, const struct tpu_diag *d);
+};
+
 struct tpu_run_config {
     /* TPUConfig */
     uint64_t iterations_per_loop;     /* steps per launch (when iterations_per_loop_s is 0) */
@@ -114,6 +143,10 @@ struct tpu_run_config {
     uint32_t num_hosts;               /* hosts of the pod slice, simulated in this process:
                                          the device's chips divide evenly over them, host h
                                          driving chips [h x n, h x n + n), n = chips / hosts */
+    const struct tpu_host_group *host_group; /* NULL: every host in this process (above).
+                                         Otherwise this process is host rank of n =
+                                         num_hosts, on a device of its chips (settings.pod).
+                                         Borrowed: it must outlive the estimator */
     /* input_partition_dims: 0 (None), 1 (features) or 2 (features, labels) entries */
     uint32_t n_input_partition_dims;
     struct tpu_partition_dims input_partition_dims[2];
@@ -261,6 +294,13 @@ struct tpu_input {
      * be (so resuming reproduces it bit for bit); evaluate and predict start at 0. */
     int (*start)(void *ctx, enum tpu_mode mode, uint64_t global_step, uint32_t global_batch,
                  struct tpu_diag *d);
+    /* Optional (may be NULL): advances past what next would give for the same arguments, as
+     * next does, returning what next would return and the real rows through *n_real, but
+     * filling nothing. With host_group set, a host calls it for the other hosts' calls, so
+     * that its own calls read what they would read in one process (NULL: it calls next into
+     * a scratch batch and drops it). */
+    int (*skip)(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
+                uint32_t *n_real, struct tpu_diag *d);
 };
 
 /* What the runtime reports at each loop boundary (and at the end). */

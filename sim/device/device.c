@@ -168,6 +168,11 @@ uint32_t tpu_device_n_replicas(const struct tpu_device *dev)
     return dev->n_replicas;
 }
 
+const struct tpu_pod_link *tpu_device_pod(const struct tpu_device *dev)
+{
+    return dev->s.pod;
+}
+
 const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev)
 {
     return &dev->s.chip;
