@@ -1013,7 +1013,7 @@ static void test_train_mse(void **state)
     struct run r;
     run_open(&r, n, &spec, 2, 3);
     r.ds.n_examples = 100;
-    struct mse_input in = {{&in, mse_next, mse_start}, &r.ds, 0};
+    struct mse_input in = {{&in, mse_next, mse_start, NULL}, &r.ds, 0};
     OK(tpu_estimator_train(r.est, &in.input, 100, 0, D));
     struct tpu_eval_result ev;
     OK(tpu_estimator_evaluate(r.est, &in.input, 0, &ev, D));
