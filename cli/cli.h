@@ -80,6 +80,12 @@ int tpu__cli_shard_spec(const char *cmd, const struct tpu_chip_config *chip,
                         uint32_t chips_per_host, const struct tpu_run_config *rc,
                         int mode, const char *model_file, struct tpu_shard_spec *s);
 
+/* shard's --tensor NAME:SHAPE ("images:28x28x1", or "labels:" for a scalar per example) into
+ * t (zeroed first; a name of 1 to 31 characters, 0 to 7 sizes from 1 to 2^32 joined by x).
+ * 0, or the exit code after printing the error. */
+struct tpu_shard_tensor;
+int tpu__cli_shard_parse_tensor(const char *cmd, const char *v, struct tpu_shard_tensor *t);
+
 /* `tpusim model` (cli_model.c): model show. */
 int tpu__cli_model(int argc, char **argv);
 
@@ -88,6 +94,11 @@ int tpu__cli_fit(int argc, char **argv);
 
 /* `tpusim bench` (cli_bench.c): bench loops. */
 int tpu__cli_bench(int argc, char **argv);
+
+/* bench loops' --list "1,4,16": ascending loop sizes from 1 to TPU_SWEEP_MAX_LOOP_SIZE, at
+ * most TPU_SWEEP_MAX_SIZES of them, into sizes[0 .. *n). 0, or the exit code after printing
+ * the error. */
+int tpu__cli_bench_parse_list(const char *text, uint64_t *sizes, size_t *n);
 
 /* Writes n with a comma between groups of three digits ("1,199,882") into buf. */
 void tpu__cli_group_digits(uint64_t n, char *buf, size_t size);

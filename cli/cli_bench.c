@@ -204,8 +204,9 @@ static int mlp_spec(const struct bench_opts *o, struct tpu_mlp_spec *s, char *na
     return 0;
 }
 
-/* --list: ascending loop sizes from 1 to TPU_SWEEP_MAX_LOOP_SIZE, at most TPU_SWEEP_MAX_SIZES of them. */
-static int parse_list(const char *text, uint64_t *sizes, size_t *n)
+/* --list: ascending loop sizes from 1 to TPU_SWEEP_MAX_LOOP_SIZE, at most TPU_SWEEP_MAX_SIZES
+ * of them (cli.h). */
+int tpu__cli_bench_parse_list(const char *text, uint64_t *sizes, size_t *n)
 {
     const char *cmd = "bench loops";
     *n = 0;
@@ -550,7 +551,7 @@ static int bench_loops(int argc, char **argv)
     uint64_t sizes[TPU_SWEEP_MAX_SIZES];
     size_t n = 0;
     if (o.list_given) {
-        if ((rc = parse_list(o.list, sizes, &n)))
+        if ((rc = tpu__cli_bench_parse_list(o.list, sizes, &n)))
             return rc;
     } else {
         for (uint64_t v = 1; v <= o.max; v *= 2)

@@ -154,8 +154,8 @@ const struct tpu__cli_opts tpu__cli_shard_options = {
 
 /* ---- the tensors ---------------------------------------------------------------------------- */
 
-/* "images:28x28x1" (or "labels:" for a scalar per example) into t. */
-static int parse_tensor(const char *cmd, const char *v, struct tpu_shard_tensor *t)
+/* "images:28x28x1" (or "labels:" for a scalar per example) into t (cli.h). */
+int tpu__cli_shard_parse_tensor(const char *cmd, const char *v, struct tpu_shard_tensor *t)
 {
     char qb[TPU__QUOTE_BYTES];
     memset(t, 0, sizeof *t);
@@ -660,7 +660,7 @@ int tpu__cli_shard(int argc, char **argv)
     struct tpu_shard_spec s;
     memset(&s, 0, sizeof s);
     for (uint32_t i = 0; i < o.n_tensor; i++) {
-        if ((rc = parse_tensor(cmd, o.tensor[i], &s.tensors[i])))
+        if ((rc = tpu__cli_shard_parse_tensor(cmd, o.tensor[i], &s.tensors[i])))
             return rc;
         for (uint32_t j = 0; j < i; j++)
             if (!strcmp(s.tensors[j].name, s.tensors[i].name))
