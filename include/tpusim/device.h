@@ -282,9 +282,10 @@ int64_t tpu_device_get_var(const struct tpu_device *dev, uint32_t core, uint32_t
 int tpu_device_infeed(struct tpu_device *dev, uint32_t core, const void *data, size_t bytes,
                       uint64_t host_cycle, struct tpu_diag *d);
 /* Takes the next outfeed tensor of core (copied to data; bytes must match). Blocks while
- * the queue is empty; returns TPU_ECANCELED if canceled, or TPU_ENOTFOUND when the run has
- * ended and nothing more will come. *ready_cycle (if not NULL) gets the device cycle at which
- * it reached the host. `host_cycle` is when the host takes it (frees the slot). */
+ * the queue is empty, between runs too (the next run's tensors will come): a caller that
+ * waits for tensors a run will never outfeed is released only by tpu_device_cancel, and then
+ * returns TPU_ECANCELED. *ready_cycle (if not NULL) gets the device cycle at which it reached
+ * the host. `host_cycle` is when the host takes it (frees the slot). */
 int tpu_device_outfeed(struct tpu_device *dev, uint32_t core, void *data, size_t bytes,
                        uint64_t host_cycle, uint64_t *ready_cycle, struct tpu_diag *d);
 

@@ -273,8 +273,8 @@ enum tpu_tlm_err {
  *                    SystemC time (sc_time_stamp() + delay) over the clock period, rounded
  *                    down: only valid when called from a SystemC process.
  *   out: ready_cycle (outfeed) the device cycle the tensor reached the host
- *        status      0 or the TPU_E* code of the device call (TPU_ECANCELED, TPU_ENOTFOUND
- *                    when the run ended and no tensor will come, ...)
+ *        status      0 or the TPU_E* code of the device call (TPU_ECANCELED when the
+ *                    run was canceled, TPU_ESHAPE for a wrong size, ...)
  *        diag        its sentence
  * The extension is the only per-transaction result a feed thread can read without a race:
  * ERROR_CODE and the message window also record a failed feed, but another thread's failure
