@@ -274,6 +274,38 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A program load empties the feed queues: tensors a stopped run (or a host that fed more
+ * than the run took) left queued were for the earlier program, and the new one must not take
+ * them as its own. */
+static void test_load_empties_the_queues(void **state)
+{
+    (void)state;
+    struct tpu_program *p = parse("program t\nvar n\ntemp x: f32[1, 4]\ntemp y: f32[1, 4]\n"
+                                  "loop n {\n  x = infeed\n  y = relu x\n  outfeed y\n}\n");
+    struct tpu_device *dev = open_tiny(1, 1, false, false);
+    load(dev, p);
+    const float stale[4] = {9, 9, 9, 9}, fresh[4] = {1, 2, 3, 4};
+    struct tpu_diag d = {0};
+    /* one run takes one tensor and leaves the second queued; its outfeed stays queued too */
+    for (uint32_t c = 0; c < 2; c++)
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(tpu_device_infeed(dev, c, stale, sizeof stale, 0, &d), 0);
+    tpu_device_set_var(dev, varid(p, "n"), 1);
+    run_ok(dev, NULL);
+    load(dev, p);
+    tpu_device_set_var(dev, varid(p, "n"), 1);
+    for (uint32_t c = 0; c < 2; c++)
+        assert_int_equal(tpu_device_infeed(dev, c, fresh, sizeof fresh, 0, &d), 0);
+    run_ok(dev, NULL);
+    for (uint32_t c = 0; c < 2; c++) {
+        float got[4];
+        assert_int_equal(tpu_device_outfeed(dev, c, got, sizeof got, 0, NULL, &d), 0);
+        assert_memory_equal(got, fresh, sizeof got); /* not the earlier run's 9s */
+    }
+    tpu_device_close(&dev);
+    tpu_program_destroy(&p);
+}
+
 static void test_cancel_ends_a_blocked_run(void **state)
 {
     (void)state;
@@ -818,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_matmul_timing),
         cmocka_unit_test(test_infeed_stall),
         cmocka_unit_test(test_outfeed_full_stall_is_deterministic),
+        cmocka_unit_test(test_load_empties_the_queues),
         cmocka_unit_test(test_cancel_ends_a_blocked_run),
         cmocka_unit_test(test_watch_counts_only_calls_still_blocked),
         cmocka_unit_test(test_core_error_stops_the_run),

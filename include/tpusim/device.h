@@ -255,7 +255,8 @@ const struct tpu_pod_link *tpu_device_pod(const struct tpu_device *dev);
 const struct tpu_chip_config *tpu_device_chip(const struct tpu_device *dev);
 
 /* Verifies the program against the chip and gives every core its buffers (params zeroed,
- * variables 0). The device keeps its own copy. Replaces any earlier program. A program the
+ * variables 0) and empty feed queues (tensors that a stopped run left queued are dropped).
+ * The device keeps its own copy. Replaces any earlier program. A program the
  * chip cannot run is refused with the earlier one still loaded; if the backend fails to
  * take it (out of memory), no program is loaded afterwards. Not during a run (TPU_EINVAL).
  * A row-partitioned op (a window with parts > 1, program.h) runs over the cores of one
@@ -445,8 +446,9 @@ struct tpu_device_backend {
     /* Frees everything of impl. Never called during a run. */
     void (*close)(void *impl);
     /* Takes prog (verified, lent: see Ownership) as the program of every core: buffers of the
-     * program's sizes with params zeroed, variables 0. The earlier program, if any, is still
-     * valid during the call and let go by it. On failure the backend holds no program. */
+     * program's sizes with params zeroed, variables 0, empty feed queues. The earlier
+     * program, if any, is still valid during the call and let go by it. On failure the
+     * backend holds no program. */
     int (*load)(void *impl, const struct tpu_program *prog, struct tpu_diag *d);
     /* Copies bytes (the buffer's size) into / out of buffer buf of core. */
     int (*write)(void *impl, uint32_t core, uint32_t buf, const void *data, size_t bytes,

@@ -285,6 +285,14 @@ static int chip_load(void *impl, const struct tpu_program *prog, struct tpu_diag
             }
         }
     }
+    /* a run that was stopped may have left tensors in the queues: they were for the program
+     * of that run, never for this one */
+    pthread_mutex_lock(&dev->lock);
+    for (uint32_t i = 0; i < dev->n_cores; i++) {
+        tpu__feed_clear(&dev->cores[i].infeed);
+        tpu__feed_clear(&dev->cores[i].outfeed);
+    }
+    pthread_mutex_unlock(&dev->lock);
     for (size_t b = 0; dev->shareable && b < nb; b++) /* one zeroed copy per index */
         if (dev->shareable[b] &&
             tpu__share_alloc(dev, (uint32_t)b, tpu_buffer_bytes(tpu_program_buffer(prog,

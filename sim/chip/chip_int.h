@@ -222,6 +222,9 @@ int tpu__chip_infeed(void *impl, uint32_t core, const void *data, size_t bytes,
 int tpu__chip_outfeed(void *impl, uint32_t core, void *data, size_t bytes, uint64_t host_cycle,
                       uint64_t *ready_cycle, struct tpu_diag *d);
 int tpu__feed_init(struct feed *f, uint32_t depth);
+/* Drops the queued tensors (their slots keep their buffers and the cycles they were last
+ * emptied at); under the lock, or with no run and no host feed call under way. */
+void tpu__feed_clear(struct feed *f);
 void tpu__feed_free(struct feed *f);
 /* Core side of the queues (under the lock inside). take: 1 with the head tensor copied to
  * dst (if its size is dst_bytes; *got_bytes is its size), the cycle the infeed op completes

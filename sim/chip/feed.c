@@ -48,6 +48,12 @@ static void assert_feed(const struct feed *f)
     (void)f;
 }
 
+void tpu__feed_clear(struct feed *f)
+{
+    f->head = 0;
+    f->count = 0;
+}
+
 int tpu__feed_init(struct feed *f, uint32_t depth)
 {
     memset(f, 0, sizeof *f);
