@@ -452,7 +452,9 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
 
     /* everyone else waits in CORE_WAIT_COLL: their state is ours to change */
     if (streamed) {
-        tpu__share_stream_finish(dev, g, op);
+        int rc = tpu__share_stream_finish(dev, g, op, d);
+        if (rc)
+            return rc;
     } else {
         int rc = collective_values(dev, g, op, leader_only, d);
         if (rc)
