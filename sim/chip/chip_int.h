@@ -295,6 +295,11 @@ void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct
                            const struct tpu_op *op);
 int tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
                              const struct tpu_op *op, struct tpu_diag *d);
+/* acc[i] = acc[i] + v[i] for i < count: every in-order sum of an all_reduce over fp32 adds
+ * with this one out-of-line function (reduce_range, the streamed adds, a deferred product's
+ * NaN case), so that a sum of two NaNs keeps the same payload whichever way the sum is
+ * formed: which operand's payload an addition keeps is the compiler's choice. */
+void tpu__sum_into_f32(float *acc, const float *v, size_t count);
 /* Gives core c a value buffer for each output of op that a streamed reduce let go.
  * 0 or TPU_ENOMEM (d). */
 int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu_op *op,

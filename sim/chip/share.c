@@ -74,7 +74,7 @@
  * NaNs are made canonical before it is added; the sum's are not, and which operand's payload
  * an addition keeps is the compiler's choice): a NaN, once formed, stays in the sum, so a sum
  * without NaN has the same bits; a sum with one is computed again the apart way, product by
- * product, with the streamed adds' own code (sum_into). The gathered operands cost
+ * product, with the adds' own code (tpu__sum_into_f32). The gathered operands cost
  * n_replicas x K x (M + N) values per index: the global batch's, far less than the products.
  * Only devices that stream (so never a pod's part) defer, and never with a matrix unit
  * provider (settings.mxu: it computes the values and counts the cycles).
@@ -739,13 +739,10 @@ bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op)
     return dev->lazy && op->in[0] == op->out[0] && dev->lazy[op->out[0]];
 }
 
-/* acc[i] = acc[i] + v[i]. Out of line, so that the streamed adds and a deferred product
- * computed the apart way (defer_sum) run the same instructions: which operand's payload an
- * addition of two NaNs keeps is the compiler's choice. */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
-static void sum_into(float *acc, const float *v, size_t count)
+void tpu__sum_into_f32(float *acc, const float *v, size_t count)
 {
     for (size_t i = 0; i < count; i++)
         acc[i] = acc[i] + v[i];
@@ -760,8 +757,8 @@ static void add_member(const struct chip_device *dev, const struct coll_group *g
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, x);
     const size_t count = (size_t)bd->rows * bd->cols;
     if (bd->dtype == TPU_F32) {
-        sum_into(dev->cores[g->members[0]].bufs[x].data, dev->cores[g->members[r]].bufs[x].data,
-                 count);
+        tpu__sum_into_f32(dev->cores[g->members[0]].bufs[x].data,
+                          dev->cores[g->members[r]].bufs[x].data, count);
     } else { /* int32, wrapping */
         uint32_t *acc = dev->cores[g->members[0]].bufs[x].data;
         const uint32_t *v = dev->cores[g->members[r]].bufs[x].data;
@@ -849,7 +846,7 @@ static int defer_sum(struct chip_device *dev, const struct coll_group *g,
             rc = tpu__gemm_ex(&oa, &ob, r ? t : y, df->m, df->k, df->n, dev->cfg.mxu_rows,
                               false, threads, &df->scratch[k], NULL, NULL);
             if (!rc && r)
-                sum_into(y, t, count);
+                tpu__sum_into_f32(y, t, count);
         }
         free(t);
     }
