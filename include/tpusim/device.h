@@ -215,7 +215,9 @@ struct tpu_device_settings {
  * With sharing on, the chip keeps such a param once per logical core index (shared by the
  * replicas' cores of that index) rather than once per core, computes its optimizer update
  * once rather than on every replica, and sums a gradient all-reduce that only the updates
- * read into one copy. The device API's promises stay: each core still has its own buffers as
+ * read into one copy (a gradient that is one matmul of each replica's few rows, as one
+ * product over every replica's rows: the same additions in the same order, without a
+ * gradient-sized product per replica). The device API's promises stay: each core still has its own buffers as
  * far as tpu_device_write and tpu_device_read can tell (a write to one core that makes its
  * value differ gives that core its own copy, and the replicas then compute apart from the
  * next launch on; writing the same bytes to every core makes them share again), and every

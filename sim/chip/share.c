@@ -830,7 +830,9 @@ static int defer_sum(struct chip_device *dev, const struct coll_group *g,
     if (rc)
         return rc;
     float *y = leader->bufs[df->x].data;
-    const unsigned threads = dev->n_workers ? dev->n_workers : 1; /* the others wait */
+    /* the matmuls' own thread count (settings.kernel_threads), as the products it replaces:
+     * the other workers may have other cores to run */
+    const unsigned threads = dev->s.kernel_threads ? dev->s.kernel_threads : 1;
     struct tpu__gemm_operand oa = {df->a[k], df->a_elem == 4, true, 0};
     struct tpu__gemm_operand ob = {df->b[k], df->b_elem == 4, false, 0};
     const size_t count = df->m * df->n;
