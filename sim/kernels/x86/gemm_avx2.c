@@ -2,10 +2,9 @@
  * packing (conversions, 8 x 8 register transposes), statistics and micro-kernel contract as
  * gemm_avx512.c (see gemm_int.h) with 256-bit vectors. bf16 micro-tile: 6 rows x 16 columns =
  * 12 ymm column sums, or 4 x 16 for short products (gemm.c's short_tiles_pay); int8: 4 x 16
- * with int16 pairs and VPMADDWD. The multiply + add kernel
- * relies on the project-wide -ffp-contract=off (AVX2 has no explicit-rounding intrinsics); the
- * tests would see a fused pair, as they compare it bit for bit on data where fusing changes
- * results. */
+ * with int16 pairs and VPMADDWD. The multiply + add kernel relies on the project-wide
+ * -ffp-contract=off (AVX2 has no explicit-rounding intrinsics); the tests would see a fused
+ * pair, as they compare it bit for bit on data where fusing changes results. */
 #include "kernels/gemm_int.h"
 
 #if TPU__GEMM_HAVE_X86
