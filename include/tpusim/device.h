@@ -215,15 +215,17 @@ struct tpu_device_settings {
  * With sharing on, the chip keeps such a param once per logical core index (shared by the
  * replicas' cores of that index) rather than once per core, computes its optimizer update
  * once rather than on every replica, and sums a gradient all-reduce that only the updates
- * read into one copy. The device API's promises stay: each core still has its own buffers as
- * far as tpu_device_write and tpu_device_read can tell (a write to one core that makes its
- * value differ gives that core its own copy, and the replicas then compute apart from the
- * next launch on; writing the same bytes to every core makes them share again), and every
- * core books its own cycles, counters and op statistics exactly as with sharing off. What
- * is shared is decided from the program: a param written only by optimizer updates whose
- * gradient comes straight from an all_reduce over the replicas (or never written by the
- * program). Turn sharing off to compare (the tests do, byte for byte) or to measure what
- * replicas would cost apart.
+ * read into one copy (a gradient that is one matmul of each replica's few rows, as one
+ * product over every replica's rows: the same additions in the same order, without a
+ * gradient-sized product per replica). The device API's promises stay: each core still has
+ * its own buffers as far as tpu_device_write and tpu_device_read can tell (a write to one
+ * core that makes its value differ gives that core its own copy, and the replicas then
+ * compute apart from the next launch on; writing the same bytes to every core makes them
+ * share again), and every core books its own cycles, counters and op statistics exactly as
+ * with sharing off. What is shared is decided from the program: a param written only by
+ * optimizer updates whose gradient comes straight from an all_reduce over the replicas (or
+ * never written by the program). Turn sharing off to compare (the tests do, byte for byte)
+ * or to measure what replicas would cost apart.
  *
  * A run that ends early (tpu_device_cancel, or an error in a core, which cancels it) stops
  * the cores part-way through a step, and there the two modes may differ: an update done once

@@ -100,6 +100,9 @@ const char *tpu_gemm_dtype_name(enum tpu_dtype t)
  * they would not stay in the per-core caches anyway, and writing them there first costs a
  * read of every line. */
 #define GEMM_STREAM_BYTES (2u * 1024u * 1024u)
+/* The cost of a row in the AVX2 kernel's 4-row micro-tiles, in sixths of a row of its 6-row
+ * ones (short_tiles_pay): measured on M = 8 and M = 128 products of the MLP's shapes. */
+#define GEMM_SHORT_ROW_COST 7u
 
 /* ---- portable C kernels ------------------------------------------------------------------ */
 
@@ -771,6 +774,17 @@ static struct gemm_operand_view view(const void *data, size_t elem_bytes, size_t
     return v;
 }
 
+/* Whether the AVX2 bf16 kernel's 4-row micro-tiles beat its 6-row ones on m rows: they
+ * compute fewer padding rows (m = 8: 8 rows instead of 12, a third less work) but a row
+ * costs a little more (8 accumulators instead of 12 hide less latency and amortise fewer
+ * loads), GEMM_SHORT_ROW_COST sixths of one: so m = 1 to 4, 7, 8 and 20 take them; 6, 12
+ * and 128 do not.
+ * The choice changes no value: the tiles only decide which outputs are computed together. */
+static bool short_tiles_pay(size_t m)
+{
+    return round_up(m, 4) * GEMM_SHORT_ROW_COST < round_up(m, 6) * 6;
+}
+
 /* Checks, then runs p (kern, a, b, y, sizes, accumulate, is_bf16 set) with the blocking of
  * its data type. */
 static int gemm_common(struct gemm_problem *p, uint32_t tile_rows, unsigned n_threads,
@@ -791,6 +805,10 @@ static int gemm_common(struct gemm_problem *p, uint32_t tile_rows, unsigned n_th
         return 0;
     }
     p->kern = kernel_for(isa, !p->is_bf16);
+#if TPU__GEMM_HAVE_X86
+    if (p->kern == &tpu__gemm_bf16_avx2 && short_tiles_pay(p->m))
+        p->kern = &tpu__gemm_bf16_avx2_short;
+#endif
     p->fma = o->fma;
     if (p->is_bf16) {
         p->tile = tile_rows;

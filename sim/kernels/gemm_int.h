@@ -231,6 +231,7 @@ struct tpu__gemm_kernel {
 extern const struct tpu__gemm_kernel tpu__gemm_bf16_avx512;
 extern const struct tpu__gemm_kernel tpu__gemm_int8_avx512;
 extern const struct tpu__gemm_kernel tpu__gemm_bf16_avx2;
+extern const struct tpu__gemm_kernel tpu__gemm_bf16_avx2_short; /* 4-row micro-tiles */
 extern const struct tpu__gemm_kernel tpu__gemm_int8_avx2;
 #endif
 

@@ -1,10 +1,10 @@
 /* AVX2 + FMA kernels of the GEMM driver in gemm.c, for x86-64 CPUs without AVX-512: the same
  * packing (conversions, 8 x 8 register transposes), statistics and micro-kernel contract as
  * gemm_avx512.c (see gemm_int.h) with 256-bit vectors. bf16 micro-tile: 6 rows x 16 columns =
- * 12 ymm column sums; int8: 4 x 16 with int16 pairs and VPMADDWD. The multiply + add kernel
- * relies on the project-wide -ffp-contract=off (AVX2 has no explicit-rounding intrinsics); the
- * tests would see a fused pair, as they compare it bit for bit on data where fusing changes
- * results. */
+ * 12 ymm column sums, or 4 x 16 for short products (gemm.c's short_tiles_pay); int8: 4 x 16
+ * with int16 pairs and VPMADDWD. The multiply + add kernel relies on the project-wide
+ * -ffp-contract=off (AVX2 has no explicit-rounding intrinsics); the tests would see a fused
+ * pair, as they compare it bit for bit on data where fusing changes results. */
 #include "kernels/gemm_int.h"
 
 #if TPU__GEMM_HAVE_X86
@@ -13,7 +13,7 @@
 #define TARGET_Y __attribute__((target("avx2,fma")))
 #define INLINE_Y static inline __attribute__((always_inline, target("avx2,fma")))
 
-enum { Y_MR = 6, Y_NR = 16, Y_MR_INT8 = 4 };
+enum { Y_MR = 6, Y_MR_SHORT = 4, Y_NR = 16, Y_MR_INT8 = 4 };
 
 /* Exponent statistics on 8 packed values (fp32 bits holding bf16s), as in gemm_avx512.c:
  * the largest magnitude and the smallest of |v| - 1 (a zero wraps to the largest value). */
@@ -251,7 +251,7 @@ TARGET_Y static void pack_b_bf16_y(const struct tpu__pack_src *s, size_t kc, siz
 
 INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t lda,
                                 const float *bp, float *c, size_t ldc, unsigned flags,
-                                const bool fma)
+                                const bool fma, const int mr)
 {
     const bool store_first = flags & TPU__MICRO_STORE_FIRST;
     const __m256 canon_nan =
@@ -260,7 +260,7 @@ INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t 
         size_t len = kc - k0 < tile ? kc - k0 : tile;
         __m256 t0[Y_MR], t1[Y_MR];
 #pragma GCC unroll 6
-        for (int i = 0; i < Y_MR; i++) {
+        for (int i = 0; i < mr; i++) {
             t0[i] = _mm256_setzero_ps();
             t1[i] = _mm256_setzero_ps();
         }
@@ -271,7 +271,7 @@ INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t 
             __m256 b1 = _mm256_load_ps(b + 8);
             b += Y_NR;
 #pragma GCC unroll 6
-            for (int i = 0; i < Y_MR; i++) {
+            for (int i = 0; i < mr; i++) {
                 __m256 ai = _mm256_broadcast_ss(&a[(size_t)i * lda + k]);
                 if (fma) {
                     t0[i] = _mm256_fmadd_ps(ai, b0, t0[i]);
@@ -284,7 +284,7 @@ INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t 
         }
         const bool canon = (flags & TPU__MICRO_CANON_NAN) && k0 + len == kc;
 #pragma GCC unroll 6
-        for (int i = 0; i < Y_MR; i++) {
+        for (int i = 0; i < mr; i++) {
             float *ci = c + (size_t)i * ldc;
             __m256 v0 = t0[i], v1 = t1[i];
             if (!(store_first && k0 == 0)) {
@@ -304,13 +304,25 @@ INLINE_Y void micro_bf16_y_body(size_t kc, size_t tile, const float *ap, size_t 
 TARGET_Y static void micro_bf16_y_fma(size_t kc, size_t tile, const void *ap, size_t lda,
                                       const void *bp, void *c, size_t ldc, unsigned flags)
 {
-    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, true);
+    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, true, Y_MR);
 }
 
 TARGET_Y static void micro_bf16_y_plain(size_t kc, size_t tile, const void *ap, size_t lda,
                                         const void *bp, void *c, size_t ldc, unsigned flags)
 {
-    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, false);
+    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, false, Y_MR);
+}
+
+TARGET_Y static void micro_bf16_y4_fma(size_t kc, size_t tile, const void *ap, size_t lda,
+                                       const void *bp, void *c, size_t ldc, unsigned flags)
+{
+    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, true, Y_MR_SHORT);
+}
+
+TARGET_Y static void micro_bf16_y4_plain(size_t kc, size_t tile, const void *ap, size_t lda,
+                                         const void *bp, void *c, size_t ldc, unsigned flags)
+{
+    micro_bf16_y_body(kc, tile, ap, lda, bp, c, ldc, flags, false, Y_MR_SHORT);
 }
 
 const struct tpu__gemm_kernel tpu__gemm_bf16_avx2 = {
@@ -321,6 +333,19 @@ const struct tpu__gemm_kernel tpu__gemm_bf16_avx2 = {
     .pack_b = pack_b_bf16_y,
     .micro = micro_bf16_y_fma,
     .micro_plain = micro_bf16_y_plain,
+};
+
+/* The same packing (A's rows are rows of lda words whatever mr is) with micro-tiles of 4
+ * rows: for short products (the per-replica batch of many data-parallel replicas, M = 8)
+ * that 6-row tiles would pad by half. */
+const struct tpu__gemm_kernel tpu__gemm_bf16_avx2_short = {
+    .mr = Y_MR_SHORT,
+    .nr = Y_NR,
+    .k_per_word = 1,
+    .pack_a = pack_a_bf16_y,
+    .pack_b = pack_b_bf16_y,
+    .micro = micro_bf16_y4_fma,
+    .micro_plain = micro_bf16_y4_plain,
 };
 
 /* ---- int8 ---------------------------------------------------------------------------------- */
