@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ struct job {
     enum model_kind kind;
     uint32_t P;              /* cores per replica */
     bool share, timing;
+    unsigned n_threads;      /* each device's workers */
     struct tpu_net *net;
     struct tpu_train_spec tspec;
     struct tpu_mlp_spec mspec;
@@ -88,6 +90,7 @@ static void job_build(struct job *j, enum model_kind kind, uint32_t P, bool shar
     j->P = P;
     j->share = share;
     j->timing = timing;
+    j->n_threads = 2;
     struct tpu_diag d = {0};
     if (kind == MLP) {
         tpu_mlp_default_spec(&j->mspec);
@@ -168,7 +171,7 @@ static void side_open(struct side *s, const struct job *j, uint32_t n_chips,
     tiny_settings(&st);
     st.n_chips = n_chips;
     st.cores_per_replica = j->P;
-    st.n_threads = 2;
+    st.n_threads = j->n_threads;
     st.op_stats = true;
     st.share_replicas = j->share;
     st.timing_only = j->timing;
@@ -382,10 +385,11 @@ static void assert_part_same(const struct side *whole, const struct side *part,
 
 /* The job on one device and on n parts, launch by launch. */
 static void same_as_one_device(enum model_kind kind, uint32_t P, uint32_t n, bool share,
-                               bool timing)
+                               bool timing, unsigned n_threads)
 {
     struct job j;
     job_build(&j, kind, P, share, timing);
+    j.n_threads = n_threads;
     struct pod_threads *pt = NULL;
     assert_int_equal(pod_threads_create(n, &pt), 0);
     struct side whole, parts[4];
@@ -410,10 +414,11 @@ static void same_as_one_device(enum model_kind kind, uint32_t P, uint32_t n, boo
         }
         pod_threads_run(pt, launch, args);
         char when[128];
-        snprintf(when, sizeof when, "%s, replicas of %u core%s, %u parts, sharing %s, %s, "
-                 "launch %d of %llu steps", kind == MLP ? "MLP (Adam)" : "CNN (dropout)", P,
-                 P > 1 ? "s" : "", n, share ? "on" : "off", timing ? "timing only" : "values",
-                 l, (unsigned long long)steps[l]);
+        snprintf(when, sizeof when, "%s, replicas of %u core%s, %u parts, sharing %s, %s, %u "
+                 "worker%s, launch %d of %llu steps",
+                 kind == MLP ? "MLP (Adam)" : "CNN (dropout)", P, P > 1 ? "s" : "", n,
+                 share ? "on" : "off", timing ? "timing only" : "values", n_threads,
+                 n_threads > 1 ? "s" : "", l, (unsigned long long)steps[l]);
         uint64_t pod_end = 0;
         for (uint32_t h = 0; h < n; h++) {
             if (parts[h].rc)
@@ -440,25 +445,30 @@ static void same_as_one_device(enum model_kind kind, uint32_t P, uint32_t n, boo
     job_free(&j);
 }
 
-#define POD_CASE(name, kind, P, n, share, timing)                                             \
+/* The cases: the model, cores per replica, parts, sharing, timing only, workers per device
+ * (one: a worker never waits in the link, so two logical cores' reduces cannot starve
+ * each other of workers, pod.c). */
+#define POD_CASE(name, kind, P, n, share, timing, threads)                                    \
     static void test_##name(void **state)                                                     \
     {                                                                                         \
         (void)state;                                                                          \
-        same_as_one_device(kind, P, n, share, timing);                                        \
+        same_as_one_device(kind, P, n, share, timing, threads);                               \
     }
-POD_CASE(mlp_p1_2parts, MLP, 1, 2, true, false)
-POD_CASE(mlp_p1_4parts, MLP, 1, 4, true, false)
-POD_CASE(mlp_p1_4parts_apart, MLP, 1, 4, false, false)
-POD_CASE(mlp_p2_2parts, MLP, 2, 2, true, false)
-POD_CASE(mlp_p2_4parts, MLP, 2, 4, true, false)
-POD_CASE(mlp_p2_4parts_apart, MLP, 2, 4, false, false)
-POD_CASE(mlp_p1_4parts_timing, MLP, 1, 4, true, true)
-POD_CASE(mlp_p2_2parts_timing, MLP, 2, 2, false, true)
-POD_CASE(cnn_p1_2parts, CNN, 1, 2, true, false)
-POD_CASE(cnn_p1_4parts, CNN, 1, 4, true, false)
-POD_CASE(cnn_p1_4parts_apart, CNN, 1, 4, false, false)
-POD_CASE(cnn_p2_4parts, CNN, 2, 4, true, false)
-POD_CASE(cnn_p2_2parts_apart, CNN, 2, 2, false, false)
+POD_CASE(mlp_p1_2parts, MLP, 1, 2, true, false, 2)
+POD_CASE(mlp_p1_4parts, MLP, 1, 4, true, false, 2)
+POD_CASE(mlp_p1_4parts_apart, MLP, 1, 4, false, false, 2)
+POD_CASE(mlp_p2_2parts, MLP, 2, 2, true, false, 2)
+POD_CASE(mlp_p2_4parts, MLP, 2, 4, true, false, 2)
+POD_CASE(mlp_p2_4parts_apart, MLP, 2, 4, false, false, 2)
+POD_CASE(mlp_p1_4parts_timing, MLP, 1, 4, true, true, 2)
+POD_CASE(mlp_p2_2parts_timing, MLP, 2, 2, false, true, 2)
+POD_CASE(cnn_p1_2parts, CNN, 1, 2, true, false, 2)
+POD_CASE(cnn_p1_4parts, CNN, 1, 4, true, false, 2)
+POD_CASE(cnn_p1_4parts_apart, CNN, 1, 4, false, false, 2)
+POD_CASE(cnn_p2_4parts, CNN, 2, 4, true, false, 2)
+POD_CASE(cnn_p2_2parts_apart, CNN, 2, 2, false, false, 2)
+POD_CASE(mlp_p2_4parts_1worker, MLP, 2, 4, true, false, 1)
+POD_CASE(cnn_p2_2parts_1worker, CNN, 2, 2, false, false, 1)
 
 /* ---- the sums themselves ------------------------------------------------------------------- */
 
@@ -753,13 +763,13 @@ static void test_systemc_refuses_a_pod(void **state)
 struct flaky {
     struct tpu_pod_link link; /* the wrapped entries call `inner` */
     const struct tpu_pod_link *inner;
-    int ok_calls;
+    atomic_int ok_calls; /* the lanes of different logical cores call at once */
 };
 
 static int flaky_max(void *ctx, uint32_t group, uint64_t *value, struct tpu_diag *d)
 {
     struct flaky *f = ctx;
-    if (f->ok_calls-- <= 0) {
+    if (atomic_fetch_sub(&f->ok_calls, 1) <= 0) {
         snprintf(d->msg, sizeof d->msg, "the test's link to part 0 is down");
         d->code = TPU_EIO;
         return TPU_EIO;
@@ -810,7 +820,8 @@ static void test_failing_link_fails_the_run(void **state)
         job_build(&j, MLP, P[v], true, false);
         struct pod_threads *pt = NULL;
         assert_int_equal(pod_threads_create(2, &pt), 0);
-        struct flaky f = {.inner = pod_threads_link(pt, 1), .ok_calls = 3};
+        struct flaky f = {.inner = pod_threads_link(pt, 1)};
+        atomic_init(&f.ok_calls, 3);
         f.link = (struct tpu_pod_link){.ctx = &f, .parts = 2, .index = 1,
                                        .max_u64 = flaky_max, .recv_prev = flaky_recv,
                                        .send_next = flaky_send, .bcast_last = flaky_bcast};
@@ -970,6 +981,8 @@ int main(void)
         cmocka_unit_test(test_cnn_p1_4parts_apart),
         cmocka_unit_test(test_cnn_p2_4parts),
         cmocka_unit_test(test_cnn_p2_2parts_apart),
+        cmocka_unit_test(test_mlp_p2_4parts_1worker),
+        cmocka_unit_test(test_cnn_p2_2parts_1worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,14 +2,16 @@
  * tpu_device_backend; tpu_device_backend_native). Shared by the files of sim/chip/ that
  * implement it: chip.c (open, load, host access, the run scheduler, the backend table),
  * chip_exec.c (ops on a core: values, timing, collectives), feed.c (infeed and outfeed
- * queues) and trace.c (the timeline). The device API (sim/device/device.c) has checked every
+ * queues), trace.c (the timeline), share.c (replica sharing) and pod.c (the all-reduces
+ * across a pod's parts, settings.pod). The device API (sim/device/device.c) has checked every
  * argument before it reaches a function here, and owns the loaded program, lent to us.
  *
  * Locking. One mutex per device, `lock`, guards every field marked [L]: the scheduler's core
  * states, the queues, the collectives' arrival counts, the cancel flag. A core's own fields
  * (buffers, clocks, counters, pc) are touched only by the one worker thread that runs that
  * core at a time (state RUNNING), or by the last arriver of a collective while every other
- * participant waits in CORE_WAIT_COLL; so they need no lock. Host calls that touch buffers
+ * participant waits in CORE_WAIT_COLL (on a pod's part: by the lane thread that completes
+ * the reduce, pod.c, while every member waits); so they need no lock. Host calls that touch buffers
  * (write/read/load) are only allowed while no run is in progress.
  *
  * Replica sharing (share.c, settings.share_replicas): the cores of one logical index may
