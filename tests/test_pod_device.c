@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -472,6 +473,29 @@ POD_CASE(cnn_p2_2parts_1worker, CNN, 2, 2, false, false, 1)
 
 /* ---- the sums themselves ------------------------------------------------------------------- */
 
+enum { SPECIAL_AT = 250 }; /* elements [250, 256) of the sums below */
+
+/* Infinities and NaNs in pod core g's x: Inf + -Inf at 250, two NaN payloads of either sign
+ * at 251, a NaN meeting an infinity at 252. */
+static void special(float *x, uint32_t g)
+{
+    const uint32_t bits[4] = {0x7fc00001u, 0xffc00002u, 0x7f800000u, 0xff800000u};
+    float v[4];
+    memcpy(v, bits, sizeof v);
+    if (g == 1)
+        x[SPECIAL_AT] = v[2];
+    if (g == 2)
+        x[SPECIAL_AT] = v[3];
+    if (g == 3)
+        x[SPECIAL_AT + 1] = v[0];
+    if (g == 5)
+        x[SPECIAL_AT + 1] = v[1];
+    if (g == 4)
+        x[SPECIAL_AT + 2] = v[2];
+    if (g == 6)
+        x[SPECIAL_AT + 2] = v[1];
+}
+
 struct bare {
     struct tpu_device *dev;
     uint64_t end;
@@ -489,7 +513,8 @@ static void *bare_run(void *arg)
 /* Sums and means over the replicas, exactly as one device computes them:
  * ((x0 + x1) + x2) + ... in pod replica order, then / n for a mean, on every pod core; the
  * same cycles, SYNC stalls and ICI figures. The values are chosen so that the order of the
- * float additions matters. */
+ * float additions matters; the last elements hold infinities and NaNs (Inf + -Inf makes one,
+ * and NaNs of different payloads and signs meet), whose bits must also be one device's. */
 static void test_all_reduce_exact(void **state)
 {
     (void)state;
@@ -520,6 +545,7 @@ static void test_all_reduce_exact(void **state)
             float xf[256];
             for (int i = 0; i < 256; i++)
                 xf[i] = (g % 2 ? 1e8f : 1.0f) * ((float)(g + 1) * 0.37f + (float)i * 1e-3f);
+            special(xf, g);
             struct tpu_device *pd = part[g / per].dev;
             assert_int_equal(tpu_device_write(whole.dev, g, x, xf, sizeof xf, NULL), 0);
             assert_int_equal(tpu_device_write(pd, g % per, x, xf, sizeof xf, NULL), 0);
@@ -552,8 +578,9 @@ static void test_all_reduce_exact(void **state)
             struct tpu_device *pd = part[g / per].dev;
             assert_int_equal(tpu_device_read(whole.dev, g, x, a, sizeof a, NULL), 0);
             assert_int_equal(tpu_device_read(pd, g % per, x, b, sizeof b, NULL), 0);
-            assert_memory_equal(a, want, sizeof a);
-            assert_memory_equal(b, want, sizeof b);
+            assert_memory_equal(a, want, SPECIAL_AT * sizeof *a);
+            assert_memory_equal(b, a, sizeof a); /* the specials too, bit for bit */
+            assert_true(isnan(b[SPECIAL_AT]) && isnan(b[SPECIAL_AT + 1]));
             struct tpu_core_counters ca, cb;
             tpu_device_counters(whole.dev, g, &ca);
             tpu_device_counters(pd, g % per, &cb);
