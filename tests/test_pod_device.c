@@ -8,7 +8,8 @@
  * same params and optimizer state (memcmp), have outfed the same bytes at the same cycles,
  * have the same counters and per-op statistics, and each launch must end at the same cycle
  * (the pod's: the latest part's). The models: an MLP with Adam, and a small CNN with dropout
- * (its masks depend on the pod replica) and SGD with momentum; on replicas of 1 and of 2
+ * (its masks depend on the pod replica) and SGD with momentum, and a cross-replica batch norm
+ * (statistics all-reduced in the forward pass) with Adam; on replicas of 1 and of 2
  * cores (two logical indices: two all-reduces across the pod at once, and halo ops within a
  * replica); replica sharing on and off; values and timing only.
  *
@@ -50,7 +51,7 @@ enum {
     LAUNCHES = 3,
 };
 
-enum model_kind { MLP, CNN };
+enum model_kind { MLP, CNN, BN };
 
 /* The program every device runs, with what the host needs to drive it. */
 struct job {
@@ -102,6 +103,21 @@ static void job_build(struct job *j, enum model_kind kind, uint32_t P, bool shar
         j->mspec.optimizer = TPU_OPT_ADAM;
         j->mspec.learning_rate = 0.01f;
         tpu_mlp_model(&j->model, &j->mspec);
+    } else if (kind == BN) {
+        /* cross-replica batch norm: the batch statistics are all-reduced in the forward
+         * pass, values that no update reads alone */
+        j->net = new_net(4, 4, 1);
+        uint32_t x = conv(j->net, 0, 4, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_NONE, false);
+        x = batch_norm(j->net, x, true);
+        x = unary(j->net, TPU_LAYER_RELU, x);
+        x = unary(j->net, TPU_LAYER_FLATTEN, x);
+        x = dense(j->net, x, CLASSES, TPU_ACT_NONE);
+        output(j->net, x, TPU_LOSS_SOFTMAX_XENT);
+        tpu_train_spec_default(&j->tspec);
+        j->tspec.optimizer = TPU_OPT_ADAM;
+        j->tspec.learning_rate = 0.01f;
+        j->tspec.seed = 7;
+        ok(tpu_net_model(&j->model, j->net, &j->tspec, &d), &d);
     } else {
         j->net = new_net(4, 4, 1);
         uint32_t x = conv(j->net, 0, 6, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_RELU, true);
@@ -417,7 +433,8 @@ static void same_as_one_device(enum model_kind kind, uint32_t P, uint32_t n, boo
         char when[128];
         snprintf(when, sizeof when, "%s, replicas of %u core%s, %u parts, sharing %s, %s, %u "
                  "worker%s, launch %d of %llu steps",
-                 kind == MLP ? "MLP (Adam)" : "CNN (dropout)", P, P > 1 ? "s" : "", n,
+                 kind == MLP ? "MLP (Adam)" : kind == CNN ? "CNN (dropout)"
+                                                          : "cross-replica batch norm", P, P > 1 ? "s" : "", n,
                  share ? "on" : "off", timing ? "timing only" : "values", n_threads,
                  n_threads > 1 ? "s" : "", l, (unsigned long long)steps[l]);
         uint64_t pod_end = 0;
@@ -468,6 +485,8 @@ POD_CASE(cnn_p1_4parts, CNN, 1, 4, true, false, 2)
 POD_CASE(cnn_p1_4parts_apart, CNN, 1, 4, false, false, 2)
 POD_CASE(cnn_p2_4parts, CNN, 2, 4, true, false, 2)
 POD_CASE(cnn_p2_2parts_apart, CNN, 2, 2, false, false, 2)
+POD_CASE(bn_p1_4parts, BN, 1, 4, true, false, 2)
+POD_CASE(bn_p1_2parts_apart, BN, 1, 2, false, false, 2)
 POD_CASE(mlp_p2_4parts_1worker, MLP, 2, 4, true, false, 1)
 POD_CASE(cnn_p2_2parts_1worker, CNN, 2, 2, false, false, 1)
 
@@ -1008,6 +1027,8 @@ int main(void)
         cmocka_unit_test(test_cnn_p1_4parts_apart),
         cmocka_unit_test(test_cnn_p2_4parts),
         cmocka_unit_test(test_cnn_p2_2parts_apart),
+        cmocka_unit_test(test_bn_p1_4parts),
+        cmocka_unit_test(test_bn_p1_2parts_apart),
         cmocka_unit_test(test_mlp_p2_4parts_1worker),
         cmocka_unit_test(test_cnn_p2_2parts_1worker),
     };
