@@ -377,8 +377,9 @@ void *tpu__pass_infeed_thread(void *arg)
             const bool own = call_is_own(p, call);
             if (!wait_turn(f, s, ci))
                 goto out;
-            if (ci == 0 && atomic_load(&e->stop)) {
-                /* seen at the first call of a step: no host feeds this step */
+            if (ci == 0 && !e->group && atomic_load(&e->stop)) {
+                /* seen at the first call of a step: no host feeds this step (a pod's hosts
+                 * agree on a stop at a loop boundary instead: runtime_pod.c) */
                 infeed_stop(p, s);
                 pass_turn(p, UINT64_MAX, false);
                 goto out;

@@ -452,7 +452,7 @@ static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pa
     }
     uint64_t host = tpu__host_cost(e, e->cfg.modeled_hooks_us, t0);
     trace_host_phase(e, "hooks", l->end, host);
-    L->stop = atomic_load(&e->stop) != 0;
+    L->stop = tpu__stop_requested(p);
     uint64_t ckpt;
     if ((rc = boundary_checkpoint(e, p, L, l->end + host, &ckpt, d)))
         return rc;
@@ -643,7 +643,7 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     if (e->group && (rc = tpu__pod_loop_exchange(p, 0, 0, &no_end, &L.before, d)))
         tpu__pass_fail(p, rc, d);
     while (!rc && !L.ended && !L.stop && pass_loop_more(e, p, &L)) {
-        if (atomic_load(&e->stop)) {
+        if (tpu__stop_requested(p)) {
             /* between launches: stop before the next one (the last boundary is saved) */
             L.stop = true;
             if (training && e->cfg.model_dir[0] && L.last_ckpt != e->global_step &&
