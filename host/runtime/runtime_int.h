@@ -1,8 +1,9 @@
 /* Internal interface between the files of the estimator (include/tpusim/runtime.h):
  * host/runtime/runtime.c (creating it, the model's params, checkpoints, and the train, evaluate
  * and predict entry points), host/runtime/runtime_pass.c (one pass: the loop of device
- * launches and its boundaries) and host/runtime/runtime_feed.c (the threads of a pass). Not
- * part of the public API. */
+ * launches and its boundaries), host/runtime/runtime_feed.c (the threads of a pass) and
+ * host/runtime/runtime_pod.c (a pod whose hosts are separate processes). Not part of the
+ * public API. */
 #ifndef TPUSIM_HOST_RUNTIME_INT_H
 #define TPUSIM_HOST_RUNTIME_INT_H
 

@@ -36,6 +36,12 @@
  * is fed when every host has queued its part of it (fed is the least over the hosts); the
  * last infeed thread to end closes the device's infeed.
  *
+ * A pod whose hosts are separate processes (run config's host_group, runtime_pod.c): this
+ * process drives its own host's cores only; its one infeed thread walks every call of the
+ * plan; after each launch the hosts exchange the launch's end, their counters and the
+ * loop's outfed values, so every host computes the same loop figures as one process; at the
+ * pass's start they check that they run the same thing.
+ *
  * How many steps each launch runs is tune/'s (the loop size: a count, or the estimator's tuner
  * of the pass's mode, told of each launch's device and host time); which host makes each
  * input_fn call, with what batch, and which replicas and slices it feeds is shard/'s plan. */
