@@ -51,6 +51,8 @@ struct outcome {
     char names[MAX_PARAMS][48];
     float params[MAX_PARAMS][MAX_PARAM_FLOATS];
     uint32_t sizes[MAX_PARAMS];
+    struct tpu_estimator *est;  /* while the run is on (the stop request's hook) */
+    uint32_t stop_after_loops;  /* > 0: request a stop after this many loops */
 };
 
 static int record_loop(void *ctx, const struct tpu_loop_info *info, struct tpu_diag *d)
@@ -59,6 +61,8 @@ static int record_loop(void *ctx, const struct tpu_loop_info *info, struct tpu_d
     (void)d;
     if (o->n_loops < MAX_LOOPS)
         o->loops[o->n_loops++] = *info;
+    if (o->stop_after_loops && o->n_loops == o->stop_after_loops)
+        tpu_estimator_request_stop(o->est);
     return 0;
 }
 
@@ -272,6 +276,7 @@ static void *host_main(void *arg)
     o->rc_create = open_run(r, &spec, &model, &net, &ts, &dev, &est, &d);
     if (o->rc_create)
         goto out;
+    o->est = est;
     o->rc_train = tpu_estimator_train(est, &in.input, sc->train_steps, 0, &d);
     if (o->rc_train)
         goto out;
@@ -300,6 +305,9 @@ static void *host_main(void *arg)
     read_params(est, o);
 out:
     snprintf(o->msg, sizeof o->msg, "%s", d.msg);
+    if (est)
+        o->global_step = tpu_estimator_global_step(est);
+    o->est = NULL;
     tpu_estimator_destroy(&est);
     tpu_device_close(&dev);
     tpu_net_destroy(&net);
@@ -711,6 +719,31 @@ static void test_input_fails_on_host1(void **state)
     tpu_checkpoint_info_free(&info);
 }
 
+/* A stop requested on host 1 alone (from its hook after the first loop): the hosts learn of
+ * it at the next loop boundary and all stop there, at the same global step, with host 0's
+ * checkpoint of it. */
+static void test_stop_on_one_host(void **state)
+{
+    struct state *s = *state;
+    struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2, .with_skip = true,
+                          .train_steps = 12};
+    snprintf(sc.model_dir, sizeof sc.model_dir, "%s/stop", s->fx->dir);
+    struct outcome pod[2];
+    memset(pod, 0, sizeof pod);
+    pod[1].stop_after_loops = 1;
+    run_pod(&sc, &s->ds, pod, 60);
+    for (uint32_t h = 0; h < 2; h++) {
+        assert_int_equal(pod[h].rc_train, TPU_ECANCELED);
+        assert_non_null(strstr(pod[h].msg, "training stopped on request at global step 6 (of "
+                                           "12); checkpoint "));
+        assert_int_equal(pod[h].global_step, 6);
+    }
+    uint64_t step = 0;
+    char path[1024];
+    assert_int_equal(tpu_checkpoint_latest(sc.model_dir, &step, path, sizeof path, NULL), 0);
+    assert_int_equal(step, 6);
+}
+
 /* ---- refusals at create -------------------------------------------------------------------- */
 
 static void expect_create_refused(struct tpu_device *dev, const struct tpu_run_config *cfg,
@@ -882,6 +915,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_input_fails_on_host1, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_stop_on_one_host, setup, teardown_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
