@@ -73,6 +73,7 @@ struct test_input {
     struct tpu_input input;
     struct tpu_dataset_input ds_in;
     uint64_t calls, fail_at;
+    uint32_t nan_shard;        /* > 0: this shard's batches start with a NaN feature */
 };
 
 static int ti_start(void *ctx, enum tpu_mode mode, uint64_t step, uint32_t global,
@@ -97,8 +98,11 @@ static int ti_next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch
 {
     struct test_input *t = ctx;
     int rc = ti_fail(t, d);
-    return rc ? rc
-              : t->ds_in.input.next(t->ds_in.input.ctx, mode, shard, batch, tensors, n_real, d);
+    if (!rc)
+        rc = t->ds_in.input.next(t->ds_in.input.ctx, mode, shard, batch, tensors, n_real, d);
+    if (rc == 1 && t->nan_shard && shard == t->nan_shard)
+        ((float *)tensors[0])[0] = NAN;
+    return rc;
 }
 
 static int ti_skip(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
@@ -140,6 +144,7 @@ struct scenario {
     bool train_counts;
     bool cnn;                  /* the small CNN (a layer graph) instead of the MLP */
     uint64_t max_examples;     /* the training stream's length (0: endless) */
+    uint32_t nan_shard;        /* > 0: every batch of this shard has a NaN feature */
 };
 
 struct host_run {
@@ -272,6 +277,7 @@ static void *host_main(void *arg)
     struct test_input in;
     ti_init(&in, r->ds, sc->with_skip, r->rank == 1 ? sc->fail_at_host1 : 0);
     in.ds_in.max_examples = sc->max_examples;
+    in.nan_shard = sc->nan_shard;
     o->rc_train = o->rc_train2 = o->rc_eval = 1; /* not run */
     o->rc_create = open_run(r, &spec, &model, &net, &ts, &dev, &est, &d);
     if (o->rc_create)
@@ -719,6 +725,31 @@ static void test_input_fails_on_host1(void **state)
     tpu_checkpoint_info_free(&info);
 }
 
+/* Replica 2's rows (host 1's) carry a NaN: the all-reduce spreads it, replica 0's loss is NaN
+ * at step 2, and host 0, which checks replica 0's loss as one process does, fails with one
+ * process's error; host 1 ends with host 0's failure. */
+static void test_nan_on_host1(void **state)
+{
+    struct state *s = *state;
+    struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2, .with_skip = true,
+                          .train_steps = 6, .nan_shard = 2};
+    struct outcome *one = calloc(1, sizeof *one), *pod = calloc(2, sizeof *pod);
+    assert_non_null(one);
+    assert_non_null(pod);
+    run_one_process(&sc, &s->ds, one);
+    run_pod(&sc, &s->ds, pod, 60);
+    const char *want = "the training loss is NaN at global step 2; training stopped";
+    assert_int_equal(one->rc_train, TPU_ERANGE);
+    assert_non_null(strstr(one->msg, want));
+    assert_int_equal(pod[0].rc_train, TPU_ERANGE);
+    assert_non_null(strstr(pod[0].msg, want));
+    assert_true(pod[1].rc_train < 0);
+    assert_non_null(strstr(pod[1].msg, "host 0 failed: "));
+    assert_non_null(strstr(pod[1].msg, want));
+    free(one);
+    free(pod);
+}
+
 /* A stop requested on host 1 alone (from its hook after the first loop): the hosts learn of
  * it at the next loop boundary and all stop there, at the same global step, with host 0's
  * checkpoint of it. */
@@ -916,6 +947,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_input_fails_on_host1, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_stop_on_one_host, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_nan_on_host1, setup, teardown_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
