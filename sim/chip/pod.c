@@ -140,6 +140,7 @@ static void *lane_main(void *arg)
         }
         dev->pod_busy--;
         pthread_cond_broadcast(&dev->pod_cv);
+        pthread_cond_broadcast(&dev->work_cv); /* a worker may wait to see the cores starved */
     }
     pthread_mutex_unlock(&dev->lock);
     return NULL;
