@@ -10,7 +10,8 @@
  *
  * The infeed tensors, in net.h's order: x f32 [B][n_features], then for a labelled dataset
  * labels int32 [B][1], or for a dataset of targets the targets f32 [B][n_targets] and the
- * row mask int32 [B][1] (0 for a real row); predict infeeds x only. */
+ * row mask int32 [B][1] (0 for a real row); predict infeeds x only. skip advances the stream
+ * as next would, in O(1), without gathering a row. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,32 @@ static int next(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
     return 1;
 }
 
+/* Moves pos exactly as next would for the same call, in O(1), filling nothing: the other
+ * hosts' calls on a pod's rank (runtime.h, struct tpu_input's skip). */
+static int skip(void *ctx, enum tpu_mode mode, uint32_t shard, uint32_t batch,
+                uint32_t *n_real, struct tpu_diag *d)
+{
+    struct tpu_dataset_input *in = ctx;
+    const uint64_t n = in->ds->n_examples;
+    (void)shard;
+    (void)d;
+    uint64_t take = batch;
+    if (mode != TPU_MODE_TRAIN) {
+        if (in->pos >= n)
+            return 0;
+        if (take > n - in->pos)
+            take = n - in->pos;
+    } else if (in->max_examples) {
+        if (in->pos >= in->max_examples)
+            return 0;
+        if (take > in->max_examples - in->pos)
+            take = in->max_examples - in->pos;
+    }
+    in->pos += take;
+    *n_real = (uint32_t)take;
+    return 1;
+}
+
 void tpu_dataset_input_init(struct tpu_dataset_input *in, const struct tpu_dataset *ds,
                              uint64_t seed)
 {
@@ -98,6 +125,7 @@ void tpu_dataset_input_init(struct tpu_dataset_input *in, const struct tpu_datas
     in->input.ctx = in;
     in->input.next = next;
     in->input.start = start;
+    in->input.skip = skip;
 }
 
 void tpu_dataset_input_free(struct tpu_dataset_input *in)

@@ -37,11 +37,18 @@ int tpu_estimator_create(struct tpu_device *dev, const struct tpu_run_config *cf
     e->dev = dev;
     e->cfg = *cfg;
     e->model = *model;
-    e->n_replicas = tpu_device_n_replicas(dev);
-    e->n_cores = tpu_device_n_cores(dev);
+    /* with a host group, the estimator works in the pod's terms (runtime_pod.c): its cores
+     * and replicas are every host's, of which this process holds its own */
+    const uint32_t parts = cfg->host_group ? cfg->host_group->n : 1;
+    e->local_cores = tpu_device_n_cores(dev);
+    e->core0 = cfg->host_group ? cfg->host_group->rank * e->local_cores : 0;
+    e->group = cfg->host_group;
+    e->n_replicas = tpu_device_n_replicas(dev) * parts;
+    e->n_cores = e->local_cores * parts;
     e->hz = tpu_device_chip(dev)->clock_mhz * 1e6;
     e->timing_only = tpu_device_timing_only(dev);
     atomic_init(&e->stop, 0);
+    atomic_init(&e->group_aborted, 0);
     if (n_hooks) {
         e->hooks = calloc(n_hooks, sizeof *e->hooks);
         if (!e->hooks) {
@@ -242,13 +249,16 @@ static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
         if (split != TPU_SPLIT_NONE && (rc = part_buffer(&part, &part_cap, bytes, b->name, d)))
             break;
         for (uint32_t c = 0; c < e->n_cores && !rc; c++) {
+            uint32_t core;
+            if (!tpu__own_core(e, c, &core))
+                continue; /* another host's process writes its cores */
             const float *src = hp->data;
             if (split != TPU_SPLIT_NONE) {
                 copy_part(split, c % P, hp->data, hp->rows, hp->cols, part, b->rows, b->cols,
                           true);
                 src = part;
             }
-            rc = tpu_device_write(e->dev, c, id, src, bytes, d);
+            rc = tpu_device_write(e->dev, core, id, src, bytes, d);
         }
     }
     free(part);
@@ -260,7 +270,8 @@ static int params_to_device(struct tpu_estimator *e, struct tpu_diag *d)
 }
 
 /* Replica 0's params into the host copy: a whole param from core 0, a split one from each of
- * replica 0's cores (logical core k is core k). */
+ * replica 0's cores (logical core k is core k). A pod's host reads its own first replica
+ * (device cores 0 ..): every replica holds the same params after each step. */
 static int params_from_device(struct tpu_estimator *e, struct tpu_diag *d)
 {
     if (!e->loaded || !e->params_on_device || e->timing_only)
@@ -331,11 +342,17 @@ int tpu_estimator_read_param_replica(const struct tpu_estimator *e, const char *
         return tpu__fail(d, TPU_EINVAL, "param '%s' of replica %u: the device has %u "
                          "replica%s (0 to %u); give one of those", name, replica, e->n_replicas,
                          e->n_replicas == 1 ? "" : "s", e->n_replicas - 1);
+    const uint32_t P = e->n_cores / e->n_replicas;
+    uint32_t core0;
+    if (!tpu__own_core(e, replica * P, &core0))
+        return tpu__fail(d, TPU_EINVAL, "param '%s' of replica %u: host %u's process holds "
+                         "it; this one (host %u) holds replicas %u to %u; read it there",
+                         name, replica, replica * P / e->local_cores, e->group->rank,
+                         e->core0 / P, (e->core0 + e->local_cores) / P - 1);
     /* the host copy: replica 0's, or every replica's while the device is not newer */
     int rc = tpu_estimator_read_param(e, name, data, bytes, d);
-    if (rc || replica == 0 || !e->loaded || !e->params_on_device)
+    if (rc || core0 == 0 || !e->loaded || !e->params_on_device)
         return rc;
-    const uint32_t P = e->n_cores / e->n_replicas;
     for (uint32_t i = 0; i < e->mp.n_params; i++) {
         const uint32_t id = e->mp.params[i];
         const struct tpu_buffer_desc *b = tpu_program_buffer(e->mp.prog, id);
@@ -344,13 +361,13 @@ int tpu_estimator_read_param_replica(const struct tpu_estimator *e, const char *
         const enum tpu_param_split split = (enum tpu_param_split)e->mp.param_split[i];
         const size_t part_bytes = (size_t)b->rows * b->cols * sizeof(float);
         if (split == TPU_SPLIT_NONE)
-            return tpu_device_read(e->dev, replica * P, id, data, part_bytes, d);
+            return tpu_device_read(e->dev, core0, id, data, part_bytes, d);
         float *part = malloc(part_bytes);
         if (!part)
             return tpu__fail(d, TPU_ENOMEM, "out of memory for param '%s'", name);
         const struct tpu__host_param *hp = find_param((struct tpu_estimator *)e, name);
         for (uint32_t k = 0; k < P && !rc; k++) {
-            rc = tpu_device_read(e->dev, replica * P + k, id, part, part_bytes, d);
+            rc = tpu_device_read(e->dev, core0 + k, id, part, part_bytes, d);
             if (!rc)
                 copy_part(split, k, data, hp->rows, hp->cols, part, b->rows, b->cols, false);
         }
@@ -382,7 +399,8 @@ int tpu_estimator_write_param(struct tpu_estimator *e, const char *name, const f
 
 int tpu__runtime_save_checkpoint(struct tpu_estimator *e, struct tpu_diag *d)
 {
-    if (!e->cfg.model_dir[0] || e->timing_only)
+    /* a pod: host 0 writes (it holds replica 0); every host restores from it */
+    if (!e->cfg.model_dir[0] || e->timing_only || (e->group && e->group->rank != 0))
         return 0;
     int rc = params_from_device(e, d);
     if (rc)
@@ -544,7 +562,8 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
             for (uint32_t i = 0; i < spec->tensors[t].rank; i++)
                 row *= spec->tensors[t].shape[i];
         }
-        batch += (uint64_t)per_call * row * e->hosts; /* a batch per host's thread */
+        /* a batch per host's thread (a pod's host: its one thread) */
+        batch += (uint64_t)per_call * row * (e->group ? 1 : e->hosts);
     }
     for (uint32_t t = 0; t < mp->n_outfeed; t++)
         out_step += tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[t]));
@@ -556,7 +575,8 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
             params += (uint64_t)rows * cols * sizeof(float);
     }
     uint64_t queues = in_step * chip->infeed_queue_depth + out_step * chip->outfeed_queue_depth;
-    const uint64_t device = e->timing_only ? 0 : e->n_cores * (core_bytes + queues);
+    /* this process's cores (a pod's host holds its own) */
+    const uint64_t device = e->timing_only ? 0 : e->local_cores * (core_bytes + queues);
     const double need = (double)device + (double)params + (double)batch;
     uint64_t avail;
     char what[96];
@@ -564,9 +584,9 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
         return 0;
     /* the loaded program's buffers are freed before the new ones are allocated */
     const uint64_t freed = e->loaded && !e->timing_only ? program_core_bytes(e->mp.prog) : 0;
-    if (need <= (double)avail + (double)freed * e->n_cores)
+    if (need <= (double)avail + (double)freed * e->local_cores)
         return 0;
-    avail += freed * e->n_cores;
+    avail += freed * e->local_cores;
     return tpu__fail(d, TPU_ENOMEM,
                      "the %s program '%s' needs about %.1f MiB of host memory (%u cores x "
                      "%.1f MiB of buffers and %.1f MiB of feed queues, %.1f MiB of host param "
@@ -574,7 +594,7 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
                      "(%s); use fewer chips or cores, a smaller model or batch, or a "
                      "timing-only device (it holds no values)",
                      mode_word[e->mode_loading], tpu_program_name(mp->prog), need / 1048576.0,
-                     e->n_cores, mib(core_bytes), mib(queues), mib(params), mib(batch),
+                     e->local_cores, mib(core_bytes), mib(queues), mib(params), mib(batch),
                      mib(avail), what);
 }
 
@@ -862,10 +882,9 @@ static int begin_pass(struct tpu_estimator *e, struct tpu__pass *p, const struct
     return rc;
 }
 
-int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, uint64_t steps,
-                        uint64_t max_steps, struct tpu_diag *d)
+static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_t steps,
+                 uint64_t max_steps, struct tpu_diag *d)
 {
-    tpu_diag_clear(d);
     int rc = tpu_estimator_check_mode(e, TPU_MODE_TRAIN, d);
     if (rc)
         return rc;
@@ -878,6 +897,10 @@ int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, 
     if (rc)
         return rc;
     const uint64_t target = steps ? e->global_step + steps : max_steps;
+    /* a pod: every host runs the same thing from the same step (runtime_pod.c), checked
+     * before host 0 writes anything */
+    if ((rc = tpu__pod_agree(e, TPU_MODE_TRAIN, target, d)))
+        return rc;
     if (e->global_step >= target) {
         /* as TPUEstimator logs it; nothing ran, so there is no loss to report */
         memset(&e->last, 0, sizeof e->last);
@@ -920,15 +943,42 @@ int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, 
     return rc;
 }
 
-int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *input,
-                           uint64_t steps, struct tpu_eval_result *out, struct tpu_diag *d)
+/* The end of a call on a pod's host (runtime_pod.c): a call that failed here tells the
+ * group (the others may wait for this host); one that succeeded waits for every host's end
+ * of it, which fails when another host failed. Without a host group, rc as it is. */
+static int pod_call_end(struct tpu_estimator *e, int rc, struct tpu_diag *d)
+{
+    if (!e->group)
+        return rc;
+    if (rc < 0) {
+        tpu__pod_abort(e, rc, d);
+        return rc;
+    }
+    struct tpu_diag ed = {0};
+    const int erc = tpu__pod_end_pass(e, &ed);
+    if (erc) {
+        if (d)
+            *d = ed;
+        return erc;
+    }
+    return rc;
+}
+
+int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, uint64_t steps,
+                        uint64_t max_steps, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
+    return pod_call_end(e, train(e, input, steps, max_steps, d), d);
+}
+
+static int evaluate(struct tpu_estimator *e, const struct tpu_input *input, uint64_t steps,
+                    struct tpu_eval_result *out, struct tpu_diag *d)
+{
     int rc = tpu_estimator_check_mode(e, TPU_MODE_EVAL, d);
     if (rc || (rc = stopped_before(e, TPU_MODE_EVAL, d)))
         return rc;
     rc = load_mode(e, TPU_MODE_EVAL, d);
-    if (rc)
+    if (rc || (rc = tpu__pod_agree(e, TPU_MODE_EVAL, steps, d)))
         return rc;
     struct tpu__pass p;
     rc = begin_pass(e, &p, input, TPU_MODE_EVAL, steps ? steps : UINT64_MAX, 0, d);
@@ -951,12 +1001,25 @@ int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *inpu
     return rc;
 }
 
+int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *input,
+                           uint64_t steps, struct tpu_eval_result *out, struct tpu_diag *d)
+{
+    tpu_diag_clear(d);
+    return pod_call_end(e, evaluate(e, input, steps, out, d), d);
+}
+
 int tpu_estimator_predict(struct tpu_estimator *e, const struct tpu_input *input,
                           void (*emit)(void *ctx, uint64_t index, const float *row,
                                        uint32_t cols),
                           void *emit_ctx, uint64_t *n, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
+    if (e->group)
+        return tpu__fail(d, TPU_EUNSUPPORTED, "prediction on a pod whose hosts run in separate "
+                         "processes (host_group, host %u of %u) is not supported: each host "
+                         "would emit only its own replicas' rows; predict in one process "
+                         "(num_hosts hosts on one device), or from a checkpoint of this run",
+                         e->group->rank, e->group->n);
     int rc = tpu_estimator_check_mode(e, TPU_MODE_PREDICT, d);
     if (rc || (rc = stopped_before(e, TPU_MODE_PREDICT, d)))
         return rc;

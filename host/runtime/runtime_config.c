@@ -53,20 +53,26 @@ int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out)
 int tpu__run_config_check(const struct tpu_run_config *c, const struct tpu_device *dev,
                           struct tpu_diag *d)
 {
-    const uint32_t cores = tpu_device_n_cores(dev), cpr = c->num_cores_per_replica;
+    /* a host group: the device is one host's part of the pod, and the checks below are the
+     * pod's (its cores and replicas are every part's) */
+    uint32_t parts;
+    int prc = tpu__pod_check_config(c, dev, &parts, d);
+    if (prc)
+        return prc;
+    const uint32_t cores = tpu_device_n_cores(dev) * parts, cpr = c->num_cores_per_replica;
+    const uint32_t replicas = tpu_device_n_replicas(dev) * parts;
     if (cpr < 1 || cpr > 128 || (cpr & (cpr - 1)))
         return tpu__fail(d, TPU_EINVAL, "num_cores_per_replica %u must be a power of two from 1 "
                          "to 128", cpr);
-    if (cpr != tpu_device_n_cores(dev) / tpu_device_n_replicas(dev))
+    if (cpr != cores / replicas)
         return tpu__fail(d, TPU_EINVAL, "num_cores_per_replica %u differs from the device's %u; "
                          "open the device with cores_per_replica %u",
-                         cpr, tpu_device_n_cores(dev) / tpu_device_n_replicas(dev), cpr);
-    if (c->num_shards && c->num_shards != tpu_device_n_replicas(dev))
+                         cpr, cores / replicas, cpr);
+    if (c->num_shards && c->num_shards != replicas)
         return tpu__fail(d, TPU_EINVAL,
                          "num_shards %u does not match the %u replicas of this device (%u cores "
                          "/ %u cores per replica); set num_shards to %u or leave it 0",
-                         c->num_shards, tpu_device_n_replicas(dev), cores, cpr,
-                         tpu_device_n_replicas(dev));
+                         c->num_shards, replicas, cores, cpr, replicas);
     if (c->iterations_per_loop_auto) {
         if (c->tuner.kind != TPU_TUNER_MODEL && c->tuner.kind != TPU_TUNER_KERAS)
             return tpu__fail(d, TPU_EINVAL, "iterations_per_loop auto takes the model or the "
@@ -323,6 +329,10 @@ int tpu_estimator_reconfigure(struct tpu_estimator *e, const struct tpu_run_conf
     int rc = fixed_fields_differ(&e->cfg, cfg, d);
     if (rc || (rc = tpu__run_config_check(cfg, e->dev, d)))
         return rc;
+    if (cfg->host_group != e->cfg.host_group)
+        return tpu__fail(d, TPU_EINVAL, "the new configuration gives another host_group; "
+                         "tpu_estimator_reconfigure keeps the estimator's hosts: keep the "
+                         "host_group, or create a new estimator for the other one");
     const struct tpu_run_config old = e->cfg;
     e->cfg = *cfg;
     if ((rc = tpu__run_config_check_plan(e, d))) {

@@ -24,15 +24,21 @@
 void tpu__pass_fail(struct tpu__pass *p, int rc, const struct tpu_diag *d)
 {
     pthread_mutex_lock(&p->lock);
-    if (!p->error) {
+    const bool first = !p->error;
+    if (first) {
         p->error = rc;
         if (d)
             p->diag = *d;
         else
             tpu__fail(&p->diag, rc, "%s", tpu_strerror(rc));
     }
+    const struct tpu_diag why = p->diag;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->lock);
+    /* the other hosts may wait in a collective this host will not join: the group ends
+     * them first (host/mpi may end this process too) */
+    if (first)
+        tpu__pod_abort(p->e, rc, &why);
     tpu_device_cancel(p->e->dev);
 }
 
@@ -189,7 +195,9 @@ static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb,
         const uint32_t rep = call->first_replica + r;
         const uint32_t row0 = call->broadcast ? 0 : r * call->rows_each;
         for (uint32_t k = 0; k < cpr; k++) {
-            const uint32_t core = rep * cpr + k;
+            uint32_t core;
+            if (!tpu__own_core(e, rep * cpr + k, &core))
+                continue; /* another host's process feeds it */
             for (uint32_t t = 0; t < mp->n_infeed; t++) {
                 const char *rows = (const char *)cb->bufs[t] + row0 * cb->row_bytes[t];
                 const void *data = rows;
@@ -211,6 +219,16 @@ static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb,
         }
     }
     return 0;
+}
+
+/* Whether call feeds a replica whose cores this process holds (without a host group, every
+ * call does). */
+static bool call_is_own(const struct tpu__pass *p, const struct tpu_shard_call *call)
+{
+    const struct tpu_estimator *e = p->e;
+    const uint32_t cpr = p->plan.cores_per_replica;
+    const uint32_t first = e->core0 / cpr, end = first + e->local_cores / cpr;
+    return call->first_replica < end && call->first_replica + call->n_replicas > first;
 }
 
 /* Keeps an input_fn call's host phase for the timeline (the caller's thread moves it there,
@@ -316,7 +334,14 @@ static int count_real_rows(struct tpu__pass *p, uint64_t s, uint32_t n_real)
 /* A host's infeed thread: its calls of each step, each when its turn comes, on its own host
  * clock (the input cost of each call is charged to it, so hosts read in parallel), then the
  * call's tensors onto the infeed queues of the cores it feeds. The last infeed thread to end
- * closes the device's infeed. */
+ * closes the device's infeed.
+ *
+ * With a host group (runtime_pod.c) the process's one infeed thread walks every call of the
+ * plan: a call that feeds this host's cores is made with next and queued on them; another
+ * host's call is passed over with the input's skip (or next into the batch, dropped, when
+ * the input has no skip), so that this host's calls read what they read in one process, and
+ * every host sees the same real rows and the same end of the input. It keeps every host's
+ * clock, each call's cost charged to its host's, as the hosts' threads do in one process. */
 void *tpu__pass_infeed_thread(void *arg)
 {
     struct tpu__feeder *f = arg;
@@ -326,6 +351,7 @@ void *tpu__pass_infeed_thread(void *arg)
     struct tpu_diag d = {0};
     initial_infeed_sleep(p);
     struct call_batch cb;
+    uint64_t *clocks = NULL; /* the clock of each host (one process: this thread's host's) */
     char *scratch = p->scratch_bytes ? malloc(p->scratch_bytes) : NULL;
     if (call_batch_alloc(&cb, p, p->plan.calls[0].batch) ||
         (p->scratch_bytes && !scratch)) {
@@ -336,11 +362,19 @@ void *tpu__pass_infeed_thread(void *arg)
      * weights): then a call may return a partial batch, even of 0 real rows, which is a real
      * step whose padding rows weigh 0, and only a call that returns 0 ends the input. */
     const bool full_steps_only = p->mode == TPU_MODE_TRAIN && !e->shape.weighted;
-    uint64_t clock = e->host_cycle;
+    clocks = malloc((p->plan.hosts ? p->plan.hosts : 1) * sizeof *clocks);
+    if (!clocks) {
+        tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the host clocks"), &d);
+        goto out;
+    }
+    for (uint32_t h = 0; h < p->plan.hosts; h++)
+        clocks[h] = e->host_cycle;
     for (uint64_t s = 0; s < p->steps; s++) {
         for (uint32_t i = 0; i < f->n_calls; i++) {
             const uint32_t ci = f->calls[i];
             const struct tpu_shard_call *call = &p->plan.calls[ci];
+            uint64_t *const clock = &clocks[call->host];
+            const bool own = call_is_own(p, call);
             if (!wait_turn(f, s, ci))
                 goto out;
             if (ci == 0 && atomic_load(&e->stop)) {
@@ -351,11 +385,15 @@ void *tpu__pass_infeed_thread(void *arg)
             }
             uint32_t n_real = 0;
             double t0 = tpu__runtime_wall_s();
-            int rc = p->input->next(p->input->ctx, p->mode, call->shard, call->batch, cb.bufs,
-                                    &n_real, &d);
+            int rc = !own && p->input->skip
+                         ? p->input->skip(p->input->ctx, p->mode, call->shard, call->batch,
+                                          &n_real, &d)
+                         : p->input->next(p->input->ctx, p->mode, call->shard, call->batch,
+                                          cb.bufs, &n_real, &d);
             const uint64_t cost = tpu__host_cost(e, e->cfg.modeled_input_us_per_batch, t0);
-            record_input_phase(p, s, ci, f->host, clock, cost);
-            clock += cost;
+            if (call->host == f->host)
+                record_input_phase(p, s, ci, f->host, *clock, cost);
+            *clock += cost;
             if (rc < 0) {
                 struct tpu_diag why = d;
                 why.msg[TPU_DIAG_MAX - 80] = '\0'; /* room for the prefix */
@@ -387,8 +425,10 @@ void *tpu__pass_infeed_thread(void *arg)
                 tpu__pass_fail(p, tpu__fail(&d, rc, "out of memory"), &d);
                 goto out;
             }
+            if (!own)
+                continue; /* another host's call: its process queues it */
             call_batch_pad(&cb, mp->n_infeed, n_real, call->batch);
-            if ((rc = call_batch_push(p, &cb, call, scratch, clock, &d))) {
+            if ((rc = call_batch_push(p, &cb, call, scratch, *clock, &d))) {
                 if (rc != TPU_ECANCELED)
                     tpu__pass_fail(p, rc, &d);
                 goto out;
@@ -404,6 +444,7 @@ out:
         tpu_device_infeed_close(e->dev);
     call_batch_free(&cb);
     free(scratch);
+    free(clocks);
     feeder_exits(p);
     return NULL;
 }
@@ -493,12 +534,13 @@ void *tpu__pass_outfeed_thread(void *arg)
         /* Every core of a replica runs the replica's program and outfeeds; the first core's
          * tensors are the replica's, the others' are drained and dropped (a queue nobody
          * drains fills up and stops its core for good). */
-        for (uint32_t c = 0; c < e->n_cores; c++) {
+        /* this process's cores (pod cores; without a host group, every core) */
+        for (uint32_t c = e->core0; c < e->core0 + e->local_cores; c++) {
             const uint32_t rep = c / cpr;
             for (uint32_t t = 0; t < mp->n_outfeed; t++) {
                 const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->outfeed[t]);
                 size_t bytes = tpu_buffer_bytes(b);
-                int rc = tpu_device_outfeed(e->dev, c, buf, bytes, 0, NULL, &d);
+                int rc = tpu_device_outfeed(e->dev, c - e->core0, buf, bytes, 0, NULL, &d);
                 if (rc) {
                     if (rc != TPU_ECANCELED)
                         tpu__pass_fail(p, rc, &d);
@@ -506,6 +548,19 @@ void *tpu__pass_outfeed_thread(void *arg)
                 }
                 if (c % cpr != 0)
                     continue;
+                if (e->group) {
+                    /* a pod: the sums need every host's replicas, and come at the loop
+                     * boundary (runtime_pod.c); replica 0's checks and host calls run here,
+                     * on the host that holds it, as in one process */
+                    if (p->mode == TPU_MODE_TRAIN && t == 0 && rep == 0 &&
+                        outfeed_train_step(p, s, buf, &d))
+                        goto out;
+                    if (tpu__pod_keep(p, s, rep, t, buf)) {
+                        tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
+                        goto out;
+                    }
+                    continue;
+                }
                 /* every replica's share of the loss (in BROADCAST too: each replica's loss is
                  * scaled by 1 / (B * R), so the R shares add up to the mean) */
                 if (p->mode == TPU_MODE_TRAIN && t == 0)
@@ -539,6 +594,12 @@ void *tpu__pass_outfeed_thread(void *arg)
             }
         }
         pthread_mutex_lock(&p->lock);
+        if (e->group) { /* the step's sums come at the loop boundary */
+            p->drained = s + 1;
+            pthread_cond_broadcast(&p->cv);
+            pthread_mutex_unlock(&p->lock);
+            continue;
+        }
         if (p->mode == TPU_MODE_TRAIN) {
             if (grow((void **)&p->global_losses, &p->global_loss_cap, s + 1,
                      sizeof *p->global_losses)) {
@@ -592,6 +653,10 @@ void *tpu__pass_watchdog_thread(void *arg)
 {
     struct tpu__pass *p = arg;
     struct tpu_estimator *e = p->e;
+    /* A pod's host cannot tell a deadlock from a slower host: its cores wait in the
+     * collectives for the others, which a group's abort ends when a host fails. */
+    if (e->group)
+        return NULL;
     uint64_t last_moves = UINT64_MAX;
     double stuck_since = -1;
     pthread_mutex_lock(&p->lock);

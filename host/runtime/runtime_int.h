@@ -43,8 +43,13 @@ struct tpu_estimator {
     struct tpu_model model;
     struct tpu_hook *hooks;
     size_t n_hooks;
-    uint32_t n_replicas, n_cores;
+    uint32_t n_replicas, n_cores;     /* the pod slice's (with a host group: every host's) */
     uint32_t hosts, chips_per_host;   /* the pod slice: cfg.num_hosts, the device's chips each */
+    /* The cores this process holds: pod cores [core0, core0 + local_cores), device core
+     * c - core0 each (tpu__own_core). Without a host group: every core, core0 0. */
+    uint32_t core0, local_cores;
+    const struct tpu_host_group *group; /* cfg.host_group (runtime_pod.c), or NULL */
+    atomic_int group_aborted;   /* the group's abort was called (once: any thread) */
     double hz;
     bool timing_only;      /* the device computes no values: no params, checkpoints or loss */
     atomic_int stop;       /* tpu_estimator_request_stop was called (any thread, or a signal
@@ -134,6 +139,13 @@ struct tpu__pass {
     /* the infeed threads, one per host that makes calls [n_feeders] */
     struct tpu__feeder *feeders;
     uint32_t n_feeders;
+    /* with a host group (runtime_pod.c): [lock] per step of the pass, per replica this host
+     * holds, the outfed values the loop's sums need (filled by the outfeed thread, exchanged
+     * at each loop boundary) */
+    struct tpu__pod_value {
+        float loss, correct, count;
+    } *pod_values;
+    uint64_t pod_values_cap;      /* steps */
     uint64_t turn;                /* [lock] the next input_fn call, step * calls + call: the
                                      calls are made one at a time, in the plan's order */
     uint64_t end_step;            /* [lock] no host feeds step end_step or later (the input
@@ -194,8 +206,19 @@ void *tpu__pass_infeed_thread(void *feeder);
 void *tpu__pass_outfeed_thread(void *pass);
 void *tpu__pass_watchdog_thread(void *pass);
 
+/* Pod core c's core on this process's device: true and *dev_core, or false when another
+ * host's process holds it (a host group). Without one every core is the device's own. */
+static inline bool tpu__own_core(const struct tpu_estimator *e, uint32_t c, uint32_t *dev_core)
+{
+    if (c < e->core0 || c - e->core0 >= e->local_cores)
+        return false;
+    *dev_core = c - e->core0;
+    return true;
+}
+
 /* Records the first error of any thread of the pass (d NULL: the code's own sentence),
- * wakes every waiter and cancels the device, which releases every blocked call. */
+ * tells the host group (if any) that this host failed, wakes every waiter and cancels the
+ * device, which releases every blocked call. */
 void tpu__pass_fail(struct tpu__pass *p, int rc, const struct tpu_diag *d);
 /* Whether the pass has failed. */
 bool tpu__pass_failed(struct tpu__pass *p);
@@ -225,6 +248,37 @@ int tpu__run_config_check(const struct tpu_run_config *c, const struct tpu_devic
 /* Checks the rules of e->cfg that do not depend on a batch size: the plan of training with
  * its batch if that splits, else with one that does (runtime_config.c). */
 int tpu__run_config_check_plan(const struct tpu_estimator *e, struct tpu_diag *d);
+
+/* ---- a pod of hosts in several processes (runtime_pod.c) ---------------------------------- */
+
+/* With cfg.host_group: the group's and the device's pod link's agreement with the run
+ * configuration (n = num_hosts, parts = n, index = rank), and the things a pod cannot do
+ * yet; *parts gets n (1 without a host group). TPU_EINVAL or TPU_EUNSUPPORTED with the
+ * field, the rule and the fix. */
+int tpu__pod_check_config(const struct tpu_run_config *c, const struct tpu_device *dev,
+                          uint32_t *parts, struct tpu_diag *d);
+/* At the start of a pass (the caller's thread, on every host): what every host must agree
+ * on (the chip, the cores, the mode, the batch, the steps, the loop size, the input modes,
+ * the global step, the program, the seed) is gathered, and any difference with host 0's is
+ * refused on every host, naming the host, the field and both values. `steps` is the pass's
+ * steps, or training's target step. 0 without a host group. */
+int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
+                   struct tpu_diag *d);
+/* At a pass's start (from == to) and at each loop boundary: every host's end cycle of the
+ * launch (*end_cycle becomes the latest), counters of its own cores (*counters becomes the
+ * pod's sum) and outfed values of the steps [from, to) of the pass, from which every host
+ * fills the pass's per-step arrays and sums exactly as one process fills them. */
+int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
+                           uint64_t *end_cycle, struct tpu_core_counters *counters,
+                           struct tpu_diag *d);
+/* The outfeed thread's share of a pod pass: keeps replica rep's tensor t of step s (a
+ * replica this host holds) for the loop boundary's exchange. Returns 0 or TPU_ENOMEM. */
+int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf);
+/* After a pass that succeeded here: waits for every host's end of the pass (so that no host
+ * restores a checkpoint host 0 is still writing); an error when another host failed. */
+int tpu__pod_end_pass(struct tpu_estimator *e, struct tpu_diag *d);
+/* The pass, or the call before its pass, failed with rc: tells the group once. */
+void tpu__pod_abort(struct tpu_estimator *e, int rc, const struct tpu_diag *d);
 
 /* The host memory this process can still allocate: the smallest of MemAvailable
  * (/proc/meminfo), the cgroup's memory limit minus its usage, and RLIMIT_AS minus the

@@ -150,7 +150,7 @@ static void flush_input_phases(struct tpu__pass *p, uint64_t steps)
 
 static int write_metrics(struct tpu_estimator *e, const struct tpu_loop_info *li)
 {
-    if (!e->cfg.model_dir[0])
+    if (!e->cfg.model_dir[0] || (e->group && e->group->rank != 0)) /* a pod: host 0 writes */
         return 0;
     if (!e->metrics) {
         char path[600];
@@ -183,11 +183,12 @@ static int write_metrics(struct tpu_estimator *e, const struct tpu_loop_info *li
     return 0;
 }
 
-/* Counters summed over the device's cores. */
+/* Counters summed over the device's cores (a pod's host: its own; runtime_pod.c sums the
+ * hosts'). */
 static void sum_counters(const struct tpu_estimator *e, struct tpu_core_counters *out)
 {
     memset(out, 0, sizeof *out);
-    for (uint32_t c = 0; c < e->n_cores; c++) {
+    for (uint32_t c = 0; c < e->local_cores; c++) {
         struct tpu_core_counters k;
         tpu_device_counters(e->dev, c, &k);
         out->mxu_mac_slots += k.mxu_mac_slots;
@@ -433,12 +434,11 @@ static void loop_host_figures(struct tpu_estimator *e, const struct tpu__pass *p
  * alone (measured). Returns 0, or the error of a hook or of the checkpoint (the pass has
  * failed with it). */
 static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pass_loop *L,
-                         const struct launch *l, struct tpu_diag *d)
+                         const struct launch *l, const struct tpu_core_counters *now,
+                         struct tpu_diag *d)
 {
-    struct tpu_core_counters now;
-    sum_counters(e, &now);
     struct tpu_loop_info li;
-    loop_device_figures(e, p, L, l, &now, &li);
+    loop_device_figures(e, p, L, l, now, &li);
     /* measured: the hooks' wall time, from here (the simulator's bookkeeping above is its
      * own, never charged) */
     double t0 = tpu__runtime_wall_s();
@@ -639,7 +639,10 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     struct pass_loop L = {.target_step = target_step, .last_ckpt = e->global_step};
     tpu__loop_size_init(&L.size, &e->cfg, e->tuners[p->mode]);
     sum_counters(e, &L.before);
-    while (!L.ended && !L.stop && pass_loop_more(e, p, &L)) {
+    uint64_t no_end = 0;
+    if (e->group && (rc = tpu__pod_loop_exchange(p, 0, 0, &no_end, &L.before, d)))
+        tpu__pass_fail(p, rc, d);
+    while (!rc && !L.ended && !L.stop && pass_loop_more(e, p, &L)) {
         if (atomic_load(&e->stop)) {
             /* between launches: stop before the next one (the last boundary is saved) */
             L.stop = true;
@@ -664,8 +667,17 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
             rc = -1;
             break;
         }
+        /* the cores' counters now; a pod's hosts exchange theirs, the launch's end and the
+         * loop's outfed values (runtime_pod.c) */
+        struct tpu_core_counters now;
+        sum_counters(e, &now);
+        if (e->group && (rc = tpu__pod_loop_exchange(p, L.done - l.ran, L.done, &l.end, &now,
+                                                     d))) {
+            tpu__pass_fail(p, rc, d);
+            break;
+        }
         flush_input_phases(p, L.done);
-        if ((rc = loop_boundary(e, p, &L, &l, d)))
+        if ((rc = loop_boundary(e, p, &L, &l, &now, d)))
             break;
         /* the tuner sees the launch's device time and the host time around it: the launch
          * and the boundary (hooks, logging, checkpoint) */
@@ -755,14 +767,17 @@ int tpu__pass_init(struct tpu__pass *p, struct tpu_estimator *e, const struct tp
     p->global_batch = p->spec.global_batch;
     if ((rc = pass_slices(p, d)))
         return rc;
-    /* one feeder per host that makes calls, with its calls in plan order */
+    /* one feeder per host that makes calls, with its calls in plan order; a pod's host
+     * (runtime_pod.c): one feeder, its own host's, which walks every call */
     p->feeders = calloc(p->plan.hosts ? p->plan.hosts : 1, sizeof *p->feeders);
     if (!p->feeders)
         return tpu__fail(d, TPU_ENOMEM, "out of memory");
     for (uint32_t h = 0; h < p->plan.hosts; h++) {
+        if (e->group && h != e->group->rank)
+            continue;
         uint32_t n = 0;
         for (uint32_t c = 0; c < p->plan.n_calls; c++)
-            n += p->plan.calls[c].host == h;
+            n += p->plan.calls[c].host == h || e->group;
         if (!n)
             continue;
         struct tpu__feeder *f = &p->feeders[p->n_feeders++];
@@ -773,7 +788,7 @@ int tpu__pass_init(struct tpu__pass *p, struct tpu_estimator *e, const struct tp
         if (!f->calls)
             return tpu__fail(d, TPU_ENOMEM, "out of memory");
         for (uint32_t c = 0; c < p->plan.n_calls; c++)
-            if (p->plan.calls[c].host == h)
+            if (p->plan.calls[c].host == h || e->group)
                 f->calls[f->n_calls++] = c;
     }
     return 0;
@@ -788,6 +803,7 @@ void tpu__pass_free(struct tpu__pass *p)
     free(p->global_losses);
     free(p->sums);
     free(p->input_phases);
+    free(p->pod_values);
     free(p->slices);
     for (uint32_t i = 0; p->feeders && i < p->n_feeders; i++)
         free(p->feeders[i].calls);

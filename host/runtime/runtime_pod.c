@@ -1,0 +1,433 @@
+/* The estimator on a pod whose hosts run in separate processes (runtime.h, struct
+ * tpu_host_group): the checks of a host group against the run configuration and the device's
+ * pod link, what the hosts exchange and when, and how every host fills the pass's figures
+ * from what they exchanged. It is not the transport (host/mpi, or the tests' threads are)
+ * and not the threads of a pass (runtime_feed.c), which only keep their own host's values
+ * for it (tpu__pod_keep).
+ *
+ * The rule is bit-identity with one process simulating every host: every host makes the
+ * same input calls (its own, the others' skipped), so every host knows each step's real
+ * rows; the outfed values of a step live on the hosts that hold the replicas, and at each
+ * loop boundary every host gathers every host's values of the loop's steps and sums them
+ * exactly as one process's outfeed thread does: steps in order, pod replicas in order, the
+ * same types (a float share added to a double). The device's end of a launch is the latest
+ * over the hosts (one device's end is its latest core's), the counters the pod's sum.
+ *
+ * Exchanges (all from the caller's thread, at the same points on every host, with the same
+ * bytes on every host):
+ *   pass start   the agreement record (tpu__pod_agree), then the counters (from == to)
+ *   boundary     a head per host (the launch's end cycle, the steps, the counters), then
+ *                the outfed values of the loop's steps
+ *   pass end     a word per host (tpu__pod_end_pass): no host returns while another still
+ *                writes the checkpoint it may restore next
+ * A failure anywhere goes to the group's abort (tpu__pod_abort), which ends every host's
+ * blocked exchange: no host waits for one that will never come. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime_int.h"
+#include "util.h"
+
+/* ---- checks at create ------------------------------------------------------------------- */
+
+int tpu__pod_check_config(const struct tpu_run_config *c, const struct tpu_device *dev,
+                          uint32_t *parts, struct tpu_diag *d)
+{
+    const struct tpu_host_group *g = c->host_group;
+    const struct tpu_pod_link *link = tpu_device_pod(dev);
+    *parts = 1;
+    if (!g) {
+        if (link)
+            return tpu__fail(d, TPU_EINVAL, "the device is part %u of a pod of %u devices "
+                             "(settings.pod), but the run configuration has no host_group, so "
+                             "the estimator would drive only this part; give host_group (this "
+                             "process's host of num_hosts %u), or open the device without "
+                             "settings.pod", link->index, link->parts, link->parts);
+        return 0;
+    }
+    if (!g->allgather || !g->abort)
+        return tpu__fail(d, TPU_EINVAL, "host_group has no %s function; a host group needs "
+                         "both allgather and abort (host/mpi makes one)",
+                         !g->allgather ? "allgather" : "abort");
+    if (g->n != c->num_hosts)
+        return tpu__fail(d, TPU_EINVAL, "host_group has %u hosts, but num_hosts is %u; every "
+                         "host of the group runs the same configuration with num_hosts %u",
+                         g->n, c->num_hosts, g->n);
+    if (g->rank >= g->n)
+        return tpu__fail(d, TPU_EINVAL, "host_group's rank %u is not a host of its %u (0 to "
+                         "%u); give this process's host index", g->rank, g->n, g->n - 1);
+    if (!link)
+        return tpu__fail(d, TPU_EINVAL, "host_group makes this process host %u of %u, but the "
+                         "device has no pod link (settings.pod is NULL), so its collectives "
+                         "would not reach the other hosts; open the device with settings.pod "
+                         "(parts %u, index %u)", g->rank, g->n, g->n, g->rank);
+    if (link->parts != g->n || link->index != g->rank)
+        return tpu__fail(d, TPU_EINVAL, "the device is part %u of %u (settings.pod), but "
+                         "host_group makes this process host %u of %u; open the device with "
+                         "settings.pod parts %u, index %u", link->index, link->parts, g->rank,
+                         g->n, g->n, g->rank);
+    if (c->host_time == TPU_HOST_TIME_MEASURED &&
+        (c->iterations_per_loop_auto || c->iterations_per_loop_s > 0))
+        return tpu__fail(d, TPU_EUNSUPPORTED, "iterations_per_loop %s sizes each launch from "
+                         "the host time, and measured host time differs between the hosts of "
+                         "a pod, so they would run launches of different sizes; use a count "
+                         "of steps, or modeled host time", c->iterations_per_loop_auto
+                         ? "auto" : "as a time");
+    *parts = g->n;
+    return 0;
+}
+
+/* ---- failures ---------------------------------------------------------------------------- */
+
+void tpu__pod_abort(struct tpu_estimator *e, int rc, const struct tpu_diag *d)
+{
+    if (!e->group || rc >= 0 || atomic_exchange(&e->group_aborted, 1))
+        return;
+    struct tpu_diag why = {0};
+    if (d && d->msg[0])
+        why = *d;
+    else
+        tpu__fail(&why, rc, "%s", tpu_strerror(rc));
+    e->group->abort(e->group->ctx, rc, &why);
+}
+
+/* ---- the agreement at a pass's start ----------------------------------------------------- */
+
+enum agree_kind { AGREE_U64, AGREE_F64, AGREE_BOOL, AGREE_MODE, AGREE_INPUT, AGREE_EVAL,
+                  AGREE_HASH };
+
+enum {
+    A_CORES_PER_CHIP, A_CHIPS, A_CPR, A_HOSTS, A_MODE, A_BATCH, A_STEPS, A_IPL, A_IPL_S,
+    A_IPL_AUTO, A_INPUT, A_EVAL_INPUT, A_STEP, A_PROGRAM, A_SEED, A_COUNT
+};
+
+static const struct {
+    const char *name;
+    enum agree_kind kind;
+} agree_fields[A_COUNT] = {
+    [A_CORES_PER_CHIP] = {"cores per chip", AGREE_U64},
+    [A_CHIPS] = {"chips per host", AGREE_U64},
+    [A_CPR] = {"num_cores_per_replica", AGREE_U64},
+    [A_HOSTS] = {"num_hosts", AGREE_U64},
+    [A_MODE] = {"mode", AGREE_MODE},
+    [A_BATCH] = {"global batch", AGREE_U64},
+    [A_STEPS] = {"steps (or target step)", AGREE_U64},
+    [A_IPL] = {"iterations_per_loop", AGREE_U64},
+    [A_IPL_S] = {"iterations_per_loop time (s)", AGREE_F64},
+    [A_IPL_AUTO] = {"iterations_per_loop auto", AGREE_BOOL},
+    [A_INPUT] = {"per_host_input_for_training", AGREE_INPUT},
+    [A_EVAL_INPUT] = {"eval_training_input_configuration", AGREE_EVAL},
+    [A_STEP] = {"global step", AGREE_U64},
+    [A_PROGRAM] = {"program (hash of its text)", AGREE_HASH},
+    [A_SEED] = {"seed", AGREE_U64},
+};
+
+/* What one host runs, as it goes to the others: fixed size, no padding left undefined. */
+struct agree_rec {
+    char chip[TPU_CONFIG_NAME_MAX];
+    uint64_t v[A_COUNT];
+};
+
+/* FNV-1a over the loaded program's printed text: two hosts that built different programs
+ * (another model, another shape) differ here. */
+static uint64_t program_hash(const struct tpu_program *prog)
+{
+    uint64_t h = 1469598103934665603ull;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return 0;
+    tpu_program_print(prog, f);
+    fclose(f);
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)text[i];
+        h *= 1099511628211ull;
+    }
+    free(text);
+    return h;
+}
+
+static void agree_value(enum agree_kind k, uint64_t v, char *out, size_t size)
+{
+    static const char *const modes[] = {"train", "eval", "predict"};
+    static const char *const inputs[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
+                                         "BROADCAST"};
+    static const char *const evals[] = {"PER_HOST_V1", "SLICED"};
+    double x;
+    switch (k) {
+    case AGREE_F64:
+        memcpy(&x, &v, sizeof x);
+        snprintf(out, size, "%g", x);
+        return;
+    case AGREE_BOOL:
+        snprintf(out, size, "%s", v ? "true" : "false");
+        return;
+    case AGREE_MODE:
+        snprintf(out, size, "%s", v < 3 ? modes[v] : "?");
+        return;
+    case AGREE_INPUT:
+        snprintf(out, size, "%s", v < 4 ? inputs[v] : "?");
+        return;
+    case AGREE_EVAL:
+        snprintf(out, size, "%s", v < 2 ? evals[v] : "?");
+        return;
+    case AGREE_HASH:
+        snprintf(out, size, "%016llx", (unsigned long long)v);
+        return;
+    case AGREE_U64:
+        break;
+    }
+    snprintf(out, size, "%llu", (unsigned long long)v);
+}
+
+int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
+                   struct tpu_diag *d)
+{
+    const struct tpu_host_group *g = e->group;
+    if (!g)
+        return 0;
+    const struct tpu_run_config *c = &e->cfg;
+    const struct tpu_chip_config *chip = tpu_device_chip(e->dev);
+    struct agree_rec mine;
+    memset(&mine, 0, sizeof mine);
+    snprintf(mine.chip, sizeof mine.chip, "%s", chip->name);
+    const uint32_t global = mode == TPU_MODE_TRAIN  ? c->train_batch_size
+                            : mode == TPU_MODE_EVAL ? c->eval_batch_size
+                                                    : c->predict_batch_size;
+    uint64_t ipl_s;
+    memcpy(&ipl_s, &c->iterations_per_loop_s, sizeof ipl_s);
+    mine.v[A_CORES_PER_CHIP] = chip->cores_per_chip;
+    mine.v[A_CHIPS] = e->chips_per_host;
+    mine.v[A_CPR] = e->n_cores / e->n_replicas;
+    mine.v[A_HOSTS] = e->hosts;
+    mine.v[A_MODE] = (uint64_t)mode;
+    mine.v[A_BATCH] = global;
+    mine.v[A_STEPS] = steps;
+    mine.v[A_IPL] = c->iterations_per_loop;
+    mine.v[A_IPL_S] = ipl_s;
+    mine.v[A_IPL_AUTO] = c->iterations_per_loop_auto;
+    mine.v[A_INPUT] = (uint64_t)c->per_host_input_for_training;
+    mine.v[A_EVAL_INPUT] = (uint64_t)c->eval_training_input_configuration;
+    mine.v[A_STEP] = e->global_step;
+    mine.v[A_PROGRAM] = e->loaded ? program_hash(e->mp.prog) : 0;
+    mine.v[A_SEED] = c->seed;
+    struct agree_rec *all = calloc(g->n, sizeof *all);
+    if (!all)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    int rc = g->allgather(g->ctx, &mine, sizeof mine, all, d);
+    for (uint32_t h = 1; h < g->n && !rc; h++) {
+        if (strncmp(all[h].chip, all[0].chip, sizeof all[0].chip)) {
+            rc = tpu__fail(d, TPU_EINVAL, "host %u's chip %.*s differs from host 0's %.*s: "
+                           "run every rank with the same options", h,
+                           (int)sizeof all[h].chip, all[h].chip, (int)sizeof all[0].chip,
+                           all[0].chip);
+            break;
+        }
+        for (int f = 0; f < A_COUNT; f++) {
+            if (all[h].v[f] == all[0].v[f])
+                continue;
+            char a[48], b[48];
+            agree_value(agree_fields[f].kind, all[h].v[f], a, sizeof a);
+            agree_value(agree_fields[f].kind, all[0].v[f], b, sizeof b);
+            rc = tpu__fail(d, TPU_EINVAL, "host %u's %s %s differs from host 0's %s: run "
+                           "every rank with the same options", h, agree_fields[f].name, a, b);
+            break;
+        }
+    }
+    free(all);
+    return rc;
+}
+
+/* ---- the outfeed thread's values --------------------------------------------------------- */
+
+int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf)
+{
+    struct tpu_estimator *e = p->e;
+    const uint32_t cpr = e->n_cores / e->n_replicas;
+    const uint32_t local = e->local_cores / cpr, j = rep - e->core0 / cpr;
+    pthread_mutex_lock(&p->lock);
+    if (s >= p->pod_values_cap) {
+        uint64_t cap = p->pod_values_cap ? p->pod_values_cap : 64;
+        while (cap <= s)
+            cap *= 2;
+        struct tpu__pod_value *nv = realloc(p->pod_values, cap * local * sizeof *nv);
+        if (!nv) {
+            pthread_mutex_unlock(&p->lock);
+            return TPU_ENOMEM;
+        }
+        memset(nv + p->pod_values_cap * local, 0,
+               (cap - p->pod_values_cap) * local * sizeof *nv);
+        p->pod_values = nv;
+        p->pod_values_cap = cap;
+    }
+    struct tpu__pod_value *v = &p->pod_values[s * local + j];
+    if (t == 0)
+        v->loss = buf[0];
+    else if (t == 1) {
+        v->correct = buf[0];
+        v->count = p->mode == TPU_MODE_EVAL ? buf[1] : 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* ---- the loop boundary's exchange -------------------------------------------------------- */
+
+struct pod_head {
+    uint64_t end_cycle, from, to;
+    uint64_t mxu_mac_slots, macs, stall[TPU_STALL_COUNT];
+};
+
+static int grow_array(void **arr, uint64_t *cap, uint64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *a = realloc(*arr, n * elem);
+    if (!a)
+        return TPU_ENOMEM;
+    *arr = a;
+    *cap = n;
+    return 0;
+}
+
+/* Steps [from, to) of the pass from every host's values (all: [host][step][replica]), as
+ * runtime_feed.c's outfeed thread fills them in one process: training keeps replica 0's
+ * loss, the global loss (every replica's share, in replica order) and the step's sums;
+ * evaluation the loss sums and counts, added to the pass's in step and replica order. Under
+ * p->lock. */
+static int fill_steps(struct tpu__pass *p, const struct tpu__pod_value *all, uint64_t from,
+                      uint64_t to)
+{
+    struct tpu_estimator *e = p->e;
+    const uint32_t cpr = e->n_cores / e->n_replicas, local = e->local_cores / cpr;
+    const bool training = p->mode == TPU_MODE_TRAIN;
+    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
+    const bool train_counts = training && e->shape.train_counts;
+    const uint64_t n = to - from;
+    if (grow_array((void **)&p->sums, &p->sums_cap, to, sizeof *p->sums) ||
+        (training && (grow_array((void **)&p->losses, &p->loss_cap, to, sizeof *p->losses) ||
+                      grow_array((void **)&p->global_losses, &p->global_loss_cap, to,
+                                 sizeof *p->global_losses))))
+        return TPU_ENOMEM;
+    for (uint64_t s = from; s < to; s++) {
+        double global_loss = 0, step_loss = 0, step_correct = 0;
+        for (uint32_t rep = 0; rep < e->n_replicas; rep++) {
+            const uint32_t h = rep / local, j = rep % local;
+            const struct tpu__pod_value *v = &all[((uint64_t)h * n + (s - from)) * local + j];
+            if (training)
+                global_loss += v->loss;
+            if (broadcast && rep != 0)
+                continue;
+            if (training) {
+                if (rep == 0)
+                    p->losses[s] = e->timing_only ? NAN
+                                                  : (float)(v->loss * (double)e->n_replicas);
+                if (train_counts)
+                    step_correct += v->correct;
+            } else if (p->mode == TPU_MODE_EVAL) {
+                p->loss_sum += v->loss;
+                p->correct += v->correct;
+                p->count += v->count;
+                step_loss += v->loss;
+                step_correct += v->correct;
+            }
+        }
+        if (training) {
+            p->global_losses[s] = e->timing_only ? NAN : (float)global_loss;
+            step_loss = global_loss;
+        }
+        p->sums[s] = (struct tpu__step_sums){.loss = step_loss, .correct = step_correct};
+    }
+    return 0;
+}
+
+int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
+                           uint64_t *end_cycle, struct tpu_core_counters *counters,
+                           struct tpu_diag *d)
+{
+    struct tpu_estimator *e = p->e;
+    const struct tpu_host_group *g = e->group;
+    struct pod_head mine;
+    memset(&mine, 0, sizeof mine);
+    mine.end_cycle = *end_cycle;
+    mine.from = from;
+    mine.to = to;
+    mine.mxu_mac_slots = counters->mxu_mac_slots;
+    mine.macs = counters->macs;
+    memcpy(mine.stall, counters->stall, sizeof mine.stall);
+    struct pod_head *heads = calloc(g->n, sizeof *heads);
+    if (!heads)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    int rc = g->allgather(g->ctx, &mine, sizeof mine, heads, d);
+    for (uint32_t h = 1; h < g->n && !rc; h++)
+        if (heads[h].from != heads[0].from || heads[h].to != heads[0].to)
+            rc = tpu__fail(d, TPU_EINVAL, "host %u ran steps %llu to %llu of the pass and host "
+                           "0 steps %llu to %llu: the hosts went apart (different inputs or "
+                           "a stop request seen on some hosts only); run every rank with the "
+                           "same input and options", h, (unsigned long long)heads[h].from,
+                           (unsigned long long)heads[h].to, (unsigned long long)heads[0].from,
+                           (unsigned long long)heads[0].to);
+    if (rc) {
+        free(heads);
+        return rc;
+    }
+    memset(counters, 0, sizeof *counters);
+    uint64_t end = 0;
+    for (uint32_t h = 0; h < g->n; h++) {
+        end = heads[h].end_cycle > end ? heads[h].end_cycle : end;
+        counters->mxu_mac_slots += heads[h].mxu_mac_slots;
+        counters->macs += heads[h].macs;
+        for (int s = 0; s < TPU_STALL_COUNT; s++)
+            counters->stall[s] += heads[h].stall[s];
+    }
+    free(heads);
+    *end_cycle = end;
+    if (to == from || p->mode == TPU_MODE_PREDICT)
+        return 0;
+    /* the outfed values of the loop's steps: this host's replicas, then everyone's */
+    const uint32_t cpr = e->n_cores / e->n_replicas, local = e->local_cores / cpr;
+    const size_t bytes = (size_t)(to - from) * local * sizeof(struct tpu__pod_value);
+    struct tpu__pod_value *send = calloc(1, bytes);
+    struct tpu__pod_value *all = calloc(g->n, bytes);
+    if (!send || !all) {
+        free(send);
+        free(all);
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&p->lock);
+    const uint64_t have = p->pod_values_cap < to ? p->pod_values_cap : to;
+    if (have > from)
+        memcpy(send, p->pod_values + from * local,
+               (size_t)(have - from) * local * sizeof *send);
+    pthread_mutex_unlock(&p->lock);
+    rc = g->allgather(g->ctx, send, bytes, all, d);
+    if (!rc) {
+        pthread_mutex_lock(&p->lock);
+        if (fill_steps(p, all, from, to))
+            rc = tpu__fail(d, TPU_ENOMEM, "out of memory");
+        pthread_mutex_unlock(&p->lock);
+    }
+    free(send);
+    free(all);
+    return rc;
+}
+
+int tpu__pod_end_pass(struct tpu_estimator *e, struct tpu_diag *d)
+{
+    const struct tpu_host_group *g = e->group;
+    if (!g)
+        return 0;
+    uint32_t *all = calloc(g->n, sizeof *all);
+    if (!all)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    const uint32_t mine = g->rank;
+    int rc = g->allgather(g->ctx, &mine, sizeof mine, all, d);
+    free(all);
+    return rc;
+}
