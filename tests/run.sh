@@ -48,7 +48,7 @@ if [ $quick -eq 0 ]; then
   # sanitizers slow the heavy tests (gemm, training) two to three times: longer timeouts
   run_suite asan+ubsan build-asan "-Drtl=enabled -Dsystemc=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false" --timeout-multiplier 3
   labels+=("asan+ubsan=build-asan")
-  run_suite tsan build-tsan "-Drtl=enabled -Dsystemc=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime runtime_shard runtime_keras equivalence models net net_chip net_partition op_stats ops_train conv partition_ops partition_rules keras systemc_backend replica_share
+  run_suite tsan build-tsan "-Drtl=enabled -Dsystemc=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime runtime_shard runtime_keras equivalence models net net_chip net_partition op_stats ops_train conv partition_ops partition_rules keras systemc_backend replica_share pod_device
   labels+=("tsan=build-tsan")
   # libFuzzer needs clang; the fuzz build instruments the C code only (no RTL). Each target
   # fuzzes for 15 s (tests/fuzz/meson.build), two at a time.

@@ -331,6 +331,40 @@ static int count_real_rows(struct tpu__pass *p, uint64_t s, uint32_t n_real)
     return rc;
 }
 
+/* A pod's host in unweighted training holds the batches of its calls of a step until the
+ * step's last call (of any host) has come back full, then queues them: in one process the
+ * cores of a host whose batch came would run into a step that another host's call ended
+ * (and wait at its all-reduce until the run ends for want of infeed); a pod's part cannot
+ * tell that wait from a slower host, so no part starts a step that is not whole. The
+ * batches are queued at the host cycles their calls ended, so device time is as if queued
+ * at once. [n_calls] of the feeder; bufs allocated for its own calls only. */
+struct held_call {
+    struct call_batch cb;
+    uint64_t clock;
+    bool own;
+};
+
+static void held_free(struct held_call *held, uint32_t n)
+{
+    for (uint32_t i = 0; held && i < n; i++)
+        call_batch_free(&held[i].cb);
+    free(held);
+}
+
+static struct held_call *held_alloc(const struct tpu__pass *p, const struct tpu__feeder *f)
+{
+    struct held_call *held = calloc(f->n_calls, sizeof *held);
+    for (uint32_t i = 0; held && i < f->n_calls; i++) {
+        const struct tpu_shard_call *call = &p->plan.calls[f->calls[i]];
+        held[i].own = call_is_own(p, call);
+        if (held[i].own && call_batch_alloc(&held[i].cb, p, call->batch)) {
+            held_free(held, i + 1);
+            return NULL;
+        }
+    }
+    return held;
+}
+
 /* A host's infeed thread: its calls of each step, each when its turn comes, on its own host
  * clock (the input cost of each call is charged to it, so hosts read in parallel), then the
  * call's tensors onto the infeed queues of the cores it feeds. The last infeed thread to end
@@ -352,6 +386,7 @@ void *tpu__pass_infeed_thread(void *arg)
     initial_infeed_sleep(p);
     struct call_batch cb;
     uint64_t *clocks = NULL; /* the clock of each host (one process: this thread's host's) */
+    struct held_call *held = NULL; /* a pod's unweighted training (held_alloc) */
     char *scratch = p->scratch_bytes ? malloc(p->scratch_bytes) : NULL;
     if (call_batch_alloc(&cb, p, p->plan.calls[0].batch) ||
         (p->scratch_bytes && !scratch)) {
@@ -362,6 +397,11 @@ void *tpu__pass_infeed_thread(void *arg)
      * weights): then a call may return a partial batch, even of 0 real rows, which is a real
      * step whose padding rows weigh 0, and only a call that returns 0 ends the input. */
     const bool full_steps_only = p->mode == TPU_MODE_TRAIN && !e->shape.weighted;
+    if (e->group && full_steps_only && !(held = held_alloc(p, f))) {
+        tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the input batches"),
+                       &d);
+        goto out;
+    }
     clocks = malloc((p->plan.hosts ? p->plan.hosts : 1) * sizeof *clocks);
     if (!clocks) {
         tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the host clocks"), &d);
@@ -377,19 +417,21 @@ void *tpu__pass_infeed_thread(void *arg)
             const bool own = call_is_own(p, call);
             if (!wait_turn(f, s, ci))
                 goto out;
-            if (ci == 0 && atomic_load(&e->stop)) {
-                /* seen at the first call of a step: no host feeds this step */
+            if (ci == 0 && !e->group && atomic_load(&e->stop)) {
+                /* seen at the first call of a step: no host feeds this step (a pod's hosts
+                 * agree on a stop at a loop boundary instead: runtime_pod.c) */
                 infeed_stop(p, s);
                 pass_turn(p, UINT64_MAX, false);
                 goto out;
             }
             uint32_t n_real = 0;
+            struct call_batch *const into = held && own ? &held[i].cb : &cb;
             double t0 = tpu__runtime_wall_s();
             int rc = !own && p->input->skip
                          ? p->input->skip(p->input->ctx, p->mode, call->shard, call->batch,
                                           &n_real, &d)
                          : p->input->next(p->input->ctx, p->mode, call->shard, call->batch,
-                                          cb.bufs, &n_real, &d);
+                                          into->bufs, &n_real, &d);
             const uint64_t cost = tpu__host_cost(e, e->cfg.modeled_input_us_per_batch, t0);
             if (call->host == f->host)
                 record_input_phase(p, s, ci, f->host, *clock, cost);
@@ -427,8 +469,21 @@ void *tpu__pass_infeed_thread(void *arg)
             }
             if (!own)
                 continue; /* another host's call: its process queues it */
-            call_batch_pad(&cb, mp->n_infeed, n_real, call->batch);
+            call_batch_pad(into, mp->n_infeed, n_real, call->batch);
+            if (held) {
+                held[i].clock = *clock; /* queued once the step is whole, below */
+                continue;
+            }
             if ((rc = call_batch_push(p, &cb, call, scratch, *clock, &d))) {
+                if (rc != TPU_ECANCELED)
+                    tpu__pass_fail(p, rc, &d);
+                goto out;
+            }
+        }
+        for (uint32_t i = 0; held && i < f->n_calls; i++) {
+            int rc;
+            if (held[i].own && (rc = call_batch_push(p, &held[i].cb, &p->plan.calls[f->calls[i]],
+                                                     scratch, held[i].clock, &d))) {
                 if (rc != TPU_ECANCELED)
                     tpu__pass_fail(p, rc, &d);
                 goto out;
@@ -443,6 +498,7 @@ out:
     if (last_out)
         tpu_device_infeed_close(e->dev);
     call_batch_free(&cb);
+    held_free(held, f->n_calls);
     free(scratch);
     free(clocks);
     feeder_exits(p);

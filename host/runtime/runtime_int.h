@@ -1,8 +1,9 @@
 /* Internal interface between the files of the estimator (include/tpusim/runtime.h):
  * host/runtime/runtime.c (creating it, the model's params, checkpoints, and the train, evaluate
  * and predict entry points), host/runtime/runtime_pass.c (one pass: the loop of device
- * launches and its boundaries) and host/runtime/runtime_feed.c (the threads of a pass). Not
- * part of the public API. */
+ * launches and its boundaries), host/runtime/runtime_feed.c (the threads of a pass) and
+ * host/runtime/runtime_pod.c (a pod whose hosts are separate processes). Not part of the
+ * public API. */
 #ifndef TPUSIM_HOST_RUNTIME_INT_H
 #define TPUSIM_HOST_RUNTIME_INT_H
 
@@ -146,6 +147,7 @@ struct tpu__pass {
         float loss, correct, count;
     } *pod_values;
     uint64_t pod_values_cap;      /* steps */
+    bool pod_stop;                /* a stop request on any host, as of the last exchange */
     uint64_t turn;                /* [lock] the next input_fn call, step * calls + call: the
                                      calls are made one at a time, in the plan's order */
     uint64_t end_step;            /* [lock] no host feeds step end_step or later (the input
@@ -214,6 +216,14 @@ static inline bool tpu__own_core(const struct tpu_estimator *e, uint32_t c, uint
         return false;
     *dev_core = c - e->core0;
     return true;
+}
+
+/* Whether the caller's loop is to stop (tpu_estimator_request_stop): at once in one process;
+ * on a pod's host, when any host's request was known at the last exchange, so that every
+ * host stops at the same loop boundary. */
+static inline bool tpu__stop_requested(struct tpu__pass *p)
+{
+    return p->e->group ? p->pod_stop : atomic_load(&p->e->stop) != 0;
 }
 
 /* Records the first error of any thread of the pass (d NULL: the code's own sentence),

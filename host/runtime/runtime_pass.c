@@ -36,6 +36,12 @@
  * is fed when every host has queued its part of it (fed is the least over the hosts); the
  * last infeed thread to end closes the device's infeed.
  *
+ * A pod whose hosts are separate processes (run config's host_group, runtime_pod.c): this
+ * process drives its own host's cores only; its one infeed thread walks every call of the
+ * plan; after each launch the hosts exchange the launch's end, their counters and the
+ * loop's outfed values, so every host computes the same loop figures as one process; at the
+ * pass's start they check that they run the same thing.
+ *
  * How many steps each launch runs is tune/'s (the loop size: a count, or the estimator's tuner
  * of the pass's mode, told of each launch's device and host time); which host makes each
  * input_fn call, with what batch, and which replicas and slices it feeds is shard/'s plan. */
@@ -452,7 +458,7 @@ static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pa
     }
     uint64_t host = tpu__host_cost(e, e->cfg.modeled_hooks_us, t0);
     trace_host_phase(e, "hooks", l->end, host);
-    L->stop = atomic_load(&e->stop) != 0;
+    L->stop = tpu__stop_requested(p);
     uint64_t ckpt;
     if ((rc = boundary_checkpoint(e, p, L, l->end + host, &ckpt, d)))
         return rc;
@@ -643,7 +649,7 @@ int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_
     if (e->group && (rc = tpu__pod_loop_exchange(p, 0, 0, &no_end, &L.before, d)))
         tpu__pass_fail(p, rc, d);
     while (!rc && !L.ended && !L.stop && pass_loop_more(e, p, &L)) {
-        if (atomic_load(&e->stop)) {
+        if (tpu__stop_requested(p)) {
             /* between launches: stop before the next one (the last boundary is saved) */
             L.stop = true;
             if (training && e->cfg.model_dir[0] && L.last_ckpt != e->global_step &&

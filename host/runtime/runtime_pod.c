@@ -18,6 +18,8 @@
  *   pass start   the agreement record (tpu__pod_agree), then the counters (from == to)
  *   boundary     a head per host (the launch's end cycle, the steps, the counters), then
  *                the outfed values of the loop's steps
+ *                (and whether a stop was requested there: every host then stops at this
+ *                boundary, where one process stops at a step its infeed thread chose)
  *   pass end     a word per host (tpu__pod_end_pass): no host returns while another still
  *                writes the checkpoint it may restore next
  * A failure anywhere goes to the group's abort (tpu__pod_abort), which ends every host's
@@ -277,7 +279,7 @@ int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, con
 /* ---- the loop boundary's exchange -------------------------------------------------------- */
 
 struct pod_head {
-    uint64_t end_cycle, from, to;
+    uint64_t end_cycle, from, to, stop;
     uint64_t mxu_mac_slots, macs, stall[TPU_STALL_COUNT];
 };
 
@@ -358,6 +360,7 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
     mine.end_cycle = *end_cycle;
     mine.from = from;
     mine.to = to;
+    mine.stop = atomic_load(&e->stop) != 0;
     mine.mxu_mac_slots = counters->mxu_mac_slots;
     mine.macs = counters->macs;
     memcpy(mine.stall, counters->stall, sizeof mine.stall);
@@ -381,6 +384,7 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
     uint64_t end = 0;
     for (uint32_t h = 0; h < g->n; h++) {
         end = heads[h].end_cycle > end ? heads[h].end_cycle : end;
+        p->pod_stop = p->pod_stop || heads[h].stop;
         counters->mxu_mac_slots += heads[h].mxu_mac_slots;
         counters->macs += heads[h].macs;
         for (int s = 0; s < TPU_STALL_COUNT; s++)

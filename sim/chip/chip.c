@@ -98,9 +98,17 @@ static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
     dev->cores_per_replica = cpr;
     dev->n_replicas = dev->n_cores / cpr;
     dev->n_groups = cpr + dev->n_replicas;
+    dev->pod_parts = s->pod ? s->pod->parts : 1;
     dev->cores = calloc(dev->n_cores, sizeof *dev->cores);
     dev->groups = calloc(dev->n_groups, sizeof *dev->groups);
     dev->workers = calloc(dev->n_cores, sizeof *dev->workers);
+    if (dev->pod_parts > 1) {
+        dev->lanes = calloc(cpr, sizeof *dev->lanes);
+        if (!dev->lanes)
+            goto nomem;
+        for (uint32_t k = 0; k < cpr; k++)
+            dev->lanes[k] = (struct pod_lane){.dev = dev, .k = k};
+    }
     if (!dev->cores || !dev->groups || !dev->workers)
         goto nomem;
     for (uint32_t i = 0; i < dev->n_cores; i++)
@@ -108,12 +116,14 @@ static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
     pthread_mutex_init(&dev->lock, NULL);
     pthread_cond_init(&dev->work_cv, NULL);
     pthread_cond_init(&dev->share_cv, NULL);
+    pthread_cond_init(&dev->pod_cv, NULL);
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         struct core *c = &dev->cores[i];
         c->id = i;
         c->chip = i / cfg->cores_per_chip;
         c->replica = i / cpr;
         c->index_in_replica = i % cpr;
+        c->pod_replica = (s->pod ? s->pod->index : 0) * dev->n_replicas + c->replica;
         c->state = CORE_DONE;
         pthread_cond_init(&c->host_cv, NULL);
         c->host_cv_ready = true;
@@ -156,7 +166,12 @@ static void chip_close(void *impl)
         pthread_mutex_destroy(&dev->lock);
         pthread_cond_destroy(&dev->work_cv);
         pthread_cond_destroy(&dev->share_cv);
+        pthread_cond_destroy(&dev->pod_cv);
     }
+    if (dev->lanes)
+        for (uint32_t k = 0; k < dev->cores_per_replica; k++)
+            free(dev->lanes[k].acc);
+    free(dev->lanes);
     if (dev->groups)
         for (uint32_t g = 0; g < dev->n_groups; g++)
         {
@@ -356,7 +371,7 @@ static void chip_counters(void *impl, uint32_t core, struct tpu_core_counters *o
 }
 
 /* Under the lock: every host call blocked on a queue rechecks. */
-static void wake_hosts(struct chip_device *dev)
+void tpu__wake_hosts(struct chip_device *dev)
 {
     for (uint32_t i = 0; i < dev->n_cores; i++)
         pthread_cond_broadcast(&dev->cores[i].host_cv);
@@ -372,7 +387,7 @@ static void chip_cancel(void *impl)
             dev->error = TPU_ECANCELED;
     }
     pthread_cond_broadcast(&dev->work_cv);
-    wake_hosts(dev);
+    tpu__wake_hosts(dev);
     pthread_mutex_unlock(&dev->lock);
 }
 
@@ -415,7 +430,7 @@ static void chip_watch(void *impl, struct tpu_device_watch *w)
     w->running = dev->running;
     /* blocked: some core waits and none can move; all cores done is the normal end of a
      * launch (the run is about to return), never a deadlock */
-    bool blocked = dev->running && !dev->canceled, waiting = false;
+    bool blocked = dev->running && !dev->canceled && !dev->pod_busy, waiting = false;
     size_t len = 0;
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         const struct core *c = &dev->cores[i];
@@ -446,6 +461,8 @@ static void chip_watch(void *impl, struct tpu_device_watch *w)
 /* Under the lock: no core can make progress without more infeed. */
 static bool starved(const struct chip_device *dev)
 {
+    if (dev->pod_busy) /* a reduce across the pod will wake its cores */
+        return false;
     bool waits_infeed = false;
     for (uint32_t i = 0; i < dev->n_cores; i++) {
         enum core_state st = dev->cores[i].state;
@@ -494,7 +511,7 @@ static void *worker(void *arg)
                           "infeed that the host will not send");
                 dev->canceled = true;
                 pthread_cond_broadcast(&dev->work_cv);
-                wake_hosts(dev);
+                tpu__wake_hosts(dev);
                 break;
             }
             pthread_cond_wait(&dev->work_cv, &dev->lock);
@@ -513,7 +530,7 @@ static void *worker(void *arg)
             }
             dev->canceled = true;
             pthread_cond_broadcast(&dev->work_cv);
-            wake_hosts(dev);
+            tpu__wake_hosts(dev);
             break;
         }
         if (rc == 1) {
@@ -565,6 +582,14 @@ static int chip_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struc
         return share_rc;
     }
     pthread_mutex_unlock(&dev->lock);
+    if (dev->pod_parts > 1 && (share_rc = tpu__pod_start(dev, d)) != 0) {
+        pthread_mutex_lock(&dev->lock);
+        for (uint32_t i = 0; i < dev->n_cores; i++)
+            dev->cores[i].state = CORE_DONE;
+        dev->running = false;
+        pthread_mutex_unlock(&dev->lock);
+        return share_rc;
+    }
 
     unsigned n = dev->s.n_threads;
     if (n == 0) {
@@ -584,6 +609,8 @@ static int chip_run(void *impl, uint64_t start_cycle, uint64_t *end_cycle, struc
     for (unsigned i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     free(th);
+    if (dev->pod_parts > 1) /* the reduces under way finish with the other parts */
+        tpu__pod_stop(dev);
 
     pthread_mutex_lock(&dev->lock);
     dev->running = false;

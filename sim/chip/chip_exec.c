@@ -450,6 +450,10 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
     g->arrived = 0;
     pthread_mutex_unlock(&dev->lock);
 
+    /* over the replicas of a pod's parts: the part's lane completes it with the others
+     * (pod.c; a collective_permute over the replicas was refused at load) */
+    if (dev->pod_parts > 1 && !within_replica(op))
+        return tpu__pod_reduce(dev, c, pc, leader_only);
     /* everyone else waits in CORE_WAIT_COLL: their state is ours to change */
     if (streamed) {
         tpu__share_stream_finish(dev, g, op);
@@ -459,12 +463,21 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
             return rc;
     }
     uint64_t start = 0;
-    bool cross_chip = false;
-    for (uint32_t r = 0; r < g->n; r++) {
-        const struct core *m = &dev->cores[g->members[r]];
-        start = tpu__max_u64(start, m->coll_arrival);
-        cross_chip = cross_chip || m->chip != dev->cores[g->members[0]].chip;
-    }
+    for (uint32_t r = 0; r < g->n; r++)
+        start = tpu__max_u64(start, dev->cores[g->members[r]].coll_arrival);
+    tpu__collective_book(dev, g, c, pc, op, start, g->n, leader_only);
+    return 1;
+}
+
+void tpu__collective_book(struct chip_device *dev, const struct coll_group *g,
+                          const struct core *c, size_t pc, const struct tpu_op *op,
+                          uint64_t start, uint32_t n_coll, bool leader_only)
+{
+    /* a pod's other parts are other chips (only a permute's cycles ask) */
+    bool cross_chip = n_coll > g->n;
+    for (uint32_t r = 1; r < g->n; r++)
+        cross_chip = cross_chip || dev->cores[g->members[r]].chip !=
+                                       dev->cores[g->members[0]].chip;
     const uint64_t bytes = buf_bytes(dev, op->in[0]);
     uint32_t per_chip = 1;
     for (uint32_t r = 1; r < g->n; r++)
@@ -474,13 +487,13 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
     uint64_t received[MAX_HALO]; /* halo ops: the bytes each member receives */
     const uint64_t dur =
         halo ? halo_cycles(dev, g, op, received)
-             : tpu__collective_cycles(&dev->cfg, op->code, g->n, per_chip, cross_chip, bytes);
+             : tpu__collective_cycles(&dev->cfg, op->code, n_coll, per_chip, cross_chip, bytes);
     for (uint32_t r = 0; r < g->n; r++) {
         struct core *m = &dev->cores[g->members[r]];
         const struct tpu_core_counters before = m->ctr;
         m->ctr.stall[TPU_STALL_SYNC] += start - m->coll_arrival;
         m->ctr.busy[TPU_UNIT_ICI] += dur;
-        m->ctr.ici_bytes += halo ? received[r] : g->n > 1 ? bytes : 0;
+        m->ctr.ici_bytes += halo ? received[r] : n_coll > 1 ? bytes : 0;
         m->unit_free[TPU_UNIT_ICI] = start + dur;
         trace(dev, m, TPU_UNIT_ICI, 0, pc, start, start + dur);
         if (m->stats)
@@ -498,7 +511,6 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
             tpu__wake_core(dev, m, CORE_WAIT_COLL);
     }
     pthread_mutex_unlock(&dev->lock);
-    return 1;
 }
 
 /* ---- feeds ------------------------------------------------------------------------------- */
@@ -599,7 +611,7 @@ static int run_op(struct chip_device *dev, struct core *c, size_t pc, const stru
             e = unit == TPU_UNIT_MXU && dev->s.mxu
                     ? tpu__provider_matmul(dev->s.mxu, &dev->cfg, c->id, c->index_in_replica,
                                            op, c->bufs, &c->provider_mxu_cycles, d)
-                    : tpu__op_compute_core(op, c->bufs, c->vars, c->replica,
+                    : tpu__op_compute_core(op, c->bufs, c->vars, c->pod_replica,
                                            c->index_in_replica, dev->cfg.mxu_rows,
                                            dev->s.kernel_threads ? dev->s.kernel_threads : 1,
                                            scratch, d);

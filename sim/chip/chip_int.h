@@ -85,6 +85,9 @@ enum placement { IN_HBM, IN_VMEM };
 
 struct core {
     uint32_t id, chip, replica, index_in_replica;
+    uint32_t pod_replica;       /* the replica in the whole pod (device.h, settings.pod:
+                                   index x n_replicas + replica), what ops that depend on the
+                                   replica see; replica without a pod */
     enum core_state state;      /* [L] */
     struct tpu__bufmem *bufs;   /* [n_buffers] */
     int64_t *vars;              /* [n_vars] */
@@ -143,6 +146,24 @@ struct share_pool {
     size_t n, cap;
 };
 
+/* The all-reduces over the replicas of a pod's part (pod.c): one lane per logical index k,
+ * whose thread makes the pod link's calls for k's reduces, so that a worker never waits in
+ * the link (a worker blocked there could be the one another part's reduce of another k
+ * needs here). The last local arriver hands the reduce to its lane and leaves its core
+ * waiting like the others. [L] */
+struct pod_lane {
+    struct chip_device *dev;
+    uint32_t k;
+    bool has_job;             /* [L] a reduce was handed over and not yet taken */
+    bool quit;                /* [L] the run is over: the thread returns */
+    size_t pc;                /* the job: the op at pc over group k */
+    bool leader_only;
+    void *acc;                /* the lane thread's running sum, acc_cap bytes */
+    size_t acc_cap;
+    pthread_t th;
+    bool started;
+};
+
 /* A worker thread of a run. Its working memory for the ops (ops.h: a matmul's packed
  * blocks) belongs to the thread, not to the cores it runs, so it stays warm in the thread's
  * caches as the thread moves from core to core; it is kept across runs. */
@@ -164,6 +185,12 @@ struct chip_device {
 
     struct coll_group *groups;  /* [cores_per_replica + n_replicas] */
     uint32_t n_groups;
+
+    /* settings.pod with more than one part (pod.c); pod_parts is 1 without */
+    uint32_t pod_parts;
+    struct pod_lane *lanes;     /* [cores_per_replica] during a run of a pod's part, or NULL */
+    uint32_t pod_busy;          /* [L] reduces handed to lanes and not yet completed */
+    pthread_cond_t pod_cv;      /* lanes wait here for a job; the run's end for pod_busy 0 */
 
     /* replica sharing (share.c); all NULL when the device does not share */
     bool *shareable;            /* [n_buffers] the param may be held once per index */
@@ -296,6 +323,27 @@ int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu
                        struct tpu_diag *d);
 int tpu__share_acquire_buf(struct chip_device *dev, struct core *c, uint32_t b,
                            struct tpu_diag *d);
+
+/* chip_exec.c: books a collective over group g that starts at `start` on every member (SYNC
+ * stalls, the ICI unit for the cycles of n_coll members, ici_bytes, its op statistics,
+ * finish), advances every member's pc but c's (c NULL: every member's) and wakes them. The
+ * values are done. leader_only: a replica-shared reduce wrote only member 0's y. */
+void tpu__collective_book(struct chip_device *dev, const struct coll_group *g,
+                          const struct core *c, size_t pc, const struct tpu_op *op,
+                          uint64_t start, uint32_t n_coll, bool leader_only);
+
+/* pod.c: the all-reduces over the replicas across a pod's parts (pod_parts > 1).
+ * start: at a run's start, one lane thread per logical index (0 or TPU_ETHREAD, d).
+ * stop: at its end, once the workers are gone: waits for the lanes' reduces under way (a
+ * link call returns when its peers answer or the link fails), then ends their threads.
+ * reduce: core c, the last local arriver at the all_reduce at pc over group g, hands it to
+ * its lane and waits with the others (returns 0). */
+int tpu__pod_start(struct chip_device *dev, struct tpu_diag *d);
+void tpu__pod_stop(struct chip_device *dev);
+int tpu__pod_reduce(struct chip_device *dev, struct core *c, size_t pc, bool leader_only);
+
+/* Under the lock: every host call blocked on a queue rechecks (chip.c). */
+void tpu__wake_hosts(struct chip_device *dev);
 
 /* Wakes a core waiting in `state` (under the lock). */
 void tpu__wake_core(struct chip_device *dev, struct core *c, enum core_state state);

@@ -289,7 +289,9 @@ int tpu__share_plan(struct chip_device *dev, const struct tpu_program *p)
         if (dev->role[pc] != ROLE_REDUCE || op->in[0] != op->out[0])
             continue;
         const uint32_t x = op->in[0];
-        bool ok = last_writer(p, pc, x) != SIZE_MAX;
+        /* not on a pod's part: the pod's sum is a chain over the parts (pod.c), of which a
+         * part's members are not a prefix */
+        bool ok = dev->pod_parts <= 1 && last_writer(p, pc, x) != SIZE_MAX;
         for (size_t j = 0; j < n_ops && ok; j++) {
             const struct tpu_op *o = tpu_program_op(p, j);
             const enum tpu_unit u = tpu__op_unit(o->code);
@@ -508,8 +510,8 @@ int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
     pthread_mutex_unlock(&dev->lock);
     /* the leader's buffers: the shared slots, and y as the reduce left it */
     struct core *leader = &dev->cores[c->index_in_replica];
-    int rc = tpu__op_compute_core(op, leader->bufs, c->vars, c->replica, c->index_in_replica,
-                                  dev->cfg.mxu_rows,
+    int rc = tpu__op_compute_core(op, leader->bufs, c->vars, c->pod_replica,
+                                  c->index_in_replica, dev->cfg.mxu_rows,
                                   dev->s.kernel_threads ? dev->s.kernel_threads : 1, scratch,
                                   d);
     pthread_mutex_lock(&dev->lock);

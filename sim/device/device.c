@@ -109,6 +109,29 @@ static int check_backend(const struct tpu_device_backend *be, struct tpu_diag *d
     return 0;
 }
 
+/* settings.pod: a part of a pod of 1 to 4096 parts with every entry of its link. The backend
+ * decides whether it simulates a pod (the native chip does; another refuses it at open). */
+static int check_pod(const struct tpu_pod_link *pod, struct tpu_diag *d)
+{
+    if (pod->parts < 1 || pod->parts > 4096)
+        return tpu__fail(d, TPU_EINVAL, "settings.pod->parts is %u; a pod has 1 to 4096 parts "
+                         "(one per host): set it to the number of hosts", pod->parts);
+    if (pod->index >= pod->parts)
+        return tpu__fail(d, TPU_EINVAL, "settings.pod->index is %u, but the pod has %u parts; "
+                         "set it to this device's host, 0 to %u", pod->index, pod->parts,
+                         pod->parts - 1);
+    const char *missing = !pod->max_u64     ? "max_u64"
+                          : !pod->recv_prev  ? "recv_prev"
+                          : !pod->send_next  ? "send_next"
+                          : !pod->bcast_last ? "bcast_last"
+                                             : NULL;
+    if (missing)
+        return tpu__fail(d, TPU_EINVAL, "settings.pod->%s is NULL; a pod link needs all four "
+                         "entries (max_u64, recv_prev, send_next, bcast_last): give it one",
+                         missing);
+    return 0;
+}
+
 int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out,
                     struct tpu_diag *d)
 {
@@ -129,6 +152,9 @@ int tpu_device_open(const struct tpu_device_settings *s, struct tpu_device **out
                          "cores_per_replica %u must be a power of two from 1 to 128 that "
                          "divides the %llu cores (%u chips x %u cores)",
                          cpr, (unsigned long long)n_cores, s->n_chips, cfg->cores_per_chip);
+
+    if (s->pod && (rc = check_pod(s->pod, d)) != 0)
+        return rc;
 
     struct tpu_device *dev = calloc(1, sizeof *dev);
     if (!dev)
@@ -215,7 +241,9 @@ static int clone_program(const struct tpu_program *p, struct tpu_program **out,
 /* Whether some collective of the program has participants on different chips. */
 static bool has_cross_chip_collective(const struct tpu_device *dev, const struct tpu_program *p)
 {
-    const bool replicas_span = dev->s.n_chips > 1 && dev->n_replicas > 1;
+    /* a pod's other parts are other chips: a collective over the replicas reaches them */
+    const bool pod = dev->s.pod && dev->s.pod->parts > 1;
+    const bool replicas_span = (dev->s.n_chips > 1 && dev->n_replicas > 1) || pod;
     const bool replica_spans = dev->s.cores_per_replica > dev->s.chip.cores_per_chip;
     for (size_t i = 0; i < tpu_program_n_ops(p); i++) {
         const struct tpu_op *op = tpu_program_op(p, i);
@@ -257,6 +285,21 @@ static int check_program_fits(const struct tpu_device *dev, const struct tpu_pro
                          "open the device with cores_per_replica %u or build the program %s",
                          tpu_program_name(prog), i, line, (unsigned)parts, (unsigned)cpr,
                          cpr == 1 ? "" : "s", (unsigned)parts, fix);
+    }
+    const struct tpu_pod_link *pod = dev->s.pod;
+    for (size_t i = 0; pod && pod->parts > 1 && i < tpu_program_n_ops(prog); i++) {
+        const struct tpu_op *op = tpu_program_op(prog, i);
+        if (op->code != TPU_OP_COLLECTIVE_PERMUTE || op->attrs.group == TPU_GROUP_REPLICA_CORES)
+            continue;
+        char line[160];
+        tpu_program_format_op(prog, i, line, sizeof line);
+        return tpu__fail(d, TPU_EUNSUPPORTED,
+                         "program '%s', op %zu '%s': a collective_permute over the replicas "
+                         "moves data between replicas of different parts of the pod, which "
+                         "the pod link does not carry (this device is part %u of %u); permute "
+                         "within a replica (group=replica_cores), or run the program on one "
+                         "device of the whole pod (settings.pod NULL)",
+                         tpu_program_name(prog), i, line, pod->index, pod->parts);
     }
     if (cfg->ici_topology == TPU_TOPO_NONE && has_cross_chip_collective(dev, prog))
         return tpu__fail(d, TPU_EUNSUPPORTED,

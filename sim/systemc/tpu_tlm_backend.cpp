@@ -404,6 +404,11 @@ int sc_open(void *ctx, const struct tpu_device_settings *s, void **impl, struct 
                     "exposes registers, counters and memory windows, not the chip's unit "
                     "events (leave settings.trace off, or trace the same run on the native "
                     "backend, which gives the same cycles)", k_name);
+    if (s->pod)
+        return fail(d, TPU_EUNSUPPORTED, "the %s backend simulates one whole device: it "
+                    "cannot be part %u of a pod of %u devices (settings.pod), whose all-reduces "
+                    "cross to the other parts; leave settings.pod NULL, or open the part on the "
+                    "native backend", k_name, s->pod->index, s->pod->parts);
     if (s->op_stats)
         return fail(d, TPU_EUNSUPPORTED, "the %s backend keeps no per-op statistics: the TLM "
                     "model exposes registers, counters and memory windows, not the chip's ops "
