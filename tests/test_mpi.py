@@ -23,6 +23,7 @@ Open MPI's own start-up allocations are never freed.)"""
 import glob
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -168,6 +169,67 @@ def config_file_and_options_on_ranks():
     assert out['replicas'] == 8 and out['hosts'] == 2, out
     assert out['global_step'] == 12 and out['all_reduce_share'] > 0, out
     assert len(ckpts('cfg-2-ranks')) == 2, sorted(ckpts('cfg-2-ranks'))
+
+
+# a small CNN (as tests/test_cli_shard_train.py's) on 6x6 images of 3 classes
+SMALL_CNN = {'name': 'small', 'input': [6, 6, 1],
+             'layers': [{'type': 'conv2d', 'filters': 4, 'kernel_size': 3,
+                         'activation': 'relu'},
+                        {'type': 'flatten'},
+                        {'type': 'dense', 'units': 3}],
+             'loss': 'softmax_cross_entropy'}
+
+
+def write_images(d):
+    """x_train/x_test (uint8, N x 6 x 6) and y (int32) of 3 classes, the hot band per class."""
+    os.makedirs(d, exist_ok=True)
+    rnd = random.Random(5)
+    for name, n in (('train', 384), ('test', 96)):
+        labels = [i % 3 for i in range(n)]
+        rnd.shuffle(labels)
+        rows = [[rnd.randrange(160, 256) if y * 12 <= j < (y + 1) * 12 else rnd.randrange(0, 96)
+                 for j in range(36)] for y in labels]
+        write_npy(os.path.join(d, f'x_{name}.npy'), rows, '|u1', 'B')
+        write_npy(os.path.join(d, f'y_{name}.npy'), [[y] for y in labels], '<i4', 'i')
+    return d
+
+
+@case
+def model_file_with_its_options_on_ranks():
+    """--model (a CNN) with AdamW, a cosine schedule with warm-up, --passes 3, --epochs,
+    --strict-input, --iterations-per-loop auto with the Keras tuner, spatial partitioning
+    over 2 cores a replica (--input-partition-dims), evaluation per replica (PER_HOST_V2)."""
+    model = os.path.join(TMP, 'small.json')
+    with open(model, 'w') as f:
+        json.dump(SMALL_CNN, f)
+    data = write_images(os.path.join(TMP, 'images'))
+    extra = ['--model', model, '--optimizer', 'adamw', '--weight-decay', '0.01',
+             '--lr-schedule', 'cosine', '--warmup-steps', '2', '--decay-steps', '8',
+             '--passes', '3', '--epochs', '1', '--strict-input', '--iterations-per-loop',
+             'auto', '--tuner', 'keras', '--cores-per-replica', '2', '--chips', '2',
+             '--input-partition-dims', '[[1, 2, 1, 1], None]', '--train-batch-size', '32',
+             '--eval-batch-size', '32', '--save-checkpoints-steps', '4']
+    def cnn_args(model_dir):
+        a = base(model_dir, '--hosts', '2', *extra)
+        a[a.index('--data') + 1] = data
+        i = a.index('--layers')  # the model file instead of the MLP
+        return a[:i] + a[i + 2:]
+    args1, argsn = cnn_args('cnn-one'), cnn_args('cnn-ranks')
+    p1, pn = one(*args1, '--json'), mpirun(2, *argsn, '--json')
+    j1, jn = json.loads(p1.stdout), json.loads(pn.stdout)
+    for j in (j1, jn):
+        j.pop('wall_seconds')
+    assert j1 == jn, (j1, jn)
+    assert jn['global_step'] == 12 and jn['test_examples'] == 96, jn
+    assert_same_ckpts('cnn-one', 'cnn-ranks')
+
+
+@case
+def mlp_optimizer_options_on_ranks():
+    """The MLP with Adam's betas and epsilon, --l2, --passes 6, --max-steps, on 4 ranks of 2
+    chips."""
+    same_run(4, 'opt-4', *LOSSES, '--beta1', '0.8', '--beta2', '0.99', '--epsilon', '1e-6',
+             '--l2', '0.001', '--passes', '6', '--chips', '2', '--train-batch-size', '32')
 
 
 @case
