@@ -229,7 +229,9 @@ static const char *backend_name(enum train_backend b)
     return "native";
 }
 
-/* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. */
+/* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. On
+ * ranks, the pod's: every rank adds its arrays' through the host group, so every rank
+ * calls this at the same point (the summary, printed or not). */
 static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, uint64_t *cycles)
 {
     *units = 0;
@@ -240,6 +242,24 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
         ++*units;
         *tiles += st.tiles;
         *cycles += st.cycles;
+    }
+    if (r->pod) {
+        const struct tpu_host_group *g = r->pod->group;
+        const uint64_t mine[3] = {*units, *tiles, *cycles};
+        uint64_t *all = calloc((size_t)g->n * 3, sizeof *all);
+        struct tpu_diag d = {0};
+        if (!all || g->allgather(g->ctx, mine, sizeof mine, all, &d)) {
+            free(all); /* the figures stay this rank's; the group failed or memory ran out */
+            return;
+        }
+        *units = 0;
+        *tiles = *cycles = 0;
+        for (uint32_t h = 0; h < g->n; h++) {
+            *units += (uint32_t)all[3 * h];
+            *tiles += all[3 * h + 1];
+            *cycles += all[3 * h + 2];
+        }
+        free(all);
     }
 #else
     (void)r;

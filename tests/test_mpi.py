@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from cli_harness import case, main, write_fashion_subset, write_npy
+from cli_harness import Skip, case, main, write_fashion_subset, write_npy
 
 EXE = os.path.abspath(sys.argv[1])
 PROG = os.path.abspath(sys.argv[2])
@@ -264,6 +264,20 @@ def trace_and_reference_on_ranks():
     assert p.stdout.count('tpusim train:') == 1, p.stdout  # one summary: rank 0's
     assert 'fp32 host reference' in p.stdout, p.stdout
     assert p.stderr == '', p.stderr
+
+
+@case
+def rtl_backend_on_ranks():
+    """--backend rtl: every matmul on a rank's Verilated arrays; the same values, cycles and
+    array totals (summed over the ranks) as one process; --vcd is rank 0's core 0."""
+    if os.environ.get('TPUSIM_HAVE_RTL') != '1':
+        raise Skip('built without the RTL matrix unit (-Drtl=enabled)')
+    vcd = os.path.join(TMP, 'mxu.vcd')
+    p = same_run(2, 'rtl-2', '--backend', 'rtl', '--layers', '8', '--train-batch-size', '8',
+                 '--eval-batch-size', '8', '--steps', '2', '--iterations-per-loop', '1',
+                 '--no-eval', '--vcd', vcd)
+    assert 'RTL backend        4 Verilated 8x8 arrays' in p.stdout, p.stdout
+    assert os.path.getsize(vcd) > 0 and not os.path.exists(vcd + '.rank1')
 
 
 # ---- refusals --------------------------------------------------------------------------------
