@@ -56,7 +56,7 @@ if [ $quick -eq 0 ]; then
   labels+=("tsan=build-tsan")
   # libFuzzer needs clang; the fuzz build instruments the C code only (no RTL). Each target
   # fuzzes for 15 s (tests/fuzz/meson.build), two at a time.
-  CC=clang run_suite fuzz build-fuzz "-Drtl=disabled -Dsystemc=disabled -Dfuzz=enabled --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" --suite fuzz
+  CC=clang run_suite fuzz build-fuzz "-Drtl=disabled -Dsystemc=disabled -Dmpi=disabled -Dfuzz=enabled --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" --suite fuzz
   labels+=("fuzz=build-fuzz")
 fi
 python3 tests/summarize.py "${labels[@]}"
