@@ -52,7 +52,7 @@ if [ $quick -eq 0 ]; then
   # TSan: the threaded parts only (the MPI tests stay out: Open MPI's own threads and
   # shared-memory transport are not built for ThreadSanitizer, whose reports there are
   # Open MPI's, not tpusim's; the pod's threads are checked by the in-process pod tests)
-  run_suite tsan build-tsan "-Drtl=enabled -Dsystemc=enabled -Dmpi=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime runtime_shard runtime_keras equivalence models net net_chip net_partition op_stats ops_train conv partition_ops partition_rules keras systemc_backend replica_share pod_device
+  run_suite tsan build-tsan "-Drtl=enabled -Dsystemc=enabled -Dmpi=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime runtime_shard runtime_pod runtime_keras equivalence models net net_chip net_partition op_stats ops_train conv partition_ops partition_rules keras systemc_backend replica_share pod_device
   labels+=("tsan=build-tsan")
   # libFuzzer needs clang; the fuzz build instruments the C code only (no RTL). Each target
   # fuzzes for 15 s (tests/fuzz/meson.build), two at a time.

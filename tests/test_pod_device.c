@@ -8,7 +8,8 @@
  * same params and optimizer state (memcmp), have outfed the same bytes at the same cycles,
  * have the same counters and per-op statistics, and each launch must end at the same cycle
  * (the pod's: the latest part's). The models: an MLP with Adam, and a small CNN with dropout
- * (its masks depend on the pod replica) and SGD with momentum; on replicas of 1 and of 2
+ * (its masks depend on the pod replica) and SGD with momentum, and a cross-replica batch norm
+ * (statistics all-reduced in the forward pass) with Adam; on replicas of 1 and of 2
  * cores (two logical indices: two all-reduces across the pod at once, and halo ops within a
  * replica); replica sharing on and off; values and timing only.
  *
@@ -23,6 +24,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,13 +51,14 @@ enum {
     LAUNCHES = 3,
 };
 
-enum model_kind { MLP, CNN };
+enum model_kind { MLP, CNN, BN };
 
 /* The program every device runs, with what the host needs to drive it. */
 struct job {
     enum model_kind kind;
     uint32_t P;              /* cores per replica */
     bool share, timing;
+    unsigned n_threads;      /* each device's workers */
     struct tpu_net *net;
     struct tpu_train_spec tspec;
     struct tpu_mlp_spec mspec;
@@ -88,6 +92,7 @@ static void job_build(struct job *j, enum model_kind kind, uint32_t P, bool shar
     j->P = P;
     j->share = share;
     j->timing = timing;
+    j->n_threads = 2;
     struct tpu_diag d = {0};
     if (kind == MLP) {
         tpu_mlp_default_spec(&j->mspec);
@@ -98,6 +103,21 @@ static void job_build(struct job *j, enum model_kind kind, uint32_t P, bool shar
         j->mspec.optimizer = TPU_OPT_ADAM;
         j->mspec.learning_rate = 0.01f;
         tpu_mlp_model(&j->model, &j->mspec);
+    } else if (kind == BN) {
+        /* cross-replica batch norm: the batch statistics are all-reduced in the forward
+         * pass, values that no update reads alone */
+        j->net = new_net(4, 4, 1);
+        uint32_t x = conv(j->net, 0, 4, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_NONE, false);
+        x = batch_norm(j->net, x, true);
+        x = unary(j->net, TPU_LAYER_RELU, x);
+        x = unary(j->net, TPU_LAYER_FLATTEN, x);
+        x = dense(j->net, x, CLASSES, TPU_ACT_NONE);
+        output(j->net, x, TPU_LOSS_SOFTMAX_XENT);
+        tpu_train_spec_default(&j->tspec);
+        j->tspec.optimizer = TPU_OPT_ADAM;
+        j->tspec.learning_rate = 0.01f;
+        j->tspec.seed = 7;
+        ok(tpu_net_model(&j->model, j->net, &j->tspec, &d), &d);
     } else {
         j->net = new_net(4, 4, 1);
         uint32_t x = conv(j->net, 0, 6, 3, 3, 1, TPU_PADDING_SAME, TPU_ACT_RELU, true);
@@ -168,7 +188,7 @@ static void side_open(struct side *s, const struct job *j, uint32_t n_chips,
     tiny_settings(&st);
     st.n_chips = n_chips;
     st.cores_per_replica = j->P;
-    st.n_threads = 2;
+    st.n_threads = j->n_threads;
     st.op_stats = true;
     st.share_replicas = j->share;
     st.timing_only = j->timing;
@@ -249,8 +269,12 @@ static void *feeder(void *arg)
                 assert_true(bytes <= 65536);
                 if (!j->timing)
                     fill(j, t, g, s->global_step + st, buf);
+                /* the host sends some cores' data later: they reach the all-reduces last,
+                 * on one part or another (the pod's start is the latest arrival anywhere) */
+                const uint64_t host_cycle = s->start + ((g * 7 + st) % 5) * 4000;
                 struct tpu_diag d = {0};
-                if (tpu_device_infeed(s->dev, c, j->timing ? NULL : buf, bytes, 0, &d) != 0) {
+                if (tpu_device_infeed(s->dev, c, j->timing ? NULL : buf, bytes, host_cycle,
+                                      &d) != 0) {
                     free(buf);
                     return NULL; /* the run failed: its error is the run's */
                 }
@@ -382,10 +406,11 @@ static void assert_part_same(const struct side *whole, const struct side *part,
 
 /* The job on one device and on n parts, launch by launch. */
 static void same_as_one_device(enum model_kind kind, uint32_t P, uint32_t n, bool share,
-                               bool timing)
+                               bool timing, unsigned n_threads)
 {
     struct job j;
     job_build(&j, kind, P, share, timing);
+    j.n_threads = n_threads;
     struct pod_threads *pt = NULL;
     assert_int_equal(pod_threads_create(n, &pt), 0);
     struct side whole, parts[4];
@@ -410,10 +435,12 @@ static void same_as_one_device(enum model_kind kind, uint32_t P, uint32_t n, boo
         }
         pod_threads_run(pt, launch, args);
         char when[128];
-        snprintf(when, sizeof when, "%s, replicas of %u core%s, %u parts, sharing %s, %s, "
-                 "launch %d of %llu steps", kind == MLP ? "MLP (Adam)" : "CNN (dropout)", P,
-                 P > 1 ? "s" : "", n, share ? "on" : "off", timing ? "timing only" : "values",
-                 l, (unsigned long long)steps[l]);
+        snprintf(when, sizeof when, "%s, replicas of %u core%s, %u parts, sharing %s, %s, %u "
+                 "worker%s, launch %d of %llu steps",
+                 kind == MLP ? "MLP (Adam)" : kind == CNN ? "CNN (dropout)"
+                                                          : "cross-replica batch norm", P, P > 1 ? "s" : "", n,
+                 share ? "on" : "off", timing ? "timing only" : "values", n_threads,
+                 n_threads > 1 ? "s" : "", l, (unsigned long long)steps[l]);
         uint64_t pod_end = 0;
         for (uint32_t h = 0; h < n; h++) {
             if (parts[h].rc)
@@ -440,27 +467,57 @@ static void same_as_one_device(enum model_kind kind, uint32_t P, uint32_t n, boo
     job_free(&j);
 }
 
-#define POD_CASE(name, kind, P, n, share, timing)                                             \
+/* The cases: the model, cores per replica, parts, sharing, timing only, workers per device
+ * (one: a worker never waits in the link, so two logical cores' reduces cannot starve
+ * each other of workers, pod.c). */
+#define POD_CASE(name, kind, P, n, share, timing, threads)                                    \
     static void test_##name(void **state)                                                     \
     {                                                                                         \
         (void)state;                                                                          \
-        same_as_one_device(kind, P, n, share, timing);                                        \
+        same_as_one_device(kind, P, n, share, timing, threads);                               \
     }
-POD_CASE(mlp_p1_2parts, MLP, 1, 2, true, false)
-POD_CASE(mlp_p1_4parts, MLP, 1, 4, true, false)
-POD_CASE(mlp_p1_4parts_apart, MLP, 1, 4, false, false)
-POD_CASE(mlp_p2_2parts, MLP, 2, 2, true, false)
-POD_CASE(mlp_p2_4parts, MLP, 2, 4, true, false)
-POD_CASE(mlp_p2_4parts_apart, MLP, 2, 4, false, false)
-POD_CASE(mlp_p1_4parts_timing, MLP, 1, 4, true, true)
-POD_CASE(mlp_p2_2parts_timing, MLP, 2, 2, false, true)
-POD_CASE(cnn_p1_2parts, CNN, 1, 2, true, false)
-POD_CASE(cnn_p1_4parts, CNN, 1, 4, true, false)
-POD_CASE(cnn_p1_4parts_apart, CNN, 1, 4, false, false)
-POD_CASE(cnn_p2_4parts, CNN, 2, 4, true, false)
-POD_CASE(cnn_p2_2parts_apart, CNN, 2, 2, false, false)
+POD_CASE(mlp_p1_2parts, MLP, 1, 2, true, false, 2)
+POD_CASE(mlp_p1_4parts, MLP, 1, 4, true, false, 2)
+POD_CASE(mlp_p1_4parts_apart, MLP, 1, 4, false, false, 2)
+POD_CASE(mlp_p2_2parts, MLP, 2, 2, true, false, 2)
+POD_CASE(mlp_p2_4parts, MLP, 2, 4, true, false, 2)
+POD_CASE(mlp_p2_4parts_apart, MLP, 2, 4, false, false, 2)
+POD_CASE(mlp_p1_4parts_timing, MLP, 1, 4, true, true, 2)
+POD_CASE(mlp_p2_2parts_timing, MLP, 2, 2, false, true, 2)
+POD_CASE(cnn_p1_2parts, CNN, 1, 2, true, false, 2)
+POD_CASE(cnn_p1_4parts, CNN, 1, 4, true, false, 2)
+POD_CASE(cnn_p1_4parts_apart, CNN, 1, 4, false, false, 2)
+POD_CASE(cnn_p2_4parts, CNN, 2, 4, true, false, 2)
+POD_CASE(cnn_p2_2parts_apart, CNN, 2, 2, false, false, 2)
+POD_CASE(bn_p1_4parts, BN, 1, 4, true, false, 2)
+POD_CASE(bn_p1_2parts_apart, BN, 1, 2, false, false, 2)
+POD_CASE(mlp_p2_4parts_1worker, MLP, 2, 4, true, false, 1)
+POD_CASE(cnn_p2_2parts_1worker, CNN, 2, 2, false, false, 1)
 
 /* ---- the sums themselves ------------------------------------------------------------------- */
+
+enum { SPECIAL_AT = 250 }; /* elements [250, 256) of the sums below */
+
+/* Infinities and NaNs in pod core g's x: Inf + -Inf at 250, two NaN payloads of either sign
+ * at 251, a NaN meeting an infinity at 252. */
+static void special(float *x, uint32_t g)
+{
+    const uint32_t bits[4] = {0x7fc00001u, 0xffc00002u, 0x7f800000u, 0xff800000u};
+    float v[4];
+    memcpy(v, bits, sizeof v);
+    if (g == 1)
+        x[SPECIAL_AT] = v[2];
+    if (g == 2)
+        x[SPECIAL_AT] = v[3];
+    if (g == 3)
+        x[SPECIAL_AT + 1] = v[0];
+    if (g == 5)
+        x[SPECIAL_AT + 1] = v[1];
+    if (g == 4)
+        x[SPECIAL_AT + 2] = v[2];
+    if (g == 6)
+        x[SPECIAL_AT + 2] = v[1];
+}
 
 struct bare {
     struct tpu_device *dev;
@@ -479,7 +536,8 @@ static void *bare_run(void *arg)
 /* Sums and means over the replicas, exactly as one device computes them:
  * ((x0 + x1) + x2) + ... in pod replica order, then / n for a mean, on every pod core; the
  * same cycles, SYNC stalls and ICI figures. The values are chosen so that the order of the
- * float additions matters. */
+ * float additions matters; the last elements hold infinities and NaNs (Inf + -Inf makes one,
+ * and NaNs of different payloads and signs meet), whose bits must also be one device's. */
 static void test_all_reduce_exact(void **state)
 {
     (void)state;
@@ -510,6 +568,7 @@ static void test_all_reduce_exact(void **state)
             float xf[256];
             for (int i = 0; i < 256; i++)
                 xf[i] = (g % 2 ? 1e8f : 1.0f) * ((float)(g + 1) * 0.37f + (float)i * 1e-3f);
+            special(xf, g);
             struct tpu_device *pd = part[g / per].dev;
             assert_int_equal(tpu_device_write(whole.dev, g, x, xf, sizeof xf, NULL), 0);
             assert_int_equal(tpu_device_write(pd, g % per, x, xf, sizeof xf, NULL), 0);
@@ -542,8 +601,9 @@ static void test_all_reduce_exact(void **state)
             struct tpu_device *pd = part[g / per].dev;
             assert_int_equal(tpu_device_read(whole.dev, g, x, a, sizeof a, NULL), 0);
             assert_int_equal(tpu_device_read(pd, g % per, x, b, sizeof b, NULL), 0);
-            assert_memory_equal(a, want, sizeof a);
-            assert_memory_equal(b, want, sizeof b);
+            assert_memory_equal(a, want, SPECIAL_AT * sizeof *a);
+            assert_memory_equal(b, a, sizeof a); /* the specials too, bit for bit */
+            assert_true(isnan(b[SPECIAL_AT]) && isnan(b[SPECIAL_AT + 1]));
             struct tpu_core_counters ca, cb;
             tpu_device_counters(whole.dev, g, &ca);
             tpu_device_counters(pd, g % per, &cb);
@@ -753,13 +813,13 @@ static void test_systemc_refuses_a_pod(void **state)
 struct flaky {
     struct tpu_pod_link link; /* the wrapped entries call `inner` */
     const struct tpu_pod_link *inner;
-    int ok_calls;
+    atomic_int ok_calls; /* the lanes of different logical cores call at once */
 };
 
 static int flaky_max(void *ctx, uint32_t group, uint64_t *value, struct tpu_diag *d)
 {
     struct flaky *f = ctx;
-    if (f->ok_calls-- <= 0) {
+    if (atomic_fetch_sub(&f->ok_calls, 1) <= 0) {
         snprintf(d->msg, sizeof d->msg, "the test's link to part 0 is down");
         d->code = TPU_EIO;
         return TPU_EIO;
@@ -810,7 +870,8 @@ static void test_failing_link_fails_the_run(void **state)
         job_build(&j, MLP, P[v], true, false);
         struct pod_threads *pt = NULL;
         assert_int_equal(pod_threads_create(2, &pt), 0);
-        struct flaky f = {.inner = pod_threads_link(pt, 1), .ok_calls = 3};
+        struct flaky f = {.inner = pod_threads_link(pt, 1)};
+        atomic_init(&f.ok_calls, 3);
         f.link = (struct tpu_pod_link){.ctx = &f, .parts = 2, .index = 1,
                                        .max_u64 = flaky_max, .recv_prev = flaky_recv,
                                        .send_next = flaky_send, .bcast_last = flaky_bcast};
@@ -970,6 +1031,10 @@ int main(void)
         cmocka_unit_test(test_cnn_p1_4parts_apart),
         cmocka_unit_test(test_cnn_p2_4parts),
         cmocka_unit_test(test_cnn_p2_2parts_apart),
+        cmocka_unit_test(test_bn_p1_4parts),
+        cmocka_unit_test(test_bn_p1_2parts_apart),
+        cmocka_unit_test(test_mlp_p2_4parts_1worker),
+        cmocka_unit_test(test_cnn_p2_2parts_1worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "tpusim/runtime.h"
 #include "net_build.h"
 #include "toy_dataset.h"
+#include "xorshift.h"
 
 enum { BATCH = 16, STEPS = 3 };
 
@@ -441,6 +443,244 @@ static void test_write_diverges(void **state)
     run_close(&off);
 }
 
+/* ---- deferred products (share.c) -------------------------------------------------------- */
+
+/* One matmul's product summed over the replicas by a streamed reduce and read only by an
+ * optimizer: with sharing on, the product is deferred (the replicas' operands gathered, the
+ * sum one GEMM whose K-tiles are the replicas') when it is one K-tile of one bf16 pass. */
+struct defer_case {
+    bool ta, tb;              /* matmul trans_a, trans_b */
+    enum tpu_dtype da, db;    /* the operands' dtypes (f32 or bf16) */
+    uint32_t k;               /* per-replica K: <= 8 is one tile of the tiny chip's array */
+    unsigned passes;          /* 1, or 3 (not deferred) */
+    bool mean;                /* reduce=mean */
+    bool specials;            /* Inf, -Inf and NaN operands (see defer_operand) */
+};
+
+enum { DEFER_M = 13, DEFER_N = 21, DEFER_REPLICAS = 6, DEFER_STEPS = 3 };
+
+/* Operand element (i, j) of op(A) (is_a) or op(B) of replica r. With specials, op(B)'s
+ * row 0 is all ones and op(A)'s column 0 holds +Inf in row 1 on replica 1 and -Inf there on
+ * replica 2, so every output of row 1 is +Inf on replica 1 and -Inf on replica 2, and their
+ * sum is a NaN that no operand holds (the NaN an addition makes, not the canonical one);
+ * replica 4 then adds a product that is a NaN there (canonical), so the sum adds two NaNs
+ * (which payload wins is the adds' choice, the same on every path); and a NaN in row 2 on
+ * replica 3 makes row 2's sums NaN too: 2 N NaNs. */
+static float defer_operand(struct rng *g, bool is_a, uint32_t r, uint32_t i, uint32_t j,
+                           bool specials)
+{
+    const float v = rnd_f32(g, -2.0f, 2.0f);
+    if (!specials)
+        return v;
+    if (!is_a)
+        return i == 0 ? 1.0f : v;
+    if (j == 0 && i == 1 && r == 1)
+        return INFINITY;
+    if (j == 0 && i == 1 && r == 2)
+        return -INFINITY;
+    if (j == 0 && i == 2 && r == 3)
+        return NAN;
+    if (j == 0 && i == 1 && r == 4)
+        return NAN;
+    return v;
+}
+
+/* Writes replica r's operands: op(A) [M][K] and op(B) [K][N], stored as the case says. */
+static void defer_write(struct tpu_device *dev, uint32_t core, uint32_t a_id, uint32_t b_id,
+                        const struct defer_case *dc, uint64_t seed)
+{
+    struct rng g = {seed};
+    const uint32_t M = DEFER_M, N = DEFER_N, K = dc->k;
+    float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b);
+    tpu_bf16 *h = malloc((size_t)(M > N ? M : N) * K * sizeof *h);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(h);
+    for (uint32_t i = 0; i < M; i++) /* op(A)[i][kk] at its stored place */
+        for (uint32_t kk = 0; kk < K; kk++)
+            a[dc->ta ? kk * M + i : i * K + kk] = defer_operand(&g, true, core, i, kk,
+                                                                dc->specials);
+    for (uint32_t kk = 0; kk < K; kk++)
+        for (uint32_t j = 0; j < N; j++)
+            b[dc->tb ? j * K + kk : kk * N + j] = defer_operand(&g, false, core, kk, j,
+                                                                dc->specials);
+    struct tpu_diag d = {0};
+    const uint32_t ids[2] = {a_id, b_id};
+    const float *vals[2] = {a, b};
+    const enum tpu_dtype dts[2] = {dc->da, dc->db};
+    const size_t counts[2] = {(size_t)M * K, (size_t)K * N};
+    for (int o = 0; o < 2; o++) {
+        if (dts[o] == TPU_BF16) {
+            for (size_t e = 0; e < counts[o]; e++)
+                h[e] = tpu_bf16_from_f32(vals[o][e]);
+            ok(tpu_device_write(dev, core, ids[o], h, counts[o] * sizeof *h, &d), &d);
+        } else {
+            ok(tpu_device_write(dev, core, ids[o], vals[o], counts[o] * sizeof(float), &d),
+               &d);
+        }
+    }
+    free(a);
+    free(b);
+    free(h);
+}
+
+/* The program of a case on a device of DEFER_REPLICAS tiny cores, sharing on or off. */
+static struct tpu_device *defer_open(const struct defer_case *dc, bool share,
+                                     struct tpu_program **prog)
+{
+    char text[1024];
+    const uint32_t M = DEFER_M, N = DEFER_N, K = dc->k;
+    snprintf(text, sizeof text,
+             "program deferred\n"
+             "param a: %s[%u, %u]\n"
+             "param b: %s[%u, %u]\n"
+             "param w: f32[%u, %u]\n"
+             "param v: f32[%u, %u]\n"
+             "temp g: f32[%u, %u]\n"
+             "g = matmul a, b%s%s passes=%u\n"
+             "g = all_reduce g reduce=%s\n"
+             "w, v = sgd_momentum g alpha=0.5 beta=0.9\n",
+             tpu_dtype_name(dc->da), dc->ta ? K : M, dc->ta ? M : K, tpu_dtype_name(dc->db),
+             dc->tb ? N : K, dc->tb ? K : N, M, N, M, N, M, N, dc->ta ? " trans_a" : "",
+             dc->tb ? " trans_b" : "", dc->passes, dc->mean ? "mean" : "sum");
+    struct tpu_diag d = {0};
+    ok(tpu_program_parse(text, "deferred", prog, &d), &d);
+    struct tpu_chip_config chip;
+    ok(tpu_config_load_preset("tiny", &chip, &d), &d);
+    struct tpu_device_settings s;
+    tpu_device_default_settings(&s, &chip);
+    s.share_replicas = share;
+    s.n_chips = DEFER_REPLICAS / chip.cores_per_chip;
+    s.n_threads = 2;
+    s.op_stats = true;
+    struct tpu_device *dev = NULL;
+    ok(tpu_device_open(&s, &dev, &d), &d);
+    ok(tpu_device_load(dev, *prog, &d), &d);
+    return dev;
+}
+
+/* Reads buffer `name` of every core of both devices and asserts the same bytes; returns how
+ * many of the leader's values are NaN. */
+static size_t defer_same(struct tpu_device *on, struct tpu_device *off,
+                         const struct tpu_program *p, const char *name, const char *when)
+{
+    uint32_t id;
+    assert_int_equal(tpu_program_find_buffer(p, name, &id), 0);
+    const size_t bytes = tpu_buffer_bytes(tpu_program_buffer(p, id));
+    unsigned char *x = malloc(bytes), *y = malloc(bytes);
+    assert_non_null(x);
+    assert_non_null(y);
+    struct tpu_diag d = {0};
+    size_t nans = 0;
+    for (uint32_t c = 0; c < DEFER_REPLICAS; c++) {
+        ok(tpu_device_read(on, c, id, x, bytes, &d), &d);
+        ok(tpu_device_read(off, c, id, y, bytes, &d), &d);
+        if (memcmp(x, y, bytes) != 0) {
+            size_t i = 0;
+            while (x[i] == y[i])
+                i++;
+            uint32_t bx, by;
+            memcpy(&bx, x + i / 4 * 4, 4);
+            memcpy(&by, y + i / 4 * 4, 4);
+            fail_msg("%s: '%s' on core %u differs first at element %zu: 0x%08x shared, "
+                     "0x%08x apart", when, name, c, i / 4, bx, by);
+        }
+        if (c == 0)
+            for (size_t e = 0; e < bytes / 4; e++) {
+                float f;
+                memcpy(&f, x + 4 * e, 4);
+                nans += f != f;
+            }
+    }
+    free(x);
+    free(y);
+    return nans;
+}
+
+static void defer_check(const struct defer_case *dc)
+{
+    struct tpu_program *p_on = NULL, *p_off = NULL;
+    struct tpu_device *on = defer_open(dc, true, &p_on), *off = defer_open(dc, false, &p_off);
+    uint32_t a_id, b_id;
+    assert_int_equal(tpu_program_find_buffer(p_on, "a", &a_id), 0);
+    assert_int_equal(tpu_program_find_buffer(p_on, "b", &b_id), 0);
+    struct tpu_diag d = {0};
+    size_t nans = 0;
+    for (int step = 0; step < DEFER_STEPS; step++) {
+        /* new operands on every replica, as a step's activations and gradients are */
+        for (uint32_t c = 0; c < DEFER_REPLICAS; c++) {
+            const uint64_t seed = 1000u * (uint64_t)step + c + 1;
+            defer_write(on, c, a_id, b_id, dc, seed);
+            defer_write(off, c, a_id, b_id, dc, seed);
+        }
+        ok(tpu_device_run(on, 0, NULL, &d), &d);
+        ok(tpu_device_run(off, 0, NULL, &d), &d);
+        char when[96];
+        snprintf(when, sizeof when, "K %u%s%s %s x %s, step %d", dc->k, dc->ta ? " trans_a" : "",
+                 dc->tb ? " trans_b" : "", tpu_dtype_name(dc->da), tpu_dtype_name(dc->db),
+                 step);
+        nans += defer_same(on, off, p_on, "g", when);
+        defer_same(on, off, p_on, "w", when);
+        defer_same(on, off, p_on, "v", when);
+        for (uint32_t c = 0; c < DEFER_REPLICAS; c++) {
+            struct tpu_core_counters ca, cb;
+            assert_int_equal(tpu_device_counters(on, c, &ca), 0);
+            assert_int_equal(tpu_device_counters(off, c, &cb), 0);
+            assert_memory_equal(&ca, &cb, sizeof ca);
+        }
+    }
+    if (dc->specials) /* rows 1 and 2 of every step's sum, and no others */
+        assert_int_equal(nans, 2 * DEFER_N * DEFER_STEPS);
+    else
+        assert_int_equal(nans, 0);
+    tpu_device_close(&on);
+    tpu_device_close(&off);
+    tpu_program_destroy(&p_on);
+    tpu_program_destroy(&p_off);
+}
+
+/* Every layout and dtype of the operands, K = 1 and a full tile, sum and mean: the same
+ * bytes shared (deferred) as apart. */
+static void test_deferred_products(void **state)
+{
+    (void)state;
+    for (int layout = 0; layout < 4; layout++)
+        for (int types = 0; types < 3; types++)
+            for (uint32_t k = 1; k <= 8; k += 7) {
+                const struct defer_case dc = {
+                    .ta = layout & 1, .tb = layout >> 1,
+                    .da = types == 1 ? TPU_BF16 : TPU_F32,
+                    .db = types == 2 ? TPU_BF16 : TPU_F32,
+                    .k = k, .passes = 1, .mean = layout == 2};
+                defer_check(&dc);
+            }
+}
+
+/* Inf, -Inf and NaN among the operands: a sum whose NaN the additions made (not an
+ * operand's) has a payload the deferred GEMM would canonicalise where the streamed adds do
+ * not, so the sum is done product by product; the bytes are the apart run's. */
+static void test_deferred_products_nan(void **state)
+{
+    (void)state;
+    for (int layout = 0; layout < 4; layout++) {
+        const struct defer_case dc = {.ta = layout & 1, .tb = layout >> 1, .da = TPU_F32,
+                                      .db = TPU_F32, .k = 5, .passes = 1, .specials = true};
+        defer_check(&dc);
+    }
+}
+
+/* Products that are not deferred (K beyond one tile, three passes) stay equal as well. */
+static void test_products_not_deferred(void **state)
+{
+    (void)state;
+    const struct defer_case more_k = {.ta = true, .da = TPU_F32, .db = TPU_F32, .k = 11,
+                                      .passes = 1};
+    defer_check(&more_k);
+    const struct defer_case passes3 = {.ta = true, .da = TPU_F32, .db = TPU_F32, .k = 5,
+                                       .passes = 3};
+    defer_check(&passes3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -454,6 +694,9 @@ int main(void)
         cmocka_unit_test(test_bn_2x2),
         cmocka_unit_test(test_write_diverges),
         cmocka_unit_test(test_eval_predict_and_reload),
+        cmocka_unit_test(test_deferred_products),
+        cmocka_unit_test(test_deferred_products_nan),
+        cmocka_unit_test(test_products_not_deferred),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,10 +134,11 @@ int tpu_estimator_check_mode(const struct tpu_estimator *e, enum tpu_mode mode,
     return rc;
 }
 
-/* A stop was requested: TPU_ECANCELED with a sentence, before any work of a call. */
+/* A stop was requested: TPU_ECANCELED with a sentence, before any work of a call. A pod's
+ * hosts decide it together at the pass's start (tpu__pod_agree), so that none starts alone. */
 static int stopped_before(const struct tpu_estimator *e, enum tpu_mode mode, struct tpu_diag *d)
 {
-    if (!atomic_load(&e->stop))
+    if (e->group || !atomic_load(&e->stop))
         return 0;
     return tpu__fail(d, TPU_ECANCELED, "%s not started: a stop was requested (global step "
                      "%llu)", mode_word[mode], (unsigned long long)e->global_step);
@@ -949,6 +950,10 @@ static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_
 static int pod_call_end(struct tpu_estimator *e, int rc, struct tpu_diag *d)
 {
     if (!e->group)
+        return rc;
+    /* a stop request that every host agreed on (at a pass's start or a loop boundary) ends
+     * every host's call alike: nothing to abort, and nothing to wait for */
+    if (rc == TPU_ECANCELED && atomic_load(&e->stop))
         return rc;
     if (rc < 0) {
         tpu__pod_abort(e, rc, d);

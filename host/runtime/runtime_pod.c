@@ -130,6 +130,7 @@ static const struct {
 struct agree_rec {
     char chip[TPU_CONFIG_NAME_MAX];
     uint64_t v[A_COUNT];
+    uint64_t stop; /* a stop was requested on this host (not compared: any host's counts) */
 };
 
 /* FNV-1a over the loaded program's printed text: two hosts that built different programs
@@ -216,6 +217,7 @@ int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
     mine.v[A_STEP] = e->global_step;
     mine.v[A_PROGRAM] = e->loaded ? program_hash(e->mp.prog) : 0;
     mine.v[A_SEED] = c->seed;
+    mine.stop = atomic_load(&e->stop) != 0;
     struct agree_rec *all = calloc(g->n, sizeof *all);
     if (!all)
         return tpu__fail(d, TPU_ENOMEM, "out of memory");
@@ -239,6 +241,15 @@ int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
             break;
         }
     }
+    /* a stop request on any host: no host starts (the request stays, as in one process) */
+    for (uint32_t h = 0; h < g->n && !rc; h++)
+        if (all[h].stop) {
+            atomic_store(&e->stop, 1);
+            static const char *const words[] = {"training", "evaluation", "prediction"};
+            rc = tpu__fail(d, TPU_ECANCELED, "%s not started: a stop was requested (on host "
+                           "%u; global step %llu)", words[mode], h,
+                           (unsigned long long)e->global_step);
+        }
     free(all);
     return rc;
 }
@@ -391,6 +402,8 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
             counters->stall[s] += heads[h].stall[s];
     }
     free(heads);
+    if (p->pod_stop)
+        atomic_store(&e->stop, 1); /* the request stays on every host, as on the one asked */
     *end_cycle = end;
     if (to == from || p->mode == TPU_MODE_PREDICT)
         return 0;

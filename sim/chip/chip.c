@@ -7,7 +7,8 @@
  * Scheduling. A run marks every core READY. Each worker repeatedly takes a READY core,
  * runs it (tpu__core_run) until it finishes or blocks (empty infeed, full outfeed, a
  * collective not everyone has reached), and puts it back. Whoever unblocks a core (a host
- * feed call, the last arriver of a collective) makes it READY again. Because every timing
+ * feed call, the last arriver of a collective, on a pod's part the lane that completes an
+ * all-reduce across the parts: pod.c) makes it READY again. Because every timing
  * decision uses device cycles carried by the data, never the order in which threads ran,
  * the results are the same for any number of workers; tests check this.
  *
@@ -102,13 +103,6 @@ static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
     dev->cores = calloc(dev->n_cores, sizeof *dev->cores);
     dev->groups = calloc(dev->n_groups, sizeof *dev->groups);
     dev->workers = calloc(dev->n_cores, sizeof *dev->workers);
-    if (dev->pod_parts > 1) {
-        dev->lanes = calloc(cpr, sizeof *dev->lanes);
-        if (!dev->lanes)
-            goto nomem;
-        for (uint32_t k = 0; k < cpr; k++)
-            dev->lanes[k] = (struct pod_lane){.dev = dev, .k = k};
-    }
     if (!dev->cores || !dev->groups || !dev->workers)
         goto nomem;
     for (uint32_t i = 0; i < dev->n_cores; i++)
@@ -130,6 +124,13 @@ static int chip_open(void *ctx, const struct tpu_device_settings *s, void **out,
         if (tpu__feed_init(&c->infeed, cfg->infeed_queue_depth) ||
             tpu__feed_init(&c->outfeed, cfg->outfeed_queue_depth))
             goto nomem;
+    }
+    if (dev->pod_parts > 1) { /* one lane per logical index (pod.c) */
+        dev->lanes = calloc(cpr, sizeof *dev->lanes);
+        if (!dev->lanes)
+            goto nomem;
+        for (uint32_t k = 0; k < cpr; k++)
+            dev->lanes[k] = (struct pod_lane){.dev = dev, .k = k};
     }
     /* groups: [0, cpr) the replicas sharing an index; [cpr, cpr + replicas) one replica */
     for (uint32_t g = 0; g < dev->n_groups; g++) {

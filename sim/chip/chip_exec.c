@@ -286,11 +286,9 @@ static void *reduce_range(void *arg)
         size_t len = j->hi - lo < BLOCK ? j->hi - lo : BLOCK;
         if (j->is_float) {
             memcpy(acc.f, (const float *)cores[j->g->members[0]].bufs[x].data + lo, len * 4);
-            for (uint32_t r = 1; r < n; r++) {
-                const float *v = (const float *)cores[j->g->members[r]].bufs[x].data + lo;
-                for (size_t i = 0; i < len; i++)
-                    acc.f[i] = acc.f[i] + v[i];
-            }
+            for (uint32_t r = 1; r < n; r++) /* share.c's adds: the same NaN payloads */
+                tpu__sum_into_f32(acc.f, (const float *)cores[j->g->members[r]].bufs[x].data + lo,
+                                  len);
             if (mean)
                 for (size_t i = 0; i < len; i++)
                     acc.f[i] = acc.f[i] / (float)n;
@@ -456,7 +454,9 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
         return tpu__pod_reduce(dev, c, pc, leader_only);
     /* everyone else waits in CORE_WAIT_COLL: their state is ours to change */
     if (streamed) {
-        tpu__share_stream_finish(dev, g, op);
+        int rc = tpu__share_stream_finish(dev, g, op, d);
+        if (rc)
+            return rc;
     } else {
         int rc = collective_values(dev, g, op, leader_only, d);
         if (rc)

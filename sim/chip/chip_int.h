@@ -2,14 +2,16 @@
  * tpu_device_backend; tpu_device_backend_native). Shared by the files of sim/chip/ that
  * implement it: chip.c (open, load, host access, the run scheduler, the backend table),
  * chip_exec.c (ops on a core: values, timing, collectives), feed.c (infeed and outfeed
- * queues) and trace.c (the timeline). The device API (sim/device/device.c) has checked every
+ * queues), trace.c (the timeline), share.c (replica sharing) and pod.c (the all-reduces
+ * across a pod's parts, settings.pod). The device API (sim/device/device.c) has checked every
  * argument before it reaches a function here, and owns the loaded program, lent to us.
  *
  * Locking. One mutex per device, `lock`, guards every field marked [L]: the scheduler's core
  * states, the queues, the collectives' arrival counts, the cancel flag. A core's own fields
  * (buffers, clocks, counters, pc) are touched only by the one worker thread that runs that
  * core at a time (state RUNNING), or by the last arriver of a collective while every other
- * participant waits in CORE_WAIT_COLL; so they need no lock. Host calls that touch buffers
+ * participant waits in CORE_WAIT_COLL (on a pod's part: by the lane thread that completes
+ * the reduce, pod.c, while every member waits); so they need no lock. Host calls that touch buffers
  * (write/read/load) are only allowed while no run is in progress.
  *
  * Replica sharing (share.c, settings.share_replicas): the cores of one logical index may
@@ -139,6 +141,8 @@ struct coll_group {
     bool adding;
 };
 
+struct share_defer; /* share.c */
+
 /* Value buffers of one temp that streamed reduces let go of, for the next core that writes
  * the temp (share.c). [L] */
 struct share_pool {
@@ -204,6 +208,8 @@ struct chip_device {
     struct share_pool *pool;    /* [L] [n_buffers] */
     size_t n_pool;
     bool streams;               /* the program has a streamed reduce (some lazy[b]) */
+    struct share_defer *defer;  /* [n_defer] products left to their streamed reduce's sum */
+    size_t n_defer;
     bool *uni;                  /* [n_buffers x cores_per_replica] this run: a shareable slot
                                    with one value buffer, written only by updates done once */
     uint64_t *gen;              /* [n_buffers x cores_per_replica] its values' generation:
@@ -311,12 +317,18 @@ bool tpu__share_reduce_leader_only(const struct chip_device *dev, size_t pc, uin
  * into the leader's y as they arrive, in member order, and let go once added. */
 bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op);
 /* A member (core c) of group g arrives at a streamed reduce: adds every member whose turn
- * has come. The last arriver then calls finish, which waits for the last add and divides
- * for a mean. */
+ * has come. The last arriver then calls finish, which waits for the last add (or, for a
+ * deferred product, computes the whole sum) and divides for a mean: 0, or TPU_ENOMEM /
+ * TPU_ETHREAD with the message in d. */
 void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct core *c,
                            const struct tpu_op *op);
-void tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
-                              const struct tpu_op *op);
+int tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
+                             const struct tpu_op *op, struct tpu_diag *d);
+/* acc[i] = acc[i] + v[i] for i < count: every in-order sum of an all_reduce over fp32 adds
+ * with this one out-of-line function (reduce_range, the streamed adds, a deferred product's
+ * NaN case), so that a sum of two NaNs keeps the same payload whichever way the sum is
+ * formed: which operand's payload an addition keeps is the compiler's choice. */
+void tpu__sum_into_f32(float *acc, const float *v, size_t count);
 /* Gives core c a value buffer for each output of op that a streamed reduce let go.
  * 0 or TPU_ENOMEM (d). */
 int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu_op *op,

@@ -81,11 +81,8 @@ static int chain_values(struct pod_lane *ln, const struct coll_group *g,
         return rc;
     }
     float *acc = ln->acc; /* [count] */
-    for (uint32_t r = first; r < g->n; r++) {
-        const float *v = dev->cores[g->members[r]].bufs[x].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] = acc[i] + v[i];
-    }
+    for (uint32_t r = first; r < g->n; r++) /* the one device's adds, NaN payloads and all */
+        tpu__sum_into_f32(acc, dev->cores[g->members[r]].bufs[x].data, count);
     if (last && op->attrs.reduce == TPU_REDUCE_MEAN)
         for (size_t i = 0; i < count; i++)
             acc[i] = acc[i] / (float)n_pod;
@@ -143,6 +140,7 @@ static void *lane_main(void *arg)
         }
         dev->pod_busy--;
         pthread_cond_broadcast(&dev->pod_cv);
+        pthread_cond_broadcast(&dev->work_cv); /* a worker may wait to see the cores starved */
     }
     pthread_mutex_unlock(&dev->lock);
     return NULL;

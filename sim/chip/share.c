@@ -60,6 +60,25 @@
  * (chip.c) so that turns mostly come in arrival order. A member whose x went back to the pool
  * reads as the leader's sum (from_leader), which is what it would hold apart.
  *
+ * Deferred products. When the only op that writes a streamed reduce's x is a matmul M of
+ * one K-tile (per-replica K at most the array's rows; one bf16 pass; no accumulate) and no
+ * op between M and the reduce touches x, the members do not compute their products: each
+ * copies M's operands, K-major, into its replica's rows of two gathered arrays of the index
+ * ([n_replicas x K][M] for op(A)^T, [n_replicas x K][N] for op(B)), and the last arriver
+ * computes the sum as one GEMM whose K-tiles are the replicas' K (tile_rows = K). A GEMM
+ * keeps one fp32 column sum t per tile, starting at +0, and adds it to the output (the first
+ * tile stores it): the output is ((t0 + t1) + t2) + ..., where t_r is, operation for
+ * operation, the one tile of replica r's own product -- the sum the streamed adds would
+ * form, without writing 128 products of K = 8 rows (each as large as the gradient) and
+ * reading them back. The one place the two could differ is a NaN's payload (a product's
+ * NaNs are made canonical before it is added; the sum's are not, and which operand's payload
+ * an addition keeps is the compiler's choice): a NaN, once formed, stays in the sum, so a sum
+ * without NaN has the same bits; a sum with one is computed again the apart way, product by
+ * product, with the adds' own code (tpu__sum_into_f32). The gathered operands cost
+ * n_replicas x K x (M + N) values per index: the global batch's, far less than the products.
+ * Only devices that stream (so never a pod's part) defer, and never with a matrix unit
+ * provider (settings.mxu: it computes the values and counts the cycles).
+ *
  * Packed weights. A matmul whose input is a slot that stays shared through the launch
  * (uni) tells its worker's GEMM (tpu__scratch_stable_b) that the operand's values change
  * only with its generation (gen: new at each launch and at each update of the slot); the
@@ -78,11 +97,27 @@
 #include <string.h>
 
 #include "chip_int.h"
+#include "kernels/gemm_int.h"
 #include "program/op_table.h"
 #include "timing.h"
 #include "util.h"
 
-enum { ROLE_NONE = 0, ROLE_UPDATE = 1, ROLE_REDUCE = 2 };
+enum { ROLE_NONE = 0, ROLE_UPDATE = 1, ROLE_REDUCE = 2, ROLE_DEFER = 3 };
+
+/* A deferred product (the file comment): matmul mm_pc, y = op(A) op(B) of [m][k] x [k][n],
+ * whose x only the streamed reduce reduce_pc sums. Per index k_idx, while on[k_idx] (this
+ * run: the reduce writes only the leader's y), member r's op(A)^T is rows [r k, r k + k) of
+ * a[k_idx] ([n_replicas k][m]) and its op(B) rows [r k, r k + k) of b[k_idx]
+ * ([n_replicas k][n]), elements as stored (a_elem, b_elem bytes: 4 f32, 2 bf16). scratch:
+ * the last arriver's GEMM arena per index (reduces of different indices may run at once). */
+struct share_defer {
+    size_t mm_pc, reduce_pc;
+    uint32_t x;
+    size_t m, k, n, a_elem, b_elem;
+    bool *on;                    /* [cores_per_replica] */
+    unsigned char **a, **b;      /* [cores_per_replica], allocated at the first launch on */
+    struct tpu__scratch *scratch; /* [cores_per_replica] */
+};
 
 static bool op_writes(const struct tpu_op *op, uint32_t b)
 {
@@ -192,8 +227,111 @@ static bool reduce_shape(const struct chip_device *dev, const struct tpu_program
     return read;
 }
 
+/* Whether streamed reduce rpc (in place, x = y) sums the product of a matmul that can be
+ * deferred (the file comment): its last writer of x in rpc's scope, the only op besides rpc
+ * that writes x, with nothing in between reading x; one K-tile, one bf16 pass, shapes as
+ * the verifier checked them. *df gets the matmul's figures. */
+static bool defer_shape(const struct chip_device *dev, const struct tpu_program *p, size_t rpc,
+                        struct share_defer *df)
+{
+    const uint32_t x = tpu_program_op(p, rpc)->in[0];
+    const size_t w = last_writer(p, rpc, x);
+    if (w == SIZE_MAX)
+        return false;
+    const struct tpu_op *op = tpu_program_op(p, w);
+    if (op->code != TPU_OP_MATMUL || op->attrs.accumulate || op->out[0] != x ||
+        op->in[0] == x || op->in[1] == x)
+        return false;
+    for (size_t j = 0; j < tpu_program_n_ops(p); j++) {
+        const struct tpu_op *o = tpu_program_op(p, j);
+        if (j != w && j != rpc && op_writes(o, x))
+            return false;
+        if (j > w && j < rpc && op_reads(o, x))
+            return false;
+    }
+    const struct tpu_buffer_desc *a = tpu_program_buffer(p, op->in[0]);
+    const struct tpu_buffer_desc *b = tpu_program_buffer(p, op->in[1]);
+    const struct tpu_buffer_desc *y = tpu_program_buffer(p, x);
+    const bool a_float = a->dtype == TPU_F32 || a->dtype == TPU_BF16;
+    const bool b_float = b->dtype == TPU_F32 || b->dtype == TPU_BF16;
+    if (!a_float || !b_float || y->dtype != TPU_F32 ||
+        ((a->dtype == TPU_F32 || b->dtype == TPU_F32) && op->attrs.passes != 1))
+        return false;
+    const bool ta = op->attrs.trans_a, tb = op->attrs.trans_b;
+    df->m = ta ? a->cols : a->rows;
+    df->k = ta ? a->rows : a->cols;
+    df->n = tb ? b->rows : b->cols;
+    df->a_elem = tpu_dtype_bytes(a->dtype);
+    df->b_elem = tpu_dtype_bytes(b->dtype);
+    df->mm_pc = w;
+    df->reduce_pc = rpc;
+    df->x = x;
+    return df->k >= 1 && df->k <= dev->cfg.mxu_rows && (tb ? b->cols : b->rows) == df->k &&
+           y->rows == df->m && y->cols == df->n;
+}
+
+/* The deferred products of the plan (after the streamed reduces are known). 0 or
+ * TPU_ENOMEM. */
+static int defer_plan(struct chip_device *dev, const struct tpu_program *p)
+{
+    const size_t n_ops = tpu_program_n_ops(p);
+    if (dev->s.mxu || dev->n_replicas < 2)
+        return 0; /* a provider computes the values; one replica has nothing to sum */
+    size_t n = 0;
+    for (size_t pc = 0; pc < n_ops; pc++) {
+        const struct tpu_op *op = tpu_program_op(p, pc);
+        if (dev->role[pc] == ROLE_REDUCE && op->in[0] == op->out[0] && dev->lazy[op->in[0]])
+            n++;
+    }
+    if (n == 0)
+        return 0;
+    dev->defer = calloc(n, sizeof *dev->defer);
+    if (!dev->defer)
+        return TPU_ENOMEM;
+    for (size_t pc = 0; pc < n_ops; pc++) {
+        const struct tpu_op *op = tpu_program_op(p, pc);
+        struct share_defer *df = &dev->defer[dev->n_defer];
+        if (dev->role[pc] != ROLE_REDUCE || op->in[0] != op->out[0] ||
+            !dev->lazy[op->in[0]] || !defer_shape(dev, p, pc, df))
+            continue;
+        const uint32_t cpr = dev->cores_per_replica;
+        df->on = calloc(cpr, sizeof *df->on);
+        df->a = calloc(cpr, sizeof *df->a);
+        df->b = calloc(cpr, sizeof *df->b);
+        df->scratch = calloc(cpr, sizeof *df->scratch);
+        dev->n_defer++; /* so that defer_free frees what was allocated */
+        if (!df->on || !df->a || !df->b || !df->scratch)
+            return TPU_ENOMEM;
+        dev->role[df->mm_pc] = ROLE_DEFER;
+    }
+    return 0;
+}
+
+static void defer_free(struct chip_device *dev)
+{
+    for (size_t i = 0; dev->defer && i < dev->n_defer; i++) {
+        struct share_defer *df = &dev->defer[i];
+        for (uint32_t k = 0; k < dev->cores_per_replica; k++) {
+            if (df->a)
+                free(df->a[k]);
+            if (df->b)
+                free(df->b[k]);
+            if (df->scratch)
+                tpu__scratch_free(&df->scratch[k]);
+        }
+        free(df->a);
+        free(df->b);
+        free(df->scratch);
+        free(df->on);
+    }
+    free(dev->defer);
+    dev->defer = NULL;
+    dev->n_defer = 0;
+}
+
 void tpu__share_free(struct chip_device *dev)
 {
+    defer_free(dev);
     for (size_t b = 0; dev->pool && b < dev->n_pool; b++) {
         for (size_t i = 0; i < dev->pool[b].n; i++)
             free(dev->pool[b].v[i]);
@@ -300,6 +438,10 @@ int tpu__share_plan(struct chip_device *dev, const struct tpu_program *p)
         }
         dev->lazy[x] = ok;
         dev->streams = dev->streams || ok;
+    }
+    if (defer_plan(dev, p)) {
+        tpu__share_free(dev);
+        return TPU_ENOMEM;
     }
     return 0;
 }
@@ -482,6 +624,26 @@ int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d)
             dev->once[pc * cpr + k] = ok;
         }
     }
+    /* a product is deferred where its reduce writes only the leader's y */
+    for (size_t i = 0; i < dev->n_defer; i++) {
+        struct share_defer *df = &dev->defer[i];
+        const size_t rows = (size_t)dev->n_replicas * df->k;
+        for (uint32_t k = 0; k < cpr; k++) {
+            df->on[k] = dev->once[df->reduce_pc * cpr + k];
+            if (!df->on[k] || df->a[k])
+                continue;
+            size_t a_bytes, b_bytes;
+            if (!tpu__mul_size(rows, df->m, &a_bytes) ||
+                !tpu__mul_size(a_bytes, df->a_elem, &a_bytes) ||
+                !tpu__mul_size(rows, df->n, &b_bytes) ||
+                !tpu__mul_size(b_bytes, df->b_elem, &b_bytes) ||
+                !(df->a[k] = aligned_alloc(64, (a_bytes + 63) / 64 * 64 + 64)) ||
+                !(df->b[k] = aligned_alloc(64, (b_bytes + 63) / 64 * 64 + 64)))
+                return tpu__fail(d, TPU_ENOMEM, "out of memory gathering the %u replicas' "
+                                 "operands of the product '%s' for its all_reduce",
+                                 dev->n_replicas, tpu_program_buffer(p, df->x)->name);
+        }
+    }
     return 0;
 }
 
@@ -491,11 +653,58 @@ bool tpu__share_reduce_leader_only(const struct chip_device *dev, size_t pc, uin
            dev->once[pc * dev->cores_per_replica + k];
 }
 
+/* The deferred product whose matmul is op (when `mm`) or whose reduce is op, if it is
+ * deferred for index k in this run; else NULL. */
+static struct share_defer *deferred(const struct chip_device *dev, const struct tpu_op *op,
+                                    bool mm, uint32_t k)
+{
+    for (size_t i = 0; i < dev->n_defer; i++) {
+        struct share_defer *df = &dev->defer[i];
+        if (tpu_program_op(dev->prog, mm ? df->mm_pc : df->reduce_pc) == op)
+            return df->on[k] ? df : NULL;
+    }
+    return NULL;
+}
+
+/* src [rows][cols] of es-byte elements into dst as its transpose [cols][rows]. */
+static void transpose_into(unsigned char *dst, const unsigned char *src, size_t rows,
+                           size_t cols, size_t es)
+{
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            memcpy(dst + (j * rows + i) * es, src + (i * cols + j) * es, es);
+}
+
+/* Matmul pc on core c, if its product is deferred: copies its operands into c's rows of the
+ * index's gathered arrays (0: done), or 1 (not deferred in this run: c computes it). */
+static int defer_gather(struct chip_device *dev, struct core *c, size_t pc)
+{
+    const struct tpu_op *op = tpu_program_op(dev->prog, pc);
+    const uint32_t k = c->index_in_replica;
+    const struct share_defer *df = deferred(dev, op, true, k);
+    if (!df)
+        return 1;
+    const void *a = c->bufs[op->in[0]].data, *b = c->bufs[op->in[1]].data;
+    unsigned char *ad = df->a[k] + (size_t)c->replica * df->k * df->m * df->a_elem;
+    unsigned char *bd = df->b[k] + (size_t)c->replica * df->k * df->n * df->b_elem;
+    if (op->attrs.trans_a) /* a is op(A)^T already: [k][m] */
+        memcpy(ad, a, df->k * df->m * df->a_elem);
+    else
+        transpose_into(ad, a, df->m, df->k, df->a_elem);
+    if (op->attrs.trans_b) /* b is [n][k] */
+        transpose_into(bd, b, df->n, df->k, df->b_elem);
+    else
+        memcpy(bd, b, df->k * df->n * df->b_elem);
+    return 0;
+}
+
 int tpu__share_update(struct chip_device *dev, struct core *c, size_t pc,
                       const struct tpu_op *op, struct tpu__scratch *scratch,
                       struct tpu_diag *d)
 {
     const size_t slot = pc * dev->cores_per_replica + c->index_in_replica;
+    if (dev->role && dev->role[pc] == ROLE_DEFER)
+        return defer_gather(dev, c, pc);
     if (!dev->role || dev->role[pc] != ROLE_UPDATE || !dev->once[slot])
         return 1; /* not shared: the caller computes it on this core */
     const uint64_t mine = c->upd_runs[pc]++;
@@ -532,6 +741,15 @@ bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op)
     return dev->lazy && op->in[0] == op->out[0] && dev->lazy[op->out[0]];
 }
 
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+void tpu__sum_into_f32(float *acc, const float *v, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        acc[i] = acc[i] + v[i];
+}
+
 /* Adds member r's x into the leader's y (member 0's x, the sum so far), element by element
  * in the order reduce_range (chip_exec.c) adds a block: the same operations, the same bits. */
 static void add_member(const struct chip_device *dev, const struct coll_group *g,
@@ -541,10 +759,8 @@ static void add_member(const struct chip_device *dev, const struct coll_group *g
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, x);
     const size_t count = (size_t)bd->rows * bd->cols;
     if (bd->dtype == TPU_F32) {
-        float *acc = dev->cores[g->members[0]].bufs[x].data;
-        const float *v = dev->cores[g->members[r]].bufs[x].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] = acc[i] + v[i];
+        tpu__sum_into_f32(dev->cores[g->members[0]].bufs[x].data,
+                          dev->cores[g->members[r]].bufs[x].data, count);
     } else { /* int32, wrapping */
         uint32_t *acc = dev->cores[g->members[0]].bufs[x].data;
         const uint32_t *v = dev->cores[g->members[r]].bufs[x].data;
@@ -574,6 +790,8 @@ static void release(struct chip_device *dev, const struct coll_group *g, uint32_
 void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct core *c,
                            const struct tpu_op *op)
 {
+    if (dev->n_defer && deferred(dev, op, false, c->index_in_replica))
+        return; /* no product to add: the last arriver computes the sum (defer_sum) */
     pthread_mutex_lock(&dev->lock);
     g->ready[c->replica] = 1;
     if (!g->adding) {
@@ -594,17 +812,72 @@ void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct
     pthread_mutex_unlock(&dev->lock);
 }
 
-void tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
-                              const struct tpu_op *op)
+/* Whether any of y[0 .. count) is a NaN. */
+static bool any_nan(const float *y, size_t count)
 {
+    unsigned nan = 0;
+    for (size_t i = 0; i < count; i++)
+        nan |= y[i] != y[i];
+    return nan != 0;
+}
+
+/* The sum of the deferred product df over group g (index k) into the leader's x: one GEMM
+ * over the gathered operands whose K-tiles are the members' (the file comment); with a NaN
+ * in it, again product by product and added in member order as the streamed adds do. */
+static int defer_sum(struct chip_device *dev, const struct coll_group *g,
+                     struct share_defer *df, uint32_t k, struct tpu_diag *d)
+{
+    struct core *leader = &dev->cores[g->members[0]];
+    int rc = tpu__share_acquire_buf(dev, leader, df->x, d);
+    if (rc)
+        return rc;
+    float *y = leader->bufs[df->x].data;
+    const unsigned threads = dev->n_workers ? dev->n_workers : 1; /* the others wait */
+    struct tpu__gemm_operand oa = {df->a[k], df->a_elem == 4, true, 0};
+    struct tpu__gemm_operand ob = {df->b[k], df->b_elem == 4, false, 0};
+    const size_t count = df->m * df->n;
+    rc = tpu__gemm_ex(&oa, &ob, y, df->m, (size_t)g->n * df->k, df->n, (uint32_t)df->k, false,
+                      threads, &df->scratch[k], NULL, NULL);
+    float *t = NULL;
+    if (!rc && any_nan(y, count)) {
+        t = malloc(count * sizeof *t + 1);
+        rc = t ? 0 : TPU_ENOMEM;
+        for (uint32_t r = 0; r < g->n && !rc; r++) {
+            oa.data = df->a[k] + (size_t)r * df->k * df->m * df->a_elem;
+            ob.data = df->b[k] + (size_t)r * df->k * df->n * df->b_elem;
+            rc = tpu__gemm_ex(&oa, &ob, r ? t : y, df->m, df->k, df->n, dev->cfg.mxu_rows,
+                              false, threads, &df->scratch[k], NULL, NULL);
+            if (!rc && r)
+                tpu__sum_into_f32(y, t, count);
+        }
+        free(t);
+    }
+    if (rc)
+        return tpu__fail(d, rc, "the all_reduce of '%s' over %u replicas: its sum of the "
+                         "replicas' [%zu][%zu] x [%zu][%zu] products failed (%s)",
+                         tpu_program_buffer(dev->prog, df->x)->name, g->n, df->m, df->k,
+                         df->k, df->n, tpu_strerror(rc));
+    return 0;
+}
+
+int tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
+                             const struct tpu_op *op, struct tpu_diag *d)
+{
+    const uint32_t k = dev->cores[g->members[0]].index_in_replica;
+    struct share_defer *df = dev->n_defer ? deferred(dev, op, false, k) : NULL;
     pthread_mutex_lock(&dev->lock);
-    while (g->added < g->n)
+    while (!df && g->added < g->n)
         pthread_cond_wait(&dev->share_cv, &dev->lock);
     g->added = 0;
     memset(g->ready, 0, g->n);
     pthread_mutex_unlock(&dev->lock);
+    if (df) {
+        int rc = defer_sum(dev, g, df, k, d);
+        if (rc)
+            return rc;
+    }
     if (op->attrs.reduce != TPU_REDUCE_MEAN)
-        return;
+        return 0;
     const uint32_t y = op->out[0];
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, y);
     const size_t count = (size_t)bd->rows * bd->cols;
@@ -617,6 +890,7 @@ void tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
         for (size_t i = 0; i < count; i++)
             acc[i] = (uint32_t)((int32_t)acc[i] / (int32_t)g->n);
     }
+    return 0;
 }
 
 int tpu__share_acquire_buf(struct chip_device *dev, struct core *c, uint32_t b,
@@ -640,6 +914,8 @@ int tpu__share_acquire_buf(struct chip_device *dev, struct core *c, uint32_t b,
 int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu_op *op,
                        struct tpu_diag *d)
 {
+    if (dev->n_defer && deferred(dev, op, true, c->index_in_replica))
+        return 0; /* its product is left to the reduce: nothing is written */
     for (int i = 0; i < TPU_OP_MAX_OUT; i++)
         if (op->out[i] != TPU_NO_BUF && dev->lazy[op->out[i]]) {
             int rc = tpu__share_acquire_buf(dev, c, op->out[i], d);
