@@ -9,7 +9,7 @@ simulates the N hosts (`tpusim train --hosts N ...`).
   shares) and the per-loop loss lines are the same text, and every checkpoint file is the
   same bytes (params and optimizer state). Only the line that reports the simulator's own
   wall time may differ.
-- Faults (item 3): a rank killed with SIGKILL mid-run (every rank ends within 30 s; the last
+- Faults (item 3): a rank killed with SIGKILL mid-run, or a Ctrl-C to mpirun (every rank ends within 30 s; the last
   checkpoint loads; resuming on the same ranks continues bit for bit as an uninterrupted
   run); a NaN loss; an input that fails on one rank mid-run (tests/mpi_pod_prog.c, a program
   of the library's user); configurations that differ across ranks (the command line, and a
@@ -426,6 +426,36 @@ def killed_rank_ends_every_rank_and_resume_is_exact():
     name = f'ckpt-{target}.safetensors'
     assert name in resumed and name in whole, (sorted(resumed), sorted(whole))
     assert resumed[name] == whole[name], f'{name}: resumed and uninterrupted runs differ'
+
+
+@case
+def ctrl_c_ends_every_rank_and_the_checkpoint_stays():
+    """SIGINT to mpirun (a Ctrl-C): mpirun passes it to every rank, which ends at once (on
+    ranks there is no stopping at a step boundary of one's own); the last checkpoint loads."""
+    args = base('int', '--hosts', '2', '--max-steps', '100000', '--iterations-per-loop', '2',
+                '--save-checkpoints-steps', '4', '--verbose', '0', '--no-eval')
+    p = subprocess.Popen([MPIRUN, '--oversubscribe', '-np', '2', EXE, *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TMP)
+    try:
+        deadline = time.monotonic() + 240
+        while (not ckpt_steps('int') or ckpt_steps('int')[-1] < 8) and \
+                time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.05)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        p.communicate(timeout=BOUND_S)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode != 0 and took < BOUND_S, (p.returncode, took)
+    assert not rank_pids(p.pid), 'a rank outlived mpirun'
+    last = ckpt_steps('int')[-1]
+    ev = one('evaluate', *base('int', '--hosts', '2', '--eval-training-input-configuration',
+                               'SLICED', '--verbose', '0')[1:])
+    assert f'global step {last}:' in ev.stdout, ev.stdout
 
 
 @case
