@@ -9,11 +9,12 @@ simulates the N hosts (`tpusim train --hosts N ...`).
   shares) and the per-loop loss lines are the same text, and every checkpoint file is the
   same bytes (params and optimizer state). Only the line that reports the simulator's own
   wall time may differ.
-- Faults (item 3): a rank killed with SIGKILL mid-run, or a Ctrl-C to mpirun (every rank ends within 30 s; the last
-  checkpoint loads; resuming on the same ranks continues bit for bit as an uninterrupted
-  run); a NaN loss; an input that fails on one rank mid-run (tests/mpi_pod_prog.c, a program
-  of the library's user); configurations that differ across ranks (the command line, and a
-  --config file that differs by working directory) refused at start with the message.
+- Faults (item 3): a rank killed with SIGKILL mid-run, and a Ctrl-C to mpirun (every rank
+  ends within 30 s; the last checkpoint loads; resuming on the same ranks continues bit for
+  bit as an uninterrupted run); a NaN loss; an input that fails on one rank mid-run
+  (tests/mpi_pod_prog.c, a program of the library's user); configurations that differ
+  across ranks (the command line, and a --config file that differs by working directory)
+  refused at start with the message.
 - The options that cannot work on ranks are refused with their message; the others run.
 - The README's "Pod slices on MPI ranks" command lines run as written (on small data).
 
