@@ -32,7 +32,6 @@
 
 #include "cli.h"
 #include "cli_train.h"
-#include "options.h"
 #ifdef TPUSIM_HAVE_MPI
 #include "tpusim/mpi.h"
 #endif

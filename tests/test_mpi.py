@@ -385,6 +385,20 @@ def ckpt_steps(model_dir):
                   for p in glob.glob(os.path.join(TMP, model_dir, 'ckpt-*.safetensors')))
 
 
+def assert_latest_loads(model_dir):
+    """The model dir's latest checkpoint loads: evaluate (one process simulating both hosts)
+    reads the one its index names. A kill during a save can leave the newest file renamed
+    into place before the index names it (the save's last step), so the index's may be the
+    one before the newest file. Returns the step evaluated."""
+    ev = one('evaluate', *base(model_dir, '--hosts', '2', '--eval-training-input-configuration',
+                               'SLICED', '--verbose', '0')[1:])
+    m = re.search(r'global step (\d+):', ev.stdout)
+    assert m, ev.stdout
+    steps = ckpt_steps(model_dir)
+    assert int(m.group(1)) in steps[-2:], (ev.stdout, steps)
+    return int(m.group(1))
+
+
 @case
 def killed_rank_ends_every_rank_and_resume_is_exact():
     args = base('kill', '--hosts', '2', '--max-steps', '100000', '--iterations-per-loop', '2',
@@ -410,11 +424,7 @@ def killed_rank_ends_every_rank_and_resume_is_exact():
     assert p.returncode != 0, (out, err)
     assert took < BOUND_S, took
     assert not rank_pids(p.pid), 'a rank outlived mpirun'
-    last = ckpt_steps('kill')[-1]
-    # the last checkpoint loads (evaluate reads it, in one process simulating both hosts)
-    ev = one('evaluate', *base('kill', '--hosts', '2', '--eval-training-input-configuration',
-                               'SLICED', '--verbose', '0')[1:])
-    assert f'global step {last}:' in ev.stdout, ev.stdout
+    last = assert_latest_loads('kill')
     # resuming on the same ranks continues as an uninterrupted run does, bit for bit
     target = last + 6
     mpirun(2, *base('kill', '--hosts', '2', '--max-steps', str(target),
@@ -453,10 +463,7 @@ def ctrl_c_ends_every_rank_and_the_checkpoint_stays():
             p.communicate()
     assert p.returncode != 0 and took < BOUND_S, (p.returncode, took)
     assert not rank_pids(p.pid), 'a rank outlived mpirun'
-    last = ckpt_steps('int')[-1]
-    ev = one('evaluate', *base('int', '--hosts', '2', '--eval-training-input-configuration',
-                               'SLICED', '--verbose', '0')[1:])
-    assert f'global step {last}:' in ev.stdout, ev.stdout
+    assert_latest_loads('int')
 
 
 @case
