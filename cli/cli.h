@@ -27,9 +27,26 @@ int tpu__cli_gemm(int argc, char **argv);
 int tpu__cli_train(int argc, char **argv);
 int tpu__cli_program(int argc, char **argv);
 
+/* The world size mpirun gave this process (OMPI_COMM_WORLD_SIZE in its environment), 0 when
+ * mpirun did not start it. */
+uint32_t tpu__cli_mpirun_world_size(void);
+
+/* main under mpirun (cli_ranks.c): initialises MPI, runs `dispatch` (main's table of
+ * commands) as usual on a world of one rank, and on several: compares the ranks' command
+ * lines, refuses every command but train, runs train as rank h's host of the pod slice,
+ * ends the job on any rank's error; a tpusim built without MPI refuses a world above one.
+ * Returns the exit code. */
+int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **argv));
+
 /* Prints "tpusim <cmd>: error: <formatted>" on stderr. Returns `code` (an exit code). */
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Sends tpu__cli_error's lines to f, each after prefix ("rank 1: "), for a process that is
+ * one rank of several (cli_ranks.c). Call once from main's thread before any other thread
+ * exists. tpu__cli_error_stream: where errors go (stderr unless set). */
+void tpu__cli_set_error_output(FILE *f, const char *prefix);
+FILE *tpu__cli_error_stream(void);
 
 /* Prints the one wording for a word that is none of the commands `names` (NULL-ended) of
  * `cmd` ("program", "config"; NULL for tpusim itself): "'x' is not a command of tpusim

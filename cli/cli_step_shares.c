@@ -9,7 +9,9 @@
  * share_cycles is its share of its core's time (what it outlasts the ops it overlaps, its
  * waits included), and the shares of a core's ops add up to the core's busy span; so the
  * all-reduce share is the all_reduce ops' share_cycles over every op's, summed over the
- * cores (their mean, weighted by time). Only this layer prints. */
+ * cores (their mean, weighted by time). On MPI ranks each rank measures its own cores and
+ * the ranks add their sums at each loop boundary (the host group's allgather), so the shares
+ * are the pod's. Only this layer prints. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 #include "cli_train.h"
 #include "tpusim/device.h"
 #include "tpusim/program.h"
+#include "tpusim/runtime.h"
 
 enum share_kind { KIND_OTHER = 0, KIND_ALL_REDUCE, KIND_HALO };
 
@@ -80,6 +83,29 @@ int tpu__cli_step_shares_after_loop(void *ctx, const struct tpu_loop_info *li,
             total += cyc;
             by_kind[kind_of(tpu_program_op(prog, i)->code)] += cyc;
         }
+    if (s->group) {
+        /* on ranks: the pod's cores, every rank's sums added (integers: the order does not
+         * matter, so the shares are those of one process holding the pod) */
+        const struct tpu_host_group *g = s->group;
+        uint64_t mine[4] = {total, by_kind[0], by_kind[1], by_kind[2]};
+        uint64_t *all = calloc((size_t)g->n * 4, sizeof *all);
+        if (!all) {
+            snprintf(d->msg, sizeof d->msg, "--step-shares: out of memory for %u ranks' sums",
+                     g->n);
+            return TPU_ENOMEM;
+        }
+        if ((rc = g->allgather(g->ctx, mine, sizeof mine, all, d))) {
+            free(all);
+            return rc;
+        }
+        total = by_kind[0] = by_kind[1] = by_kind[2] = 0;
+        for (uint32_t h = 0; h < g->n; h++) {
+            total += all[4 * h];
+            for (int k = 0; k < 3; k++)
+                by_kind[k] += all[4 * h + 1 + k];
+        }
+        free(all);
+    }
     s->measured = total > 0;
     s->all_reduce_share = total ? (double)by_kind[KIND_ALL_REDUCE] / (double)total : 0;
     s->halo_share = total ? (double)by_kind[KIND_HALO] / (double)total : 0;

@@ -177,7 +177,17 @@ struct run {
     struct progress prog;
     struct step_shares shares; /* --step-shares */
     bool cores_redundant; /* --cores-per-replica > 1 and nothing of the model split over them */
+    struct tpu__cli_pod *pod; /* on MPI ranks: this rank's host of the pod (cli_ranks.c) */
+    char trace_path[OPT_PATH_MAX + 16]; /* --trace's file on this rank: FILE, or on rank h > 0
+                                           FILE.rank<h> (each rank traces its own cores) */
 };
+
+/* The replicas of the run: the device's, or on ranks the whole pod's (every rank holds as
+ * many). */
+static uint32_t run_replicas(const struct run *r)
+{
+    return tpu_device_n_replicas(r->dev) * (r->pod ? r->pod->size : 1);
+}
 
 /* --backend rtl: an RTL array for every MXU of the device, and --vcd on core 0's first. */
 static int setup_rtl(struct run *r, struct tpu_device_settings *s)
@@ -195,7 +205,9 @@ static int setup_rtl(struct run *r, struct tpu_device_settings *s)
                               "matrix units: %s; choose a chip whose MXU has one of those "
                               "shapes (e.g. --chip tiny)", c->name, c->mxu_rows, c->mxu_cols,
                               d.msg);
-    if (r->o.vcd[0] && tpu_mxu_rtl_provider_trace_open(r->rtl, 0, r->o.vcd, &d))
+    /* on ranks the pod's core 0 is rank 0's */
+    if (r->o.vcd[0] && (!r->pod || r->pod->rank == 0) &&
+        tpu_mxu_rtl_provider_trace_open(r->rtl, 0, r->o.vcd, &d))
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "--vcd: %s", d.msg);
     s->mxu = tpu_mxu_rtl_provider_get(r->rtl);
     return 0;
@@ -217,7 +229,9 @@ static const char *backend_name(enum train_backend b)
     return "native";
 }
 
-/* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. */
+/* The RTL arrays' work, for the summary: units used, tiles and cycles over all units. On
+ * ranks, the pod's: every rank adds its arrays' through the host group, so every rank
+ * calls this at the same point (the summary, printed or not). */
 static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, uint64_t *cycles)
 {
     *units = 0;
@@ -228,6 +242,24 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
         ++*units;
         *tiles += st.tiles;
         *cycles += st.cycles;
+    }
+    if (r->pod) {
+        const struct tpu_host_group *g = r->pod->group;
+        const uint64_t mine[3] = {*units, *tiles, *cycles};
+        uint64_t *all = calloc((size_t)g->n * 3, sizeof *all);
+        struct tpu_diag d = {0};
+        if (!all || g->allgather(g->ctx, mine, sizeof mine, all, &d)) {
+            free(all); /* the figures stay this rank's; the group failed or memory ran out */
+            return;
+        }
+        *units = 0;
+        *tiles = *cycles = 0;
+        for (uint32_t h = 0; h < g->n; h++) {
+            *units += (uint32_t)all[3 * h];
+            *tiles += all[3 * h + 1];
+            *cycles += all[3 * h + 2];
+        }
+        free(all);
     }
 #else
     (void)r;
@@ -335,7 +367,11 @@ static int preflight(struct run *r)
                               r->chip.name);
     if ((rc = check_int8(r)))
         return rc;
-    if ((o->trace[0] && (rc = tpu__cli_check_output_file(cmd, "--trace", o->trace))) ||
+    if (r->pod && r->pod->rank > 0)
+        snprintf(r->trace_path, sizeof r->trace_path, "%s.rank%u", o->trace, r->pod->rank);
+    else
+        snprintf(r->trace_path, sizeof r->trace_path, "%s", o->trace);
+    if ((o->trace[0] && (rc = tpu__cli_check_output_file(cmd, "--trace", r->trace_path))) ||
         (o->output[0] && (rc = tpu__cli_check_output_file(cmd, "--output", o->output))) ||
         (o->vcd[0] && (rc = tpu__cli_check_output_file(cmd, "--vcd", o->vcd))))
         return rc;
@@ -398,6 +434,11 @@ static int setup(struct run *r, bool need_train_data)
         return rc;
     struct tpu_device_settings s;
     tpu__cli_train_device_settings(&r->o, &r->chip, &s);
+    if (r->pod) {
+        /* this rank's host only: its chips, linked to the other ranks' */
+        s.n_chips = r->o.chips ? r->o.chips : r->chip.chips_per_host;
+        s.pod = r->pod->link;
+    }
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace[0] != '\0';
     s.op_stats = r->o.step_shares;
@@ -422,6 +463,8 @@ static int setup(struct run *r, bool need_train_data)
         tpu_mlp_program_free(&mp);
     }
     struct tpu_run_config cfg = r->o.rc;
+    if (r->pod)
+        cfg.host_group = r->pod->group;
     if (r->net) {
         if (tpu_net_model(&r->model, r->net, &r->o.tspec, &d))
             return tpu__cli_error(cmd, TPU_CLI_USAGE, "--model '%s': %s", r->o.model_file,
@@ -435,20 +478,24 @@ static int setup(struct run *r, bool need_train_data)
     }
     bool splits = true;
     if (!strcmp(cmd, "train") &&
-        tpu_model_splits_over_cores(&r->model, &cfg, tpu_device_n_replicas(r->dev),
+        tpu_model_splits_over_cores(&r->model, &cfg, run_replicas(r),
                                     cfg.num_cores_per_replica, &splits, &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
     r->cores_redundant = !splits;
     r->prog.o = &r->o;
     r->prog.wall0 = tpu__cli_now_s();
     r->shares.dev = r->dev;
+    r->shares.group = r->pod ? r->pod->group : NULL;
     const struct tpu_hook hooks[2] = {
         {.ctx = &r->prog, .after_loop = after_loop},
         {.ctx = &r->shares, .after_loop = tpu__cli_step_shares_after_loop}};
     if (tpu_estimator_create(r->dev, &cfg, &r->model, hooks, r->o.step_shares ? 2 : 1, &r->est,
                              &d))
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "%s", d.msg);
-    sigint_install(r->est);
+    /* on ranks, Ctrl-C reaches every rank through mpirun, which ends the job (each rank
+     * stopping at a step boundary of its own would leave the others waiting) */
+    if (!r->pod)
+        sigint_install(r->est);
     return 0;
 }
 
@@ -470,7 +517,7 @@ static void teardown(struct run *r)
 static int write_trace(struct run *r)
 {
     struct tpu_diag d = {0};
-    if (r->o.trace[0] && tpu_device_write_trace(r->dev, r->o.trace, &d))
+    if (r->o.trace[0] && tpu_device_write_trace(r->dev, r->trace_path, &d))
         return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
     return 0;
 }
@@ -580,7 +627,7 @@ static void print_train_json(const struct run *r, const struct train_result *t)
         snprintf(fig[k], sizeof fig[k], skipped ? "null" : "%.9g", figs[k]);
     printf("{\"chip\": ");
     tpu__cli_json_string(stdout, r->chip.name);
-    printf(", \"replicas\": %u", tpu_device_n_replicas(r->dev));
+    printf(", \"replicas\": %u", run_replicas(r));
     if (r->o.rc.num_hosts > 1) /* --hosts: only then, so one host's summary keeps its keys */
         printf(", \"hosts\": %u", r->o.rc.num_hosts);
     if (r->o.rc.num_cores_per_replica > 1) /* the same */
@@ -687,8 +734,7 @@ static void print_train_text(const struct run *r, const struct train_result *t)
     if (o->rc.num_hosts > 1)
         snprintf(hosts, sizeof hosts, " (%u hosts)", o->rc.num_hosts);
     printf("tpusim train: %s on %s, %u replica%s%s%s, %s matmul inputs, %s\n", model,
-           r->chip.name, tpu_device_n_replicas(r->dev),
-           tpu_device_n_replicas(r->dev) == 1 ? "" : "s", layout, hosts,
+           r->chip.name, run_replicas(r), run_replicas(r) == 1 ? "" : "s", layout, hosts,
            o->spec.passes == 1 ? "bf16" : "fp32 (bf16 passes)", optimizer);
     if (r->cores_redundant)
         printf("  warning            the model's lowering splits nothing over a replica's %u "
@@ -768,7 +814,7 @@ static int cmd_train(struct run *r)
         /* the chip's work is done and checkpointed: from here (the host reference, the
          * summary) Ctrl-C ends the process at once, as it does for any command */
         sigint_remove();
-        if (r->o.reference)
+        if (r->o.reference && (!r->pod || r->pod->rank == 0)) /* only rank 0 prints it */
             rc = train_reference(r, &t);
     }
     tpu_dataset_input_free(&in);
@@ -938,10 +984,18 @@ static int cmd_predict(struct run *r)
 
 int tpu__cli_train(int argc, char **argv)
 {
+    return tpu__cli_train_on(argc, argv, NULL);
+}
+
+int tpu__cli_train_on(int argc, char **argv, struct tpu__cli_pod *pod)
+{
     struct run r;
     memset(&r, 0, sizeof r);
     r.o.cmd = argv[0];
+    r.pod = pod;
     int rc = tpu__cli_train_parse_args(argc, argv, &r.o);
+    if (pod) /* every rank takes the options, or every rank stops (cli_ranks.c) */
+        rc = tpu__cli_train_ranks_agree(&r.o, pod, rc);
     if (rc)
         return rc == TPU__CLI_HELP ? TPU_CLI_OK : rc;
     if (r.o.check_equivalence || r.o.equivalence_free_running)

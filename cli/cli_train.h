@@ -60,6 +60,30 @@ struct train_opts {
     bool model_from_config;  /* --config's file named the --model file */
 };
 
+/* This process's part of a pod slice run as MPI ranks (`mpirun -np N tpusim train --hosts
+ * N`, cli_ranks.c): rank h is host h. NULL where a process simulates every host. */
+struct tpu_pod_link;
+struct tpu_host_group;
+struct tpu__cli_pod {
+    uint32_t rank, size;
+    void *mpi;                          /* host/mpi's struct tpu_mpi */
+    const struct tpu_pod_link *link;    /* the device's settings.pod (set by the agreement) */
+    const struct tpu_host_group *group; /* the estimator's host_group */
+    bool agreed;                        /* every rank parsed the same options and took them:
+                                           an error after this ends the whole job */
+};
+
+/* train on ranks (cli_ranks.c): the options that cannot work when each host is a process
+ * of its own, refused with the reason and the fix; --hosts against the world size. Then
+ * the ranks agree (each rank's rc of parsing and these checks, gathered): 0 when every rank
+ * goes on, else the first failing rank's exit code (that rank printed why; the others print
+ * nothing). Makes the pod link for the cores per replica. */
+int tpu__cli_train_ranks_agree(const struct train_opts *o, struct tpu__cli_pod *pod, int rc);
+
+/* train, evaluate and predict as tpu__cli_train, on this rank's part of the pod (pod not
+ * NULL: train only) (cli_train.c). */
+int tpu__cli_train_on(int argc, char **argv, struct tpu__cli_pod *pod);
+
 /* The defaults of the options (train's; `tpusim fit` starts from them too). */
 void tpu__cli_train_default_options(struct train_opts *o);
 /* --model against --layers and the options only one of them has (AdamW, the schedules):
@@ -122,6 +146,8 @@ struct step_shares {
     uint64_t steps;                 /* steps after the first loop */
     double device_s;                /* their simulated device time */
     double all_reduce_share, halo_share;
+    const struct tpu_host_group *group; /* on ranks: the shares are the pod's (summed over
+                                           every rank's cores); NULL: this device's */
 };
 /* The estimator's after_loop hook (ctx: the struct step_shares). */
 int tpu__cli_step_shares_after_loop(void *ctx, const struct tpu_loop_info *li,

@@ -146,7 +146,8 @@ static const struct tpu__cli_opt train_opts_table[] = {
      .help = "hosts of the pod slice, simulated in this process\n"
              "(default 1), each driving --chips chips, with its own\n"
              "infeed thread and input clock: the device has hosts x\n"
-             "chips chips"},
+             "chips chips; under mpirun, the number of ranks (each\n"
+             "rank is one host: see the end of this help)"},
     {.name = "--cores-per-replica", .kind = TPU__CLI_U64, T(rc.num_cores_per_replica), .min = 1,
      .max = TPU__CLI_MAX_CORES_PER_REPLICA, .arg = "N",
      .help = "model parallelism (default 1): the model is split over N\n"
@@ -393,7 +394,18 @@ const struct tpu__cli_opts tpu__cli_train_options = {
         "\n",
     .footer =
         "Paths take at most 4000 characters, other values 255. Output paths are checked before\n"
-        "any work: their directory must exist and be writable.\n",
+        "any work: their directory must exist and be writable.\n"
+        "\n"
+        "Hosts as MPI ranks (a tpusim built with -Dmpi=enabled):\n"
+        "    mpirun -np N tpusim train --hosts N [options]\n"
+        "runs host h of the pod slice as rank h: its chips (--chips), its own input pipeline\n"
+        "and infeed thread; the gradients cross MPI, and the simulated interconnect's time is\n"
+        "charged. The params, losses and cycles are those of one process\n"
+        "with --hosts N, bit for bit. Every rank takes the same command line (checked at start);\n"
+        "rank 0 prints and writes the checkpoints and metrics, the others print only their\n"
+        "errors (\"rank h: ...\"); an error on any rank ends every rank. --trace FILE: rank h > 0\n"
+        "writes FILE.rank<h> (its own cores). Not on ranks: evaluate, predict and the other\n"
+        "commands, --check-equivalence, --backend systemc, --host-time measured.\n",
     .help_column = 32,
     .text_max = OPT_TEXT_MAX,
     .scope_names = train_scopes,

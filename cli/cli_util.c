@@ -13,6 +13,24 @@
 #include "cli.h"
 #include "util.h"
 
+/* Where errors go: stderr, unless this process is one rank of several (cli_ranks.c), whose
+ * errors carry its rank ("rank 1: tpusim train: error: ...") and whose other output is
+ * dropped on ranks above 0. Set once by tpu__cli_set_error_output in main's thread before
+ * any other thread exists, then only read: the process's output setup, not state. */
+static FILE *error_stream;
+static char error_prefix[32];
+
+void tpu__cli_set_error_output(FILE *f, const char *prefix)
+{
+    error_stream = f;
+    snprintf(error_prefix, sizeof error_prefix, "%s", prefix ? prefix : "");
+}
+
+FILE *tpu__cli_error_stream(void)
+{
+    return error_stream ? error_stream : stderr;
+}
+
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
 {
     /* One line of valid UTF-8 whatever the user typed: values echoed raw (a newline, an
@@ -23,8 +41,10 @@ int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
     int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     tpu__quote(msg, safe, sizeof safe);
-    fprintf(stderr, "tpusim %s: error: %s%s\n", cmd, safe,
+    FILE *f = tpu__cli_error_stream();
+    fprintf(f, "%stpusim %s: error: %s%s\n", error_prefix, cmd, safe,
             n >= (int)sizeof msg ? "..." : "");
+    fflush(f);
     return code;
 }
 

@@ -1,4 +1,5 @@
-/* tpusim: the command-line tool. Subcommands in the style of git. */
+/* tpusim: the command-line tool. Subcommands in the style of git. Under mpirun each process
+ * is one rank, one host of a pod slice (cli_ranks.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -32,7 +33,8 @@ static void usage(FILE *f)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
 }
 
-int main(int argc, char **argv)
+/* The command of argv[1] (argv as main's). */
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -49,4 +51,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         names[i] = commands[i].name;
     return tpu__cli_unknown_command(NULL, argv[1], names);
+}
+
+int main(int argc, char **argv)
+{
+    /* started by mpirun: each process is one rank (a host of a pod slice) */
+    if (tpu__cli_mpirun_world_size())
+        return tpu__cli_main_ranks(argc, argv, dispatch);
+    return dispatch(argc, argv);
 }

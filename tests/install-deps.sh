@@ -8,6 +8,7 @@ packages=(
   libjansson-dev zlib1g-dev libcmocka-dev
   verilator libsystemc-dev
   libopenblas-dev
+  libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev
   dataset-fashion-mnist
 )

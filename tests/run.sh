@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tpusim needs, builds it with every optional part (the Verilated RTL array,
-# -Drtl=enabled; the SystemC/TLM-2.0 model and its device backend, -Dsystemc=enabled), and
+# -Drtl=enabled; the SystemC/TLM-2.0 model and its device backend, -Dsystemc=enabled; the
+# hosts of a pod slice as MPI ranks, -Dmpi=enabled, whose tests run mpirun on localhost), and
 # runs the whole test suite three ways: a plain optimised build; AddressSanitizer +
 # UndefinedBehaviorSanitizer (which fail the test on the first report; ASan also catches
 # uses of returned stack frames); and ThreadSanitizer on the threaded parts (the chip's
@@ -42,17 +43,20 @@ run_suite() {
 }
 
 labels=()
-run_suite plain build-tests "-Drtl=enabled -Dsystemc=enabled --buildtype=debugoptimized"
+run_suite plain build-tests "-Drtl=enabled -Dsystemc=enabled -Dmpi=enabled --buildtype=debugoptimized"
 labels+=("plain=build-tests")
 if [ $quick -eq 0 ]; then
   # sanitizers slow the heavy tests (gemm, training) two to three times: longer timeouts
-  run_suite asan+ubsan build-asan "-Drtl=enabled -Dsystemc=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false" --timeout-multiplier 3
+  run_suite asan+ubsan build-asan "-Drtl=enabled -Dsystemc=enabled -Dmpi=enabled --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false" --timeout-multiplier 3
   labels+=("asan+ubsan=build-asan")
-  run_suite tsan build-tsan "-Drtl=enabled -Dsystemc=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime runtime_shard runtime_pod runtime_keras equivalence models net net_chip net_partition op_stats ops_train conv partition_ops partition_rules keras systemc_backend replica_share pod_device
+  # TSan: the threaded parts only (the MPI tests stay out: Open MPI's own threads and
+  # shared-memory transport are not built for ThreadSanitizer, whose reports there are
+  # Open MPI's, not tpusim's; the pod's threads are checked by the in-process pod tests)
+  run_suite tsan build-tsan "-Drtl=enabled -Dsystemc=enabled -Dmpi=enabled --buildtype=debugoptimized -Db_sanitize=thread" chip runtime runtime_shard runtime_pod runtime_keras equivalence models net net_chip net_partition op_stats ops_train conv partition_ops partition_rules keras systemc_backend replica_share pod_device
   labels+=("tsan=build-tsan")
   # libFuzzer needs clang; the fuzz build instruments the C code only (no RTL). Each target
   # fuzzes for 15 s (tests/fuzz/meson.build), two at a time.
-  CC=clang run_suite fuzz build-fuzz "-Drtl=disabled -Dsystemc=disabled -Dfuzz=enabled --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" --suite fuzz
+  CC=clang run_suite fuzz build-fuzz "-Drtl=disabled -Dsystemc=disabled -Dmpi=disabled -Dfuzz=enabled --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" --suite fuzz
   labels+=("fuzz=build-fuzz")
 fi
 python3 tests/summarize.py "${labels[@]}"

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""A tpusim built without MPI (-Dmpi=disabled, or no libopenmpi-dev) under mpirun: a world of
+several ranks is refused, since each rank would run the whole job alone, with the way to build
+it with MPI; a world of one rank runs as usual. mpirun itself is not needed: it tells a
+process its world through OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_RANK, which this sets.
+(Registered in builds without MPI only: with MPI, those variables would start MPI.)
+
+usage: test_mpi_absent.py PATH/TO/tpusim"""
+import os
+import subprocess
+import sys
+
+from cli_harness import TPUSIM, case, main
+
+
+def run_as_rank(size, rank, *args):
+    env = dict(os.environ, OMPI_COMM_WORLD_SIZE=str(size), OMPI_COMM_WORLD_RANK=str(rank))
+    return subprocess.run([TPUSIM, *args], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+@case
+def several_ranks_refused_without_mpi():
+    for rank in (0, 1):
+        p = run_as_rank(2, rank, 'train', '--chip', 'tiny', '--hosts', '2')
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert p.stdout == '', p.stdout
+        assert p.stderr.count('\n') == 1, p.stderr
+        assert p.stderr.startswith(f'rank {rank}: tpusim train: error: mpirun started 2 '
+                                   'ranks, and this tpusim was built without MPI'), p.stderr
+        assert 'meson configure -Dmpi=enabled' in p.stderr, p.stderr
+        assert 'apt-get install libopenmpi-dev' in p.stderr, p.stderr
+
+
+@case
+def one_rank_runs_as_usual():
+    p = run_as_rank(1, 0, 'config', 'show', 'tiny')
+    plain = subprocess.run([TPUSIM, 'config', 'show', 'tiny'], capture_output=True, text=True,
+                           timeout=120)
+    assert p.returncode == 0 and p.stdout == plain.stdout and p.stdout, (p.stdout, p.stderr)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
