@@ -586,9 +586,9 @@ static void test_cores_per_replica_2(void **state)
 
 /* A finite training input that ends inside a step (host 1's first call of step 5 finds the
  * end after host 0's calls of that step came full): every host stops cleanly after step 5
- * with the one process's params. The device time of the last loop is not compared: in one
- * process host 0's cores run into the unfed step until the run ends, while a pod's host
- * queues no part of a step that is not whole (runtime_feed.c, held_call). */
+ * with the one process's params and loops, the last one's device time included (no host, in
+ * one process or on a pod, queues a part of a step that is not whole: runtime_feed.c,
+ * held_call). */
 static void test_input_ends_mid_step(void **state)
 {
     struct state *s = *state;
@@ -610,16 +610,9 @@ static void test_input_ends_mid_step(void **state)
         for (size_t i = 0; i < one->n_params; i++)
             assert_memory_equal(pod[h].params[i], one->params[i],
                                 one->sizes[i] * sizeof(float));
-        /* the loops before the last one are the one process's, bit for bit */
         assert_int_equal(pod[h].n_loops, one->n_loops);
-        for (uint32_t i = 0; i + 1 < one->n_loops; i++)
+        for (uint32_t i = 0; i < one->n_loops; i++)
             same_loop(&pod[h].loops[i], &one->loops[i], h, i);
-        const struct tpu_loop_info *a = &pod[h].loops[pod[h].n_loops - 1],
-                                   *b = &one->loops[one->n_loops - 1];
-        SAME_BITS(*a, *b, steps, "last loop", h, 0);
-        SAME_BITS(*a, *b, loss, "last loop", h, 0);
-        SAME_BITS(*a, *b, global_loss, "last loop", h, 0);
-        SAME_BITS(*a, *b, real_examples, "last loop", h, 0);
     }
     free(one);
     free(pod);

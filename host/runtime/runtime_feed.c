@@ -264,6 +264,24 @@ static bool wait_turn(struct tpu__feeder *f, uint64_t s, uint32_t ci)
     return go;
 }
 
+/* Waits until every call of step s is made (unweighted training's held batches, above). False
+ * when they are not to be queued: a call of step s found the input's end, feeding stopped, or
+ * the pass failed. Waiting, the thread counts as waiting for another thread's turn (the
+ * watchdog's idle_turn_waiters). */
+static bool wait_step_whole(struct tpu__feeder *f, uint64_t s)
+{
+    struct tpu__pass *p = f->p;
+    const uint64_t next = (s + 1) * p->plan.n_calls;
+    pthread_mutex_lock(&p->lock);
+    f->waits_turn = next;
+    while (p->turn < next && !p->error && !p->finished && s < p->end_step)
+        pthread_cond_wait(&p->cv, &p->lock);
+    f->waits_turn = UINT64_MAX;
+    const bool go = p->turn >= next && !p->error && !p->finished && s < p->end_step;
+    pthread_mutex_unlock(&p->lock);
+    return go;
+}
+
 /* The call of the turn is made: the next one may go. `end_step` (UINT64_MAX: none) is the
  * first step no host is to feed, when this call found the input's end; `ended` marks the
  * input ended. */
@@ -331,13 +349,14 @@ static int count_real_rows(struct tpu__pass *p, uint64_t s, uint32_t n_real)
     return rc;
 }
 
-/* A pod's host in unweighted training holds the batches of its calls of a step until the
- * step's last call (of any host) has come back full, then queues them: in one process the
- * cores of a host whose batch came would run into a step that another host's call ended
- * (and wait at its all-reduce until the run ends for want of infeed); a pod's part cannot
- * tell that wait from a slower host, so no part starts a step that is not whole. The
- * batches are queued at the host cycles their calls ended, so device time is as if queued
- * at once. [n_calls] of the feeder; bufs allocated for its own calls only. */
+/* Unweighted training holds the batches of a host's calls of a step until the step's last
+ * call (of any host) has come back full, then queues them (wait_step_whole): no core starts
+ * a step that the input ended part-way, so a run that ends for want of input stops every
+ * core at the start of that step, and its device time is the same in one process and on a
+ * pod's hosts (a pod's part cannot tell a core waiting at an all-reduce for a step that
+ * never comes from a slower host). The batches are queued at the host cycles their calls
+ * ended, so device time is as if each were queued at once. [n_calls] of the feeder; bufs
+ * allocated for its own calls only. */
 struct held_call {
     struct call_batch cb;
     uint64_t clock;
@@ -397,7 +416,7 @@ void *tpu__pass_infeed_thread(void *arg)
      * weights): then a call may return a partial batch, even of 0 real rows, which is a real
      * step whose padding rows weigh 0, and only a call that returns 0 ends the input. */
     const bool full_steps_only = p->mode == TPU_MODE_TRAIN && !e->shape.weighted;
-    if (e->group && full_steps_only && !(held = held_alloc(p, f))) {
+    if (full_steps_only && !(held = held_alloc(p, f))) {
         tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the input batches"),
                        &d);
         goto out;
@@ -480,6 +499,8 @@ void *tpu__pass_infeed_thread(void *arg)
                 goto out;
             }
         }
+        if (held && !wait_step_whole(f, s))
+            goto out;
         for (uint32_t i = 0; held && i < f->n_calls; i++) {
             int rc;
             if (held[i].own && (rc = call_batch_push(p, &held[i].cb, &p->plan.calls[f->calls[i]],

@@ -12,8 +12,9 @@
  *   - evaluate and predict pad the last partial batch and mask the padding, so N examples
  *     give exactly N predictions and metrics over exactly N examples;
  *   - a finite training input ends training cleanly at the last full step (with a warning;
- *     strict_input makes it an error); with sample_weights, after its last step, partial
- *     or not.
+ *     strict_input makes it an error): no core starts the step the input ended part-way,
+ *     so params and device time stop at that step's start; with sample_weights, after its
+ *     last step, partial or not.
  *
  * Threads: the caller's thread runs the loops and hooks; an infeed thread per host (of
  * num_hosts) runs that host's input function calls and fills the infeed queues of the cores
