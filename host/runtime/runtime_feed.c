@@ -6,8 +6,8 @@
  * thread, which drains every core's outfeed, keeps replica 0's loss, runs the host calls,
  * sums evaluation and prediction outputs and keeps each step's sums (the global loss or the
  * loss sums, the correct counts) for the loop's sums; and the watchdog, which ends a
- * deadlocked run with an error. They share the pass (struct tpu__pass, runtime_int.h) under its lock, and end
- * the pass with the first error of any of them through tpu__pass_fail. */
+ * deadlocked run with an error. They share the pass (struct tpu__pass, runtime_int.h) under
+ * its lock, and end the pass with the first error of any of them through tpu__pass_fail. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -101,7 +101,10 @@ struct call_batch {
     bool is_int[4];
 };
 
-static int call_batch_alloc(struct call_batch *cb, const struct tpu__pass *p, uint32_t batch)
+/* The tensors of a call of `batch` rows; with `values` false (a timing-only device's held
+ * batches) their shapes only, no buffers: such a batch is queued without data. */
+static int call_batch_alloc(struct call_batch *cb, const struct tpu__pass *p, uint32_t batch,
+                            bool values)
 {
     const struct tpu_model_program *mp = &p->e->mp;
     memset(cb, 0, sizeof *cb);
@@ -109,6 +112,8 @@ static int call_batch_alloc(struct call_batch *cb, const struct tpu__pass *p, ui
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
         cb->row_bytes[t] = tpu__runtime_row_bytes(p->e, &p->spec, t);
         cb->is_int[t] = b->dtype == TPU_INT32;
+        if (!values)
+            continue;
         cb->bufs[t] = malloc(cb->row_bytes[t] * (batch ? batch : 1));
         if (!cb->bufs[t])
             return TPU_ENOMEM;
@@ -199,7 +204,9 @@ static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb,
             if (!tpu__own_core(e, rep * cpr + k, &core))
                 continue; /* another host's process feeds it */
             for (uint32_t t = 0; t < mp->n_infeed; t++) {
-                const char *rows = (const char *)cb->bufs[t] + row0 * cb->row_bytes[t];
+                /* no buffers: a timing-only device's held batch, queued without data */
+                const char *rows =
+                    cb->bufs[t] ? (const char *)cb->bufs[t] + row0 * cb->row_bytes[t] : NULL;
                 const void *data = rows;
                 size_t bytes = (size_t)p->per_replica * cb->row_bytes[t];
                 if (p->slices) {
@@ -207,8 +214,9 @@ static int call_batch_push(struct tpu__pass *p, const struct call_batch *cb,
                     if (!sl->s.receives)
                         continue;
                     if (!sl->whole) {
-                        gather_slice(scratch, rows, sl->esize, sl->full, &sl->s);
-                        data = scratch;
+                        if (rows)
+                            gather_slice(scratch, rows, sl->esize, sl->full, &sl->s);
+                        data = rows ? scratch : NULL;
                         bytes = sl->bytes;
                     }
                 }
@@ -376,7 +384,8 @@ static struct held_call *held_alloc(const struct tpu__pass *p, const struct tpu_
     for (uint32_t i = 0; held && i < f->n_calls; i++) {
         const struct tpu_shard_call *call = &p->plan.calls[f->calls[i]];
         held[i].own = call_is_own(p, call);
-        if (held[i].own && call_batch_alloc(&held[i].cb, p, call->batch)) {
+        /* a timing-only device takes no values: the calls fill the one scratch batch */
+        if (held[i].own && call_batch_alloc(&held[i].cb, p, call->batch, !p->e->timing_only)) {
             held_free(held, i + 1);
             return NULL;
         }
@@ -407,7 +416,7 @@ void *tpu__pass_infeed_thread(void *arg)
     uint64_t *clocks = NULL; /* the clock of each host (one process: this thread's host's) */
     struct held_call *held = NULL; /* a pod's unweighted training (held_alloc) */
     char *scratch = p->scratch_bytes ? malloc(p->scratch_bytes) : NULL;
-    if (call_batch_alloc(&cb, p, p->plan.calls[0].batch) ||
+    if (call_batch_alloc(&cb, p, p->plan.calls[0].batch, true) ||
         (p->scratch_bytes && !scratch)) {
         tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory for the input batch"), &d);
         goto out;
@@ -444,7 +453,7 @@ void *tpu__pass_infeed_thread(void *arg)
                 goto out;
             }
             uint32_t n_real = 0;
-            struct call_batch *const into = held && own ? &held[i].cb : &cb;
+            struct call_batch *const into = held && own && held[i].cb.bufs[0] ? &held[i].cb : &cb;
             double t0 = tpu__runtime_wall_s();
             int rc = !own && p->input->skip
                          ? p->input->skip(p->input->ctx, p->mode, call->shard, call->batch,
