@@ -887,20 +887,18 @@ static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_
                  uint64_t max_steps, struct tpu_diag *d)
 {
     int rc = tpu_estimator_check_mode(e, TPU_MODE_TRAIN, d);
-    if (rc)
-        return rc;
-    if (steps == 0 && max_steps == 0)
-        return tpu__fail(d, TPU_EINVAL, "give steps (more steps to train) or max_steps (the "
-                         "global step to train up to)");
-    if ((rc = stopped_before(e, TPU_MODE_TRAIN, d)))
-        return rc;
-    rc = load_mode(e, TPU_MODE_TRAIN, d);
-    if (rc)
-        return rc;
+    if (!rc && steps == 0 && max_steps == 0)
+        rc = tpu__fail(d, TPU_EINVAL, "give steps (more steps to train) or max_steps (the "
+                       "global step to train up to)");
+    if (!rc)
+        rc = stopped_before(e, TPU_MODE_TRAIN, d);
+    if (!rc)
+        rc = load_mode(e, TPU_MODE_TRAIN, d);
     const uint64_t target = steps ? e->global_step + steps : max_steps;
     /* a pod: every host runs the same thing from the same step (runtime_pod.c), checked
-     * before host 0 writes anything */
-    if ((rc = tpu__pod_agree(e, TPU_MODE_TRAIN, target, d)))
+     * before host 0 writes anything; every host comes here, failed or not, so that none
+     * waits for one that returned */
+    if ((rc = tpu__pod_agree(e, TPU_MODE_TRAIN, target, rc, d)))
         return rc;
     if (e->global_step >= target) {
         /* as TPUEstimator logs it; nothing ran, so there is no loss to report */
@@ -944,21 +942,23 @@ static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_
     return rc;
 }
 
-/* The end of a call on a pod's host (runtime_pod.c): a call that failed here tells the
- * group (the others may wait for this host); one that succeeded waits for every host's end
- * of it, which fails when another host failed. Without a host group, rc as it is. */
+/* The end of a call on a pod's host (runtime_pod.c): a call that failed here alone tells
+ * the group (the others may wait for this host); one whose outcome every host reached
+ * alike (success, or an agreed error: e->pod_end) waits for every host's end of it, which
+ * fails when another host failed; one that failed because another host did returns as it
+ * is (that host's abort reports it). Without a host group, rc as it is. */
 static int pod_call_end(struct tpu_estimator *e, int rc, struct tpu_diag *d)
 {
     if (!e->group)
         return rc;
-    /* a stop request that every host agreed on (at a pass's start or a loop boundary) ends
-     * every host's call alike: nothing to abort, and nothing to wait for */
-    if (rc == TPU_ECANCELED && atomic_load(&e->stop))
-        return rc;
-    if (rc < 0) {
+    const int end = e->pod_end;
+    e->pod_end = TPU__POD_END_ABORT;
+    if (rc < 0 && end == TPU__POD_END_ABORT) {
         tpu__pod_abort(e, rc, d);
         return rc;
     }
+    if (rc < 0 && end == TPU__POD_END_GROUP)
+        return rc;
     struct tpu_diag ed = {0};
     const int erc = tpu__pod_end_pass(e, &ed);
     if (erc) {
@@ -973,6 +973,7 @@ int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, 
                         uint64_t max_steps, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
+    e->pod_end = TPU__POD_END_ABORT;
     return pod_call_end(e, train(e, input, steps, max_steps, d), d);
 }
 
@@ -980,10 +981,12 @@ static int evaluate(struct tpu_estimator *e, const struct tpu_input *input, uint
                     struct tpu_eval_result *out, struct tpu_diag *d)
 {
     int rc = tpu_estimator_check_mode(e, TPU_MODE_EVAL, d);
-    if (rc || (rc = stopped_before(e, TPU_MODE_EVAL, d)))
-        return rc;
-    rc = load_mode(e, TPU_MODE_EVAL, d);
-    if (rc || (rc = tpu__pod_agree(e, TPU_MODE_EVAL, steps, d)))
+    if (!rc)
+        rc = stopped_before(e, TPU_MODE_EVAL, d);
+    if (!rc)
+        rc = load_mode(e, TPU_MODE_EVAL, d);
+    /* a pod: every host comes to the agreement, failed or not (train, above) */
+    if ((rc = tpu__pod_agree(e, TPU_MODE_EVAL, steps, rc, d)))
         return rc;
     struct tpu__pass p;
     rc = begin_pass(e, &p, input, TPU_MODE_EVAL, steps ? steps : UINT64_MAX, 0, d);
@@ -1010,6 +1013,7 @@ int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *inpu
                            uint64_t steps, struct tpu_eval_result *out, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
+    e->pod_end = TPU__POD_END_ABORT;
     return pod_call_end(e, evaluate(e, input, steps, out, d), d);
 }
 
