@@ -152,6 +152,7 @@ struct scenario {
     bool cnn;                  /* the small CNN (a layer graph) instead of the MLP */
     uint64_t max_examples;     /* the training stream's length (0: endless) */
     uint32_t nan_shard;        /* > 0: every batch of this shard has a NaN feature */
+    char model_dir_of_host1[128]; /* "": the same model_dir on every host */
     bool no_eval_batch;        /* eval_batch_size 0 (not set) */
     bool strict_input;
 };
@@ -244,6 +245,8 @@ static int open_run(const struct host_run *r, struct tpu_mlp_spec *spec, struct 
     cfg.host_group = r->pt ? pod_threads_group(r->pt, r->rank) : NULL;
     if (r->rank == 1 && sc->batch_of_host1)
         cfg.train_batch_size = sc->batch_of_host1;
+    if (r->rank == 1 && sc->model_dir_of_host1[0])
+        snprintf(cfg.model_dir, sizeof cfg.model_dir, "%s", sc->model_dir_of_host1);
     mlp_spec(spec, r->rank == 1 && sc->hidden_of_host1 ? sc->hidden_of_host1 : 12);
     tpu_mlp_model(model, spec);
     if (sc->cnn && !*net && (rc = make_cnn(net, model, ts, d)))
@@ -753,6 +756,26 @@ static void test_mismatch(void **state)
         assert_int_equal(pod[h].rc_train, TPU_EINVAL);
         assert_non_null(strstr(pod[h].msg, "host 1's program (hash of its text) "));
         assert_non_null(strstr(pod[h].msg, "differs from host 0's "));
+    }
+    /* a model_dir that host 1 does not see (not a shared file system): host 0 restores step
+     * 3, host 1 starts afresh; the message says what the model_dir must be */
+    sc.hidden_of_host1 = 0;
+    snprintf(sc.model_dir, sizeof sc.model_dir, "%s/seen-by-host0", s->fx->dir);
+    snprintf(sc.model_dir_of_host1, sizeof sc.model_dir_of_host1, "%s/host1-own", s->fx->dir);
+    struct outcome *first = calloc(1, sizeof *first);
+    assert_non_null(first);
+    run_one_process(&sc, &s->ds, first); /* 3 steps into host 0's model_dir */
+    expect_ok(first, 0, &sc);
+    free(first);
+    memset(pod, 0, sizeof pod);
+    run_pod(&sc, &s->ds, pod, 60);
+    for (uint32_t h = 0; h < 2; h++) {
+        assert_int_equal(pod[h].rc_train, TPU_EINVAL);
+        assert_non_null(strstr(pod[h].msg, "host 1's global step 0 differs from host 0's 3: "
+                                           "host 0 writes the checkpoints and every host "
+                                           "restores them, so the model_dir must be a "
+                                           "directory every host reads (a shared file "
+                                           "system)"));
     }
 }
 

@@ -106,8 +106,10 @@ enum agree_kind { AGREE_U64, AGREE_F64, AGREE_BOOL, AGREE_MODE, AGREE_INPUT, AGR
                   AGREE_HASH };
 
 enum {
-    A_CORES_PER_CHIP, A_CHIPS, A_CPR, A_HOSTS, A_MODE, A_BATCH, A_STEPS, A_IPL, A_IPL_S,
-    A_IPL_AUTO, A_INPUT, A_EVAL_INPUT, A_STEP, A_PROGRAM, A_SEED, A_COUNT
+    /* compared in this order, the first difference reported: the global step before the
+     * steps (a training target differs when the global steps do) */
+    A_CORES_PER_CHIP, A_CHIPS, A_CPR, A_HOSTS, A_MODE, A_BATCH, A_STEP, A_STEPS, A_IPL,
+    A_IPL_S, A_IPL_AUTO, A_INPUT, A_EVAL_INPUT, A_PROGRAM, A_SEED, A_COUNT
 };
 
 static const struct {
