@@ -22,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pod_threads.h"
 #include "tmp_fixture.h"
@@ -1072,6 +1075,119 @@ static void test_check_fails_on_one_host(void **state)
     assert_non_null(strstr(pod[1].msg[1], "eval_batch_size is not set"));
 }
 
+/* ---- the host memory check counts the input batches a pass holds ---------------------------- */
+
+/* A host of the memory check: the MLP 4096-8-4 with a global batch of 4096 (PER_HOST_V2 on 2
+ * hosts of 2 replicas: 4 calls of 1024 rows a step), unweighted training, so every infeed
+ * thread holds its call batch (1024 rows) and a held batch per call it makes for its own
+ * cores. A row is 4096 floats and an int32 label: 16388 bytes. */
+struct memory_host {
+    struct pod_threads *pt;    /* NULL: one process of both hosts */
+    uint32_t rank;
+    const struct tpu_dataset *ds;
+    int rc;
+    char msg[TPU_DIAG_MAX];
+};
+
+static void *memory_host_main(void *arg)
+{
+    struct memory_host *m = arg;
+    struct tpu_chip_config chip;
+    struct tpu_device *dev = NULL;
+    struct tpu_estimator *est = NULL;
+    struct tpu_diag d = {0};
+    m->rc = 1;
+    if (tpu_config_load_preset("tiny", &chip, &d))
+        return NULL;
+    struct tpu_device_settings ds;
+    tpu_device_default_settings(&ds, &chip);
+    ds.n_chips = m->pt ? 1 : 2;
+    ds.n_threads = 1;
+    ds.pod = m->pt ? pod_threads_link(m->pt, m->rank) : NULL;
+    if (tpu_device_open(&ds, &dev, &d))
+        return NULL;
+    struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2};
+    struct tpu_run_config cfg;
+    base_config(&sc, &cfg);
+    cfg.train_batch_size = 4096;
+    cfg.host_group = m->pt ? pod_threads_group(m->pt, m->rank) : NULL;
+    struct tpu_mlp_spec spec;
+    mlp_spec(&spec, 8);
+    spec.sizes[0] = 4096;
+    struct tpu_model model;
+    tpu_mlp_model(&model, &spec);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, m->ds, 3);
+    if (!tpu_estimator_create(dev, &cfg, &model, NULL, 0, &est, &d))
+        m->rc = tpu_estimator_train(est, &in.input, 1, 0, &d);
+    snprintf(m->msg, sizeof m->msg, "%s", d.msg);
+    tpu_dataset_input_free(&in);
+    tpu_estimator_destroy(&est);
+    tpu_device_close(&dev);
+    return NULL;
+}
+
+/* In a child under RLIMIT_AS (the address space in use plus 64 MiB): the training program
+ * is refused on every host, with `cores` and the input batches `want` (one process: 2 threads x (1024 +
+ * 2048 held rows) = 6144 rows, 96.0 MiB; a pod's host: 1024 + its 2 calls' 2048 = 3072 rows,
+ * 48.0 MiB; counting one batch per thread, as before, gave 32.0 and 16.0). */
+static int memory_child(bool pod, const char *cores, const char *want)
+{
+    struct tpu_dataset ds;
+    toy_dataset(&ds, 64, 1);
+    struct pod_threads *pt = NULL;
+    if (pod && pod_threads_create(2, &pt))
+        return 2;
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld", &pages) != 1)
+        return 3;
+    fclose(f);
+    struct rlimit rl;
+    getrlimit(RLIMIT_AS, &rl);
+    rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)64 << 20);
+    if (setrlimit(RLIMIT_AS, &rl))
+        return 4;
+    struct memory_host hosts[2] = {{.pt = pt, .rank = 0, .ds = &ds},
+                                   {.pt = pt, .rank = 1, .ds = &ds}};
+    if (pod)
+        pod_threads_run(pt, memory_host_main, (void *[]){&hosts[0], &hosts[1]});
+    else
+        memory_host_main(&hosts[0]);
+    for (uint32_t h = 0; h < (pod ? 2u : 1u); h++) {
+        fprintf(stderr, "child (%s), host %u: %d %s\n", pod ? "pod" : "one process", h,
+                hosts[h].rc, hosts[h].msg);
+        if (hosts[h].rc != TPU_ENOMEM ||
+            !strstr(hosts[h].msg, "the training program 'mlp_train' needs about") ||
+            !strstr(hosts[h].msg, cores) || !strstr(hosts[h].msg, want))
+            return 5;
+    }
+    pod_threads_destroy(pt);
+    tpu_dataset_free(&ds);
+    return 0;
+}
+
+static void run_memory_child(bool pod, const char *cores, const char *want)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(memory_child(pod, cores, want));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_host_memory_counts_held_batches(void **state)
+{
+    (void)state;
+    run_memory_child(false, "(4 cores x ", "96.0 MiB of input batches");
+    /* every host fails the same check before the pass: each returns it (no abort) */
+    run_memory_child(true, "(2 cores x ", "48.0 MiB of input batches");
+}
+
 /* ---- refusals at create -------------------------------------------------------------------- */
 
 static void expect_create_refused(struct tpu_device *dev, const struct tpu_run_config *cfg,
@@ -1248,6 +1364,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nan_on_host1, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_agreed_errors_do_not_abort, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_check_fails_on_one_host, setup, teardown_state),
+        cmocka_unit_test(test_host_memory_counts_held_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
