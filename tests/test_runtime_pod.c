@@ -685,7 +685,9 @@ static void test_input_ends_mid_step(void **state)
         assert_int_equal(pod[h].n_loops, one->n_loops);
         for (uint32_t i = 0; i < one->n_loops; i++)
             same_loop(&pod[h].loops[i], &one->loops[i], h, i);
+        same_counters(&sc, one, &pod[h], h);
     }
+    same_end(&sc, one, pod);
     free(one);
     free(pod);
 }
