@@ -301,10 +301,12 @@ int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, con
  * host, from a hook or any thread), so that every host stops at this boundary, as one
  * process stops at the boundary whose hook asked. */
 int tpu__pod_stop_exchange(struct tpu__pass *p, struct tpu_diag *d);
-/* After a pass that succeeded here: waits for every host's end of the pass (so that no host
- * restores a checkpoint host 0 is still writing); an error when another host failed. */
+/* After a call that ended alike on every host (it succeeded, or returns an agreed error:
+ * e->pod_end): waits for every host's end of the call (so that no host restores a
+ * checkpoint host 0 is still writing); an error when another host failed. */
 int tpu__pod_end_pass(struct tpu_estimator *e, struct tpu_diag *d);
-/* The pass, or the call before its pass, failed with rc: tells the group once. */
+/* The pass, or the call before its pass, failed with rc on this host alone: tells the
+ * group once. */
 void tpu__pod_abort(struct tpu_estimator *e, int rc, const struct tpu_diag *d);
 
 /* The host memory this process can still allocate: the smallest of MemAvailable
