@@ -3,7 +3,8 @@
  * twin of host/mpi), each with its own device of its host's chip (settings.pod) and its own
  * estimator (host_group). Every case compares them with one process simulating the same
  * hosts on one device of every chip (num_hosts N, no group), which is the truth: params,
- * every loop info field but wall_seconds, and the evaluation, bit for bit, on every host.
+ * every loop info field but wall_seconds, the evaluation, and every counter of every core
+ * (and the device's end cycle), bit for bit, on every host.
  * Also: resuming from host 0's checkpoints, the agreement check at a pass's start, a host
  * whose input fails (every host ends promptly, the last checkpoint loads), the refusals at
  * create, and the dataset input's skip.
@@ -21,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pod_threads.h"
 #include "tmp_fixture.h"
@@ -37,6 +41,7 @@
 #define MAX_LOOPS 32
 #define MAX_PARAMS 32
 #define MAX_PARAM_FLOATS 512
+#define MAX_CORES 8
 
 /* ---- what one run (one process, or one host of a pod) gives -------------------------------- */
 
@@ -53,6 +58,11 @@ struct outcome {
     uint32_t sizes[MAX_PARAMS];
     struct tpu_estimator *est;  /* while the run is on (the stop request's hook) */
     uint32_t stop_after_loops;  /* > 0: request a stop after this many loops */
+    /* the device's cores at the end (a pod's host: its own), and its end: the latest core's
+     * clock */
+    uint32_t n_cores;
+    struct tpu_core_counters counters[MAX_CORES];
+    uint64_t end_cycle;
 };
 
 static int record_loop(void *ctx, const struct tpu_loop_info *info, struct tpu_diag *d)
@@ -145,6 +155,9 @@ struct scenario {
     bool cnn;                  /* the small CNN (a layer graph) instead of the MLP */
     uint64_t max_examples;     /* the training stream's length (0: endless) */
     uint32_t nan_shard;        /* > 0: every batch of this shard has a NaN feature */
+    char model_dir_of_host1[128]; /* "": the same model_dir on every host */
+    bool no_eval_batch;        /* eval_batch_size 0 (not set) */
+    bool strict_input;
 };
 
 struct host_run {
@@ -174,6 +187,8 @@ static void base_config(const struct scenario *sc, struct tpu_run_config *c)
         c->input_partition_dims[0] = sc->features_dims;
     }
     c->train_counts = sc->train_counts;
+    c->eval_batch_size = sc->no_eval_batch ? 0 : 16;
+    c->strict_input = sc->strict_input;
 }
 
 static void mlp_spec(struct tpu_mlp_spec *s, uint32_t hidden)
@@ -233,6 +248,8 @@ static int open_run(const struct host_run *r, struct tpu_mlp_spec *spec, struct 
     cfg.host_group = r->pt ? pod_threads_group(r->pt, r->rank) : NULL;
     if (r->rank == 1 && sc->batch_of_host1)
         cfg.train_batch_size = sc->batch_of_host1;
+    if (r->rank == 1 && sc->model_dir_of_host1[0])
+        snprintf(cfg.model_dir, sizeof cfg.model_dir, "%s", sc->model_dir_of_host1);
     mlp_spec(spec, r->rank == 1 && sc->hidden_of_host1 ? sc->hidden_of_host1 : 12);
     tpu_mlp_model(model, spec);
     if (sc->cnn && !*net && (rc = make_cnn(net, model, ts, d)))
@@ -257,6 +274,17 @@ static void read_params(struct tpu_estimator *est, struct outcome *o)
         if (tpu_estimator_read_param(est, name, o->params[i], o->sizes[i] * sizeof(float),
                                      NULL))
             o->n_params = 0;
+    }
+}
+
+static void read_counters(struct tpu_device *dev, struct outcome *o)
+{
+    o->n_cores = tpu_device_n_cores(dev);
+    o->end_cycle = 0;
+    for (uint32_t c = 0; c < o->n_cores && c < MAX_CORES; c++) {
+        tpu_device_counters(dev, c, &o->counters[c]);
+        if (o->counters[c].cycles > o->end_cycle)
+            o->end_cycle = o->counters[c].cycles;
     }
 }
 
@@ -309,6 +337,7 @@ static void *host_main(void *arg)
     }
     o->global_step = tpu_estimator_global_step(est);
     read_params(est, o);
+    read_counters(dev, o);
 out:
     snprintf(o->msg, sizeof o->msg, "%s", d.msg);
     if (est)
@@ -430,8 +459,49 @@ static void expect_ok(const struct outcome *o, uint32_t h, const struct scenario
                  o->rc_train, o->rc_train2, o->rc_eval, o->msg);
 }
 
-/* Every host's outcome equals the one process's: the loops, the evaluation, the global step
- * and every param (host 0 reads replica 0; host h its own first replica, which holds the
+/* Host h's device cores against the one process's cores h x C .. h x C + C - 1 (C the cores
+ * of a host): every counter, bit for bit; and the pod's end (the latest of the hosts' ends)
+ * is the one device's end. */
+static void same_counters(const struct scenario *sc, const struct outcome *one,
+                          const struct outcome *o, uint32_t h)
+{
+    assert_int_equal(one->n_cores, o->n_cores * sc->hosts);
+    assert_true(one->n_cores <= MAX_CORES);
+    static const char *const fields[] = {"cycles", "busy", "stall", "hbm bytes",
+                                         "feed bytes", "ici_bytes", "mxu_mac_slots", "macs",
+                                         "ops and iterations"};
+    for (uint32_t c = 0; c < o->n_cores; c++) {
+        const struct tpu_core_counters *a = &o->counters[c];
+        const struct tpu_core_counters *b = &one->counters[h * o->n_cores + c];
+        const bool same[] = {
+            a->cycles == b->cycles, !memcmp(a->busy, b->busy, sizeof a->busy),
+            !memcmp(a->stall, b->stall, sizeof a->stall),
+            a->hbm_read_bytes == b->hbm_read_bytes && a->hbm_write_bytes == b->hbm_write_bytes,
+            a->infeed_bytes == b->infeed_bytes && a->outfeed_bytes == b->outfeed_bytes,
+            a->ici_bytes == b->ici_bytes, a->mxu_mac_slots == b->mxu_mac_slots,
+            a->macs == b->macs, a->ops == b->ops && a->iterations == b->iterations};
+        for (size_t f = 0; f < sizeof same / sizeof same[0]; f++)
+            if (!same[f])
+                fail_msg("host %u, core %u (one process's core %u): %s differ (cycles %llu vs "
+                         "%llu)", h, c, h * o->n_cores + c, fields[f],
+                         (unsigned long long)a->cycles, (unsigned long long)b->cycles);
+        assert_memory_equal(a, b, sizeof *a); /* and nothing else differs */
+    }
+}
+
+/* The pod's end cycle (the latest of the hosts') is the one device's. */
+static void same_end(const struct scenario *sc, const struct outcome *one,
+                     const struct outcome *hosts)
+{
+    uint64_t end = 0;
+    for (uint32_t h = 0; h < sc->hosts; h++)
+        end = hosts[h].end_cycle > end ? hosts[h].end_cycle : end;
+    assert_true(one->end_cycle > 0);
+    assert_int_equal(end, one->end_cycle);
+}
+
+/* Every host's outcome equals the one process's: the loops, the evaluation, the global step,
+ * its cores' counters and the pod's end cycle, and every param (host 0 reads replica 0; host h its own first replica, which holds the
  * same values). */
 static void expect_same(const struct scenario *sc, const struct outcome *one,
                         const struct outcome *hosts)
@@ -453,6 +523,7 @@ static void expect_same(const struct scenario *sc, const struct outcome *one,
             SAME_BITS(o->eval, one->eval, steps, "eval", h, 0);
             SAME_BITS(o->eval, one->eval, device_seconds, "eval", h, 0);
         }
+        same_counters(sc, one, o, h);
         assert_int_equal(o->n_params, one->n_params);
         for (size_t i = 0; i < one->n_params; i++) {
             assert_string_equal(o->names[i], one->names[i]);
@@ -463,6 +534,7 @@ static void expect_same(const struct scenario *sc, const struct outcome *one,
                              (double)one->params[i][k]);
         }
     }
+    same_end(sc, one, hosts);
 }
 
 /* ---- cases ------------------------------------------------------------------------------ */
@@ -613,7 +685,9 @@ static void test_input_ends_mid_step(void **state)
         assert_int_equal(pod[h].n_loops, one->n_loops);
         for (uint32_t i = 0; i < one->n_loops; i++)
             same_loop(&pod[h].loops[i], &one->loops[i], h, i);
+        same_counters(&sc, one, &pod[h], h);
     }
+    same_end(&sc, one, pod);
     free(one);
     free(pod);
 }
@@ -688,6 +762,26 @@ static void test_mismatch(void **state)
         assert_non_null(strstr(pod[h].msg, "host 1's program (hash of its text) "));
         assert_non_null(strstr(pod[h].msg, "differs from host 0's "));
     }
+    /* a model_dir that host 1 does not see (not a shared file system): host 0 restores step
+     * 3, host 1 starts afresh; the message says what the model_dir must be */
+    sc.hidden_of_host1 = 0;
+    snprintf(sc.model_dir, sizeof sc.model_dir, "%s/seen-by-host0", s->fx->dir);
+    snprintf(sc.model_dir_of_host1, sizeof sc.model_dir_of_host1, "%s/host1-own", s->fx->dir);
+    struct outcome *first = calloc(1, sizeof *first);
+    assert_non_null(first);
+    run_one_process(&sc, &s->ds, first); /* 3 steps into host 0's model_dir */
+    expect_ok(first, 0, &sc);
+    free(first);
+    memset(pod, 0, sizeof pod);
+    run_pod(&sc, &s->ds, pod, 60);
+    for (uint32_t h = 0; h < 2; h++) {
+        assert_int_equal(pod[h].rc_train, TPU_EINVAL);
+        assert_non_null(strstr(pod[h].msg, "host 1's global step 0 differs from host 0's 3: "
+                                           "host 0 writes the checkpoints and every host "
+                                           "restores them, so the model_dir must be a "
+                                           "directory every host reads (a shared file "
+                                           "system)"));
+    }
 }
 
 /* Host 1's input fails at pass step 5, at its own first call of the step (PER_HOST_V2 on 2
@@ -743,29 +837,357 @@ static void test_nan_on_host1(void **state)
     free(pod);
 }
 
-/* A stop requested on host 1 alone (from its hook after the first loop): the hosts learn of
- * it at the next loop boundary and all stop there, at the same global step, with host 0's
- * checkpoint of it. */
-static void test_stop_on_one_host(void **state)
+/* A stop requested from an after_loop hook after the first loop (of 3 steps), on every host
+ * (a hook that runs alike everywhere: early stopping) or on host 1 alone (a hook, or a
+ * signal, on one host): every host stops at that boundary, global step 3, where one process
+ * stops when its hook asks there (one process has one estimator: one request there, from
+ * whichever hook, stops it at that boundary). Same loops, params, counters and message as
+ * the one process, and host 0's checkpoint of step 3. */
+static void stop_case(void **state, bool every_host)
 {
     struct state *s = *state;
     struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2, .with_skip = true,
                           .train_steps = 12};
-    snprintf(sc.model_dir, sizeof sc.model_dir, "%s/stop", s->fx->dir);
-    struct outcome pod[2];
-    memset(pod, 0, sizeof pod);
+    snprintf(sc.model_dir, sizeof sc.model_dir, "%s/stop-pod", s->fx->dir);
+    struct outcome *one = calloc(1, sizeof *one), *pod = calloc(2, sizeof *pod);
+    assert_non_null(one);
+    assert_non_null(pod);
     pod[1].stop_after_loops = 1;
+    if (every_host)
+        pod[0].stop_after_loops = 1;
     run_pod(&sc, &s->ds, pod, 60);
+    struct scenario ref = sc;
+    snprintf(ref.model_dir, sizeof ref.model_dir, "%s/stop-one", s->fx->dir);
+    one->stop_after_loops = 1;
+    run_one_process(&ref, &s->ds, one);
+    assert_int_equal(one->rc_train, TPU_ECANCELED);
+    assert_int_equal(one->global_step, 3);
+    assert_non_null(strstr(one->msg, "training stopped on request at global step 3 (of 12); "
+                                     "checkpoint "));
+    assert_int_equal(one->n_loops, 1);
     for (uint32_t h = 0; h < 2; h++) {
         assert_int_equal(pod[h].rc_train, TPU_ECANCELED);
-        assert_non_null(strstr(pod[h].msg, "training stopped on request at global step 6 (of "
+        assert_non_null(strstr(pod[h].msg, "training stopped on request at global step 3 (of "
                                            "12); checkpoint "));
-        assert_int_equal(pod[h].global_step, 6);
+        assert_int_equal(pod[h].global_step, one->global_step);
+        assert_int_equal(pod[h].n_loops, one->n_loops);
+        for (uint32_t i = 0; i < one->n_loops; i++)
+            same_loop(&pod[h].loops[i], &one->loops[i], h, i);
     }
     uint64_t step = 0;
     char path[1024];
     assert_int_equal(tpu_checkpoint_latest(sc.model_dir, &step, path, sizeof path, NULL), 0);
-    assert_int_equal(step, 6);
+    assert_int_equal(step, 3);
+    assert_int_equal(tpu_checkpoint_latest(ref.model_dir, &step, path, sizeof path, NULL), 0);
+    assert_int_equal(step, 3);
+    free(one);
+    free(pod);
+}
+
+static void test_stop_on_every_host(void **state)
+{
+    stop_case(state, true);
+}
+
+static void test_stop_on_one_host(void **state)
+{
+    stop_case(state, false);
+}
+
+/* ---- errors every host reaches alike -------------------------------------------------------- */
+
+/* What a run of agreed_main gives: each call's result, in order. */
+#define AGREED_CALLS 5
+struct agreed_run {
+    struct pod_threads *pt;    /* NULL: one process of both hosts */
+    uint32_t rank;
+    const struct tpu_dataset *ds;
+    int rc[AGREED_CALLS];
+    char msg[AGREED_CALLS][TPU_DIAG_MAX];
+    uint64_t step[AGREED_CALLS];
+    struct tpu_eval_result eval;
+};
+
+/* Calls whose errors every host reaches alike, then calls that must work (the group was not
+ * aborted): 0 an evaluate without eval_batch_size (every host's check fails before any
+ * exchange); 1 a train whose global batch differs on host 1 (the agreement's mismatch; in
+ * one process: not run); 2 after a reconfigure that gives every host the same batches, a
+ * train of 3 steps; 3 a train of 100 steps on an input that ends at global step 5 under
+ * strict_input (TPU_EEND); 4 an evaluate. */
+static void *agreed_main(void *arg)
+{
+    struct agreed_run *a = arg;
+    struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2, .with_skip = true,
+                          .no_eval_batch = true, .strict_input = true,
+                          .batch_of_host1 = a->pt ? 32 : 0};
+    struct outcome *o = calloc(1, sizeof *o);
+    struct host_run r = {.sc = &sc, .pt = a->pt, .rank = a->rank, .ds = a->ds, .out = o};
+    struct tpu_mlp_spec spec;
+    struct tpu_model model;
+    struct tpu_net *net = NULL;
+    struct tpu_train_spec ts;
+    struct tpu_device *dev = NULL;
+    struct tpu_estimator *est = NULL;
+    struct tpu_diag d = {0};
+    struct test_input in, ein;
+    struct tpu_dataset eds = *a->ds;
+    eds.n_examples = 45;
+    ti_init(&in, a->ds, true, 0);
+    in.ds_in.max_examples = 16 * 5 + 8;
+    ti_init(&ein, &eds, true, 0);
+    for (int i = 0; i < AGREED_CALLS; i++)
+        a->rc[i] = 1; /* not run */
+    if (!o || open_run(&r, &spec, &model, &net, &ts, &dev, &est, &d))
+        goto out;
+    a->rc[0] = tpu_estimator_evaluate(est, &ein.input, 0, &a->eval, &d);
+    snprintf(a->msg[0], sizeof a->msg[0], "%s", d.msg);
+    if (a->pt) {
+        a->rc[1] = tpu_estimator_train(est, &in.input, 3, 0, &d);
+        snprintf(a->msg[1], sizeof a->msg[1], "%s", d.msg);
+    }
+    struct tpu_run_config cfg;
+    base_config(&sc, &cfg);
+    cfg.host_group = a->pt ? pod_threads_group(a->pt, a->rank) : NULL;
+    cfg.eval_batch_size = 16;
+    if (tpu_estimator_reconfigure(est, &cfg, &d))
+        goto out;
+    a->rc[2] = tpu_estimator_train(est, &in.input, 3, 0, &d);
+    snprintf(a->msg[2], sizeof a->msg[2], "%s", d.msg);
+    a->step[2] = tpu_estimator_global_step(est);
+    a->rc[3] = tpu_estimator_train(est, &in.input, 100, 0, &d);
+    snprintf(a->msg[3], sizeof a->msg[3], "%s", d.msg);
+    a->step[3] = tpu_estimator_global_step(est);
+    a->rc[4] = tpu_estimator_evaluate(est, &ein.input, 0, &a->eval, &d);
+    snprintf(a->msg[4], sizeof a->msg[4], "%s", d.msg);
+out:
+    tpu_estimator_destroy(&est);
+    tpu_device_close(&dev);
+    tpu_net_destroy(&net);
+    tpu_dataset_input_free(&in.ds_in);
+    tpu_dataset_input_free(&ein.ds_in);
+    free(o);
+    return NULL;
+}
+
+/* An error that every host reaches alike is returned on every host as one process returns
+ * it, and the group is not aborted: the calls after it work, with one process's results. */
+static void test_agreed_errors_do_not_abort(void **state)
+{
+    struct state *s = *state;
+    struct agreed_run one = {.ds = &s->ds}, pod[2];
+    agreed_main(&one);
+    struct pod_threads *pt = NULL;
+    assert_int_equal(pod_threads_create(2, &pt), 0);
+    void *args[2];
+    for (uint32_t h = 0; h < 2; h++) {
+        pod[h] = (struct agreed_run){.pt = pt, .rank = h, .ds = &s->ds};
+        args[h] = &pod[h];
+    }
+    pod_threads_run(pt, agreed_main, args);
+    pod_threads_destroy(pt);
+    /* the one process: the evaluate refused, the train, the strict end, the evaluate */
+    assert_int_equal(one.rc[0], TPU_EINVAL);
+    assert_non_null(strstr(one.msg[0], "eval_batch_size is not set"));
+    assert_int_equal(one.rc[2], 0);
+    assert_int_equal(one.step[2], 3);
+    assert_int_equal(one.rc[3], TPU_EEND);
+    assert_non_null(strstr(one.msg[3], "the training input ended after global step 5"));
+    assert_int_equal(one.step[3], 5);
+    assert_int_equal(one.rc[4], 0);
+    assert_int_equal(one.eval.examples, 45);
+    for (uint32_t h = 0; h < 2; h++) {
+        for (int i = 0; i < AGREED_CALLS; i++) {
+            if (i == 1)
+                continue;
+            if (pod[h].rc[i] != one.rc[i] || strcmp(pod[h].msg[i], one.msg[i]))
+                fail_msg("host %u, call %d: %d '%s', one process: %d '%s'", h, i, pod[h].rc[i],
+                         pod[h].msg[i], one.rc[i], one.msg[i]);
+        }
+        assert_int_equal(pod[h].rc[1], TPU_EINVAL);
+        assert_non_null(strstr(pod[h].msg[1], "host 1's global batch 32 differs from host "
+                                              "0's 16: run every rank with the same options"));
+        assert_int_equal(pod[h].step[2], one.step[2]);
+        assert_int_equal(pod[h].step[3], one.step[3]);
+        SAME_BITS(pod[h].eval, one.eval, examples, "eval", h, 0);
+        SAME_BITS(pod[h].eval, one.eval, loss, "eval", h, 0);
+        SAME_BITS(pod[h].eval, one.eval, accuracy, "eval", h, 0);
+        SAME_BITS(pod[h].eval, one.eval, device_seconds, "eval", h, 0);
+    }
+}
+
+/* A check that fails on host 1 alone before the pass (its eval_batch_size is not set): host
+ * 1 returns its error and aborts the group; host 0, which passed its checks, returns "host 1
+ * failed: ..." from the agreement at once (it does not wait for a host that returned). */
+static void *one_host_fails_main(void *arg)
+{
+    struct agreed_run *a = arg;
+    struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2, .with_skip = true,
+                          .no_eval_batch = a->rank == 1};
+    struct outcome *o = calloc(1, sizeof *o);
+    struct host_run r = {.sc = &sc, .pt = a->pt, .rank = a->rank, .ds = a->ds, .out = o};
+    struct tpu_mlp_spec spec;
+    struct tpu_model model;
+    struct tpu_net *net = NULL;
+    struct tpu_train_spec ts;
+    struct tpu_device *dev = NULL;
+    struct tpu_estimator *est = NULL;
+    struct tpu_diag d = {0};
+    struct test_input ein;
+    struct tpu_dataset eds = *a->ds;
+    eds.n_examples = 45;
+    ti_init(&ein, &eds, true, 0);
+    a->rc[0] = a->rc[1] = 1;
+    if (o && !open_run(&r, &spec, &model, &net, &ts, &dev, &est, &d)) {
+        a->rc[0] = tpu_estimator_evaluate(est, &ein.input, 0, &a->eval, &d);
+        snprintf(a->msg[0], sizeof a->msg[0], "%s", d.msg);
+        /* the group was aborted: a later call fails at once */
+        a->rc[1] = tpu_estimator_evaluate(est, &ein.input, 0, &a->eval, &d);
+        snprintf(a->msg[1], sizeof a->msg[1], "%s", d.msg);
+    }
+    tpu_estimator_destroy(&est);
+    tpu_device_close(&dev);
+    tpu_net_destroy(&net);
+    tpu_dataset_input_free(&ein.ds_in);
+    free(o);
+    return NULL;
+}
+
+static void test_check_fails_on_one_host(void **state)
+{
+    struct state *s = *state;
+    struct agreed_run pod[2];
+    struct pod_threads *pt = NULL;
+    assert_int_equal(pod_threads_create(2, &pt), 0);
+    void *args[2];
+    for (uint32_t h = 0; h < 2; h++) {
+        pod[h] = (struct agreed_run){.pt = pt, .rank = h, .ds = &s->ds};
+        args[h] = &pod[h];
+    }
+    pod_threads_run(pt, one_host_fails_main, args);
+    pod_threads_destroy(pt);
+    assert_int_equal(pod[1].rc[0], TPU_EINVAL);
+    assert_non_null(strstr(pod[1].msg[0], "eval_batch_size is not set"));
+    assert_int_equal(pod[0].rc[0], TPU_ECANCELED);
+    assert_non_null(strstr(pod[0].msg[0], "host 1 failed: eval_batch_size is not set"));
+    /* the group stays failed: host 0's next call ends at once with host 1's failure, host
+     * 1's with its own error again */
+    assert_int_equal(pod[0].rc[1], TPU_ECANCELED);
+    assert_non_null(strstr(pod[0].msg[1], "host 1 failed: eval_batch_size is not set"));
+    assert_int_equal(pod[1].rc[1], TPU_EINVAL);
+    assert_non_null(strstr(pod[1].msg[1], "eval_batch_size is not set"));
+}
+
+/* ---- the host memory check counts the input batches a pass holds ---------------------------- */
+
+/* A host of the memory check: the MLP 4096-8-4 with a global batch of 4096 (PER_HOST_V2 on 2
+ * hosts of 2 replicas: 4 calls of 1024 rows a step), unweighted training, so every infeed
+ * thread holds its call batch (1024 rows) and a held batch per call it makes for its own
+ * cores. A row is 4096 floats and an int32 label: 16388 bytes. */
+struct memory_host {
+    struct pod_threads *pt;    /* NULL: one process of both hosts */
+    uint32_t rank;
+    const struct tpu_dataset *ds;
+    int rc;
+    char msg[TPU_DIAG_MAX];
+};
+
+static void *memory_host_main(void *arg)
+{
+    struct memory_host *m = arg;
+    struct tpu_chip_config chip;
+    struct tpu_device *dev = NULL;
+    struct tpu_estimator *est = NULL;
+    struct tpu_diag d = {0};
+    m->rc = 1;
+    if (tpu_config_load_preset("tiny", &chip, &d))
+        return NULL;
+    struct tpu_device_settings ds;
+    tpu_device_default_settings(&ds, &chip);
+    ds.n_chips = m->pt ? 1 : 2;
+    ds.n_threads = 1;
+    ds.pod = m->pt ? pod_threads_link(m->pt, m->rank) : NULL;
+    if (tpu_device_open(&ds, &dev, &d))
+        return NULL;
+    struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2};
+    struct tpu_run_config cfg;
+    base_config(&sc, &cfg);
+    cfg.train_batch_size = 4096;
+    cfg.host_group = m->pt ? pod_threads_group(m->pt, m->rank) : NULL;
+    struct tpu_mlp_spec spec;
+    mlp_spec(&spec, 8);
+    spec.sizes[0] = 4096;
+    struct tpu_model model;
+    tpu_mlp_model(&model, &spec);
+    struct tpu_dataset_input in;
+    tpu_dataset_input_init(&in, m->ds, 3);
+    if (!tpu_estimator_create(dev, &cfg, &model, NULL, 0, &est, &d))
+        m->rc = tpu_estimator_train(est, &in.input, 1, 0, &d);
+    snprintf(m->msg, sizeof m->msg, "%s", d.msg);
+    tpu_dataset_input_free(&in);
+    tpu_estimator_destroy(&est);
+    tpu_device_close(&dev);
+    return NULL;
+}
+
+/* In a child under RLIMIT_AS (the address space in use plus 64 MiB): the training program
+ * is refused on every host, with `cores` and the input batches `want` (one process: 2 threads x (1024 +
+ * 2048 held rows) = 6144 rows, 96.0 MiB; a pod's host: 1024 + its 2 calls' 2048 = 3072 rows,
+ * 48.0 MiB; counting one batch per thread, as before, gave 32.0 and 16.0). */
+static int memory_child(bool pod, const char *cores, const char *want)
+{
+    struct tpu_dataset ds;
+    toy_dataset(&ds, 64, 1);
+    struct pod_threads *pt = NULL;
+    if (pod && pod_threads_create(2, &pt))
+        return 2;
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld", &pages) != 1)
+        return 3;
+    fclose(f);
+    struct rlimit rl;
+    getrlimit(RLIMIT_AS, &rl);
+    rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)64 << 20);
+    if (setrlimit(RLIMIT_AS, &rl))
+        return 4;
+    struct memory_host hosts[2] = {{.pt = pt, .rank = 0, .ds = &ds},
+                                   {.pt = pt, .rank = 1, .ds = &ds}};
+    if (pod)
+        pod_threads_run(pt, memory_host_main, (void *[]){&hosts[0], &hosts[1]});
+    else
+        memory_host_main(&hosts[0]);
+    for (uint32_t h = 0; h < (pod ? 2u : 1u); h++) {
+        fprintf(stderr, "child (%s), host %u: %d %s\n", pod ? "pod" : "one process", h,
+                hosts[h].rc, hosts[h].msg);
+        if (hosts[h].rc != TPU_ENOMEM ||
+            !strstr(hosts[h].msg, "the training program 'mlp_train' needs about") ||
+            !strstr(hosts[h].msg, cores) || !strstr(hosts[h].msg, want))
+            return 5;
+    }
+    pod_threads_destroy(pt);
+    tpu_dataset_free(&ds);
+    return 0;
+}
+
+static void run_memory_child(bool pod, const char *cores, const char *want)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(memory_child(pod, cores, want));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_host_memory_counts_held_batches(void **state)
+{
+    (void)state;
+    run_memory_child(false, "(4 cores x ", "96.0 MiB of input batches");
+    /* every host fails the same check before the pass: each returns it (no abort) */
+    run_memory_child(true, "(2 cores x ", "48.0 MiB of input batches");
 }
 
 /* ---- refusals at create -------------------------------------------------------------------- */
@@ -939,8 +1361,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_input_fails_on_host1, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_stop_on_every_host, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_stop_on_one_host, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_nan_on_host1, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_agreed_errors_do_not_abort, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_check_fails_on_one_host, setup, teardown_state),
+        cmocka_unit_test(test_host_memory_counts_held_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -537,21 +537,30 @@ static uint64_t program_core_bytes(const struct tpu_program *p)
     return bytes;
 }
 
+/* The input batches a pass's infeed threads hold (mode_shape, feed_need_of): their rows,
+ * summed over the batches, and the infeed threads. */
+struct feed_need {
+    uint64_t rows;
+    uint32_t feeders;
+};
+
 /* Refuses, before anything is allocated, a program whose host memory would not fit in what
  * the process can still allocate. What it counts (what tpu_device_load and a pass allocate):
  * every core's copy of every buffer (64-byte aligned), the slots of every core's infeed and
  * outfeed queues holding one step's tensors each, the host copies of params not yet held, and
- * the infeed thread's batch, less the buffers of the program it replaces (freed first). It
+ * the infeed threads' batches (each thread's call batch, unweighted training's held batches
+ * of a step, a scratch slice when a tensor is partitioned), less the buffers of the program
+ * it replaces (freed first). It
  * leaves out what is small or bounded (program copies, thread
  * stacks, per-step bookkeeping) and what is already allocated (datasets, the device's
  * structures: those already reduce what is available). A timing-only device holds no values:
  * only its host copies count. */
 static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_program *mp,
-                             const struct tpu_shard_spec *spec, uint32_t per_call,
+                             const struct tpu_shard_spec *spec, const struct feed_need *feed,
                              struct tpu_diag *d)
 {
     const struct tpu_chip_config *chip = tpu_device_chip(e->dev);
-    uint64_t core_bytes = program_core_bytes(mp->prog), params = 0, batch = 0;
+    uint64_t core_bytes = program_core_bytes(mp->prog), params = 0, batch = 0, scratch = 0;
     uint64_t in_step = 0, out_step = 0;
     for (uint32_t t = 0; t < mp->n_infeed; t++) {
         const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->infeed[t]);
@@ -562,10 +571,14 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
             row = tpu_dtype_bytes(b->dtype);
             for (uint32_t i = 0; i < spec->tensors[t].rank; i++)
                 row *= spec->tensors[t].shape[i];
+            /* a partitioned tensor is cut into a scratch slice: at most a core's buffer */
+            if (spec->tensors[t].dims.rank > 0 && tpu_buffer_bytes(b) > scratch)
+                scratch = tpu_buffer_bytes(b);
         }
-        /* a batch per host's thread (a pod's host: its one thread) */
-        batch += (uint64_t)per_call * row * (e->group ? 1 : e->hosts);
+        /* the rows of every batch the infeed threads hold (feed_need) */
+        batch += feed->rows * row;
     }
+    batch += scratch * feed->feeders;
     for (uint32_t t = 0; t < mp->n_outfeed; t++)
         out_step += tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[t]));
     for (uint32_t i = 0; i < mp->n_params; i++) {
@@ -591,7 +604,7 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
     return tpu__fail(d, TPU_ENOMEM,
                      "the %s program '%s' needs about %.1f MiB of host memory (%u cores x "
                      "%.1f MiB of buffers and %.1f MiB of feed queues, %.1f MiB of host param "
-                     "copies, %.1f MiB of input batch), but only %.1f MiB can be allocated "
+                     "copies, %.1f MiB of input batches), but only %.1f MiB can be allocated "
                      "(%s); use fewer chips or cores, a smaller model or batch, or a "
                      "timing-only device (it holds no values)",
                      mode_word[e->mode_loading], tpu_program_name(mp->prog), need / 1048576.0,
@@ -599,16 +612,48 @@ static int check_host_memory(struct tpu_estimator *e, const struct tpu_model_pro
                      mib(avail), what);
 }
 
+/* The input batches the infeed threads of a pass of `plan` allocate (runtime_feed.c), for
+ * the host memory check: each feeder (one per host that makes calls; a pod's host has one,
+ * its own) holds a call batch of the plan's first call's rows, and in unweighted training
+ * one held batch per call it makes for this process's cores, of the call's rows (held_alloc;
+ * a timing-only device's held batches have no buffers). */
+static void feed_need_of(const struct tpu_estimator *e, const struct tpu_shard_plan *plan,
+                         bool held, struct feed_need *f)
+{
+    memset(f, 0, sizeof *f);
+    const uint32_t cpr = plan->cores_per_replica ? plan->cores_per_replica : 1;
+    const uint32_t first = e->core0 / cpr, end = first + e->local_cores / cpr;
+    for (uint32_t h = 0; h < plan->hosts; h++) {
+        if (e->group && h != e->group->rank)
+            continue;
+        bool any = false;
+        for (uint32_t c = 0; c < plan->n_calls; c++) {
+            const struct tpu_shard_call *call = &plan->calls[c];
+            if (call->host != h && !e->group)
+                continue;
+            any = true;
+            if (held && call->first_replica < end && call->first_replica + call->n_replicas > first)
+                f->rows += call->batch;
+        }
+        if (any) {
+            f->feeders++;
+            f->rows += plan->calls[0].batch;
+        }
+    }
+}
+
 /* The shape the program of `mode` is built for under the current configuration, its shard
- * spec, and the batch of the plan's first call (for the host memory check). */
+ * spec, and the input batches a pass holds (for the host memory check). */
 static int mode_shape(const struct tpu_estimator *e, enum tpu_mode mode,
                       struct tpu_shard_spec *spec, struct tpu_build_shape *shape,
-                      uint32_t *per_call, struct tpu_diag *d)
+                      struct feed_need *feed, struct tpu_diag *d)
 {
     struct tpu_shard_plan plan;
     int rc = tpu__runtime_plan(e, mode, spec, &plan, d);
     const uint32_t per_replica = plan.per_replica_batch;
-    *per_call = plan.n_calls ? plan.calls[0].batch : 0;
+    if (!rc)
+        feed_need_of(e, &plan,
+                     mode == TPU_MODE_TRAIN && !e->cfg.sample_weights && !e->timing_only, feed);
     tpu_shard_plan_free(&plan);
     if (rc)
         return rc;
@@ -739,8 +784,8 @@ static int lr_info_get(struct tpu_estimator *e, struct tpu_diag *d)
     int rc = tpu_estimator_check_mode(e, TPU_MODE_TRAIN, d);
     struct tpu_shard_spec spec;
     struct tpu_build_shape shape;
-    uint32_t per_call;
-    if (rc || (rc = mode_shape(e, TPU_MODE_TRAIN, &spec, &shape, &per_call, d)))
+    struct feed_need feed;
+    if (rc || (rc = mode_shape(e, TPU_MODE_TRAIN, &spec, &shape, &feed, d)))
         return rc;
     struct tpu_model_program *mp = calloc(1, sizeof *mp);
     if (!mp)
@@ -812,8 +857,8 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
 {
     struct tpu_shard_spec spec;
     struct tpu_build_shape shape;
-    uint32_t per_call;
-    int rc = mode_shape(e, mode, &spec, &shape, &per_call, d);
+    struct feed_need feed;
+    int rc = mode_shape(e, mode, &spec, &shape, &feed, d);
     if (rc)
         return rc;
     if (e->loaded && e->mode == mode && same_shape(&e->shape, &shape))
@@ -827,7 +872,7 @@ static int load_mode(struct tpu_estimator *e, enum tpu_mode mode, struct tpu_dia
     rc = e->model.build(e->model.ctx, mode, &shape, mp, d);
     if (!rc && ((rc = check_splits(e, mp, d)) || (rc = check_keras_shape(&shape, mp, d)) ||
                 (rc = tpu_program_verify(mp->prog, tpu_device_chip(e->dev), d)) ||
-                (rc = check_host_memory(e, mp, &spec, per_call, d)) ||
+                (rc = check_host_memory(e, mp, &spec, &feed, d)) ||
                 (rc = tpu_device_load(e->dev, mp->prog, d))))
         tpu_program_destroy(&mp->prog);
     if (rc) {
@@ -887,20 +932,18 @@ static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_
                  uint64_t max_steps, struct tpu_diag *d)
 {
     int rc = tpu_estimator_check_mode(e, TPU_MODE_TRAIN, d);
-    if (rc)
-        return rc;
-    if (steps == 0 && max_steps == 0)
-        return tpu__fail(d, TPU_EINVAL, "give steps (more steps to train) or max_steps (the "
-                         "global step to train up to)");
-    if ((rc = stopped_before(e, TPU_MODE_TRAIN, d)))
-        return rc;
-    rc = load_mode(e, TPU_MODE_TRAIN, d);
-    if (rc)
-        return rc;
+    if (!rc && steps == 0 && max_steps == 0)
+        rc = tpu__fail(d, TPU_EINVAL, "give steps (more steps to train) or max_steps (the "
+                       "global step to train up to)");
+    if (!rc)
+        rc = stopped_before(e, TPU_MODE_TRAIN, d);
+    if (!rc)
+        rc = load_mode(e, TPU_MODE_TRAIN, d);
     const uint64_t target = steps ? e->global_step + steps : max_steps;
     /* a pod: every host runs the same thing from the same step (runtime_pod.c), checked
-     * before host 0 writes anything */
-    if ((rc = tpu__pod_agree(e, TPU_MODE_TRAIN, target, d)))
+     * before host 0 writes anything; every host comes here, failed or not, so that none
+     * waits for one that returned */
+    if ((rc = tpu__pod_agree(e, TPU_MODE_TRAIN, target, rc, d)))
         return rc;
     if (e->global_step >= target) {
         /* as TPUEstimator logs it; nothing ran, so there is no loss to report */
@@ -944,21 +987,23 @@ static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_
     return rc;
 }
 
-/* The end of a call on a pod's host (runtime_pod.c): a call that failed here tells the
- * group (the others may wait for this host); one that succeeded waits for every host's end
- * of it, which fails when another host failed. Without a host group, rc as it is. */
+/* The end of a call on a pod's host (runtime_pod.c): a call that failed here alone tells
+ * the group (the others may wait for this host); one whose outcome every host reached
+ * alike (success, or an agreed error: e->pod_end) waits for every host's end of it, which
+ * fails when another host failed; one that failed because another host did returns as it
+ * is (that host's abort reports it). Without a host group, rc as it is. */
 static int pod_call_end(struct tpu_estimator *e, int rc, struct tpu_diag *d)
 {
     if (!e->group)
         return rc;
-    /* a stop request that every host agreed on (at a pass's start or a loop boundary) ends
-     * every host's call alike: nothing to abort, and nothing to wait for */
-    if (rc == TPU_ECANCELED && atomic_load(&e->stop))
-        return rc;
-    if (rc < 0) {
+    const int end = e->pod_end;
+    e->pod_end = TPU__POD_END_ABORT;
+    if (rc < 0 && end == TPU__POD_END_ABORT) {
         tpu__pod_abort(e, rc, d);
         return rc;
     }
+    if (rc < 0 && end == TPU__POD_END_GROUP)
+        return rc;
     struct tpu_diag ed = {0};
     const int erc = tpu__pod_end_pass(e, &ed);
     if (erc) {
@@ -973,6 +1018,7 @@ int tpu_estimator_train(struct tpu_estimator *e, const struct tpu_input *input, 
                         uint64_t max_steps, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
+    e->pod_end = TPU__POD_END_ABORT;
     return pod_call_end(e, train(e, input, steps, max_steps, d), d);
 }
 
@@ -980,10 +1026,12 @@ static int evaluate(struct tpu_estimator *e, const struct tpu_input *input, uint
                     struct tpu_eval_result *out, struct tpu_diag *d)
 {
     int rc = tpu_estimator_check_mode(e, TPU_MODE_EVAL, d);
-    if (rc || (rc = stopped_before(e, TPU_MODE_EVAL, d)))
-        return rc;
-    rc = load_mode(e, TPU_MODE_EVAL, d);
-    if (rc || (rc = tpu__pod_agree(e, TPU_MODE_EVAL, steps, d)))
+    if (!rc)
+        rc = stopped_before(e, TPU_MODE_EVAL, d);
+    if (!rc)
+        rc = load_mode(e, TPU_MODE_EVAL, d);
+    /* a pod: every host comes to the agreement, failed or not (train, above) */
+    if ((rc = tpu__pod_agree(e, TPU_MODE_EVAL, steps, rc, d)))
         return rc;
     struct tpu__pass p;
     rc = begin_pass(e, &p, input, TPU_MODE_EVAL, steps ? steps : UINT64_MAX, 0, d);
@@ -1010,6 +1058,7 @@ int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *inpu
                            uint64_t steps, struct tpu_eval_result *out, struct tpu_diag *d)
 {
     tpu_diag_clear(d);
+    e->pod_end = TPU__POD_END_ABORT;
     return pod_call_end(e, evaluate(e, input, steps, out, d), d);
 }
 

@@ -51,6 +51,13 @@ struct tpu_estimator {
     uint32_t core0, local_cores;
     const struct tpu_host_group *group; /* cfg.host_group (runtime_pod.c), or NULL */
     atomic_int group_aborted;   /* the group's abort was called (once: any thread) */
+    /* How the current train or evaluate call ends on a pod's host when it fails
+     * (runtime.c's pod_call_end; the caller's thread sets it where the call's error is
+     * known): TPU__POD_END_ABORT, a failure of this host alone: the group's abort tells the
+     * others (the default); TPU__POD_END_AGREED, an outcome every host reached alike (from
+     * exchanged data, or a check every host made before any exchange): returned as it is;
+     * TPU__POD_END_GROUP, another host's failure, which that host's abort reports. */
+    enum { TPU__POD_END_ABORT, TPU__POD_END_AGREED, TPU__POD_END_GROUP } pod_end;
     double hz;
     bool timing_only;      /* the device computes no values: no params, checkpoints or loss */
     atomic_int stop;       /* tpu_estimator_request_stop was called (any thread, or a signal
@@ -219,8 +226,9 @@ static inline bool tpu__own_core(const struct tpu_estimator *e, uint32_t c, uint
 }
 
 /* Whether the caller's loop is to stop (tpu_estimator_request_stop): at once in one process;
- * on a pod's host, when any host's request was known at the last exchange, so that every
- * host stops at the same loop boundary. */
+ * on a pod's host, when any host's request was known at the last exchange (the pass's
+ * start, or the stop word after a boundary's hooks, tpu__pod_stop_exchange), so that every
+ * host stops at the same loop boundary, the one where one process stops. */
 static inline bool tpu__stop_requested(struct tpu__pass *p)
 {
     return p->e->group ? p->pod_stop : atomic_load(&p->e->stop) != 0;
@@ -271,9 +279,14 @@ int tpu__pod_check_config(const struct tpu_run_config *c, const struct tpu_devic
  * on (the chip, the cores, the mode, the batch, the steps, the loop size, the input modes,
  * the global step, the program, the seed) is gathered, and any difference with host 0's is
  * refused on every host, naming the host, the field and both values. `steps` is the pass's
- * steps, or training's target step. 0 without a host group. */
+ * steps, or training's target step. `status` is this host's outcome of the call's checks
+ * and loading so far (0, or its error with the sentence in d): every host comes here even
+ * when they failed, so that no host waits for one that returned; when every host failed,
+ * each returns its own error (agreed); when some did, they return theirs (to be aborted)
+ * and the others "host H failed: ..." (e->pod_end says which). Without a host group:
+ * status. */
 int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
-                   struct tpu_diag *d);
+                   int status, struct tpu_diag *d);
 /* At a pass's start (from == to) and at each loop boundary: every host's end cycle of the
  * launch (*end_cycle becomes the latest), counters of its own cores (*counters becomes the
  * pod's sum) and outfed values of the steps [from, to) of the pass, from which every host
@@ -284,10 +297,16 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
 /* The outfeed thread's share of a pod pass: keeps replica rep's tensor t of step s (a
  * replica this host holds) for the loop boundary's exchange. Returns 0 or TPU_ENOMEM. */
 int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf);
-/* After a pass that succeeded here: waits for every host's end of the pass (so that no host
- * restores a checkpoint host 0 is still writing); an error when another host failed. */
+/* After a boundary's hooks: every host's stop word (tpu_estimator_request_stop on any
+ * host, from a hook or any thread), so that every host stops at this boundary, as one
+ * process stops at the boundary whose hook asked. */
+int tpu__pod_stop_exchange(struct tpu__pass *p, struct tpu_diag *d);
+/* After a call that ended alike on every host (it succeeded, or returns an agreed error:
+ * e->pod_end): waits for every host's end of the call (so that no host restores a
+ * checkpoint host 0 is still writing); an error when another host failed. */
 int tpu__pod_end_pass(struct tpu_estimator *e, struct tpu_diag *d);
-/* The pass, or the call before its pass, failed with rc: tells the group once. */
+/* The pass, or the call before its pass, failed with rc on this host alone: tells the
+ * group once. */
 void tpu__pod_abort(struct tpu_estimator *e, int rc, const struct tpu_diag *d);
 
 /* The host memory this process can still allocate: the smallest of MemAvailable

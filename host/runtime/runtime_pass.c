@@ -458,6 +458,12 @@ static int loop_boundary(struct tpu_estimator *e, struct tpu__pass *p, struct pa
     }
     uint64_t host = tpu__host_cost(e, e->cfg.modeled_hooks_us, t0);
     trace_host_phase(e, "hooks", l->end, host);
+    /* a pod's hosts: a stop asked for on any host up to here (a hook above, alike on every
+     * host or on some) stops every host at this boundary, as it stops one process here */
+    if (e->group && (rc = tpu__pod_stop_exchange(p, d))) {
+        tpu__pass_fail(p, rc, d);
+        return rc;
+    }
     L->stop = tpu__stop_requested(p);
     uint64_t ckpt;
     if ((rc = boundary_checkpoint(e, p, L, l->end + host, &ckpt, d)))
@@ -595,6 +601,9 @@ static int pass_result(struct tpu_estimator *e, struct tpu__pass *p, const struc
     }
     if (rc)
         return rc;
+    /* from here on, every host of a pod returns the same (a stop and the input's end are
+     * known to all alike): no abort (runtime.c, pod_call_end) */
+    e->pod_end = TPU__POD_END_AGREED;
     /* a stop that came after the last batch was read cost nothing: the result stands */
     if (!training && stopped && !input_ended && L->done < p->steps)
         return tpu__fail(d, TPU_ECANCELED, "%s stopped on request after %llu batches; no "

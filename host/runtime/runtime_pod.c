@@ -15,15 +15,20 @@
  *
  * Exchanges (all from the caller's thread, at the same points on every host, with the same
  * bytes on every host):
- *   pass start   the agreement record (tpu__pod_agree), then the counters (from == to)
+ *   pass start   the agreement record (tpu__pod_agree: with each host's outcome of the
+ *                call's checks so far, so that every host comes to it), then the counters
+ *                and any stop request (from == to)
  *   boundary     a head per host (the launch's end cycle, the steps, the counters), then
- *                the outfed values of the loop's steps
- *                (and whether a stop was requested there: every host then stops at this
- *                boundary, where one process stops at a step its infeed thread chose)
- *   pass end     a word per host (tpu__pod_end_pass): no host returns while another still
+ *                the outfed values of the loop's steps, then, after the hooks, a stop word
+ *                (tpu__pod_stop_exchange: a stop a hook asked for at this boundary stops
+ *                every host at it, as it stops one process there)
+ *   call end     a word per host (tpu__pod_end_pass): no host returns while another still
  *                writes the checkpoint it may restore next
- * A failure anywhere goes to the group's abort (tpu__pod_abort), which ends every host's
- * blocked exchange: no host waits for one that will never come. */
+ * A failure of one host goes to the group's abort (tpu__pod_abort), which ends every host's
+ * blocked exchange: no host waits for one that will never come. An outcome every host
+ * reaches alike (a mismatch found in the agreement, the input's end under strict_input, a
+ * stop, a check every host fails before the agreement) is returned on every host without
+ * an abort: the caller may handle it and go on (runtime.c, pod_call_end). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,8 +106,10 @@ enum agree_kind { AGREE_U64, AGREE_F64, AGREE_BOOL, AGREE_MODE, AGREE_INPUT, AGR
                   AGREE_HASH };
 
 enum {
-    A_CORES_PER_CHIP, A_CHIPS, A_CPR, A_HOSTS, A_MODE, A_BATCH, A_STEPS, A_IPL, A_IPL_S,
-    A_IPL_AUTO, A_INPUT, A_EVAL_INPUT, A_STEP, A_PROGRAM, A_SEED, A_COUNT
+    /* compared in this order, the first difference reported: the global step before the
+     * steps (a training target differs when the global steps do) */
+    A_CORES_PER_CHIP, A_CHIPS, A_CPR, A_HOSTS, A_MODE, A_BATCH, A_STEP, A_STEPS, A_IPL,
+    A_IPL_S, A_IPL_AUTO, A_INPUT, A_EVAL_INPUT, A_PROGRAM, A_SEED, A_COUNT
 };
 
 static const struct {
@@ -131,6 +138,8 @@ struct agree_rec {
     char chip[TPU_CONFIG_NAME_MAX];
     uint64_t v[A_COUNT];
     uint64_t stop; /* a stop was requested on this host (not compared: any host's counts) */
+    int64_t status; /* the host's checks and loading before the agreement: 0 or its error */
+    char msg[TPU_DIAG_MAX]; /* and its sentence */
 };
 
 /* FNV-1a over the loaded program's printed text: two hosts that built different programs
@@ -186,42 +195,90 @@ static void agree_value(enum agree_kind k, uint64_t v, char *out, size_t size)
     snprintf(out, size, "%llu", (unsigned long long)v);
 }
 
-int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
+/* The hosts' outcomes before the agreement (every host's status): 0 when every host got
+ * there; else this host's return, with e->pod_end saying how the call ends (see
+ * tpu__pod_agree in runtime_int.h). */
+static int agree_status(struct tpu_estimator *e, const struct agree_rec *all, int status,
+                        struct tpu_diag *d)
+{
+    const struct tpu_host_group *g = e->group;
+    uint32_t failed = 0, first = g->n;
+    for (uint32_t h = 0; h < g->n; h++)
+        if (all[h].status) {
+            failed++;
+            first = first < g->n ? first : h;
+        }
+    if (!failed)
+        return 0;
+    if (failed == g->n) { /* every host failed before the pass: each returns its own error */
+        e->pod_end = TPU__POD_END_AGREED;
+        return status;
+    }
+    if (status) { /* this host alone (or with some): its abort tells the others */
+        e->pod_end = TPU__POD_END_ABORT;
+        return status;
+    }
+    e->pod_end = TPU__POD_END_GROUP;
+    return tpu__fail(d, TPU_ECANCELED, "host %u failed: %.*s", first, TPU_DIAG_MAX - 64,
+                     all[first].msg);
+}
+
+int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps, int status,
                    struct tpu_diag *d)
 {
     const struct tpu_host_group *g = e->group;
     if (!g)
-        return 0;
+        return status;
     const struct tpu_run_config *c = &e->cfg;
     const struct tpu_chip_config *chip = tpu_device_chip(e->dev);
-    struct agree_rec mine;
-    memset(&mine, 0, sizeof mine);
-    snprintf(mine.chip, sizeof mine.chip, "%s", chip->name);
+    struct agree_rec *mine = calloc(1, sizeof *mine);
+    struct agree_rec *all = calloc(g->n, sizeof *all);
+    if (!mine || !all) {
+        free(mine);
+        free(all);
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    }
+    snprintf(mine->chip, sizeof mine->chip, "%s", chip->name);
     const uint32_t global = mode == TPU_MODE_TRAIN  ? c->train_batch_size
                             : mode == TPU_MODE_EVAL ? c->eval_batch_size
                                                     : c->predict_batch_size;
     uint64_t ipl_s;
     memcpy(&ipl_s, &c->iterations_per_loop_s, sizeof ipl_s);
-    mine.v[A_CORES_PER_CHIP] = chip->cores_per_chip;
-    mine.v[A_CHIPS] = e->chips_per_host;
-    mine.v[A_CPR] = e->n_cores / e->n_replicas;
-    mine.v[A_HOSTS] = e->hosts;
-    mine.v[A_MODE] = (uint64_t)mode;
-    mine.v[A_BATCH] = global;
-    mine.v[A_STEPS] = steps;
-    mine.v[A_IPL] = c->iterations_per_loop;
-    mine.v[A_IPL_S] = ipl_s;
-    mine.v[A_IPL_AUTO] = c->iterations_per_loop_auto;
-    mine.v[A_INPUT] = (uint64_t)c->per_host_input_for_training;
-    mine.v[A_EVAL_INPUT] = (uint64_t)c->eval_training_input_configuration;
-    mine.v[A_STEP] = e->global_step;
-    mine.v[A_PROGRAM] = e->loaded ? program_hash(e->mp.prog) : 0;
-    mine.v[A_SEED] = c->seed;
-    mine.stop = atomic_load(&e->stop) != 0;
-    struct agree_rec *all = calloc(g->n, sizeof *all);
-    if (!all)
-        return tpu__fail(d, TPU_ENOMEM, "out of memory");
-    int rc = g->allgather(g->ctx, &mine, sizeof mine, all, d);
+    mine->v[A_CORES_PER_CHIP] = chip->cores_per_chip;
+    mine->v[A_CHIPS] = e->chips_per_host;
+    mine->v[A_CPR] = e->n_cores / e->n_replicas;
+    mine->v[A_HOSTS] = e->hosts;
+    mine->v[A_MODE] = (uint64_t)mode;
+    mine->v[A_BATCH] = global;
+    mine->v[A_STEPS] = steps;
+    mine->v[A_IPL] = c->iterations_per_loop;
+    mine->v[A_IPL_S] = ipl_s;
+    mine->v[A_IPL_AUTO] = c->iterations_per_loop_auto;
+    mine->v[A_INPUT] = (uint64_t)c->per_host_input_for_training;
+    mine->v[A_EVAL_INPUT] = (uint64_t)c->eval_training_input_configuration;
+    mine->v[A_STEP] = e->global_step;
+    mine->v[A_PROGRAM] = e->loaded && !status ? program_hash(e->mp.prog) : 0;
+    mine->v[A_SEED] = c->seed;
+    mine->stop = atomic_load(&e->stop) != 0;
+    mine->status = status;
+    if (status && d)
+        snprintf(mine->msg, sizeof mine->msg, "%s", d->msg);
+    struct tpu_diag gd = {0};
+    int rc = g->allgather(g->ctx, mine, sizeof *mine, all, &gd);
+    if (rc) {
+        /* the group failed (another host's abort): it has reported that failure */
+        e->pod_end = TPU__POD_END_GROUP;
+        if (!status && d)
+            *d = gd;
+        free(mine);
+        free(all);
+        return status ? status : rc;
+    }
+    if ((rc = agree_status(e, all, status, d))) {
+        free(mine);
+        free(all);
+        return rc;
+    }
     for (uint32_t h = 1; h < g->n && !rc; h++) {
         if (strncmp(all[h].chip, all[0].chip, sizeof all[0].chip)) {
             rc = tpu__fail(d, TPU_EINVAL, "host %u's chip %.*s differs from host 0's %.*s: "
@@ -236,8 +293,17 @@ int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
             char a[48], b[48];
             agree_value(agree_fields[f].kind, all[h].v[f], a, sizeof a);
             agree_value(agree_fields[f].kind, all[0].v[f], b, sizeof b);
-            rc = tpu__fail(d, TPU_EINVAL, "host %u's %s %s differs from host 0's %s: run "
-                           "every rank with the same options", h, agree_fields[f].name, a, b);
+            if (f == A_STEP)
+                /* the usual cause: a model_dir that some hosts do not see (host 0 writes
+                 * the checkpoints, every host restores them) */
+                rc = tpu__fail(d, TPU_EINVAL, "host %u's global step %s differs from host "
+                               "0's %s: host 0 writes the checkpoints and every host restores "
+                               "them, so the model_dir must be a directory every host reads "
+                               "(a shared file system)", h, a, b);
+            else
+                rc = tpu__fail(d, TPU_EINVAL, "host %u's %s %s differs from host 0's %s: run "
+                               "every rank with the same options", h, agree_fields[f].name, a,
+                               b);
             break;
         }
     }
@@ -250,6 +316,10 @@ int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
                            "%u; global step %llu)", words[mode], h,
                            (unsigned long long)e->global_step);
         }
+    /* computed from what every host sent: every host returns the same */
+    if (rc)
+        e->pod_end = TPU__POD_END_AGREED;
+    free(mine);
     free(all);
     return rc;
 }
@@ -395,7 +465,9 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
     uint64_t end = 0;
     for (uint32_t h = 0; h < g->n; h++) {
         end = heads[h].end_cycle > end ? heads[h].end_cycle : end;
-        p->pod_stop = p->pod_stop || heads[h].stop;
+        /* a stop before the first launch; at a boundary, after its hooks (below) */
+        if (from == to)
+            p->pod_stop = p->pod_stop || heads[h].stop;
         counters->mxu_mac_slots += heads[h].mxu_mac_slots;
         counters->macs += heads[h].macs;
         for (int s = 0; s < TPU_STALL_COUNT; s++)
@@ -432,6 +504,23 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
     }
     free(send);
     free(all);
+    return rc;
+}
+
+int tpu__pod_stop_exchange(struct tpu__pass *p, struct tpu_diag *d)
+{
+    struct tpu_estimator *e = p->e;
+    const struct tpu_host_group *g = e->group;
+    uint32_t *all = calloc(g->n, sizeof *all);
+    if (!all)
+        return tpu__fail(d, TPU_ENOMEM, "out of memory");
+    const uint32_t mine = atomic_load(&e->stop) != 0;
+    int rc = g->allgather(g->ctx, &mine, sizeof mine, all, d);
+    for (uint32_t h = 0; h < g->n && !rc; h++)
+        p->pod_stop = p->pod_stop || all[h];
+    free(all);
+    if (!rc && p->pod_stop)
+        atomic_store(&e->stop, 1); /* the request stays on every host, as on the one asked */
     return rc;
 }
 

@@ -119,10 +119,22 @@ struct tpu_host_group {
      * bytes. Returns 0 or a negative TPU_E* code with a sentence in d. */
     int (*allgather)(void *ctx, const void *send, size_t bytes, void *recv,
                      struct tpu_diag *d);
-    /* The pass failed on this host with rc and d (the first error of any of its threads,
-     * called from that thread). The others may be blocked in a collective that this host will
-     * never join: the group ends every host's run now (MPI: the error is reported and the job
-     * aborted). May return (then the runtime unwinds as usual) or not. */
+    /* A failure of this host alone, with rc and d: a pass that failed here (the first error
+     * of any of its threads, called from that thread: the input, a hook, the device, a
+     * checkpoint write, the NaN check on the host of replica 0), or a check or load before
+     * the pass that failed here but not on every host (a checkpoint that does not read on
+     * this host, another configuration). The others may be blocked in a collective that
+     * this host will never join: the group ends every host's run now (MPI: the error is
+     * reported and the job aborted). May return (then the runtime unwinds as usual) or not.
+     *
+     * Not called for an outcome that every host reaches alike, which train and evaluate
+     * return on every host as one process returns it, the group still usable: a check that
+     * every host fails before the pass (a batch size that does not split, a missing
+     * batch size, no steps), a difference found by the agreement at a pass's start
+     * (TPU_EINVAL, naming the host, the field and both values), a stop request
+     * (TPU_ECANCELED), the training input's end under strict_input (TPU_EEND). A host whose
+     * call fails because another host failed returns TPU_ECANCELED ("host H failed: ...")
+     * without calling abort: that host's abort reports it. */
     void (*abort)(void *ctx, int rc, const struct tpu_diag *d);
 };
 
