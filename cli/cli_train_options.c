@@ -155,7 +155,9 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "--layers MLP is then lowered as a net of dense layers,\n"
              "pairs split by columns, then rows (same param names)"},
     {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
-     .help = "host threads simulating the cores (default: all CPUs)"},
+     .help = "host threads simulating the cores (default: all CPUs;\n"
+             "on MPI ranks, the CPUs over the ranks on the machine,\n"
+             "OMPI_COMM_WORLD_LOCAL_SIZE, at least 1)"},
     {.name = "--no-share-replicas", .kind = TPU__CLI_FLAG, T(no_share_replicas),
      .help = "every replica keeps and computes its own params and\n"
              "optimizer state (the same results; more host time and\n"
@@ -403,9 +405,12 @@ const struct tpu__cli_opts tpu__cli_train_options = {
         "charged. The params, losses and cycles are those of one process\n"
         "with --hosts N, bit for bit. Every rank takes the same command line (checked at start);\n"
         "rank 0 prints and writes the checkpoints and metrics, the others print only their\n"
-        "errors (\"rank h: ...\"); an error on any rank ends every rank. --trace FILE: rank h > 0\n"
-        "writes FILE.rank<h> (its own cores). Not on ranks: evaluate, predict and the other\n"
-        "commands, --check-equivalence, --backend systemc, --host-time measured.\n",
+        "errors (\"rank h: ...\"); an error every rank has is printed once, an error on some\n"
+        "ranks ends every rank. Every rank must read the same --data (checked). --trace FILE:\n"
+        "rank h > 0 writes FILE.rank<h> (its own cores). `mpirun ... tpusim evaluate --hosts N`\n"
+        "evaluates the same way. Not on ranks: predict and the other commands,\n"
+        "--check-equivalence, --backend systemc, --host-time measured, a replica's cores on\n"
+        "several hosts (--cores-per-replica above --chips x the chip's cores per chip).\n",
     .help_column = 32,
     .text_max = OPT_TEXT_MAX,
     .scope_names = train_scopes,
