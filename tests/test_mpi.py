@@ -22,8 +22,8 @@ simulates the N hosts (`tpusim train --hosts N ...`).
 - The README's "Pod slices on MPI ranks" command lines run as written (on small data).
 
 usage: test_mpi.py PATH/TO/tpusim PATH/TO/mpi_pod_prog PATH/TO/mpirun
-(tests/meson.build sets OMPI_ALLOW_RUN_AS_ROOT*, and ASAN_OPTIONS without leak detection:
-Open MPI's own start-up allocations are never freed.)"""
+(tests/meson.build sets OMPI_ALLOW_RUN_AS_ROOT*, and under ASan LSAN_OPTIONS with
+tests/lsan_mpi.supp: Open MPI's own start-up allocations are never freed.)"""
 import glob
 import json
 import os
