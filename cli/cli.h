@@ -43,6 +43,13 @@ int tpu__cli_other_launcher(int argc, char **argv);
  * Returns the exit code. */
 int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **argv));
 
+/* per_host_input_for_training's words (NULL-ended) and values, and
+ * eval_training_input_configuration's: a word's index is its enum value (runtime.h). */
+extern const char *const tpu__cli_input_mode_words[];
+extern const int tpu__cli_input_mode_values[];
+extern const char *const tpu__cli_eval_input_words[];
+extern const int tpu__cli_eval_input_values[];
+
 /* Prints "tpusim <cmd>: error: <formatted>" on stderr (on ranks: keeps it for the ranks'
  * agreement on their outcomes, see tpu__cli_set_error_capture). Returns `code` (an exit
  * code). */

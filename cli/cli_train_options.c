@@ -123,12 +123,6 @@ static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM, TPU_O
 static const char *const schedule_words[] = {"constant", "step", "cosine", NULL};
 static const int schedule_values[] = {TPU_SCHEDULE_CONSTANT, TPU_SCHEDULE_STEP,
                                       TPU_SCHEDULE_COSINE};
-static const char *const input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
-                                               "BROADCAST", NULL};
-static const int input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
-                                        TPU_BROADCAST};
-static const char *const eval_input_words[] = {"PER_HOST_V1", "SLICED", NULL};
-static const int eval_input_values[] = {TPU_EVAL_PER_HOST_V1, TPU_EVAL_SLICED};
 static const char *const host_time_words[] = {"modeled", "measured", NULL};
 static const int host_time_values[] = {TPU_HOST_TIME_MODELED, TPU_HOST_TIME_MEASURED};
 static const uint64_t passes_only[] = {1, 3, 6};
@@ -288,11 +282,12 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--predict-batch-size", .kind = TPU__CLI_U64, T(rc.predict_batch_size), .min = 1,
      .max = BATCH_MAX, .arg = "N", .help = "global batch of prediction"},
     {.name = "--per-host-input-for-training", .kind = TPU__CLI_ENUM,
-     T(rc.per_host_input_for_training), .words = input_mode_words, .values = input_mode_values,
+     T(rc.per_host_input_for_training), .words = tpu__cli_input_mode_words,
+     .values = tpu__cli_input_mode_values,
      .help = "how the global batch is split (default PER_HOST_V2)"},
     {.name = "--eval-training-input-configuration", .kind = TPU__CLI_ENUM,
-     T(rc.eval_training_input_configuration), .words = eval_input_words,
-     .values = eval_input_values,
+     T(rc.eval_training_input_configuration), .words = tpu__cli_eval_input_words,
+     .values = tpu__cli_eval_input_values,
      .help = "SLICED: evaluation and prediction read once, on host 0,\n"
              "sliced over the replicas; PER_HOST_V1 (default): as\n"
              "--per-host-input-for-training says"},

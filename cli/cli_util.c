@@ -12,7 +12,17 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tpusim/runtime.h"
 #include "util.h"
+
+/* TPUEstimator's input modes as the options spell them, in the enums' order (a word's index
+ * is its value): one table for `tpusim train` and `tpusim shard`. */
+const char *const tpu__cli_input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1",
+                                                 "PER_HOST_V2", "BROADCAST", NULL};
+const int tpu__cli_input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1,
+                                          TPU_PER_HOST_V2, TPU_BROADCAST};
+const char *const tpu__cli_eval_input_words[] = {"PER_HOST_V1", "SLICED", NULL};
+const int tpu__cli_eval_input_values[] = {TPU_EVAL_PER_HOST_V1, TPU_EVAL_SLICED};
 
 /* Where errors go: stderr, unless this process is one rank of several (cli_ranks.c), whose
  * errors carry its rank ("rank 1: tpusim train: error: ...") and whose other output is
