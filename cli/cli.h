@@ -31,16 +31,40 @@ int tpu__cli_program(int argc, char **argv);
  * mpirun did not start it. */
 uint32_t tpu__cli_mpirun_world_size(void);
 
+/* A parallel launcher other than Open MPI's mpirun (srun, a PMIx or MPICH launcher) started
+ * this process as one of several: prints why that cannot work and returns the exit code;
+ * 0 otherwise (cli_ranks.c). */
+int tpu__cli_other_launcher(int argc, char **argv);
+
 /* main under mpirun (cli_ranks.c): initialises MPI, runs `dispatch` (main's table of
  * commands) as usual on a world of one rank, and on several: compares the ranks' command
- * lines, refuses every command but train, runs train as rank h's host of the pod slice,
- * ends the job on any rank's error; a tpusim built without MPI refuses a world above one.
- * Returns the exit code. */
+ * lines, refuses every command but train and evaluate, runs them as rank h's host of the
+ * pod slice, prints an error every rank has once and ends the job on an error of some ranks
+ * only; a tpusim built without MPI refuses a world above one. Returns the exit code. */
 int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **argv));
 
-/* Prints "tpusim <cmd>: error: <formatted>" on stderr. Returns `code` (an exit code). */
+/* per_host_input_for_training's words (NULL-ended) and values, and
+ * eval_training_input_configuration's: a word's index is its enum value (runtime.h). */
+extern const char *const tpu__cli_input_mode_words[];
+extern const int tpu__cli_input_mode_values[];
+extern const char *const tpu__cli_eval_input_words[];
+extern const int tpu__cli_eval_input_values[];
+
+/* Prints "tpusim <cmd>: error: <formatted>" on stderr (on ranks: keeps it for the ranks'
+ * agreement on their outcomes, see tpu__cli_set_error_capture). Returns `code` (an exit
+ * code). */
 int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* tpu__cli_error that prints at once, even on ranks: for a failure that ends the job from
+ * whatever thread hit it. */
+int tpu__cli_error_print(const char *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prints an error line as tpu__cli_error does (after the rank's prefix). */
+void tpu__cli_error_line(const char *line);
+/* On ranks (cli_ranks.c): from now on tpu__cli_error keeps the first error's line in buf
+ * (size bytes, emptied now; the caller owns it and empties it after each agreement) instead
+ * of printing it. NULL stops keeping. Call from main's thread. */
+void tpu__cli_set_error_capture(char *buf, size_t size);
 
 /* Sends tpu__cli_error's lines to f, each after prefix ("rank 1: "), for a process that is
  * one rank of several (cli_ranks.c). Call once from main's thread before any other thread

@@ -5,19 +5,27 @@
  * losses and cycles are those of one process simulating the N hosts (tpusim train --hosts N),
  * bit for bit. This file is what differs for the command line:
  *
- *   start     MPI is initialised only in a process mpirun started (OMPI_COMM_WORLD_SIZE);
- *             a world of one rank runs any command as usual. On several ranks the ranks'
+ *   start     MPI is initialised only in a process Open MPI's mpirun started
+ *             (OMPI_COMM_WORLD_SIZE); a world of one rank runs any command as usual. A
+ *             process another launcher started as one of several (srun, a PMIx or MPICH
+ *             launcher: PMIX_RANK, PMI_SIZE, SLURM_STEP_NUM_TASKS or SLURM_NTASKS in a step)
+ *             is refused: it would run the whole job alone. On several ranks the ranks'
  *             command lines are compared first (a mismatch names the first differing
- *             argument), and only train is taken.
+ *             argument), and only train and evaluate are taken.
  *   output    rank 0 prints everything; the other ranks print nothing but their errors,
  *             each line after "rank h: " (their stdout and stderr go to /dev/null, their
  *             errors to the stderr mpirun gave them). Rank 0's errors carry "rank 0: ".
  *   agreement every rank parses the same options and checks what cannot work on ranks
- *             (tpu__cli_train_ranks_agree); the ranks then gather their outcomes, so a
- *             refusal ends every rank cleanly with the refusing rank's message and code.
- *   errors    after the agreement, any rank's error ends the whole job (MPI_Abort: mpirun
- *             ends the others), in bounded time: the runtime's pass failures through the
- *             host group's abort (printed first), the command's own through its exit code.
+ *             (tpu__cli_train_ranks_agree); the ranks then gather their outcomes
+ *             (tpu__cli_ranks_outcome), so a refusal ends every rank cleanly with the
+ *             refusing rank's message and code. The command agrees again after its setup
+ *             (data, device, estimator), on the data (its rows and a hash of them), and
+ *             after its passes: errors are kept, not printed, until then, so a failure every
+ *             rank shares (a batch the data cannot fill, a missing --data) is printed once,
+ *             by rank 0, and every rank ends cleanly with its code.
+ *   errors    a failure of some ranks only ends the whole job (MPI_Abort: mpirun ends the
+ *             others), in bounded time: the runtime's pass failures through the host
+ *             group's abort (printed first), the command's own at the next agreement.
  *             A rank that dies (kill -9) is seen by mpirun, which ends the others. The last
  *             checkpoint stays loadable (checkpoints are written atomically by rank 0).
  *
@@ -32,9 +40,58 @@
 
 #include "cli.h"
 #include "cli_train.h"
+#include "tpusim/config.h"
 #ifdef TPUSIM_HAVE_MPI
 #include "tpusim/mpi.h"
 #endif
+
+/* A launcher other than Open MPI's mpirun started this process as one of several: its
+ * variable and value in what ("PMI_SIZE=4"); false when none did. */
+static bool foreign_launcher(char *what, size_t size)
+{
+    static const char *const sizes[] = {"PMI_SIZE", "SLURM_STEP_NUM_TASKS", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const char *v = getenv(sizes[i]);
+        if (v && strtoul(v, NULL, 10) > 1) {
+            snprintf(what, size, "%s=%.16s", sizes[i], v);
+            return true;
+        }
+    }
+    /* SLURM_NTASKS is also set in a batch script's own environment (one process): only a
+     * task of a step (SLURM_STEP_ID, set by srun) is one of several */
+    const char *nt = getenv("SLURM_NTASKS");
+    if (nt && strtoul(nt, NULL, 10) > 1 && getenv("SLURM_STEP_ID")) {
+        snprintf(what, size, "SLURM_NTASKS=%.16s", nt);
+        return true;
+    }
+    /* a PMIx launcher gives every process its rank, but not the world's size */
+    const char *pr = getenv("PMIX_RANK");
+    if (pr && *pr) {
+        snprintf(what, size, "PMIX_RANK=%.16s", pr);
+        return true;
+    }
+    return false;
+}
+
+int tpu__cli_other_launcher(int argc, char **argv)
+{
+    char what[64];
+    if (getenv("OMPI_COMM_WORLD_SIZE") || !foreign_launcher(what, sizeof what))
+        return 0;
+    return tpu__cli_error(argc > 1 ? argv[1] : "", TPU_CLI_USAGE, "this process was started "
+                          "by a parallel launcher that is not Open MPI's mpirun (%s in its "
+                          "environment), so each of its processes would run the whole job "
+                          "alone and write the same --model-dir; tpusim runs the hosts of a "
+                          "pod slice as ranks only under Open MPI's mpirun (mpirun -np N "
+                          "tpusim train --hosts N ...%s), or run one process without the "
+                          "launcher (--hosts N simulates N hosts in it)", what,
+#ifdef TPUSIM_HAVE_MPI
+                          ""
+#else
+                          ", with a tpusim built with MPI: meson configure -Dmpi=enabled"
+#endif
+                          );
+}
 
 uint32_t tpu__cli_mpirun_world_size(void)
 {
@@ -49,7 +106,36 @@ uint32_t tpu__cli_mpirun_world_size(void)
     return (uint32_t)n;
 }
 
+int tpu__cli_group_sum_u64(const struct tpu_host_group *g, const uint64_t *mine, uint64_t *sum,
+                           uint32_t n, struct tpu_diag *d)
+{
+    uint64_t *all = calloc((size_t)g->n * n, sizeof *all);
+    if (!all) {
+        /* the others are (or will be) in the allgather: end the job rather than skip it */
+        d->code = TPU_ENOMEM;
+        snprintf(d->msg, sizeof d->msg, "out of memory for %u ranks' %u sums", g->n, n);
+        g->abort(g->ctx, TPU_ENOMEM, d);
+        return TPU_ENOMEM; /* an abort that returns (the tests' in-process group) */
+    }
+    int rc = g->allgather(g->ctx, mine, (size_t)n * sizeof *mine, all, d);
+    if (!rc) {
+        for (uint32_t k = 0; k < n; k++)
+            sum[k] = 0;
+        for (uint32_t h = 0; h < g->n; h++)
+            for (uint32_t k = 0; k < n; k++)
+                sum[k] += all[(size_t)h * n + k];
+    }
+    free(all);
+    return rc;
+}
+
 #ifndef TPUSIM_HAVE_MPI
+
+int tpu__cli_ranks_outcome(struct tpu__cli_pod *pod, int rc)
+{
+    (void)pod;
+    return rc;
+}
 
 int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **argv))
 {
@@ -99,6 +185,24 @@ static int check_rank_options(const struct train_opts *o, const struct tpu__cli_
                               "in one process; a pod's part on a rank runs on the native chip "
                               "only: use --backend native on ranks (the same values and "
                               "cycles), or run --backend systemc without mpirun");
+    struct tpu_chip_config chip;
+    struct tpu_diag d = {0};
+    const uint32_t cpr = o->rc.num_cores_per_replica ? o->rc.num_cores_per_replica : 1;
+    if (tpu_config_load(o->chip, &chip, &d) == 0) { /* else the command says why */
+        const uint64_t chips = o->chips ? o->chips : chip.chips_per_host;
+        const uint64_t host_cores = chips * chip.cores_per_chip;
+        if (cpr > host_cores)
+            return tpu__cli_error(cmd, TPU_CLI_USAGE, "--cores-per-replica %u is more than "
+                                  "a host's %llu cores (%llu chips x %u cores of '%s'): on "
+                                  "ranks a replica's cores must be on one host, since the pod "
+                                  "link between the ranks carries only the all-reduce over the "
+                                  "replicas; give --chips %llu or more, or a smaller "
+                                  "--cores-per-replica, or run without mpirun (one process "
+                                  "with --hosts %u)", cpr, (unsigned long long)host_cores,
+                                  (unsigned long long)chips, chip.cores_per_chip, chip.name,
+                                  (unsigned long long)((cpr + chip.cores_per_chip - 1) /
+                                                       chip.cores_per_chip), pod->size);
+    }
     if (o->rc.host_time == TPU_HOST_TIME_MEASURED)
         return tpu__cli_error(cmd, TPU_CLI_USAGE, "--host-time measured: each rank would "
                               "measure its own host phases, and the ranks must agree on every "
@@ -108,25 +212,69 @@ static int check_rank_options(const struct train_opts *o, const struct tpu__cli_
     return 0;
 }
 
+/* One rank's outcome as the ranks gather it. */
+struct outcome {
+    int32_t rc;
+    char line[TPU__CLI_ERROR_LINE_MAX];
+};
+
+int tpu__cli_ranks_outcome(struct tpu__cli_pod *pod, int rc)
+{
+    struct tpu_mpi *m = pod->mpi;
+    const struct tpu_host_group *g = pod->group;
+    struct outcome *mine = calloc(1, sizeof *mine), *all = calloc(pod->size, sizeof *all);
+    struct tpu_diag d = {0};
+    if (!mine || !all)
+        tpu_mpi_abort(m, tpu__cli_error_print("train", TPU_CLI_FAIL, "out of memory for %u "
+                                              "ranks' outcomes", pod->size));
+    mine->rc = rc;
+    if (rc)
+        snprintf(mine->line, sizeof mine->line, "%s", pod->error_line);
+    pod->error_line[0] = '\0';
+    if (g->allgather(g->ctx, mine, sizeof *mine, all, &d))
+        tpu_mpi_abort(m, tpu__cli_error_print("train", TPU_CLI_FAIL, "%s", d.msg));
+    free(mine);
+    int first = 0;
+    bool shared = true;
+    for (uint32_t h = 0; h < pod->size; h++) {
+        if (!first)
+            first = all[h].rc;
+        shared = shared && all[h].rc == all[0].rc && !strcmp(all[h].line, all[0].line);
+    }
+    if (!first) {
+        free(all);
+        return 0;
+    }
+    if (shared) {
+        /* every rank failed the same way: said once */
+        if (pod->rank == 0 && all[0].line[0])
+            tpu__cli_error_line(all[0].line);
+        free(all);
+        pod->shared_failure = true;
+        return first;
+    }
+    if (rc && all[pod->rank].line[0])
+        tpu__cli_error_line(all[pod->rank].line);
+    free(all);
+    if (!pod->agreed)
+        return first; /* before any run: every rank ends cleanly, the refusing rank said why */
+    /* every rank has printed before any of them aborts (the abort may end a rank at once) */
+    uint8_t said = 1, *heard = calloc(pod->size, 1);
+    if (heard)
+        g->allgather(g->ctx, &said, 1, heard, &d);
+    free(heard);
+    tpu_mpi_abort(m, first);
+    return first;
+}
+
 int tpu__cli_train_ranks_agree(const struct train_opts *o, struct tpu__cli_pod *pod, int rc)
 {
     struct tpu_mpi *m = pod->mpi;
+    struct tpu_diag d = {0};
     if (!rc)
         rc = check_rank_options(o, pod);
-    const struct tpu_host_group *g = pod->group;
-    int32_t mine = rc, *all = calloc(pod->size, sizeof *all);
-    struct tpu_diag d = {0};
-    if (!all)
-        tpu_mpi_abort(m, tpu__cli_error(o->cmd, TPU_CLI_FAIL, "out of memory for %u ranks' "
-                                        "outcomes", pod->size));
-    if (g->allgather(g->ctx, &mine, sizeof mine, all, &d))
-        tpu_mpi_abort(m, tpu__cli_error(o->cmd, TPU_CLI_FAIL, "%s", d.msg));
-    int first = 0;
-    for (uint32_t h = 0; h < pod->size && !first; h++)
-        first = all[h];
-    free(all);
-    if (rc || first)
-        return rc ? rc : first; /* the refusing rank said why */
+    if ((rc = tpu__cli_ranks_outcome(pod, rc)))
+        return rc;
     pod->agreed = true;
     const uint32_t cpr = o->rc.num_cores_per_replica ? o->rc.num_cores_per_replica : 1;
     if (tpu_mpi_pod_link(m, cpr, &pod->link, &d))
@@ -173,7 +321,7 @@ static int compare_argv(const struct tpu__cli_pod *pod, int argc, char **argv)
         len += strlen(argv[i]) + 1;
     uint64_t *lens = calloc(pod->size, sizeof *lens);
     if (!lens || g->allgather(g->ctx, &len, sizeof len, lens, &d))
-        return tpu__cli_error("train", TPU_CLI_FAIL, "comparing the ranks' command lines: %s",
+        return tpu__cli_error_print("train", TPU_CLI_FAIL, "comparing the ranks' command lines: %s",
                               lens ? d.msg : "out of memory");
     uint64_t max = 0;
     for (uint32_t h = 0; h < pod->size; h++)
@@ -184,7 +332,7 @@ static int compare_argv(const struct tpu__cli_pod *pod, int argc, char **argv)
     if (!mine || !all) {
         free(mine);
         free(all);
-        return tpu__cli_error("train", TPU_CLI_FAIL, "out of memory for %u command lines of "
+        return tpu__cli_error_print("train", TPU_CLI_FAIL, "out of memory for %u command lines of "
                               "%llu bytes", pod->size, (unsigned long long)max);
     }
     for (int i = 1, off = 0; i < argc; i++) {
@@ -195,7 +343,7 @@ static int compare_argv(const struct tpu__cli_pod *pod, int argc, char **argv)
     if (rc) {
         free(mine);
         free(all);
-        return tpu__cli_error("train", TPU_CLI_FAIL, "comparing the ranks' command lines: %s",
+        return tpu__cli_error_print("train", TPU_CLI_FAIL, "comparing the ranks' command lines: %s",
                               d.msg);
     }
     /* rank h's arguments are NUL-ended strings up to the first empty one (past its end) */
@@ -214,7 +362,7 @@ static int compare_argv(const struct tpu__cli_pod *pod, int argc, char **argv)
             }
             rc = TPU_CLI_USAGE;
             if (pod->rank == 0)
-                tpu__cli_error("train", rc, "rank %u's command line differs from rank 0's at "
+                tpu__cli_error_print("train", rc, "rank %u's command line differs from rank 0's at "
                                "argument %u: %s%s%s where rank 0 has %s%s%s; every rank is one "
                                "host of the same pod slice: run every rank with the same "
                                "command line (mpirun -np %u tpusim train ...)", h, i,
@@ -235,7 +383,8 @@ static void on_abort(void *ctx, int rc, const struct tpu_diag *d)
 {
     (void)ctx;
     (void)rc;
-    tpu__cli_error("train", TPU_CLI_FAIL, "%s", d && d->msg[0] ? d->msg : "the run failed");
+    tpu__cli_error_print("train", TPU_CLI_FAIL, "%s", d && d->msg[0] ? d->msg : "the run "
+                         "failed");
 }
 
 int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **argv))
@@ -257,24 +406,34 @@ int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **
         tpu_mpi_on_abort(m, on_abort, &pod);
         if ((rc = setup_output(&pod)))
             tpu_mpi_abort(m, rc); /* the others would wait for this rank's command line */
+        /* errors are kept until the ranks agree on their outcomes (tpu__cli_ranks_outcome) */
+        tpu__cli_set_error_capture(pod.error_line, sizeof pod.error_line);
         if (!(rc = compare_argv(&pod, argc, argv))) {
-            if (argc < 2 || strcmp(argv[1], "train"))
+            if (argc < 2 || (strcmp(argv[1], "train") && strcmp(argv[1], "evaluate")))
                 rc = pod.rank ? TPU_CLI_USAGE
-                     : tpu__cli_error(argc > 1 ? argv[1] : "", TPU_CLI_USAGE, "'tpusim%s%s' "
-                                      "on %u MPI ranks: only 'tpusim train' runs the hosts of "
-                                      "a pod slice as ranks (mpirun -np %u tpusim train "
-                                      "--hosts %u ...); run it without mpirun (--hosts N "
-                                      "simulates N hosts in one process)", argc > 1 ? " " : "",
-                                      argc > 1 ? argv[1] : "", pod.size, pod.size, pod.size);
+                     : tpu__cli_error_print(argc > 1 ? argv[1] : "", TPU_CLI_USAGE, "'tpusim"
+                                            "%s%s' on %u MPI ranks: only 'tpusim train' and "
+                                            "'tpusim evaluate' run the hosts of a pod slice "
+                                            "as ranks (mpirun -np %u tpusim train --hosts "
+                                            "%u ...); run it without mpirun (--hosts N "
+                                            "simulates N hosts in one process)",
+                                            argc > 1 ? " " : "", argc > 1 ? argv[1] : "",
+                                            pod.size, pod.size, pod.size);
             else
                 rc = tpu__cli_train_on(argc - 1, argv + 1, &pod);
         }
-        if (rc && pod.agreed)
-            tpu_mpi_abort(m, rc); /* the others may wait in a collective for this rank */
+        /* an error after the agreement that was not agreed on: the others may wait in a
+         * collective for this rank */
+        if (rc && pod.agreed && !pod.shared_failure) {
+            if (pod.error_line[0])
+                tpu__cli_error_line(pod.error_line);
+            tpu_mpi_abort(m, rc);
+        }
+        tpu__cli_set_error_capture(NULL, 0);
     }
     fflush(stdout);
     if (tpu_mpi_finalize(&m, &d) && !rc)
-        rc = tpu__cli_error("train", TPU_CLI_FAIL, "%s", d.msg);
+        rc = tpu__cli_error_print("train", TPU_CLI_FAIL, "%s", d.msg);
     return rc;
 }
 

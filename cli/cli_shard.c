@@ -56,12 +56,6 @@ static int set_tensor(const struct tpu__cli_parse *p, const struct tpu__cli_opt 
     return 0;
 }
 
-static const char *const input_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
-                                          "BROADCAST", NULL};
-static const int input_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
-                                   TPU_BROADCAST};
-static const char *const eval_words[] = {"PER_HOST_V1", "SLICED", NULL};
-static const int eval_values[] = {TPU_EVAL_PER_HOST_V1, TPU_EVAL_SLICED};
 static const char *const mode_words[] = {"train", "eval", "predict", NULL};
 static const int mode_values[] = {TPU_MODE_TRAIN, TPU_MODE_EVAL, TPU_MODE_PREDICT};
 
@@ -83,10 +77,10 @@ static const struct tpu__cli_opt shard_opts_table[] = {
     {.name = "--num-shards", .kind = TPU__CLI_U64, S(num_shards), .min = 1, .max = 1u << 20,
      .arg = "N", .help = "the replicas, checked (default: cores / cores per\nreplica)"},
     {.name = "--per-host-input-for-training", .kind = TPU__CLI_ENUM, S(train_input),
-     .words = input_words, .values = input_values,
+     .words = tpu__cli_input_mode_words, .values = tpu__cli_input_mode_values,
      .help = "how input_fn is called (default PER_HOST_V2)"},
     {.name = "--eval-training-input-configuration", .kind = TPU__CLI_ENUM, S(eval_input),
-     .words = eval_words, .values = eval_values,
+     .words = tpu__cli_eval_input_words, .values = tpu__cli_eval_input_values,
      .help = "SLICED: eval and predict input once on host 0\n(default PER_HOST_V1)"},
     {.name = "--input-partition-dims", .kind = TPU__CLI_TEXT, S(dims), TPU__CLI_GIVEN(struct shard_opts, dims_given),
      .max_chars = SHARD_TEXT_MAX, .arg = "TEXT",
@@ -239,10 +233,11 @@ static int model_tensors(const char *cmd, const char *file, enum tpu_mode mode,
 static const char *input_name(const struct tpu_shard_spec *s)
 {
     if (s->mode == TPU_MODE_TRAIN)
-        return input_words[s->train_input];
+        return tpu__cli_input_mode_words[s->train_input];
     if (s->eval_input == TPU_EVAL_SLICED)
         return "SLICED";
-    return s->train_input == TPU_PER_SHARD_V1 ? "PER_HOST_V1" : input_words[s->train_input];
+    return s->train_input == TPU_PER_SHARD_V1 ? "PER_HOST_V1"
+                                              : tpu__cli_input_mode_words[s->train_input];
 }
 
 static void print_dims(FILE *f, const uint64_t *v, uint32_t n, const char *open,

@@ -86,25 +86,12 @@ int tpu__cli_step_shares_after_loop(void *ctx, const struct tpu_loop_info *li,
     if (s->group) {
         /* on ranks: the pod's cores, every rank's sums added (integers: the order does not
          * matter, so the shares are those of one process holding the pod) */
-        const struct tpu_host_group *g = s->group;
-        uint64_t mine[4] = {total, by_kind[0], by_kind[1], by_kind[2]};
-        uint64_t *all = calloc((size_t)g->n * 4, sizeof *all);
-        if (!all) {
-            snprintf(d->msg, sizeof d->msg, "--step-shares: out of memory for %u ranks' sums",
-                     g->n);
-            return TPU_ENOMEM;
-        }
-        if ((rc = g->allgather(g->ctx, mine, sizeof mine, all, d))) {
-            free(all);
+        uint64_t sums[4] = {total, by_kind[0], by_kind[1], by_kind[2]};
+        if ((rc = tpu__cli_group_sum_u64(s->group, sums, sums, 4, d)))
             return rc;
-        }
-        total = by_kind[0] = by_kind[1] = by_kind[2] = 0;
-        for (uint32_t h = 0; h < g->n; h++) {
-            total += all[4 * h];
-            for (int k = 0; k < 3; k++)
-                by_kind[k] += all[4 * h + 1 + k];
-        }
-        free(all);
+        total = sums[0];
+        for (int k = 0; k < 3; k++)
+            by_kind[k] = sums[1 + k];
     }
     s->measured = total > 0;
     s->all_reduce_share = total ? (double)by_kind[KIND_ALL_REDUCE] / (double)total : 0;

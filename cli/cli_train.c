@@ -244,22 +244,13 @@ static void rtl_totals(const struct run *r, uint32_t *units, uint64_t *tiles, ui
         *cycles += st.cycles;
     }
     if (r->pod) {
-        const struct tpu_host_group *g = r->pod->group;
-        const uint64_t mine[3] = {*units, *tiles, *cycles};
-        uint64_t *all = calloc((size_t)g->n * 3, sizeof *all);
+        uint64_t sums[3] = {*units, *tiles, *cycles};
         struct tpu_diag d = {0};
-        if (!all || g->allgather(g->ctx, mine, sizeof mine, all, &d)) {
-            free(all); /* the figures stay this rank's; the group failed or memory ran out */
-            return;
-        }
-        *units = 0;
-        *tiles = *cycles = 0;
-        for (uint32_t h = 0; h < g->n; h++) {
-            *units += (uint32_t)all[3 * h];
-            *tiles += all[3 * h + 1];
-            *cycles += all[3 * h + 2];
-        }
-        free(all);
+        if (tpu__cli_group_sum_u64(r->pod->group, sums, sums, 3, &d))
+            return; /* the figures stay this rank's; the group failed */
+        *units = (uint32_t)sums[0];
+        *tiles = sums[1];
+        *cycles = sums[2];
     }
 #else
     (void)r;
@@ -411,6 +402,112 @@ static int setup_int8(struct run *r)
     return 0;
 }
 
+/* --threads' default on a rank: the CPUs shared out among the ranks on this machine
+ * (OMPI_COMM_WORLD_LOCAL_SIZE), at least one; all CPUs on each would start ranks x CPUs
+ * workers. */
+static uint32_t rank_threads(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    unsigned long local = v ? strtoul(v, NULL, 10) : 1;
+    if (cpus < 1)
+        cpus = 1;
+    if (local < 1)
+        local = 1;
+    const unsigned long n = (unsigned long)cpus / local;
+    return n < 1 ? 1 : n > 256 ? 256 : (uint32_t)n;
+}
+
+/* The ranks' agreement on the outcome so far (cli_ranks.c); rc itself in one process. */
+static int agree(struct run *r, int rc)
+{
+    return r->pod ? tpu__cli_ranks_outcome(r->pod, rc) : rc;
+}
+
+/* 64-bit FNV-1a over 8-byte words (the tail byte by byte): a cheap fingerprint of a data
+ * set's arrays, to tell the ranks' data apart, not a guard against anyone. */
+static uint64_t fnv_words(uint64_t h, const void *data, size_t bytes)
+{
+    const unsigned char *p = data;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, sizeof w);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; i < bytes; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What the ranks compare of a data set: its shape and a hash of its arrays. */
+struct data_print {
+    uint64_t rows, features, targets, hash;
+};
+
+static struct data_print data_print(const struct tpu_dataset *ds)
+{
+    struct data_print p = {.rows = ds->n_examples, .features = ds->n_features,
+                           .targets = ds->n_targets, .hash = 0xcbf29ce484222325ull};
+    const size_t n = ds->n_examples;
+    if (ds->x)
+        p.hash = fnv_words(p.hash, ds->x, n * ds->n_features * sizeof *ds->x);
+    if (ds->y)
+        p.hash = fnv_words(p.hash, ds->y, n * sizeof *ds->y);
+    if (ds->targets)
+        p.hash = fnv_words(p.hash, ds->targets, n * ds->n_targets * sizeof *ds->targets);
+    return p;
+}
+
+/* On ranks: every rank must have read the same data (each feeds its own replicas from its
+ * copy, so a rank whose --data differs would train on other rows without any error). Every
+ * rank compares every rank's against rank 0's, so every rank finds the same difference. */
+static int check_same_data(struct run *r)
+{
+    if (!r->pod)
+        return 0;
+    const struct tpu_host_group *g = r->pod->group;
+    struct data_print mine[2] = {data_print(&r->train), data_print(&r->test)};
+    struct data_print *all = calloc((size_t)g->n * 2, sizeof *all);
+    struct tpu_diag d = {0};
+    if (!all) {
+        snprintf(d.msg, sizeof d.msg, "out of memory for %u ranks' data fingerprints", g->n);
+        g->abort(g->ctx, TPU_ENOMEM, &d); /* the others are in the allgather */
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    }
+    if (g->allgather(g->ctx, mine, sizeof mine, all, &d)) {
+        free(all);
+        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    }
+    static const char *const names[2] = {"training set", "test set"};
+    int rc = 0;
+    for (uint32_t h = 1; h < g->n && !rc; h++)
+        for (int k = 0; k < 2 && !rc; k++) {
+            const struct data_print *a = &all[2 * h + k], *z = &all[k];
+            if (a->rows != z->rows || a->features != z->features || a->targets != z->targets)
+                rc = tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "rank %u's %s has %llu rows of "
+                                    "%llu values where rank 0's has %llu rows of %llu: every "
+                                    "rank is one host of the same pod slice and must read the "
+                                    "same data; give every rank the same --data (the same "
+                                    "files on every machine)", h, names[k],
+                                    (unsigned long long)a->rows,
+                                    (unsigned long long)a->features,
+                                    (unsigned long long)z->rows,
+                                    (unsigned long long)z->features);
+            else if (a->hash != z->hash)
+                rc = tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "rank %u's %s differs from rank "
+                                    "0's in its contents (%llu rows of the same shape, hash "
+                                    "%016llx where rank 0's is %016llx): every rank is one "
+                                    "host of the same pod slice and must read the same data; "
+                                    "give every rank the same --data (the same files on every "
+                                    "machine)", h, names[k], (unsigned long long)a->rows,
+                                    (unsigned long long)a->hash,
+                                    (unsigned long long)z->hash);
+        }
+    free(all);
+    return rc;
+}
+
 /* The model file (--model) first, then the data, checked against the net (cli_train_net.c)
  * or giving the MLP its input width and classes (cli_train_data.c). */
 static int load_data(struct run *r, bool need_train_data)
@@ -438,6 +535,8 @@ static int setup(struct run *r, bool need_train_data)
         /* this rank's host only: its chips, linked to the other ranks' */
         s.n_chips = r->o.chips ? r->o.chips : r->chip.chips_per_host;
         s.pod = r->pod->link;
+        if (!r->o.threads)
+            s.n_threads = rank_threads();
     }
     s.timing_only = r->o.timing_only;
     s.trace = r->o.trace[0] != '\0';
@@ -802,8 +901,8 @@ static void print_train_text(const struct run *r, const struct train_result *t)
 
 static int cmd_train(struct run *r)
 {
-    int rc = setup(r, true);
-    if (rc)
+    int rc = agree(r, setup(r, true));
+    if (rc || (rc = agree(r, check_same_data(r))))
         return rc;
     struct train_result t;
     memset(&t, 0, sizeof t);
@@ -818,7 +917,9 @@ static int cmd_train(struct run *r)
             rc = train_reference(r, &t);
     }
     tpu_dataset_input_free(&in);
-    if (rc || (rc = write_trace(r)))
+    if (!rc)
+        rc = write_trace(r);
+    if ((rc = agree(r, rc)))
         return rc;
     if (r->o.json)
         print_train_json(r, &t);
@@ -829,12 +930,12 @@ static int cmd_train(struct run *r)
 
 static int cmd_evaluate(struct run *r)
 {
-    int rc = setup(r, false);
-    if (rc)
+    int rc = agree(r, setup(r, false));
+    if (rc || (rc = agree(r, check_same_data(r))))
         return rc;
     struct tpu_diag d = {0};
     if (tpu_estimator_check_mode(r->est, TPU_MODE_EVAL, &d))
-        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg);
+        return agree(r, tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg));
     struct tpu_dataset_input tin;
     tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct tpu_eval_result ev;
@@ -844,17 +945,19 @@ static int cmd_evaluate(struct run *r)
     if (rc == TPU_ECANCELED && sigint_count)
         return stopped(&r->o, &d);
     if (rc)
-        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+        return agree(r, tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg));
     if (d.msg[0] && !r->o.json)
         fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
-    if ((rc = write_trace(r)))
+    double fp32 = 0;
+    /* over the same examples: evaluation reads the test set in order, --steps batches */
+    if (r->q && tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, (uint32_t)ev.examples,
+                                           &fp32, &d))
+        rc = tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
+    if (!rc)
+        rc = write_trace(r);
+    if ((rc = agree(r, rc)))
         return rc;
     if (r->q) {
-        double fp32 = 0;
-        /* over the same examples: evaluation reads the test set in order, --steps batches */
-        if (tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, (uint32_t)ev.examples, &fp32,
-                                       &d))
-            return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
         const unsigned long long step = (unsigned long long)tpu_int8_mlp_global_step(r->q);
         if (r->o.json)
             printf("{\"global_step\": %llu, \"int8\": true, \"accuracy\": %.6f, \"loss\": "

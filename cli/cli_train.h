@@ -64,6 +64,7 @@ struct train_opts {
  * N`, cli_ranks.c): rank h is host h. NULL where a process simulates every host. */
 struct tpu_pod_link;
 struct tpu_host_group;
+#define TPU__CLI_ERROR_LINE_MAX 4096
 struct tpu__cli_pod {
     uint32_t rank, size;
     void *mpi;                          /* host/mpi's struct tpu_mpi */
@@ -71,17 +72,38 @@ struct tpu__cli_pod {
     const struct tpu_host_group *group; /* the estimator's host_group */
     bool agreed;                        /* every rank parsed the same options and took them:
                                            an error after this ends the whole job */
+    bool shared_failure;                /* the ranks agreed on a failure every rank had: it
+                                           was printed once, and every rank ends cleanly */
+    char error_line[TPU__CLI_ERROR_LINE_MAX]; /* this rank's first error since the last
+                                                 agreement (tpu__cli_set_error_capture) */
 };
 
-/* train on ranks (cli_ranks.c): the options that cannot work when each host is a process
- * of its own, refused with the reason and the fix; --hosts against the world size. Then
- * the ranks agree (each rank's rc of parsing and these checks, gathered): 0 when every rank
- * goes on, else the first failing rank's exit code (that rank printed why; the others print
- * nothing). Makes the pod link for the cores per replica. */
+/* train and evaluate on ranks (cli_ranks.c): the options that cannot work when each host is
+ * a process of its own, refused with the reason and the fix; --hosts against the world
+ * size. Then the ranks agree (tpu__cli_ranks_outcome). Makes the pod link for the cores per
+ * replica. */
 int tpu__cli_train_ranks_agree(const struct train_opts *o, struct tpu__cli_pod *pod, int rc);
 
+/* The ranks' agreement on their outcomes, every rank at the same point of the command
+ * (nothing of the pod runs between two agreements but the runtime's passes, whose failures
+ * every rank shares or which end the job): rc is this rank's (0 or an exit code), its error
+ * line kept in pod->error_line. When every rank has 0: 0. When every rank failed with the
+ * same code and line: rank 0 prints it once, every rank returns the code and ends cleanly
+ * (pod->shared_failure). Otherwise each failing rank prints its own line (after its rank);
+ * then before the first agreement (pod->agreed false) every rank returns the first failing
+ * rank's code, and after it the job is aborted. Without MPI (no pod): rc. */
+int tpu__cli_ranks_outcome(struct tpu__cli_pod *pod, int rc);
+
+/* The sums over the host group's ranks of n counters (mine[n] on this rank, sum[n] out; the
+ * same n on every rank; sum may be mine), in integers (the order of the ranks does not
+ * matter). Every rank must call it at the same point; it allocates before the collective,
+ * and a rank out of memory aborts the job through the group (no rank waits forever). 0, or
+ * the group's error (d says why). */
+int tpu__cli_group_sum_u64(const struct tpu_host_group *g, const uint64_t *mine, uint64_t *sum,
+                           uint32_t n, struct tpu_diag *d);
+
 /* train, evaluate and predict as tpu__cli_train, on this rank's part of the pod (pod not
- * NULL: train only) (cli_train.c). */
+ * NULL: train and evaluate) (cli_train.c). */
 int tpu__cli_train_on(int argc, char **argv, struct tpu__cli_pod *pod);
 
 /* The defaults of the options (train's; `tpusim fit` starts from them too). */

@@ -123,12 +123,6 @@ static const int optimizer_values[] = {TPU_OPT_ADAM, TPU_OPT_SGD_MOMENTUM, TPU_O
 static const char *const schedule_words[] = {"constant", "step", "cosine", NULL};
 static const int schedule_values[] = {TPU_SCHEDULE_CONSTANT, TPU_SCHEDULE_STEP,
                                       TPU_SCHEDULE_COSINE};
-static const char *const input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
-                                               "BROADCAST", NULL};
-static const int input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1, TPU_PER_HOST_V2,
-                                        TPU_BROADCAST};
-static const char *const eval_input_words[] = {"PER_HOST_V1", "SLICED", NULL};
-static const int eval_input_values[] = {TPU_EVAL_PER_HOST_V1, TPU_EVAL_SLICED};
 static const char *const host_time_words[] = {"modeled", "measured", NULL};
 static const int host_time_values[] = {TPU_HOST_TIME_MODELED, TPU_HOST_TIME_MEASURED};
 static const uint64_t passes_only[] = {1, 3, 6};
@@ -155,7 +149,9 @@ static const struct tpu__cli_opt train_opts_table[] = {
              "--layers MLP is then lowered as a net of dense layers,\n"
              "pairs split by columns, then rows (same param names)"},
     {.name = "--threads", .kind = TPU__CLI_U64, T(threads), .min = 1, .max = 256, .arg = "N",
-     .help = "host threads simulating the cores (default: all CPUs)"},
+     .help = "host threads simulating the cores (default: all CPUs;\n"
+             "on MPI ranks, the CPUs over the ranks on the machine,\n"
+             "OMPI_COMM_WORLD_LOCAL_SIZE, at least 1)"},
     {.name = "--no-share-replicas", .kind = TPU__CLI_FLAG, T(no_share_replicas),
      .help = "every replica keeps and computes its own params and\n"
              "optimizer state (the same results; more host time and\n"
@@ -286,11 +282,12 @@ static const struct tpu__cli_opt train_opts_table[] = {
     {.name = "--predict-batch-size", .kind = TPU__CLI_U64, T(rc.predict_batch_size), .min = 1,
      .max = BATCH_MAX, .arg = "N", .help = "global batch of prediction"},
     {.name = "--per-host-input-for-training", .kind = TPU__CLI_ENUM,
-     T(rc.per_host_input_for_training), .words = input_mode_words, .values = input_mode_values,
+     T(rc.per_host_input_for_training), .words = tpu__cli_input_mode_words,
+     .values = tpu__cli_input_mode_values,
      .help = "how the global batch is split (default PER_HOST_V2)"},
     {.name = "--eval-training-input-configuration", .kind = TPU__CLI_ENUM,
-     T(rc.eval_training_input_configuration), .words = eval_input_words,
-     .values = eval_input_values,
+     T(rc.eval_training_input_configuration), .words = tpu__cli_eval_input_words,
+     .values = tpu__cli_eval_input_values,
      .help = "SLICED: evaluation and prediction read once, on host 0,\n"
              "sliced over the replicas; PER_HOST_V1 (default): as\n"
              "--per-host-input-for-training says"},
@@ -403,9 +400,12 @@ const struct tpu__cli_opts tpu__cli_train_options = {
         "charged. The params, losses and cycles are those of one process\n"
         "with --hosts N, bit for bit. Every rank takes the same command line (checked at start);\n"
         "rank 0 prints and writes the checkpoints and metrics, the others print only their\n"
-        "errors (\"rank h: ...\"); an error on any rank ends every rank. --trace FILE: rank h > 0\n"
-        "writes FILE.rank<h> (its own cores). Not on ranks: evaluate, predict and the other\n"
-        "commands, --check-equivalence, --backend systemc, --host-time measured.\n",
+        "errors (\"rank h: ...\"); an error every rank has is printed once, an error on some\n"
+        "ranks ends every rank. Every rank must read the same --data (checked). --trace FILE:\n"
+        "rank h > 0 writes FILE.rank<h> (its own cores). `mpirun ... tpusim evaluate --hosts N`\n"
+        "evaluates the same way. Not on ranks: predict and the other commands,\n"
+        "--check-equivalence, --backend systemc, --host-time measured, a replica's cores on\n"
+        "several hosts (--cores-per-replica above --chips x the chip's cores per chip).\n",
     .help_column = 32,
     .text_max = OPT_TEXT_MAX,
     .scope_names = train_scopes,

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,17 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tpusim/runtime.h"
 #include "util.h"
+
+/* TPUEstimator's input modes as the options spell them, in the enums' order (a word's index
+ * is its value): one table for `tpusim train` and `tpusim shard`. */
+const char *const tpu__cli_input_mode_words[] = {"PER_SHARD_V1", "PER_HOST_V1",
+                                                 "PER_HOST_V2", "BROADCAST", NULL};
+const int tpu__cli_input_mode_values[] = {TPU_PER_SHARD_V1, TPU_PER_HOST_V1,
+                                          TPU_PER_HOST_V2, TPU_BROADCAST};
+const char *const tpu__cli_eval_input_words[] = {"PER_HOST_V1", "SLICED", NULL};
+const int tpu__cli_eval_input_values[] = {TPU_EVAL_PER_HOST_V1, TPU_EVAL_SLICED};
 
 /* Where errors go: stderr, unless this process is one rank of several (cli_ranks.c), whose
  * errors carry its rank ("rank 1: tpusim train: error: ...") and whose other output is
@@ -19,6 +30,13 @@
  * any other thread exists, then only read: the process's output setup, not state. */
 static FILE *error_stream;
 static char error_prefix[32];
+/* On ranks: where tpu__cli_error keeps its line instead of printing it (the ranks then agree
+ * on their outcomes, cli_ranks.c, and a failure every rank shares is printed once). Set by
+ * tpu__cli_set_error_capture in main's thread; written only from main's thread (the
+ * commands' own errors; a pass failure on another thread prints through
+ * tpu__cli_error_line). */
+static char *capture_buf;
+static size_t capture_size;
 
 void tpu__cli_set_error_output(FILE *f, const char *prefix)
 {
@@ -31,20 +49,54 @@ FILE *tpu__cli_error_stream(void)
     return error_stream ? error_stream : stderr;
 }
 
-int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
+void tpu__cli_set_error_capture(char *buf, size_t size)
+{
+    capture_buf = size ? buf : NULL;
+    capture_size = size;
+    if (capture_buf)
+        capture_buf[0] = '\0';
+}
+
+void tpu__cli_error_line(const char *line)
+{
+    FILE *f = tpu__cli_error_stream();
+    fprintf(f, "%s%s\n", error_prefix, line);
+    fflush(f);
+}
+
+/* The line of an error ("tpusim <cmd>: error: <text>"), printed or kept (capture). */
+static void error_out(bool capture, const char *cmd, const char *fmt, va_list ap)
 {
     /* One line of valid UTF-8 whatever the user typed: values echoed raw (a newline, an
      * escape sequence, a stray byte) are shown as \xNN. */
-    char msg[4096], safe[4 * sizeof msg];
+    char msg[4096], safe[4 * sizeof msg], line[sizeof safe + 128];
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    tpu__quote(msg, safe, sizeof safe);
+    snprintf(line, sizeof line, "tpusim %s: error: %s%s", cmd, safe,
+             n >= (int)sizeof msg ? "..." : "");
+    if (!capture || !capture_buf) {
+        tpu__cli_error_line(line);
+        return;
+    }
+    if (!capture_buf[0]) /* the first error is the cause; what follows from it is not kept */
+        snprintf(capture_buf, capture_size, "%s", line);
+}
+
+int tpu__cli_error_print(const char *cmd, int code, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    error_out(false, cmd, fmt, ap);
     va_end(ap);
-    tpu__quote(msg, safe, sizeof safe);
-    FILE *f = tpu__cli_error_stream();
-    fprintf(f, "%stpusim %s: error: %s%s\n", error_prefix, cmd, safe,
-            n >= (int)sizeof msg ? "..." : "");
-    fflush(f);
+    return code;
+}
+
+int tpu__cli_error(const char *cmd, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_out(true, cmd, fmt, ap);
+    va_end(ap);
     return code;
 }
 

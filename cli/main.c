@@ -55,6 +55,10 @@ static int dispatch(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* started by another launcher as one of several: each would run the whole job */
+    int rc = tpu__cli_other_launcher(argc, argv);
+    if (rc)
+        return rc;
     /* started by mpirun: each process is one rank (a host of a pod slice) */
     if (tpu__cli_mpirun_world_size())
         return tpu__cli_main_ranks(argc, argv, dispatch);

@@ -16,11 +16,14 @@ simulates the N hosts (`tpusim train --hosts N ...`).
   across ranks (the command line, and a --config file that differs by working directory)
   refused at start with the message.
 - The options that cannot work on ranks are refused with their message; the others run.
+  An error every rank has is printed once (rank 0's line) and ends every rank cleanly; an
+  error of one rank keeps its rank and ends the job; ranks whose data differ are refused.
+- evaluate on ranks prints what one process prints; other launchers than mpirun are refused.
 - The README's "Pod slices on MPI ranks" command lines run as written (on small data).
 
 usage: test_mpi.py PATH/TO/tpusim PATH/TO/mpi_pod_prog PATH/TO/mpirun
-(tests/meson.build sets OMPI_ALLOW_RUN_AS_ROOT*, and ASAN_OPTIONS without leak detection:
-Open MPI's own start-up allocations are never freed.)"""
+(tests/meson.build sets OMPI_ALLOW_RUN_AS_ROOT*, and under ASan LSAN_OPTIONS with
+tests/lsan_mpi.supp: Open MPI's own start-up allocations are never freed.)"""
 import glob
 import json
 import os
@@ -283,14 +286,16 @@ def rtl_backend_on_ranks():
 
 # ---- refusals --------------------------------------------------------------------------------
 def expect_refusal(n, args, *needles, mpi_args=(), cwd=None):
+    """A refusal every rank shares: printed once (rank 0's line), every rank ends cleanly
+    (no MPI_Abort), exit 2. Returns the error line."""
     p = mpirun(n, *args, expect=2, mpi_args=mpi_args, cwd=cwd)
     errs = [l for l in p.stderr.splitlines() if re.match(r'rank \d+: tpusim', l)]
-    assert errs, p.stderr
-    for line in errs:
-        for needle in needles:
-            assert needle in line, f'{needle!r} not in {line!r}'
+    assert len(errs) == 1 and errs[0].startswith('rank 0: tpusim '), p.stderr
+    for needle in needles:
+        assert needle in errs[0], f'{needle!r} not in {errs[0]!r}'
+    assert 'MPI_ABORT' not in p.stderr and 'ORTE_ERROR_LOG' not in p.stderr, p.stderr
     assert p.stdout == '', p.stdout
-    return errs
+    return errs[0]
 
 
 @case
@@ -312,11 +317,166 @@ def options_that_cannot_work_on_ranks():
 
 
 @case
-def only_train_runs_on_ranks():
-    for cmd in ('evaluate', 'predict', 'gemm', 'fit'):
-        errs = expect_refusal(2, [cmd, '--model-dir', TMP],
-                              f"'tpusim {cmd}' on 2 MPI ranks: only 'tpusim train' runs")
-        assert errs[0].startswith('rank 0: '), errs
+def replica_across_hosts_refused_on_ranks():
+    """A replica of 4 cores on hosts of 1 tiny chip (2 cores) runs in one process (it spans
+    both hosts there) but not on ranks, whose link carries only the all-reduce over replicas:
+    refused before the device opens, with the rule and the fixes."""
+    args = base('span', '--hosts', '2', '--chips', '1', '--cores-per-replica', '4',
+                '--steps', '2', '--no-eval')
+    one(*args)
+    expect_refusal(2, args, "--cores-per-replica 4 is more than a host's 2 cores (1 chips x "
+                   "2 cores of 'tiny')", "on ranks a replica's cores must be on one host",
+                   'the pod link between the ranks carries only the all-reduce over the '
+                   'replicas', 'give --chips 2 or more, or a smaller --cores-per-replica, or '
+                   'run without mpirun (one process with --hosts 2)')
+    # the same replica on hosts of 2 chips runs on ranks as in one process
+    same_run(2, 'span-ok', '--chips', '2', '--cores-per-replica', '4', '--steps', '2',
+             '--no-eval')
+
+
+@case
+def errors_every_rank_has_are_printed_once():
+    """Errors of the setup (the plan, the data, the estimator) that every rank hits alike:
+    one line, rank 0's, and no MPI_Abort, on 4 ranks."""
+    expect_refusal(4, base('e1', '--hosts', '4', '--eval-batch-size', '100', '--steps', '2'),
+                   'eval_batch_size 100 must be divisible by the number of replicas '
+                   '(num_shards) 8')
+    expect_refusal(4, base('e2', '--hosts', '4', '--per-host-input-for-training',
+                           'PER_HOST_V1', '--steps', '2', '--train-batch-size', '32'),
+                   'evaluation on 4 hosts is only supported with', '(or give --no-eval)')
+    args = base('e3', '--hosts', '4', '--steps', '2')
+    args[args.index('--data') + 1] = os.path.join(TMP, 'no-such-data')
+    expect_refusal(4, args, "--data '", "no-such-data': No such file or directory")
+
+
+@case
+def an_error_of_one_rank_keeps_its_rank_and_ends_the_job():
+    """--trace FILE where rank 1's FILE.rank1 is a directory: only rank 1 fails (its setup),
+    says so with its rank, and the job ends (MPI_Abort) on every rank."""
+    trace = os.path.join(TMP, 'one-rank-trace.json')
+    os.makedirs(trace + '.rank1', exist_ok=True)
+    t0 = time.monotonic()
+    p = mpirun(2, *base('onerank', '--hosts', '2', '--steps', '2', '--trace', trace),
+               expect=None)
+    assert time.monotonic() - t0 < BOUND_S + 30
+    errs = [l for l in p.stderr.splitlines() if re.match(r'rank \d+: tpusim', l)]
+    assert p.returncode != 0 and len(errs) == 1, p.stderr
+    assert errs[0].startswith('rank 1: tpusim train: error: --trace'), errs
+    assert 'one-rank-trace.json.rank1' in errs[0], errs
+    assert p.stdout == '', p.stdout
+
+
+def inverted_copy(src, dst, rows=None):
+    """A copy of an IDX set whose first training image is inverted (255 - pixel), or whose
+    training set keeps its first `rows` rows."""
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, 'train-images-idx3-ubyte')
+    with open(path, 'rb') as f:
+        b = bytearray(f.read())
+    assert b[2] == 8 and b[3] == 3, 'an IDX set of unsigned bytes, 3 dimensions'
+    per = int.from_bytes(b[8:12], 'big') * int.from_bytes(b[12:16], 'big')
+    if rows is None:
+        for i in range(16, 16 + per):
+            b[i] = 255 - b[i]
+    else:
+        b[4:8] = rows.to_bytes(4, 'big')
+        del b[16 + rows * per:]
+        lpath = os.path.join(dst, 'train-labels-idx1-ubyte')
+        with open(lpath, 'rb') as f:
+            lb = bytearray(f.read())
+        lb[4:8] = rows.to_bytes(4, 'big')
+        del lb[8 + rows:]
+        with open(lpath, 'wb') as f:
+            f.write(lb)
+    with open(path, 'wb') as f:
+        f.write(b)
+
+
+@case
+def ranks_with_different_data_are_refused():
+    """The same command line, --data resolving to other files on rank 1 (-wdir, as on
+    another machine): one image inverted, or fewer rows; refused before any step, naming the
+    rank, what differs and the fix."""
+    if not os.listdir(DATA)[0].endswith('ubyte'):
+        raise Skip('the small set is not an IDX set')
+    for tag, rows, needle in (('inv', None, "rank 1's training set differs from rank 0's in "
+                               "its contents (512 rows of the same shape, hash "),
+                              ('few', 448, "rank 1's training set has 448 rows of 784 values "
+                               "where rank 0's has 512 rows of 784")):
+        dirs = [os.path.join(TMP, f'dd-{tag}{i}') for i in (0, 1)]
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+        os.symlink(DATA, os.path.join(dirs[0], 'd'))
+        inverted_copy(DATA, os.path.join(dirs[1], 'd'), rows)
+        args = base(f'dd-{tag}', '--hosts', '2', '--steps', '2')
+        args[args.index('--data') + 1] = 'd'
+        p = subprocess.run([MPIRUN, '--oversubscribe', '-np', '1', '-wdir', dirs[0], EXE,
+                            *args, ':', '-np', '1', '-wdir', dirs[1], EXE, *args],
+                           capture_output=True, text=True, timeout=120)
+        errs = [l for l in p.stderr.splitlines() if re.match(r'rank \d+: tpusim', l)]
+        assert p.returncode == 2 and len(errs) == 1, (p.returncode, p.stderr)
+        assert errs[0].startswith('rank 0: tpusim train: error: ' + needle), errs
+        assert 'give every rank the same --data' in errs[0], errs
+        assert 'MPI_ABORT' not in p.stderr and p.stdout == '', p.stderr
+        assert not ckpts(f'dd-{tag}'), 'no step ran'
+
+
+@case
+def evaluate_on_ranks_as_one_process():
+    """`tpusim evaluate --hosts 2` on 2 ranks prints what one process prints (SLICED and
+    PER_HOST_V2 evaluation), with --steps and --json too."""
+    mpirun(2, *base('ev', '--hosts', '2', '--steps', '4', '--no-eval'))
+    for extra in ((), ('--eval-training-input-configuration', 'SLICED'),
+                  ('--steps', '2', '--json')):
+        args = ['evaluate', *base('ev', '--hosts', '2', *extra)[1:]]
+        p1, pn = one(*args), mpirun(2, *args)
+        assert pn.stdout == p1.stdout and pn.stdout, (p1.stdout, pn.stdout)
+        assert pn.stdout.startswith('tpusim evaluate: global step 4:') or \
+            json.loads(pn.stdout)['global_step'] == 4, pn.stdout
+        assert 'rank ' not in pn.stderr, pn.stderr
+
+
+@case
+def only_train_and_evaluate_run_on_ranks():
+    for cmd in ('predict', 'gemm', 'fit'):
+        p = mpirun(2, cmd, '--model-dir', TMP, expect=2)
+        errs = [l for l in p.stderr.splitlines() if re.match(r'rank \d+: tpusim', l)]
+        assert len(errs) == 1 and errs[0].startswith('rank 0: '), p.stderr
+        assert f"'tpusim {cmd}' on 2 MPI ranks: only 'tpusim train' and 'tpusim evaluate' " \
+               "run" in errs[0], errs
+
+
+@case
+def other_launchers_are_refused():
+    """A process another parallel launcher started as one of several (srun, MPICH's hydra, a
+    PMIx launcher) would run the whole job alone: refused, whatever the command; a Slurm
+    batch script's own environment (SLURM_NTASKS without a step) runs as usual."""
+    for var, val in (('PMI_SIZE', '4'), ('SLURM_STEP_NUM_TASKS', '2'), ('PMIX_RANK', '1')):
+        env = {k: v for k, v in os.environ.items() if not k.startswith('OMPI_')}
+        env[var] = val
+        p = subprocess.run([EXE, 'train', '--chip', 'tiny', '--hosts', '2'], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stdout == '', (p.returncode, p.stdout, p.stderr)
+        assert p.stderr.startswith('tpusim train: error: this process was started by a '
+                                   f"parallel launcher that is not Open MPI's mpirun ({var}="
+                                   f'{val} in its environment)'), p.stderr
+        assert 'mpirun -np N tpusim train --hosts N' in p.stderr, p.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith('OMPI_')}
+    env['SLURM_NTASKS'] = '4'
+    p = subprocess.run([EXE, 'config', 'show', 'tiny'], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout, p.stderr
+    env['SLURM_STEP_ID'] = '0'
+    p = subprocess.run([EXE, 'config', 'show', 'tiny'], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and 'SLURM_NTASKS=4' in p.stderr, p.stderr
+
+
+@case
+def threads_default_shares_the_cpus_among_ranks():
+    out = one('train', '--help').stdout
+    assert 'on MPI ranks, the CPUs over the ranks on the machine' in out, out
+    assert 'OMPI_COMM_WORLD_LOCAL_SIZE' in out, out
 
 
 @case

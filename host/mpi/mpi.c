@@ -20,6 +20,8 @@
  *
  * Messages larger than MPI's int count are sent in chunks of at most TPU_MPI_CHUNK bytes. */
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,62 +88,57 @@ static int link_max_u64(void *ctx, uint32_t group, uint64_t *value, struct tpu_d
     return 0;
 }
 
-static int link_recv_prev(void *ctx, uint32_t group, void *data, size_t bytes,
-                          struct tpu_diag *d)
+/* The chain's point-to-point step on logical index `group`: receives from the previous rank
+ * (send false) or sends to the next (send true), in chunks of at most TPU_MPI_CHUNK bytes
+ * (one empty message for 0 bytes, so that the two sides still pair up). */
+static int link_chain(struct tpu_mpi *m, uint32_t group, bool send, void *data, size_t bytes,
+                      struct tpu_diag *d)
 {
-    struct tpu_mpi *m = ctx;
     MPI_Comm *c = link_comm(m, group, d);
     if (!c)
         return TPU_EINVAL;
-    if (m->rank == 0) {
+    if (send ? m->rank + 1 >= m->size : m->rank == 0) {
         if (d) {
             d->code = TPU_EINVAL;
-            snprintf(d->msg, sizeof d->msg, "recv_prev on rank 0: the first part of the pod "
-                     "receives from no one");
+            if (send)
+                snprintf(d->msg, sizeof d->msg, "send_next on rank %u: the last part of the "
+                         "pod sends to no one", m->rank);
+            else
+                snprintf(d->msg, sizeof d->msg, "recv_prev on rank 0: the first part of the "
+                         "pod receives from no one");
         }
         return TPU_EINVAL;
     }
-    for (size_t off = 0; off < bytes || off == 0; off += TPU_MPI_CHUNK) {
+    size_t off = 0;
+    do {
         const size_t n = bytes - off < TPU_MPI_CHUNK ? bytes - off : TPU_MPI_CHUNK;
-        int rc = MPI_Recv((char *)data + off, (int)n, MPI_BYTE, (int)m->rank - 1, 0, *c,
-                          MPI_STATUS_IGNORE);
+        char *at = (char *)data + off;
+        int rc = send ? MPI_Send(at, (int)n, MPI_BYTE, (int)m->rank + 1, 0, *c)
+                      : MPI_Recv(at, (int)n, MPI_BYTE, (int)m->rank - 1, 0, *c,
+                                 MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) {
-            set_diag(d, TPU_EIO, "the pod's all-reduce chain (MPI_Recv from the previous "
-                     "rank)", rc);
+            set_diag(d, TPU_EIO, send ? "the pod's all-reduce chain (MPI_Send to the next "
+                                        "rank)"
+                                      : "the pod's all-reduce chain (MPI_Recv from the "
+                                        "previous rank)", rc);
             return TPU_EIO;
         }
-        if (bytes == 0)
-            break;
-    }
+        off += n;
+    } while (off < bytes);
     return 0;
+}
+
+static int link_recv_prev(void *ctx, uint32_t group, void *data, size_t bytes,
+                          struct tpu_diag *d)
+{
+    return link_chain(ctx, group, false, data, bytes, d);
 }
 
 static int link_send_next(void *ctx, uint32_t group, const void *data, size_t bytes,
                           struct tpu_diag *d)
 {
-    struct tpu_mpi *m = ctx;
-    MPI_Comm *c = link_comm(m, group, d);
-    if (!c)
-        return TPU_EINVAL;
-    if (m->rank + 1 >= m->size) {
-        if (d) {
-            d->code = TPU_EINVAL;
-            snprintf(d->msg, sizeof d->msg, "send_next on rank %u: the last part of the pod "
-                     "sends to no one", m->rank);
-        }
-        return TPU_EINVAL;
-    }
-    for (size_t off = 0; off < bytes || off == 0; off += TPU_MPI_CHUNK) {
-        const size_t n = bytes - off < TPU_MPI_CHUNK ? bytes - off : TPU_MPI_CHUNK;
-        int rc = MPI_Send((const char *)data + off, (int)n, MPI_BYTE, (int)m->rank + 1, 0, *c);
-        if (rc != MPI_SUCCESS) {
-            set_diag(d, TPU_EIO, "the pod's all-reduce chain (MPI_Send to the next rank)", rc);
-            return TPU_EIO;
-        }
-        if (bytes == 0)
-            break;
-    }
-    return 0;
+    /* MPI_Send reads only: the cast drops const for the shared loop */
+    return link_chain(ctx, group, true, (void *)(uintptr_t)data, bytes, d);
 }
 
 static int link_bcast_last(void *ctx, uint32_t group, void *data, size_t bytes,
