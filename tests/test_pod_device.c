@@ -619,6 +619,136 @@ static void test_all_reduce_exact(void **state)
     tpu_program_destroy(&p);
 }
 
+/* ---- NaN sums under any split ------------------------------------------------------------- */
+
+enum { NAN_COUNT = 65538, NAN_REPLICAS = 4 }; /* 65536 and more: reduce_range splits the work */
+
+/* Where the test puts NaNs and infinities: the ends of the 4-wide loop, its 2- and 1-element
+ * tails, of the whole buffer, of reduce_range's 2048-element blocks and of its two workers'
+ * halves (split at 32769), so that each lands in the vector body of one call and in a tail of
+ * another. */
+static const uint32_t nan_at[] = {0,     1,     2,     3,     5,     6,     2046,  2047,
+                                  2048,  2049,  32764, 32766, 32767, 32768, 32769, 32770,
+                                  32771, 65532, 65533, 65534, 65535, 65536, 65537};
+
+/* Replica r's x: finite values, and at nan_at[e] a pattern that depends on e and r: NaNs
+ * of different payloads, signs and quietness, or infinities of opposite signs. */
+static void nan_values(float *x, uint32_t r)
+{
+    for (uint32_t i = 0; i < NAN_COUNT; i++)
+        x[i] = (float)(mix(i * 8u + r) % 1000u) * 0.125f - 60.0f;
+    for (uint32_t e = 0; e < sizeof nan_at / sizeof *nan_at; e++) {
+        uint32_t u = 0;
+        switch ((e + r) % 6) {
+        case 0: u = 0x7fc00000u | (e * 16u + r + 1u); break; /* quiet, + */
+        case 1: u = 0xffc00000u | (e * 16u + r + 1u); break; /* quiet, - */
+        case 2: u = 0x7f800000u | (e * 16u + r + 1u); break; /* signalling */
+        case 3: u = 0x7f800000u; break;                        /* +Inf */
+        case 4: u = 0xff800000u; break;                        /* -Inf */
+        default: continue;                                     /* finite */
+        }
+        memcpy(&x[nan_at[e]], &u, 4);
+    }
+}
+
+/* The rule every all-reduce add follows (tpu__sum_into_f32), computed here on the bits:
+ * the left operand's NaN, quieted, wins; else the right one's, quieted; else the sum (the
+ * machine's default NaN for Inf + -Inf). */
+static float rule_add(float a, float b)
+{
+    uint32_t u;
+    if (a != a)
+        memcpy(&u, &a, 4);
+    else if (b != b)
+        memcpy(&u, &b, 4);
+    else
+        return a + b;
+    u |= 0x00400000u;
+    memcpy(&a, &u, 4);
+    return a;
+}
+
+/* y = all_reduce x over 4 replicas of 65538 elements with NaNs where the adds' calls split:
+ * one device with 1 and 2 workers, sharing on and off, and a pod of 2 parts, all give the
+ * rule's bits ((x0 + x1) + x2) + x3 on every core. Before the rule, 1 and 2 workers gave
+ * different payloads (the vector loop and its tails keep different operands' NaNs). */
+static void test_nan_sum_any_split(void **state)
+{
+    (void)state;
+    char text[256];
+    snprintf(text, sizeof text, "program nans\nparam x: f32[1, %u]\nparam y: f32[1, %u]\n"
+             "y = all_reduce x reduce=sum\n", NAN_COUNT, NAN_COUNT);
+    struct tpu_program *p = parse(text);
+    uint32_t x, y;
+    assert_int_equal(tpu_program_find_buffer(p, "x", &x), 0);
+    assert_int_equal(tpu_program_find_buffer(p, "y", &y), 0);
+    const size_t bytes = NAN_COUNT * sizeof(float);
+    float *xs[NAN_REPLICAS], *want = malloc(bytes), *got = malloc(bytes);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (uint32_t r = 0; r < NAN_REPLICAS; r++) {
+        assert_non_null(xs[r] = malloc(bytes));
+        nan_values(xs[r], r);
+    }
+    for (uint32_t i = 0; i < NAN_COUNT; i++) {
+        float acc = xs[0][i];
+        for (uint32_t r = 1; r < NAN_REPLICAS; r++)
+            acc = rule_add(acc, xs[r][i]);
+        want[i] = acc;
+    }
+    size_t n_nan = 0;
+    for (uint32_t i = 0; i < NAN_COUNT; i++)
+        n_nan += want[i] != want[i];
+    assert_true(n_nan >= 15); /* the cases are there */
+    struct tpu_device_settings st;
+    tiny_settings(&st); /* 2 cores a chip */
+    for (int v = 0; v < 5; v++) {
+        const uint32_t parts = v == 4 ? 2 : 1;
+        struct pod_threads *pt = NULL;
+        assert_int_equal(pod_threads_create(parts, &pt), 0);
+        st.n_threads = v % 2 ? 2 : 1;
+        st.share_replicas = v / 2 % 2 == 0;
+        st.n_chips = NAN_REPLICAS / 2 / parts;
+        struct bare part[2];
+        void *args[2];
+        for (uint32_t h = 0; h < parts; h++) {
+            st.pod = parts > 1 ? pod_threads_link(pt, h) : NULL;
+            part[h] = (struct bare){.dev = open_settings(&st)};
+            args[h] = &part[h];
+            load(part[h].dev, p);
+        }
+        const uint32_t per = NAN_REPLICAS / parts;
+        for (uint32_t r = 0; r < NAN_REPLICAS; r++)
+            assert_int_equal(tpu_device_write(part[r / per].dev, r % per, x, xs[r], bytes,
+                                              NULL), 0);
+        pod_threads_run(pt, bare_run, args);
+        for (uint32_t h = 0; h < parts; h++)
+            if (part[h].rc)
+                fail_msg("part %u: %s", h, part[h].d.msg);
+        for (uint32_t r = 0; r < NAN_REPLICAS; r++) {
+            assert_int_equal(tpu_device_read(part[r / per].dev, r % per, y, got, bytes, NULL),
+                             0);
+            for (uint32_t i = 0; i < NAN_COUNT; i++) {
+                uint32_t a, b;
+                memcpy(&a, &got[i], 4);
+                memcpy(&b, &want[i], 4);
+                if (a != b)
+                    fail_msg("%u worker(s), sharing %s, %u part(s): replica %u's y[%u] is "
+                             "0x%08x, the rule gives 0x%08x", st.n_threads,
+                             st.share_replicas ? "on" : "off", parts, r, i, a, b);
+            }
+        }
+        for (uint32_t h = 0; h < parts; h++)
+            tpu_device_close(&part[h].dev);
+        pod_threads_destroy(pt);
+    }
+    for (uint32_t r = 0; r < NAN_REPLICAS; r++)
+        free(xs[r]);
+    free(want);
+    free(got);
+    tpu_program_destroy(&p);
+}
+
 /* ---- the edges ------------------------------------------------------------------------------ */
 
 static int no_max(void *ctx, uint32_t group, uint64_t *value, struct tpu_diag *d)
@@ -1013,6 +1143,7 @@ int main(void)
         cmocka_unit_test(test_pod_threads_rounds),
         cmocka_unit_test(test_pod_threads_abort),
         cmocka_unit_test(test_all_reduce_exact),
+        cmocka_unit_test(test_nan_sum_any_split),
         cmocka_unit_test(test_bad_pods),
         cmocka_unit_test(test_one_part_is_no_pod),
         cmocka_unit_test(test_permute_over_replicas_refused),

@@ -328,9 +328,11 @@ void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct
 int tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
                              const struct tpu_op *op, struct tpu_diag *d);
 /* acc[i] = acc[i] + v[i] for i < count: every in-order sum of an all_reduce over fp32 adds
- * with this one out-of-line function (reduce_range, the streamed adds, a deferred product's
- * NaN case), so that a sum of two NaNs keeps the same payload whichever way the sum is
- * formed: which operand's payload an addition keeps is the compiler's choice. */
+ * with this one function (reduce_range, the pod chain, the streamed adds, a deferred
+ * product's NaN case). A NaN sum follows one rule, whatever the split of the buffer into
+ * calls and the element's place in a call: the left operand's NaN, quieted, wins; else the
+ * right one's, quieted; else (Inf + -Inf) the machine's default NaN. So one device with any
+ * worker count, a pod's parts, and replica sharing on or off give the same bits. */
 void tpu__sum_into_f32(float *acc, const float *v, size_t count);
 /* Gives core c a value buffer for each output of op that a streamed reduce let go.
  * 0 or TPU_ENOMEM (d). */

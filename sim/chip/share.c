@@ -95,6 +95,9 @@
  * afresh, and only completed runs are held to the apart mode's bytes. */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "chip_int.h"
 #include "kernels/gemm_int.h"
@@ -741,13 +744,47 @@ bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op)
     return dev->lazy && op->in[0] == op->out[0] && dev->lazy[op->out[0]];
 }
 
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
+/* a + b where a NaN result does not depend on the operands' order or on where the element
+ * sits in a call: the left operand's NaN, quieted, wins; else the right one's, quieted; else
+ * (Inf + -Inf) the machine's own default NaN that the add made (x86: 0xffc00000). The
+ * hardware's choice between two NaN operands depends on the instruction's operand order,
+ * which the compiler picks per loop (a vector body may keep one, its tail the other). */
+static inline float add_left_nan(float a, float b, float s)
+{
+    uint32_t u;
+    if (a != a)
+        memcpy(&u, &a, 4);
+    else if (b != b)
+        memcpy(&u, &b, 4);
+    else
+        return s;
+    u |= 0x00400000u; /* quiet */
+    memcpy(&s, &u, 4);
+    return s;
+}
+
 void tpu__sum_into_f32(float *acc, const float *v, size_t count)
 {
-    for (size_t i = 0; i < count; i++)
-        acc[i] = acc[i] + v[i];
+    size_t i = 0;
+#if defined(__SSE2__)
+    /* four at a time; a NaN in the four (rare) is fixed element by element */
+    for (; i + 4 <= count; i += 4) {
+        const __m128 a = _mm_loadu_ps(acc + i), b = _mm_loadu_ps(v + i);
+        const __m128 s = _mm_add_ps(a, b);
+        _mm_storeu_ps(acc + i, s);
+        if (__builtin_expect(_mm_movemask_ps(_mm_cmpunord_ps(s, s)) != 0, 0)) {
+            float fa[4], fb[4];
+            _mm_storeu_ps(fa, a);
+            _mm_storeu_ps(fb, b);
+            for (int j = 0; j < 4; j++)
+                acc[i + j] = add_left_nan(fa[j], fb[j], acc[i + j]);
+        }
+    }
+#endif
+    for (; i < count; i++) {
+        const float a = acc[i], b = v[i], s = a + b;
+        acc[i] = s != s ? add_left_nan(a, b, s) : s;
+    }
 }
 
 /* Adds member r's x into the leader's y (member 0's x, the sum so far), element by element
