@@ -633,15 +633,16 @@ int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d)
         const size_t rows = (size_t)dev->n_replicas * df->k;
         for (uint32_t k = 0; k < cpr; k++) {
             df->on[k] = dev->once[df->reduce_pc * cpr + k];
-            if (!df->on[k] || df->a[k])
+            /* both arrays, or the one a run that failed for memory left missing */
+            if (!df->on[k] || (df->a[k] && df->b[k]))
                 continue;
             size_t a_bytes, b_bytes;
             if (!tpu__mul_size(rows, df->m, &a_bytes) ||
                 !tpu__mul_size(a_bytes, df->a_elem, &a_bytes) ||
                 !tpu__mul_size(rows, df->n, &b_bytes) ||
                 !tpu__mul_size(b_bytes, df->b_elem, &b_bytes) ||
-                !(df->a[k] = aligned_alloc(64, (a_bytes + 63) / 64 * 64 + 64)) ||
-                !(df->b[k] = aligned_alloc(64, (b_bytes + 63) / 64 * 64 + 64)))
+                (!df->a[k] && !(df->a[k] = aligned_alloc(64, (a_bytes + 63) / 64 * 64 + 64))) ||
+                (!df->b[k] && !(df->b[k] = aligned_alloc(64, (b_bytes + 63) / 64 * 64 + 64))))
                 return tpu__fail(d, TPU_ENOMEM, "out of memory gathering the %u replicas' "
                                  "operands of the product '%s' for its all_reduce",
                                  dev->n_replicas, tpu_program_buffer(p, df->x)->name);
