@@ -1030,6 +1030,96 @@ static void test_failing_link_fails_the_run(void **state)
     }
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A part canceled while its lane waits in a link call (its peer never runs): the link's
+ * abort entry ends the call, so the run returns promptly with TPU_ECANCELED, and the peer's
+ * later run fails at once with the part's sentence instead of waiting. Without the entry the
+ * cancel waited for the call forever. */
+static void test_cancel_releases_the_pod(void **state)
+{
+    (void)state;
+    struct tpu_program *p = parse("program sums\nparam x: f32[1, 8]\nparam y: f32[1, 8]\n"
+                                  "y = all_reduce x reduce=sum\n");
+    struct pod_threads *pt = NULL;
+    assert_int_equal(pod_threads_create(2, &pt), 0);
+    struct tpu_device_settings st;
+    tiny_settings(&st);
+    st.n_chips = 1;
+    struct bare part[2];
+    for (uint32_t h = 0; h < 2; h++) {
+        st.pod = pod_threads_link(pt, h);
+        part[h] = (struct bare){.dev = open_settings(&st)};
+        load(part[h].dev, p);
+    }
+    pthread_t th;
+    const double t0 = now_s();
+    assert_int_equal(pthread_create(&th, NULL, bare_run, &part[0]), 0);
+    /* until its lane is in the link (cores_blocked stays false: a lane is busy) */
+    struct tpu_device_watch w;
+    do {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        memset(&w, 0, sizeof w);
+        tpu_device_watch(part[0].dev, &w);
+    } while (!strstr(w.why, "core 1 waits at a collective") && now_s() - t0 < 20.0);
+    assert_false(w.cores_blocked);
+    tpu_device_cancel(part[0].dev);
+    pthread_join(th, NULL);
+    assert_true(now_s() - t0 < 20.0);
+    assert_int_equal(part[0].rc, TPU_ECANCELED);
+    bare_run(&part[1]);
+    assert_int_equal(part[1].rc, TPU_ECANCELED);
+    if (!strstr(part[1].d.msg, "host 0 failed: part 0 of the pod stopped its run"))
+        fail_msg("part 1: %s", part[1].d.msg);
+    for (uint32_t h = 0; h < 2; h++)
+        tpu_device_close(&part[h].dev);
+    pod_threads_destroy(pt);
+    tpu_program_destroy(&p);
+}
+
+/* Parts with different replica counts (2 and 4 of one core): the first reduce refuses it on
+ * every part, naming both counts and the fix, instead of a wrong mean and wrong cycles. */
+static void test_parts_differ(void **state)
+{
+    (void)state;
+    struct tpu_program *p = parse("program sums\nparam x: f32[1, 8]\nparam y: f32[1, 8]\n"
+                                  "y = all_reduce x reduce=mean\n");
+    struct pod_threads *pt = NULL;
+    assert_int_equal(pod_threads_create(2, &pt), 0);
+    struct tpu_device_settings st;
+    tiny_settings(&st);
+    struct bare part[2];
+    void *args[2];
+    for (uint32_t h = 0; h < 2; h++) {
+        st.n_chips = h + 1;
+        st.pod = pod_threads_link(pt, h);
+        part[h] = (struct bare){.dev = open_settings(&st)};
+        args[h] = &part[h];
+        load(part[h].dev, p);
+    }
+    pod_threads_run(pt, bare_run, args);
+    const char *want[2] = {"this part has 2 replicas of 1 cores, but the pod's parts range "
+                           "from 2 replicas of 1 cores to 4 of 1: every part of a pod has the "
+                           "same replicas; open each with the same n_chips and "
+                           "cores_per_replica",
+                           "this part has 4 replicas of 1 cores, but the pod's parts range "
+                           "from 2 replicas of 1 cores to 4 of 1"};
+    for (uint32_t h = 0; h < 2; h++) {
+        assert_int_equal(part[h].rc, TPU_EINVAL);
+        if (!strstr(part[h].d.msg, want[h]))
+            fail_msg("part %u: expected \"%s\" in: %s", h, want[h], part[h].d.msg);
+        tpu_device_close(&part[h].dev);
+    }
+    pod_threads_destroy(pt);
+    tpu_program_destroy(&p);
+}
+
 /* pod_threads itself: rounds of different groups at once, the chain's order, a gather. */
 struct pt_arg {
     struct pod_threads *pt;
@@ -1149,6 +1239,8 @@ int main(void)
         cmocka_unit_test(test_permute_over_replicas_refused),
         cmocka_unit_test(test_systemc_refuses_a_pod),
         cmocka_unit_test(test_failing_link_fails_the_run),
+        cmocka_unit_test(test_cancel_releases_the_pod),
+        cmocka_unit_test(test_parts_differ),
         cmocka_unit_test(test_mlp_p1_2parts),
         cmocka_unit_test(test_mlp_p1_4parts),
         cmocka_unit_test(test_mlp_p1_4parts_apart),

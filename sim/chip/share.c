@@ -788,6 +788,12 @@ void tpu__sum_into_f32(float *acc, const float *v, size_t count)
     }
 }
 
+void tpu__mean_f32(float *acc, size_t count, uint32_t n)
+{
+    for (size_t i = 0; i < count; i++)
+        acc[i] = acc[i] / (float)n;
+}
+
 /* Adds member r's x into the leader's y (member 0's x, the sum so far), element by element
  * in the order reduce_range (chip_exec.c) adds a block: the same operations, the same bits. */
 static void add_member(const struct chip_device *dev, const struct coll_group *g,
@@ -795,16 +801,9 @@ static void add_member(const struct chip_device *dev, const struct coll_group *g
 {
     const uint32_t x = op->in[0];
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, x);
-    const size_t count = (size_t)bd->rows * bd->cols;
-    if (bd->dtype == TPU_F32) {
-        tpu__sum_into_f32(dev->cores[g->members[0]].bufs[x].data,
-                          dev->cores[g->members[r]].bufs[x].data, count);
-    } else { /* int32, wrapping */
-        uint32_t *acc = dev->cores[g->members[0]].bufs[x].data;
-        const uint32_t *v = dev->cores[g->members[r]].bufs[x].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] += v[i];
-    }
+    const size_t count = (size_t)bd->rows * bd->cols; /* all_reduce is f32 (verified) */
+    tpu__sum_into_f32(dev->cores[g->members[0]].bufs[x].data,
+                      dev->cores[g->members[r]].bufs[x].data, count);
 }
 
 /* Under the lock: member r's x goes to the pool (its y is the leader's now). */
@@ -920,16 +919,8 @@ int tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
         return 0;
     const uint32_t y = op->out[0];
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, y);
-    const size_t count = (size_t)bd->rows * bd->cols;
-    if (bd->dtype == TPU_F32) {
-        float *acc = dev->cores[g->members[0]].bufs[y].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] = acc[i] / (float)g->n;
-    } else {
-        uint32_t *acc = dev->cores[g->members[0]].bufs[y].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] = (uint32_t)((int32_t)acc[i] / (int32_t)g->n);
-    }
+    const size_t count = (size_t)bd->rows * bd->cols; /* all_reduce is f32 (verified) */
+    tpu__mean_f32(dev->cores[g->members[0]].bufs[y].data, count, g->n);
     return 0;
 }
 
