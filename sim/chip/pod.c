@@ -30,8 +30,13 @@
  * Failure. A link call that fails (a peer is gone, the pod was aborted) fails the run as a
  * core's error does: the first error is kept with the link's sentence, the run is canceled,
  * tpu_device_run returns it. The run's end waits for the lanes' calls under way: a canceled
- * part whose peers never make the matching call waits until the link fails (the host
- * group's abort ends every part's calls). */
+ * part whose peers never make the matching call waits until the link fails. So a cancel
+ * during a run and a core's error call the link's optional abort (tpu__pod_release), which
+ * ends every part's calls; without it, the link's owner must (the host group's abort).
+ *
+ * Shape. Each lane's first reduce checks through the link that every part has this part's
+ * replicas and cores per replica (same_shape): another count would give a wrong mean and
+ * wrong cycles. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
