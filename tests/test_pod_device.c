@@ -40,6 +40,7 @@
 #include "device_helpers.h"
 #include "net_build.h"
 #include "pod_threads.h"
+#include "rng.h" /* tpu__mix64 */
 
 enum {
     CHIPS = 4,     /* tiny chips of the whole pod: 8 cores */
@@ -77,13 +78,6 @@ static void tiny_settings(struct tpu_device_settings *st)
     tpu_device_default_settings(st, &chip);
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 static void job_build(struct job *j, enum model_kind kind, uint32_t P, bool share, bool timing)
 {
@@ -244,7 +238,7 @@ static void fill(const struct job *j, uint32_t t, uint32_t g, uint64_t step, voi
     const struct tpu_buffer_desc *bd = tpu_program_buffer(j->mp.prog, j->in_buf[t]);
     const size_t n = (size_t)bd->rows * bd->cols;
     for (size_t i = 0; i < n; i++) {
-        const uint64_t h = mix(((step * MAX_CORES + g) * MAX_FEEDS + t) * 100003u + i);
+        const uint64_t h = tpu__mix64(((step * MAX_CORES + g) * MAX_FEEDS + t) * 100003u + i);
         if (bd->dtype == TPU_INT32)
             ((int32_t *)data)[i] = (int32_t)(h % CLASSES);
         else
@@ -636,7 +630,7 @@ static const uint32_t nan_at[] = {0,     1,     2,     3,     5,     6,     2046
 static void nan_values(float *x, uint32_t r)
 {
     for (uint32_t i = 0; i < NAN_COUNT; i++)
-        x[i] = (float)(mix(i * 8u + r) % 1000u) * 0.125f - 60.0f;
+        x[i] = (float)(tpu__mix64(i * 8u + r) % 1000u) * 0.125f - 60.0f;
     for (uint32_t e = 0; e < sizeof nan_at / sizeof *nan_at; e++) {
         uint32_t u = 0;
         switch ((e + r) % 6) {
