@@ -493,9 +493,11 @@ POD_CASE(cnn_p2_2parts_1worker, CNN, 2, 2, false, false, 1)
 enum { SPECIAL_AT = 250 }; /* elements [250, 256) of the sums below */
 
 /* Infinities and NaNs in pod core g's x: Inf + -Inf at 250, two NaN payloads of either sign
- * at 251, a NaN meeting an infinity at 252. */
+ * at 251, a NaN meeting an infinity at 252; and -0.0 at 249 on every core (its sum and mean
+ * stay -0.0). */
 static void special(float *x, uint32_t g)
 {
+    x[SPECIAL_AT - 1] = -0.0f;
     const uint32_t bits[4] = {0x7fc00001u, 0xffc00002u, 0x7f800000u, 0xff800000u};
     float v[4];
     memcpy(v, bits, sizeof v);
@@ -583,6 +585,8 @@ static void test_all_reduce_exact(void **state)
             float sum = 0;
             for (uint32_t g = 0; g < 2 * CHIPS; g++) {
                 float xg = (g % 2 ? 1e8f : 1.0f) * ((float)(g + 1) * 0.37f + (float)i * 1e-3f);
+                if (i == SPECIAL_AT - 1)
+                    xg = -0.0f;
                 sum = g == 0 ? xg : sum + xg;
             }
             float mean = sum;
@@ -598,6 +602,9 @@ static void test_all_reduce_exact(void **state)
             assert_memory_equal(a, want, SPECIAL_AT * sizeof *a);
             assert_memory_equal(b, a, sizeof a); /* the specials too, bit for bit */
             assert_true(isnan(b[SPECIAL_AT]) && isnan(b[SPECIAL_AT + 1]));
+            uint32_t neg_zero;
+            memcpy(&neg_zero, &b[SPECIAL_AT - 1], 4);
+            assert_int_equal(neg_zero, 0x80000000u); /* -0.0, as one device gives */
             struct tpu_core_counters ca, cb;
             tpu_device_counters(whole.dev, g, &ca);
             tpu_device_counters(pd, g % per, &cb);
