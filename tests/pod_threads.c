@@ -388,6 +388,7 @@ int pod_threads_create(uint32_t n, struct pod_threads **out)
             .recv_prev = pt_recv_prev,
             .send_next = pt_send_next,
             .bcast_last = pt_bcast_last,
+            .abort = pt_abort, /* a canceled part ends its peers' calls */
         };
         pt->hosts[i] = (struct tpu_host_group){
             .ctx = &pt->parts[i],

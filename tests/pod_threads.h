@@ -15,9 +15,11 @@
  * groups are independent, so concurrent reduces of different k never mix. The host group's
  * allgather is a round of its own, on the callers' threads.
  *
- * Failure: the host group's abort(ctx, rc, d) marks the pod failed with "host R failed:
- * <its message>"; every call blocked in any part or host, and every later one, then returns
- * TPU_ECANCELED with that sentence, so a fault test ends promptly on every thread. */
+ * Failure: the host group's abort(ctx, rc, d), or the link's (the same function: a device
+ * part calls it when it is canceled during a run or a core fails), marks the pod failed with
+ * "host R failed: <its message>"; every call blocked in any part or host, and every later
+ * one, then returns TPU_ECANCELED with that sentence, so a fault test ends promptly on every
+ * thread. */
 #ifndef TPUSIM_TESTS_POD_THREADS_H
 #define TPUSIM_TESTS_POD_THREADS_H
 

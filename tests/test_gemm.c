@@ -290,7 +290,8 @@ static void run_int8_case(struct rng *rg, size_t m, size_t k, size_t n, uint32_t
 
 /* ---- bf16 ---------------------------------------------------------------------------------- */
 
-static const size_t test_sizes[] = {1, 7, 127, 128, 129, 513};
+/* 8 and 20: whole and partial 4-row micro-tiles of the AVX2 kernel (and 6-row ones) */
+static const size_t test_sizes[] = {1, 7, 8, 20, 127, 128, 129, 513};
 
 /* Each size in each dimension with the other two moderate (M 37, K 150, N 45: not multiples
  * of any micro-tile, two tiles of 128). */

@@ -40,6 +40,7 @@
 #include "device_helpers.h"
 #include "net_build.h"
 #include "pod_threads.h"
+#include "rng.h" /* tpu__mix64 */
 
 enum {
     CHIPS = 4,     /* tiny chips of the whole pod: 8 cores */
@@ -77,13 +78,6 @@ static void tiny_settings(struct tpu_device_settings *st)
     tpu_device_default_settings(st, &chip);
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 static void job_build(struct job *j, enum model_kind kind, uint32_t P, bool share, bool timing)
 {
@@ -244,7 +238,7 @@ static void fill(const struct job *j, uint32_t t, uint32_t g, uint64_t step, voi
     const struct tpu_buffer_desc *bd = tpu_program_buffer(j->mp.prog, j->in_buf[t]);
     const size_t n = (size_t)bd->rows * bd->cols;
     for (size_t i = 0; i < n; i++) {
-        const uint64_t h = mix(((step * MAX_CORES + g) * MAX_FEEDS + t) * 100003u + i);
+        const uint64_t h = tpu__mix64(((step * MAX_CORES + g) * MAX_FEEDS + t) * 100003u + i);
         if (bd->dtype == TPU_INT32)
             ((int32_t *)data)[i] = (int32_t)(h % CLASSES);
         else
@@ -499,9 +493,11 @@ POD_CASE(cnn_p2_2parts_1worker, CNN, 2, 2, false, false, 1)
 enum { SPECIAL_AT = 250 }; /* elements [250, 256) of the sums below */
 
 /* Infinities and NaNs in pod core g's x: Inf + -Inf at 250, two NaN payloads of either sign
- * at 251, a NaN meeting an infinity at 252. */
+ * at 251, a NaN meeting an infinity at 252; and -0.0 at 249 on every core (its sum and mean
+ * stay -0.0). */
 static void special(float *x, uint32_t g)
 {
+    x[SPECIAL_AT - 1] = -0.0f;
     const uint32_t bits[4] = {0x7fc00001u, 0xffc00002u, 0x7f800000u, 0xff800000u};
     float v[4];
     memcpy(v, bits, sizeof v);
@@ -589,6 +585,8 @@ static void test_all_reduce_exact(void **state)
             float sum = 0;
             for (uint32_t g = 0; g < 2 * CHIPS; g++) {
                 float xg = (g % 2 ? 1e8f : 1.0f) * ((float)(g + 1) * 0.37f + (float)i * 1e-3f);
+                if (i == SPECIAL_AT - 1)
+                    xg = -0.0f;
                 sum = g == 0 ? xg : sum + xg;
             }
             float mean = sum;
@@ -604,6 +602,9 @@ static void test_all_reduce_exact(void **state)
             assert_memory_equal(a, want, SPECIAL_AT * sizeof *a);
             assert_memory_equal(b, a, sizeof a); /* the specials too, bit for bit */
             assert_true(isnan(b[SPECIAL_AT]) && isnan(b[SPECIAL_AT + 1]));
+            uint32_t neg_zero;
+            memcpy(&neg_zero, &b[SPECIAL_AT - 1], 4);
+            assert_int_equal(neg_zero, 0x80000000u); /* -0.0, as one device gives */
             struct tpu_core_counters ca, cb;
             tpu_device_counters(whole.dev, g, &ca);
             tpu_device_counters(pd, g % per, &cb);
@@ -616,6 +617,136 @@ static void test_all_reduce_exact(void **state)
         tpu_device_close(&whole.dev);
         pod_threads_destroy(pt);
     }
+    tpu_program_destroy(&p);
+}
+
+/* ---- NaN sums under any split ------------------------------------------------------------- */
+
+enum { NAN_COUNT = 65538, NAN_REPLICAS = 4 }; /* 65536 and more: reduce_range splits the work */
+
+/* Where the test puts NaNs and infinities: the ends of the 4-wide loop, its 2- and 1-element
+ * tails, of the whole buffer, of reduce_range's 2048-element blocks and of its two workers'
+ * halves (split at 32769), so that each lands in the vector body of one call and in a tail of
+ * another. */
+static const uint32_t nan_at[] = {0,     1,     2,     3,     5,     6,     2046,  2047,
+                                  2048,  2049,  32764, 32766, 32767, 32768, 32769, 32770,
+                                  32771, 65532, 65533, 65534, 65535, 65536, 65537};
+
+/* Replica r's x: finite values, and at nan_at[e] a pattern that depends on e and r: NaNs
+ * of different payloads, signs and quietness, or infinities of opposite signs. */
+static void nan_values(float *x, uint32_t r)
+{
+    for (uint32_t i = 0; i < NAN_COUNT; i++)
+        x[i] = (float)(tpu__mix64(i * 8u + r) % 1000u) * 0.125f - 60.0f;
+    for (uint32_t e = 0; e < sizeof nan_at / sizeof *nan_at; e++) {
+        uint32_t u = 0;
+        switch ((e + r) % 6) {
+        case 0: u = 0x7fc00000u | (e * 16u + r + 1u); break; /* quiet, + */
+        case 1: u = 0xffc00000u | (e * 16u + r + 1u); break; /* quiet, - */
+        case 2: u = 0x7f800000u | (e * 16u + r + 1u); break; /* signalling */
+        case 3: u = 0x7f800000u; break;                        /* +Inf */
+        case 4: u = 0xff800000u; break;                        /* -Inf */
+        default: continue;                                     /* finite */
+        }
+        memcpy(&x[nan_at[e]], &u, 4);
+    }
+}
+
+/* The rule every all-reduce add follows (tpu__sum_into_f32), computed here on the bits:
+ * the left operand's NaN, quieted, wins; else the right one's, quieted; else the sum (the
+ * machine's default NaN for Inf + -Inf). */
+static float rule_add(float a, float b)
+{
+    uint32_t u;
+    if (a != a)
+        memcpy(&u, &a, 4);
+    else if (b != b)
+        memcpy(&u, &b, 4);
+    else
+        return a + b;
+    u |= 0x00400000u;
+    memcpy(&a, &u, 4);
+    return a;
+}
+
+/* y = all_reduce x over 4 replicas of 65538 elements with NaNs where the adds' calls split:
+ * one device with 1 and 2 workers, sharing on and off, and a pod of 2 parts, all give the
+ * rule's bits ((x0 + x1) + x2) + x3 on every core. Before the rule, 1 and 2 workers gave
+ * different payloads (the vector loop and its tails keep different operands' NaNs). */
+static void test_nan_sum_any_split(void **state)
+{
+    (void)state;
+    char text[256];
+    snprintf(text, sizeof text, "program nans\nparam x: f32[1, %u]\nparam y: f32[1, %u]\n"
+             "y = all_reduce x reduce=sum\n", NAN_COUNT, NAN_COUNT);
+    struct tpu_program *p = parse(text);
+    uint32_t x, y;
+    assert_int_equal(tpu_program_find_buffer(p, "x", &x), 0);
+    assert_int_equal(tpu_program_find_buffer(p, "y", &y), 0);
+    const size_t bytes = NAN_COUNT * sizeof(float);
+    float *xs[NAN_REPLICAS], *want = malloc(bytes), *got = malloc(bytes);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (uint32_t r = 0; r < NAN_REPLICAS; r++) {
+        assert_non_null(xs[r] = malloc(bytes));
+        nan_values(xs[r], r);
+    }
+    for (uint32_t i = 0; i < NAN_COUNT; i++) {
+        float acc = xs[0][i];
+        for (uint32_t r = 1; r < NAN_REPLICAS; r++)
+            acc = rule_add(acc, xs[r][i]);
+        want[i] = acc;
+    }
+    size_t n_nan = 0;
+    for (uint32_t i = 0; i < NAN_COUNT; i++)
+        n_nan += want[i] != want[i];
+    assert_true(n_nan >= 15); /* the cases are there */
+    struct tpu_device_settings st;
+    tiny_settings(&st); /* 2 cores a chip */
+    for (int v = 0; v < 5; v++) {
+        const uint32_t parts = v == 4 ? 2 : 1;
+        struct pod_threads *pt = NULL;
+        assert_int_equal(pod_threads_create(parts, &pt), 0);
+        st.n_threads = v % 2 ? 2 : 1;
+        st.share_replicas = v / 2 % 2 == 0;
+        st.n_chips = NAN_REPLICAS / 2 / parts;
+        struct bare part[2];
+        void *args[2];
+        for (uint32_t h = 0; h < parts; h++) {
+            st.pod = parts > 1 ? pod_threads_link(pt, h) : NULL;
+            part[h] = (struct bare){.dev = open_settings(&st)};
+            args[h] = &part[h];
+            load(part[h].dev, p);
+        }
+        const uint32_t per = NAN_REPLICAS / parts;
+        for (uint32_t r = 0; r < NAN_REPLICAS; r++)
+            assert_int_equal(tpu_device_write(part[r / per].dev, r % per, x, xs[r], bytes,
+                                              NULL), 0);
+        pod_threads_run(pt, bare_run, args);
+        for (uint32_t h = 0; h < parts; h++)
+            if (part[h].rc)
+                fail_msg("part %u: %s", h, part[h].d.msg);
+        for (uint32_t r = 0; r < NAN_REPLICAS; r++) {
+            assert_int_equal(tpu_device_read(part[r / per].dev, r % per, y, got, bytes, NULL),
+                             0);
+            for (uint32_t i = 0; i < NAN_COUNT; i++) {
+                uint32_t a, b;
+                memcpy(&a, &got[i], 4);
+                memcpy(&b, &want[i], 4);
+                if (a != b)
+                    fail_msg("%u worker(s), sharing %s, %u part(s): replica %u's y[%u] is "
+                             "0x%08x, the rule gives 0x%08x", st.n_threads,
+                             st.share_replicas ? "on" : "off", parts, r, i, a, b);
+            }
+        }
+        for (uint32_t h = 0; h < parts; h++)
+            tpu_device_close(&part[h].dev);
+        pod_threads_destroy(pt);
+    }
+    for (uint32_t r = 0; r < NAN_REPLICAS; r++)
+        free(xs[r]);
+    free(want);
+    free(got);
     tpu_program_destroy(&p);
 }
 
@@ -900,6 +1031,96 @@ static void test_failing_link_fails_the_run(void **state)
     }
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A part canceled while its lane waits in a link call (its peer never runs): the link's
+ * abort entry ends the call, so the run returns promptly with TPU_ECANCELED, and the peer's
+ * later run fails at once with the part's sentence instead of waiting. Without the entry the
+ * cancel waited for the call forever. */
+static void test_cancel_releases_the_pod(void **state)
+{
+    (void)state;
+    struct tpu_program *p = parse("program sums\nparam x: f32[1, 8]\nparam y: f32[1, 8]\n"
+                                  "y = all_reduce x reduce=sum\n");
+    struct pod_threads *pt = NULL;
+    assert_int_equal(pod_threads_create(2, &pt), 0);
+    struct tpu_device_settings st;
+    tiny_settings(&st);
+    st.n_chips = 1;
+    struct bare part[2];
+    for (uint32_t h = 0; h < 2; h++) {
+        st.pod = pod_threads_link(pt, h);
+        part[h] = (struct bare){.dev = open_settings(&st)};
+        load(part[h].dev, p);
+    }
+    pthread_t th;
+    const double t0 = now_s();
+    assert_int_equal(pthread_create(&th, NULL, bare_run, &part[0]), 0);
+    /* until its lane is in the link (cores_blocked stays false: a lane is busy) */
+    struct tpu_device_watch w;
+    do {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        memset(&w, 0, sizeof w);
+        tpu_device_watch(part[0].dev, &w);
+    } while (!strstr(w.why, "core 1 waits at a collective") && now_s() - t0 < 20.0);
+    assert_false(w.cores_blocked);
+    tpu_device_cancel(part[0].dev);
+    pthread_join(th, NULL);
+    assert_true(now_s() - t0 < 20.0);
+    assert_int_equal(part[0].rc, TPU_ECANCELED);
+    bare_run(&part[1]);
+    assert_int_equal(part[1].rc, TPU_ECANCELED);
+    if (!strstr(part[1].d.msg, "host 0 failed: part 0 of the pod stopped its run"))
+        fail_msg("part 1: %s", part[1].d.msg);
+    for (uint32_t h = 0; h < 2; h++)
+        tpu_device_close(&part[h].dev);
+    pod_threads_destroy(pt);
+    tpu_program_destroy(&p);
+}
+
+/* Parts with different replica counts (2 and 4 of one core): the first reduce refuses it on
+ * every part, naming both counts and the fix, instead of a wrong mean and wrong cycles. */
+static void test_parts_differ(void **state)
+{
+    (void)state;
+    struct tpu_program *p = parse("program sums\nparam x: f32[1, 8]\nparam y: f32[1, 8]\n"
+                                  "y = all_reduce x reduce=mean\n");
+    struct pod_threads *pt = NULL;
+    assert_int_equal(pod_threads_create(2, &pt), 0);
+    struct tpu_device_settings st;
+    tiny_settings(&st);
+    struct bare part[2];
+    void *args[2];
+    for (uint32_t h = 0; h < 2; h++) {
+        st.n_chips = h + 1;
+        st.pod = pod_threads_link(pt, h);
+        part[h] = (struct bare){.dev = open_settings(&st)};
+        args[h] = &part[h];
+        load(part[h].dev, p);
+    }
+    pod_threads_run(pt, bare_run, args);
+    const char *want[2] = {"this part has 2 replicas of 1 cores, but the pod's parts range "
+                           "from 2 replicas of 1 cores to 4 of 1: every part of a pod has the "
+                           "same replicas; open each with the same n_chips and "
+                           "cores_per_replica",
+                           "this part has 4 replicas of 1 cores, but the pod's parts range "
+                           "from 2 replicas of 1 cores to 4 of 1"};
+    for (uint32_t h = 0; h < 2; h++) {
+        assert_int_equal(part[h].rc, TPU_EINVAL);
+        if (!strstr(part[h].d.msg, want[h]))
+            fail_msg("part %u: expected \"%s\" in: %s", h, want[h], part[h].d.msg);
+        tpu_device_close(&part[h].dev);
+    }
+    pod_threads_destroy(pt);
+    tpu_program_destroy(&p);
+}
+
 /* pod_threads itself: rounds of different groups at once, the chain's order, a gather. */
 struct pt_arg {
     struct pod_threads *pt;
@@ -1013,11 +1234,14 @@ int main(void)
         cmocka_unit_test(test_pod_threads_rounds),
         cmocka_unit_test(test_pod_threads_abort),
         cmocka_unit_test(test_all_reduce_exact),
+        cmocka_unit_test(test_nan_sum_any_split),
         cmocka_unit_test(test_bad_pods),
         cmocka_unit_test(test_one_part_is_no_pod),
         cmocka_unit_test(test_permute_over_replicas_refused),
         cmocka_unit_test(test_systemc_refuses_a_pod),
         cmocka_unit_test(test_failing_link_fails_the_run),
+        cmocka_unit_test(test_cancel_releases_the_pod),
+        cmocka_unit_test(test_parts_differ),
         cmocka_unit_test(test_mlp_p1_2parts),
         cmocka_unit_test(test_mlp_p1_4parts),
         cmocka_unit_test(test_mlp_p1_4parts_apart),

@@ -455,6 +455,7 @@ struct defer_case {
     unsigned passes;          /* 1, or 3 (not deferred) */
     bool mean;                /* reduce=mean */
     bool specials;            /* Inf, -Inf and NaN operands (see defer_operand) */
+    uint32_t replicas;        /* tiny cores, one replica each; 0: DEFER_REPLICAS */
 };
 
 enum { DEFER_M = 13, DEFER_N = 21, DEFER_REPLICAS = 6, DEFER_STEPS = 3 };
@@ -524,7 +525,12 @@ static void defer_write(struct tpu_device *dev, uint32_t core, uint32_t a_id, ui
     free(h);
 }
 
-/* The program of a case on a device of DEFER_REPLICAS tiny cores, sharing on or off. */
+static uint32_t defer_replicas(const struct defer_case *dc)
+{
+    return dc->replicas ? dc->replicas : DEFER_REPLICAS;
+}
+
+/* The program of a case on a device of defer_replicas(dc) tiny cores, sharing on or off. */
 static struct tpu_device *defer_open(const struct defer_case *dc, bool share,
                                      struct tpu_program **prog)
 {
@@ -550,7 +556,7 @@ static struct tpu_device *defer_open(const struct defer_case *dc, bool share,
     struct tpu_device_settings s;
     tpu_device_default_settings(&s, &chip);
     s.share_replicas = share;
-    s.n_chips = DEFER_REPLICAS / chip.cores_per_chip;
+    s.n_chips = defer_replicas(dc) / chip.cores_per_chip;
     s.n_threads = 2;
     s.op_stats = true;
     struct tpu_device *dev = NULL;
@@ -562,7 +568,8 @@ static struct tpu_device *defer_open(const struct defer_case *dc, bool share,
 /* Reads buffer `name` of every core of both devices and asserts the same bytes; returns how
  * many of the leader's values are NaN. */
 static size_t defer_same(struct tpu_device *on, struct tpu_device *off,
-                         const struct tpu_program *p, const char *name, const char *when)
+                         const struct tpu_program *p, const char *name, const char *when,
+                         uint32_t n_cores)
 {
     uint32_t id;
     assert_int_equal(tpu_program_find_buffer(p, name, &id), 0);
@@ -572,7 +579,7 @@ static size_t defer_same(struct tpu_device *on, struct tpu_device *off,
     assert_non_null(y);
     struct tpu_diag d = {0};
     size_t nans = 0;
-    for (uint32_t c = 0; c < DEFER_REPLICAS; c++) {
+    for (uint32_t c = 0; c < n_cores; c++) {
         ok(tpu_device_read(on, c, id, x, bytes, &d), &d);
         ok(tpu_device_read(off, c, id, y, bytes, &d), &d);
         if (memcmp(x, y, bytes) != 0) {
@@ -606,9 +613,10 @@ static void defer_check(const struct defer_case *dc)
     assert_int_equal(tpu_program_find_buffer(p_on, "b", &b_id), 0);
     struct tpu_diag d = {0};
     size_t nans = 0;
+    const uint32_t n_rep = defer_replicas(dc);
     for (int step = 0; step < DEFER_STEPS; step++) {
         /* new operands on every replica, as a step's activations and gradients are */
-        for (uint32_t c = 0; c < DEFER_REPLICAS; c++) {
+        for (uint32_t c = 0; c < n_rep; c++) {
             const uint64_t seed = 1000u * (uint64_t)step + c + 1;
             defer_write(on, c, a_id, b_id, dc, seed);
             defer_write(off, c, a_id, b_id, dc, seed);
@@ -619,10 +627,10 @@ static void defer_check(const struct defer_case *dc)
         snprintf(when, sizeof when, "K %u%s%s %s x %s, step %d", dc->k, dc->ta ? " trans_a" : "",
                  dc->tb ? " trans_b" : "", tpu_dtype_name(dc->da), tpu_dtype_name(dc->db),
                  step);
-        nans += defer_same(on, off, p_on, "g", when);
-        defer_same(on, off, p_on, "w", when);
-        defer_same(on, off, p_on, "v", when);
-        for (uint32_t c = 0; c < DEFER_REPLICAS; c++) {
+        nans += defer_same(on, off, p_on, "g", when, n_rep);
+        defer_same(on, off, p_on, "w", when, n_rep);
+        defer_same(on, off, p_on, "v", when, n_rep);
+        for (uint32_t c = 0; c < n_rep; c++) {
             struct tpu_core_counters ca, cb;
             assert_int_equal(tpu_device_counters(on, c, &ca), 0);
             assert_int_equal(tpu_device_counters(off, c, &cb), 0);
@@ -669,6 +677,21 @@ static void test_deferred_products_nan(void **state)
     }
 }
 
+/* A deferred sum longer than the GEMM's K chunks: 60 replicas of K = 7 (420 rows of the
+ * gathered operands, past a 384-row chunk, with a replica's tile across the boundary), sum
+ * and mean, with and without specials. */
+static void test_deferred_across_chunks(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 3; v++) {
+        const struct defer_case dc = {.ta = v == 1, .da = TPU_F32, .db = v == 2 ? TPU_BF16
+                                                                                 : TPU_F32,
+                                      .k = 7, .passes = 1, .mean = v == 1, .specials = v == 0,
+                                      .replicas = 60};
+        defer_check(&dc);
+    }
+}
+
 /* Products that are not deferred (K beyond one tile, three passes) stay equal as well. */
 static void test_products_not_deferred(void **state)
 {
@@ -696,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_eval_predict_and_reload),
         cmocka_unit_test(test_deferred_products),
         cmocka_unit_test(test_deferred_products_nan),
+        cmocka_unit_test(test_deferred_across_chunks),
         cmocka_unit_test(test_products_not_deferred),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

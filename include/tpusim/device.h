@@ -163,11 +163,29 @@ struct tpu_device_backend; /* below */
  * the same program and run the same launches: the link carries only what the collectives
  * need.
  *
- * The link's entries are blocking and are called from the device's worker threads during a
- * run. `group` is the logical index k of the reduce (0 .. cores_per_replica - 1): for one k
- * the calls come in the same order on every part (program order); calls for different k may
- * come at the same time from different threads. Each returns 0, or a negative TPU_E* code
- * with a sentence in d (a peer is gone), which fails the run. */
+ * The link's entries are blocking. They are called during a run from the part's lane
+ * threads (one per logical index, started by tpu_device_run for the run; never from its
+ * worker threads nor from the caller's). `group` is the logical index k of the reduce
+ * (0 .. cores_per_replica - 1): for one k the calls come in the same order on every part
+ * (program order); calls for different k may come at the same time from different lanes.
+ * Each returns 0, or a negative TPU_E* code with a sentence in d (a peer is gone), which
+ * fails the run.
+ *
+ * What a part cannot do alone, and what its caller must do. A link call returns only when
+ * the peers make the matching call or the link fails; a part cannot take back a call under
+ * way. So, while a lane is in a link call:
+ *   - tpu_device_cancel is not prompt: tpu_device_run returns when that call returns. With
+ *     the optional `abort` entry (below) a cancel during a run, and a core's error, call it,
+ *     which ends the peers' calls; without it, the caller must end them through the link's
+ *     owner (the host group's abort, runtime.h) before or after canceling;
+ *   - the end of input gives TPU_EEND only once no lane is busy: the parts must be fed the
+ *     same steps (a part whose peers' input ended a step earlier waits in the link for them
+ *     until the link fails);
+ *   - tpu_device_watch's cores_blocked stays false (the reduce under way will wake its
+ *     cores; the part cannot tell a slow peer from a gone one): a watchdog of a pod must
+ *     judge the whole pod, e.g. by every part's `moves`.
+ * Every part must have the same n_chips and cores_per_replica (hence the same replica count):
+ * the first run of a load checks it through the link and fails with a message otherwise. */
 struct tpu_pod_link {
     void *ctx;
     uint32_t parts; /* devices of the pod (hosts): 1 .. 4096 */
@@ -181,6 +199,14 @@ struct tpu_pod_link {
                      struct tpu_diag *d);
     /* The last part's `bytes` at data replace every other part's. */
     int (*bcast_last)(void *ctx, uint32_t group, void *data, size_t bytes, struct tpu_diag *d);
+    /* Optional (NULL: not provided). This part stops a run that its peers may still wait
+     * for in link calls (tpu_device_cancel during a run, a core's error): every blocked and
+     * later call of every part should return an error promptly. Called at most once per
+     * run, from the thread that stops it (the caller of tpu_device_cancel or a worker),
+     * with no lock of the device held; rc and d say why. It may not return (an MPI job's
+     * abort). The same shape as struct tpu_host_group's abort, so one function can serve
+     * both. */
+    void (*abort)(void *ctx, int rc, const struct tpu_diag *d);
 };
 
 struct tpu_device_settings {

@@ -390,6 +390,8 @@ static void chip_cancel(void *impl)
 {
     struct chip_device *dev = impl;
     pthread_mutex_lock(&dev->lock);
+    /* a pod's part canceled during a run will not join its peers' next reduces */
+    const bool release = dev->running && !dev->canceled;
     if (!dev->canceled) {
         dev->canceled = true;
         if (!dev->error)
@@ -398,6 +400,20 @@ static void chip_cancel(void *impl)
     pthread_cond_broadcast(&dev->work_cv);
     tpu__wake_hosts(dev);
     pthread_mutex_unlock(&dev->lock);
+    if (release)
+        tpu__pod_release(dev, TPU_ECANCELED, NULL);
+}
+
+void tpu__fail_run_locked(struct chip_device *dev, int rc, const struct tpu_diag *d)
+{
+    if (!dev->error || (dev->error == TPU_ECANCELED && rc != TPU_ECANCELED)) {
+        dev->error = rc;
+        dev->error_diag = *d;
+        dev->error_diag.code = rc;
+    }
+    dev->canceled = true;
+    pthread_cond_broadcast(&dev->work_cv);
+    tpu__wake_hosts(dev);
 }
 
 static void chip_infeed_close(void *impl)
@@ -532,14 +548,12 @@ static void *worker(void *arg)
         int rc = tpu__core_run(dev, c, &w->scratch, &d);
         pthread_mutex_lock(&dev->lock);
         if (rc < 0) {
-            /* keep the first real error; a cancel is only the echo of one */
-            if (!dev->error || (dev->error == TPU_ECANCELED && rc != TPU_ECANCELED)) {
-                dev->error = rc;
-                dev->error_diag = d;
+            tpu__fail_run_locked(dev, rc, &d);
+            if (rc != TPU_ECANCELED) { /* the peers would wait for this part's reduces */
+                pthread_mutex_unlock(&dev->lock);
+                tpu__pod_release(dev, rc, &d);
+                pthread_mutex_lock(&dev->lock);
             }
-            dev->canceled = true;
-            pthread_cond_broadcast(&dev->work_cv);
-            tpu__wake_hosts(dev);
             break;
         }
         if (rc == 1) {

@@ -290,8 +290,7 @@ static void *reduce_range(void *arg)
                 tpu__sum_into_f32(acc.f, (const float *)cores[j->g->members[r]].bufs[x].data + lo,
                                   len);
             if (mean)
-                for (size_t i = 0; i < len; i++)
-                    acc.f[i] = acc.f[i] / (float)n;
+                tpu__mean_f32(acc.f, len, n);
         } else { /* int32, wrapping */
             memcpy(acc.u, (const uint32_t *)cores[j->g->members[0]].bufs[x].data + lo, len * 4);
             for (uint32_t r = 1; r < n; r++) {
@@ -462,11 +461,16 @@ static int collective(struct chip_device *dev, struct core *c, size_t pc, const 
         if (rc)
             return rc;
     }
+    tpu__collective_book(dev, g, c, pc, op, tpu__coll_start(dev, g), g->n, leader_only);
+    return 1;
+}
+
+uint64_t tpu__coll_start(const struct chip_device *dev, const struct coll_group *g)
+{
     uint64_t start = 0;
     for (uint32_t r = 0; r < g->n; r++)
         start = tpu__max_u64(start, dev->cores[g->members[r]].coll_arrival);
-    tpu__collective_book(dev, g, c, pc, op, start, g->n, leader_only);
-    return 1;
+    return start;
 }
 
 void tpu__collective_book(struct chip_device *dev, const struct coll_group *g,

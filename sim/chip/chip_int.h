@@ -162,6 +162,7 @@ struct pod_lane {
     bool quit;                /* [L] the run is over: the thread returns */
     size_t pc;                /* the job: the op at pc over group k */
     bool leader_only;
+    bool checked;             /* the lane's first reduce checked the parts' shapes */
     void *acc;                /* the lane thread's running sum, acc_cap bytes */
     size_t acc_cap;
     pthread_t th;
@@ -328,10 +329,14 @@ void tpu__share_stream_add(struct chip_device *dev, struct coll_group *g, struct
 int tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
                              const struct tpu_op *op, struct tpu_diag *d);
 /* acc[i] = acc[i] + v[i] for i < count: every in-order sum of an all_reduce over fp32 adds
- * with this one out-of-line function (reduce_range, the streamed adds, a deferred product's
- * NaN case), so that a sum of two NaNs keeps the same payload whichever way the sum is
- * formed: which operand's payload an addition keeps is the compiler's choice. */
+ * with this one function (reduce_range, the pod chain, the streamed adds, a deferred
+ * product's NaN case). A NaN sum follows one rule, whatever the split of the buffer into
+ * calls and the element's place in a call: the left operand's NaN, quieted, wins; else the
+ * right one's, quieted; else (Inf + -Inf) the machine's default NaN. So one device with any
+ * worker count, a pod's parts, and replica sharing on or off give the same bits. */
 void tpu__sum_into_f32(float *acc, const float *v, size_t count);
+/* acc[i] = acc[i] / (float)n for i < count: an all_reduce's mean (share.c). */
+void tpu__mean_f32(float *acc, size_t count, uint32_t n);
 /* Gives core c a value buffer for each output of op that a streamed reduce let go.
  * 0 or TPU_ENOMEM (d). */
 int tpu__share_acquire(struct chip_device *dev, struct core *c, const struct tpu_op *op,
@@ -346,6 +351,11 @@ int tpu__share_acquire_buf(struct chip_device *dev, struct core *c, uint32_t b,
 void tpu__collective_book(struct chip_device *dev, const struct coll_group *g,
                           const struct core *c, size_t pc, const struct tpu_op *op,
                           uint64_t start, uint32_t n_coll, bool leader_only);
+/* chip_exec.c: when a collective over g starts on this device: its last member's arrival. */
+uint64_t tpu__coll_start(const struct chip_device *dev, const struct coll_group *g);
+/* chip.c, under the lock: the run fails with rc and d (the first real error stays: a cancel
+ * is only the echo of one) and stops; the workers and host calls wake. */
+void tpu__fail_run_locked(struct chip_device *dev, int rc, const struct tpu_diag *d);
 
 /* pod.c: the all-reduces over the replicas across a pod's parts (pod_parts > 1).
  * start: at a run's start, one lane thread per logical index (0 or TPU_ETHREAD, d).
@@ -356,6 +366,9 @@ void tpu__collective_book(struct chip_device *dev, const struct coll_group *g,
 int tpu__pod_start(struct chip_device *dev, struct tpu_diag *d);
 void tpu__pod_stop(struct chip_device *dev);
 int tpu__pod_reduce(struct chip_device *dev, struct core *c, size_t pc, bool leader_only);
+/* pod.c: this part stops a run its peers may wait for (a cancel during the run, a core's
+ * error): calls the link's optional abort with rc and why. No device lock held. */
+void tpu__pod_release(struct chip_device *dev, int rc, const struct tpu_diag *why);
 
 /* Under the lock: every host call blocked on a queue rechecks (chip.c). */
 void tpu__wake_hosts(struct chip_device *dev);

@@ -30,27 +30,19 @@
  * Failure. A link call that fails (a peer is gone, the pod was aborted) fails the run as a
  * core's error does: the first error is kept with the link's sentence, the run is canceled,
  * tpu_device_run returns it. The run's end waits for the lanes' calls under way: a canceled
- * part whose peers never make the matching call waits until the link fails (the host
- * group's abort ends every part's calls). */
+ * part whose peers never make the matching call waits until the link fails. So a cancel
+ * during a run and a core's error call the link's optional abort (tpu__pod_release), which
+ * ends every part's calls; without it, the link's owner must (the host group's abort).
+ *
+ * Shape. Each lane's first reduce checks through the link that every part has this part's
+ * replicas and cores per replica (same_shape): another count would give a wrong mean and
+ * wrong cycles. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chip_int.h"
 #include "util.h"
-
-/* Under the lock: the run fails with rc and d (the first real error stays), and stops. */
-static void fail_run(struct chip_device *dev, int rc, const struct tpu_diag *d)
-{
-    if (!dev->error || (dev->error == TPU_ECANCELED && rc != TPU_ECANCELED)) {
-        dev->error = rc;
-        dev->error_diag = *d;
-        dev->error_diag.code = rc;
-    }
-    dev->canceled = true;
-    pthread_cond_broadcast(&dev->work_cv);
-    tpu__wake_hosts(dev);
-}
 
 /* The pod's sum of x over group g's members into the lane's acc, then y. */
 static int chain_values(struct pod_lane *ln, const struct coll_group *g,
@@ -84,8 +76,7 @@ static int chain_values(struct pod_lane *ln, const struct coll_group *g,
     for (uint32_t r = first; r < g->n; r++) /* the one device's adds, NaN payloads and all */
         tpu__sum_into_f32(acc, dev->cores[g->members[r]].bufs[x].data, count);
     if (last && op->attrs.reduce == TPU_REDUCE_MEAN)
-        for (size_t i = 0; i < count; i++)
-            acc[i] = acc[i] / (float)n_pod;
+        tpu__mean_f32(acc, count, n_pod);
     if (!last && (rc = link->send_next(link->ctx, ln->k, ln->acc, bytes, d)) != 0)
         return rc;
     if ((rc = link->bcast_last(link->ctx, ln->k, ln->acc, bytes, d)) != 0)
@@ -96,6 +87,32 @@ static int chain_values(struct pod_lane *ln, const struct coll_group *g,
     return 0;
 }
 
+/* The first reduce of each lane: every part must have this part's replica count and
+ * cores per replica, or the sums' members, the mean's divisor and the cycles would be
+ * wrong. Two max calls give the largest and (by the complement) the smallest over the pod,
+ * so every part sees a mismatch and fails with the same figures. */
+static int same_shape(struct pod_lane *ln, struct tpu_diag *d)
+{
+    const struct chip_device *dev = ln->dev;
+    const struct tpu_pod_link *link = dev->s.pod;
+    const uint64_t mine = (uint64_t)dev->n_replicas << 32 | dev->cores_per_replica;
+    uint64_t hi = mine, lo = ~mine;
+    int rc = link->max_u64(link->ctx, ln->k, &hi, d);
+    if (!rc)
+        rc = link->max_u64(link->ctx, ln->k, &lo, d);
+    if (rc)
+        return rc;
+    lo = ~lo;
+    if (hi == lo)
+        return 0;
+    return tpu__fail(d, TPU_EINVAL, "this part has %u replicas of %u cores, but the pod's "
+                     "parts range from %u replicas of %u cores to %u of %u: every part of a pod "
+                     "has the same replicas; open each with the same n_chips and "
+                     "cores_per_replica", dev->n_replicas, dev->cores_per_replica,
+                     (unsigned)(lo >> 32), (unsigned)(uint32_t)lo, (unsigned)(hi >> 32),
+                     (unsigned)(uint32_t)hi);
+}
+
 /* Lane ln's reduce: the op at ln->pc over group ln->k, every member waiting. */
 static int lane_reduce(struct pod_lane *ln, struct tpu_diag *d)
 {
@@ -103,10 +120,12 @@ static int lane_reduce(struct pod_lane *ln, struct tpu_diag *d)
     const struct tpu_pod_link *link = dev->s.pod;
     const struct coll_group *g = &dev->groups[ln->k];
     const struct tpu_op *op = tpu_program_op(dev->prog, ln->pc);
-    uint64_t start = 0;
-    for (uint32_t r = 0; r < g->n; r++)
-        start = tpu__max_u64(start, dev->cores[g->members[r]].coll_arrival);
-    int rc = link->max_u64(link->ctx, ln->k, &start, d);
+    int rc = ln->checked ? 0 : same_shape(ln, d);
+    if (rc)
+        return rc;
+    ln->checked = true;
+    uint64_t start = tpu__coll_start(dev, g);
+    rc = link->max_u64(link->ctx, ln->k, &start, d);
     if (!rc && !dev->s.timing_only)
         rc = chain_values(ln, g, op, d);
     if (rc)
@@ -136,7 +155,7 @@ static void *lane_main(void *arg)
                      "pod's %u parts (this is part %u): %.900s", ln->pc, ln->k,
                      dev->s.pod->parts, dev->s.pod->index, d.msg[0] ? d.msg : tpu_strerror(rc));
             snprintf(d.msg, sizeof d.msg, "%s", msg);
-            fail_run(dev, rc, &d);
+            tpu__fail_run_locked(dev, rc, &d);
         }
         dev->pod_busy--;
         pthread_cond_broadcast(&dev->pod_cv);
@@ -179,6 +198,17 @@ void tpu__pod_stop(struct chip_device *dev)
             pthread_join(ln->th, NULL);
         ln->started = false;
     }
+}
+
+void tpu__pod_release(struct chip_device *dev, int rc, const struct tpu_diag *why)
+{
+    const struct tpu_pod_link *link = dev->s.pod;
+    if (dev->pod_parts < 2 || !link->abort)
+        return;
+    struct tpu_diag d = {0};
+    tpu__fail(&d, rc, "part %u of the pod stopped its run: %.900s", link->index,
+              why && why->msg[0] ? why->msg : tpu_strerror(rc));
+    link->abort(link->ctx, rc, &d);
 }
 
 int tpu__pod_reduce(struct chip_device *dev, struct core *c, size_t pc, bool leader_only)

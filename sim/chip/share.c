@@ -95,6 +95,9 @@
  * afresh, and only completed runs are held to the apart mode's bytes. */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "chip_int.h"
 #include "kernels/gemm_int.h"
@@ -630,15 +633,16 @@ int tpu__share_begin_run(struct chip_device *dev, struct tpu_diag *d)
         const size_t rows = (size_t)dev->n_replicas * df->k;
         for (uint32_t k = 0; k < cpr; k++) {
             df->on[k] = dev->once[df->reduce_pc * cpr + k];
-            if (!df->on[k] || df->a[k])
+            /* both arrays, or the one a run that failed for memory left missing */
+            if (!df->on[k] || (df->a[k] && df->b[k]))
                 continue;
             size_t a_bytes, b_bytes;
             if (!tpu__mul_size(rows, df->m, &a_bytes) ||
                 !tpu__mul_size(a_bytes, df->a_elem, &a_bytes) ||
                 !tpu__mul_size(rows, df->n, &b_bytes) ||
                 !tpu__mul_size(b_bytes, df->b_elem, &b_bytes) ||
-                !(df->a[k] = aligned_alloc(64, (a_bytes + 63) / 64 * 64 + 64)) ||
-                !(df->b[k] = aligned_alloc(64, (b_bytes + 63) / 64 * 64 + 64)))
+                (!df->a[k] && !(df->a[k] = aligned_alloc(64, (a_bytes + 63) / 64 * 64 + 64))) ||
+                (!df->b[k] && !(df->b[k] = aligned_alloc(64, (b_bytes + 63) / 64 * 64 + 64))))
                 return tpu__fail(d, TPU_ENOMEM, "out of memory gathering the %u replicas' "
                                  "operands of the product '%s' for its all_reduce",
                                  dev->n_replicas, tpu_program_buffer(p, df->x)->name);
@@ -741,13 +745,53 @@ bool tpu__share_streamed(const struct chip_device *dev, const struct tpu_op *op)
     return dev->lazy && op->in[0] == op->out[0] && dev->lazy[op->out[0]];
 }
 
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
+/* a + b where a NaN result does not depend on the operands' order or on where the element
+ * sits in a call: the left operand's NaN, quieted, wins; else the right one's, quieted; else
+ * (Inf + -Inf) the machine's own default NaN that the add made (x86: 0xffc00000). The
+ * hardware's choice between two NaN operands depends on the instruction's operand order,
+ * which the compiler picks per loop (a vector body may keep one, its tail the other). */
+static inline float add_left_nan(float a, float b, float s)
+{
+    uint32_t u;
+    if (a != a)
+        memcpy(&u, &a, 4);
+    else if (b != b)
+        memcpy(&u, &b, 4);
+    else
+        return s;
+    u |= 0x00400000u; /* quiet */
+    memcpy(&s, &u, 4);
+    return s;
+}
+
 void tpu__sum_into_f32(float *acc, const float *v, size_t count)
 {
+    size_t i = 0;
+#if defined(__SSE2__)
+    /* four at a time; a NaN in the four (rare) is fixed element by element */
+    for (; i + 4 <= count; i += 4) {
+        const __m128 a = _mm_loadu_ps(acc + i), b = _mm_loadu_ps(v + i);
+        const __m128 s = _mm_add_ps(a, b);
+        _mm_storeu_ps(acc + i, s);
+        if (__builtin_expect(_mm_movemask_ps(_mm_cmpunord_ps(s, s)) != 0, 0)) {
+            float fa[4], fb[4];
+            _mm_storeu_ps(fa, a);
+            _mm_storeu_ps(fb, b);
+            for (int j = 0; j < 4; j++)
+                acc[i + j] = add_left_nan(fa[j], fb[j], acc[i + j]);
+        }
+    }
+#endif
+    for (; i < count; i++) {
+        const float a = acc[i], b = v[i], s = a + b;
+        acc[i] = s != s ? add_left_nan(a, b, s) : s;
+    }
+}
+
+void tpu__mean_f32(float *acc, size_t count, uint32_t n)
+{
     for (size_t i = 0; i < count; i++)
-        acc[i] = acc[i] + v[i];
+        acc[i] = acc[i] / (float)n;
 }
 
 /* Adds member r's x into the leader's y (member 0's x, the sum so far), element by element
@@ -757,16 +801,9 @@ static void add_member(const struct chip_device *dev, const struct coll_group *g
 {
     const uint32_t x = op->in[0];
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, x);
-    const size_t count = (size_t)bd->rows * bd->cols;
-    if (bd->dtype == TPU_F32) {
-        tpu__sum_into_f32(dev->cores[g->members[0]].bufs[x].data,
-                          dev->cores[g->members[r]].bufs[x].data, count);
-    } else { /* int32, wrapping */
-        uint32_t *acc = dev->cores[g->members[0]].bufs[x].data;
-        const uint32_t *v = dev->cores[g->members[r]].bufs[x].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] += v[i];
-    }
+    const size_t count = (size_t)bd->rows * bd->cols; /* all_reduce is f32 (verified) */
+    tpu__sum_into_f32(dev->cores[g->members[0]].bufs[x].data,
+                      dev->cores[g->members[r]].bufs[x].data, count);
 }
 
 /* Under the lock: member r's x goes to the pool (its y is the leader's now). */
@@ -882,16 +919,8 @@ int tpu__share_stream_finish(struct chip_device *dev, struct coll_group *g,
         return 0;
     const uint32_t y = op->out[0];
     const struct tpu_buffer_desc *bd = tpu_program_buffer(dev->prog, y);
-    const size_t count = (size_t)bd->rows * bd->cols;
-    if (bd->dtype == TPU_F32) {
-        float *acc = dev->cores[g->members[0]].bufs[y].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] = acc[i] / (float)g->n;
-    } else {
-        uint32_t *acc = dev->cores[g->members[0]].bufs[y].data;
-        for (size_t i = 0; i < count; i++)
-            acc[i] = (uint32_t)((int32_t)acc[i] / (int32_t)g->n);
-    }
+    const size_t count = (size_t)bd->rows * bd->cols; /* all_reduce is f32 (verified) */
+    tpu__mean_f32(dev->cores[g->members[0]].bufs[y].data, count, g->n);
     return 0;
 }
 
