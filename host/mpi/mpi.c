@@ -7,7 +7,7 @@
  * communicators that keep unrelated calls apart:
  *
  *   link_comm[k]  one per logical index k of the pod link (MPI_Comm_dup of the world). A
- *                 device's worker threads reduce different k at the same time; on one
+ *                 device's lane threads reduce different k at the same time; on one
  *                 communicator their point-to-point messages (same source, same tag) could
  *                 match each other's, so each k has its own. For one k the calls come in
  *                 program order on every rank (device.h), which is MPI's matching order.
@@ -15,8 +15,10 @@
  *
  * Every communicator returns errors (MPI_ERRORS_RETURN) instead of aborting, so that a
  * failed call becomes a TPU_EIO with MPI's sentence and the run fails through the usual
- * path (which calls the group's abort). A rank that dies outright (SIGKILL) is seen by
- * mpirun, which ends the job's other processes: no rank waits forever.
+ * path (which calls the group's abort). A part whose run stops inside the device (a core's
+ * error, a cancel) calls the link's abort, the same function as the group's. A rank that
+ * dies outright (SIGKILL) is seen by mpirun, which ends the job's other processes: no rank
+ * waits forever.
  *
  * Messages larger than MPI's int count are sent in chunks of at most TPU_MPI_CHUNK bytes. */
 #include <limits.h>
@@ -253,7 +255,11 @@ int tpu_mpi_init(int *argc, char ***argv, struct tpu_mpi **out, struct tpu_diag 
                                        .allgather = group_allgather, .abort = group_abort};
     m->link = (struct tpu_pod_link){.ctx = m, .parts = m->size, .index = m->rank,
                                     .max_u64 = link_max_u64, .recv_prev = link_recv_prev,
-                                    .send_next = link_send_next, .bcast_last = link_bcast_last};
+                                    .send_next = link_send_next, .bcast_last = link_bcast_last,
+                                    /* a part that stops its run (a core's error, a cancel)
+                                     * ends the job as the host group does: its peers may
+                                     * wait in a reduce it will never join */
+                                    .abort = group_abort};
     *out = m;
     return 0;
 }
