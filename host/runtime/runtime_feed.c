@@ -59,7 +59,7 @@ static void feeder_exits(struct tpu__pass *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
+int tpu__grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 {
     if (need <= *cap)
         return 0;
@@ -246,7 +246,7 @@ static void record_input_phase(struct tpu__pass *p, uint64_t step, uint32_t call
                                uint32_t host, uint64_t start_cycle, uint64_t cycles)
 {
     pthread_mutex_lock(&p->lock);
-    if (!grow((void **)&p->input_phases, &p->input_phases_cap, p->n_input_phases + 1,
+    if (!tpu__grow((void **)&p->input_phases, &p->input_phases_cap, p->n_input_phases + 1,
               sizeof *p->input_phases))
         p->input_phases[p->n_input_phases++] =
             (struct tpu__host_phase){.step = step, .start_cycle = start_cycle, .cycles = cycles,
@@ -347,7 +347,7 @@ static int count_real_rows(struct tpu__pass *p, uint64_t s, uint32_t n_real)
 {
     pthread_mutex_lock(&p->lock);
     uint64_t old = p->real_cap;
-    int rc = grow((void **)&p->real_rows, &p->real_cap, s + 1, sizeof *p->real_rows);
+    int rc = tpu__grow((void **)&p->real_rows, &p->real_cap, s + 1, sizeof *p->real_rows);
     if (!rc) {
         if (p->real_cap > old)
             memset(p->real_rows + old, 0, (p->real_cap - old) * sizeof *p->real_rows);
@@ -557,7 +557,7 @@ static int outfeed_train_step(struct tpu__pass *p, uint64_t s, const float *buf,
         return -1;
     }
     pthread_mutex_lock(&p->lock);
-    int gr = grow((void **)&p->losses, &p->loss_cap, s + 1, sizeof *p->losses);
+    int gr = tpu__grow((void **)&p->losses, &p->loss_cap, s + 1, sizeof *p->losses);
     if (!gr)
         p->losses[s] = loss;
     pthread_mutex_unlock(&p->lock);
@@ -687,7 +687,7 @@ void *tpu__pass_outfeed_thread(void *arg)
             continue;
         }
         if (p->mode == TPU_MODE_TRAIN) {
-            if (grow((void **)&p->global_losses, &p->global_loss_cap, s + 1,
+            if (tpu__grow((void **)&p->global_losses, &p->global_loss_cap, s + 1,
                      sizeof *p->global_losses)) {
                 pthread_mutex_unlock(&p->lock);
                 tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
@@ -696,7 +696,7 @@ void *tpu__pass_outfeed_thread(void *arg)
             p->global_losses[s] = e->timing_only ? NAN : (float)global_loss;
             step_loss = global_loss;
         }
-        if (grow((void **)&p->sums, &p->sums_cap, s + 1, sizeof *p->sums)) {
+        if (tpu__grow((void **)&p->sums, &p->sums_cap, s + 1, sizeof *p->sums)) {
             pthread_mutex_unlock(&p->lock);
             tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
             goto out;

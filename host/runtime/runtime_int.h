@@ -201,6 +201,10 @@ struct tpu__pass {
     uint64_t n_input_phases, input_phases_cap;
 };
 
+/* Grows *arr (of *cap elements of elem bytes, doubling from 64) to hold at least need;
+ * 0 or TPU_ENOMEM (*arr and *cap unchanged). (runtime_feed.c) */
+int tpu__grow(void **arr, uint64_t *cap, uint64_t need, size_t elem);
+
 /* Wall-clock seconds (CLOCK_MONOTONIC), for measured host costs and wall_seconds. */
 double tpu__runtime_wall_s(void);
 

@@ -364,21 +364,6 @@ struct pod_head {
     uint64_t mxu_mac_slots, macs, stall[TPU_STALL_COUNT];
 };
 
-static int grow_array(void **arr, uint64_t *cap, uint64_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    uint64_t n = *cap ? *cap : 64;
-    while (n < need)
-        n *= 2;
-    void *a = realloc(*arr, n * elem);
-    if (!a)
-        return TPU_ENOMEM;
-    *arr = a;
-    *cap = n;
-    return 0;
-}
-
 /* Steps [from, to) of the pass from every host's values (all: [host][step][replica]), as
  * runtime_feed.c's outfeed thread fills them in one process: training keeps replica 0's
  * loss, the global loss (every replica's share, in replica order) and the step's sums;
@@ -393,9 +378,9 @@ static int fill_steps(struct tpu__pass *p, const struct tpu__pod_value *all, uin
     const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
     const bool train_counts = training && e->shape.train_counts;
     const uint64_t n = to - from;
-    if (grow_array((void **)&p->sums, &p->sums_cap, to, sizeof *p->sums) ||
-        (training && (grow_array((void **)&p->losses, &p->loss_cap, to, sizeof *p->losses) ||
-                      grow_array((void **)&p->global_losses, &p->global_loss_cap, to,
+    if (tpu__grow((void **)&p->sums, &p->sums_cap, to, sizeof *p->sums) ||
+        (training && (tpu__grow((void **)&p->losses, &p->loss_cap, to, sizeof *p->losses) ||
+                      tpu__grow((void **)&p->global_losses, &p->global_loss_cap, to,
                                  sizeof *p->global_losses))))
         return TPU_ENOMEM;
     for (uint64_t s = from; s < to; s++) {
