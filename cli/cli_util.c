@@ -65,7 +65,8 @@ void tpu__cli_error_line(const char *line)
 }
 
 /* The line of an error ("tpusim <cmd>: error: <text>"), printed or kept (capture). */
-static void error_out(bool capture, const char *cmd, const char *fmt, va_list ap)
+__attribute__((format(printf, 3, 0))) static void error_out(bool capture, const char *cmd,
+                                                            const char *fmt, va_list ap)
 {
     /* One line of valid UTF-8 whatever the user typed: values echoed raw (a newline, an
      * escape sequence, a stray byte) are shown as \xNN. */
