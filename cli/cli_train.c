@@ -30,6 +30,7 @@
 #include "tpusim/quantize.h"
 #include "tpusim/runtime.h"
 #include "tpusim/shard.h"
+#include "util.h"
 #ifdef TPUSIM_HAVE_RTL
 #include "mxu_rtl_provider.h"
 #endif
@@ -424,22 +425,6 @@ static int agree(struct run *r, int rc)
     return r->pod ? tpu__cli_ranks_outcome(r->pod, rc) : rc;
 }
 
-/* 64-bit FNV-1a over 8-byte words (the tail byte by byte): a cheap fingerprint of a data
- * set's arrays, to tell the ranks' data apart, not a guard against anyone. */
-static uint64_t fnv_words(uint64_t h, const void *data, size_t bytes)
-{
-    const unsigned char *p = data;
-    size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, sizeof w);
-        h = (h ^ w) * 0x100000001b3ull;
-    }
-    for (; i < bytes; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* What the ranks compare of a data set: its shape and a hash of its arrays. */
 struct data_print {
     uint64_t rows, features, targets, hash;
@@ -448,14 +433,14 @@ struct data_print {
 static struct data_print data_print(const struct tpu_dataset *ds)
 {
     struct data_print p = {.rows = ds->n_examples, .features = ds->n_features,
-                           .targets = ds->n_targets, .hash = 0xcbf29ce484222325ull};
+                           .targets = ds->n_targets, .hash = TPU__FNV1A_BASIS};
     const size_t n = ds->n_examples;
     if (ds->x)
-        p.hash = fnv_words(p.hash, ds->x, n * ds->n_features * sizeof *ds->x);
+        p.hash = tpu__fnv1a_words(p.hash, ds->x, n * ds->n_features * sizeof *ds->x);
     if (ds->y)
-        p.hash = fnv_words(p.hash, ds->y, n * sizeof *ds->y);
+        p.hash = tpu__fnv1a_words(p.hash, ds->y, n * sizeof *ds->y);
     if (ds->targets)
-        p.hash = fnv_words(p.hash, ds->targets, n * ds->n_targets * sizeof *ds->targets);
+        p.hash = tpu__fnv1a_words(p.hash, ds->targets, n * ds->n_targets * sizeof *ds->targets);
     return p;
 }
 

@@ -304,3 +304,17 @@ const char *tpu__quote(const char *s, char *buf, size_t n)
 {
     return tpu__quote_n(s, s ? strlen(s) : 0, buf, n);
 }
+
+uint64_t tpu__fnv1a_words(uint64_t h, const void *data, size_t bytes)
+{
+    const unsigned char *p = data;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, sizeof w);
+        h = (h ^ w) * UINT64_C(0x100000001b3);
+    }
+    for (; i < bytes; i++)
+        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    return h;
+}

@@ -57,6 +57,12 @@ int tpu__atomic_commit(FILE *f, char *tmp, const char *path, bool ok, struct tpu
  * n must be at least 8. A NULL s gives "(null)". (util.c) */
 #define TPU__QUOTE_BYTES 96       /* a buf size for names and values */
 #define TPU__QUOTE_PATH_BYTES 256 /* for paths: room for the rest of a TPU_DIAG_MAX message */
+/* 64-bit FNV-1a over 8-byte words (the tail byte by byte), from h (TPU__FNV1A_BASIS to
+ * start): a cheap fingerprint to tell two copies apart (the ranks' data sets, their
+ * programs), not a guard against anyone. */
+#define TPU__FNV1A_BASIS UINT64_C(0xcbf29ce484222325)
+uint64_t tpu__fnv1a_words(uint64_t h, const void *data, size_t bytes);
+
 const char *tpu__quote(const char *s, char *buf, size_t n);
 const char *tpu__quote_n(const char *s, size_t len, char *buf, size_t n);
 

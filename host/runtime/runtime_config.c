@@ -35,13 +35,14 @@ void tpu_run_config_default(struct tpu_run_config *c)
     c->modeled_input_us_per_batch = 50;
 }
 
-static const char *const mode_names[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
-                                         "BROADCAST"};
+const char *const tpu__input_mode_names[4] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
+                                              "BROADCAST"};
+const char *const tpu__eval_input_names[2] = {"PER_HOST_V1", "SLICED"};
 
 int tpu_input_mode_parse(const char *text, enum tpu_input_mode *out)
 {
     for (int i = 0; i < 4; i++)
-        if (!strcmp(text, mode_names[i])) {
+        if (!strcmp(text, tpu__input_mode_names[i])) {
             *out = (enum tpu_input_mode)i;
             return 0;
         }
@@ -187,7 +188,6 @@ static bool fixed_value(const struct fixed_field *f, const struct tpu_run_config
                         const struct tpu_run_config *b, char *va, char *vb, size_t size)
 {
     const char *pa = (const char *)a + f->offset, *pb = (const char *)b + f->offset;
-    static const char *const eval_names[] = {"PER_HOST_V1", "SLICED"};
     static const char *const time_names[] = {"modeled", "measured"};
     const char *out_a = NULL, *out_b = NULL;
     bool differs = false;
@@ -230,8 +230,8 @@ static bool fixed_value(const struct fixed_field *f, const struct tpu_run_config
         int x, y; /* the enums' values (an enum's size is int's here) */
         memcpy(&x, pa, sizeof x);
         memcpy(&y, pb, sizeof y);
-        const char *const *names = f->kind == FIXED_INPUT_MODE  ? mode_names
-                                   : f->kind == FIXED_EVAL_INPUT ? eval_names
+        const char *const *names = f->kind == FIXED_INPUT_MODE  ? tpu__input_mode_names
+                                   : f->kind == FIXED_EVAL_INPUT ? tpu__eval_input_names
                                                                  : time_names;
         const int n = f->kind == FIXED_INPUT_MODE ? 4 : 2;
         out_a = x >= 0 && x < n ? names[x] : NULL;

@@ -264,6 +264,10 @@ void tpu__pass_free(struct tpu__pass *p);
 int tpu__pass_run(struct tpu_estimator *e, struct tpu__pass *p, uint64_t target_step,
                   struct tpu_diag *d);
 
+/* The input modes' names, by enum tpu_input_mode and enum tpu_eval_input (runtime_config.c). */
+extern const char *const tpu__input_mode_names[4];
+extern const char *const tpu__eval_input_names[2];
+
 /* Checks a run configuration against the device, before any work (runtime_config.c). */
 int tpu__run_config_check(const struct tpu_run_config *c, const struct tpu_device *dev,
                           struct tpu_diag *d);

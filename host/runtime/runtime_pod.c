@@ -142,11 +142,10 @@ struct agree_rec {
     char msg[TPU_DIAG_MAX]; /* and its sentence */
 };
 
-/* FNV-1a over the loaded program's printed text: two hosts that built different programs
- * (another model, another shape) differ here. */
+/* A fingerprint of the loaded program's printed text: two hosts that built different
+ * programs (another model, another shape) differ here. */
 static uint64_t program_hash(const struct tpu_program *prog)
 {
-    uint64_t h = 1469598103934665603ull;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -154,10 +153,7 @@ static uint64_t program_hash(const struct tpu_program *prog)
         return 0;
     tpu_program_print(prog, f);
     fclose(f);
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)text[i];
-        h *= 1099511628211ull;
-    }
+    const uint64_t h = tpu__fnv1a_words(TPU__FNV1A_BASIS, text, len);
     free(text);
     return h;
 }
@@ -165,9 +161,6 @@ static uint64_t program_hash(const struct tpu_program *prog)
 static void agree_value(enum agree_kind k, uint64_t v, char *out, size_t size)
 {
     static const char *const modes[] = {"train", "eval", "predict"};
-    static const char *const inputs[] = {"PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2",
-                                         "BROADCAST"};
-    static const char *const evals[] = {"PER_HOST_V1", "SLICED"};
     double x;
     switch (k) {
     case AGREE_F64:
@@ -181,10 +174,10 @@ static void agree_value(enum agree_kind k, uint64_t v, char *out, size_t size)
         snprintf(out, size, "%s", v < 3 ? modes[v] : "?");
         return;
     case AGREE_INPUT:
-        snprintf(out, size, "%s", v < 4 ? inputs[v] : "?");
+        snprintf(out, size, "%s", v < 4 ? tpu__input_mode_names[v] : "?");
         return;
     case AGREE_EVAL:
-        snprintf(out, size, "%s", v < 2 ? evals[v] : "?");
+        snprintf(out, size, "%s", v < 2 ? tpu__eval_input_names[v] : "?");
         return;
     case AGREE_HASH:
         snprintf(out, size, "%016llx", (unsigned long long)v);
