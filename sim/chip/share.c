@@ -869,9 +869,12 @@ static int defer_sum(struct chip_device *dev, const struct coll_group *g,
     if (rc)
         return rc;
     float *y = leader->bufs[df->x].data;
-    /* the matmuls' own thread count (settings.kernel_threads), as the products it replaces:
-     * the other workers may have other cores to run */
-    const unsigned threads = dev->s.kernel_threads ? dev->s.kernel_threads : 1;
+    /* The step's update waits for this sum, so the other workers mostly wait for it too:
+     * it takes the workers' share of the CPUs that each core index has (at least the
+     * matmuls' own settings.kernel_threads). A GEMM's bits do not depend on its threads. */
+    const unsigned kt = dev->s.kernel_threads ? dev->s.kernel_threads : 1;
+    const unsigned per_index = dev->n_workers / dev->cores_per_replica;
+    const unsigned threads = per_index > kt ? per_index : kt;
     struct tpu__gemm_operand oa = {df->a[k], df->a_elem == 4, true, 0};
     struct tpu__gemm_operand ob = {df->b[k], df->b_elem == 4, false, 0};
     const size_t count = df->m * df->n;
