@@ -24,6 +24,15 @@ the peer.
   --model mlp   the main job's MLP (784-512-256-10, global batch 512, Adam 0.001); the issue
                 asks that it keep its lead: the limit is 1.0 (the simulator faster)
 
+The ceiling on a lead, measured in the same run: the step's multiply-adds (forward, the
+weights' gradients, and the gradients of every layer's input but the first; counted from
+the PyTorch model's shapes) at the best rate this machine reaches on a large fp32 GEMM
+(torch.mm, 2048 x 2048 x 2048, the same threads, best of several). The simulator cannot go
+below that time: it computes every bf16 product exactly and adds it in fp32 in the matrix
+unit's order, one fp32 multiply-add per product, and on a CPU whose fastest arithmetic is
+the fp32 FMA (AVX2) that is what an fp32 GEMM does at its best. PyTorch's step over that
+time is the largest lead any exact simulator could have over PyTorch on this machine.
+
 Exits 77 (skipped) with a message when torch cannot be imported (install Debian's
 python3-torch and run this with /usr/bin/python3).
 """
@@ -128,6 +137,42 @@ class Torch:
         return (time.perf_counter() - t0) / n
 
 
+def step_macs(torch, model, x):
+    """The multiply-adds of one training step of a model of Linear and Conv2d layers: the
+    forward's, the same again for the weights' gradients, and again for the gradient of each
+    such layer's input except the first (the data needs none)."""
+    fwd = []
+
+    def hook(m, inp, out):
+        if isinstance(m, torch.nn.Linear):
+            fwd.append(out.numel() * m.in_features)
+        else:
+            kh, kw = m.kernel_size
+            fwd.append(out.numel() * (m.in_channels // m.groups) * kh * kw)
+
+    hs = [m.register_forward_hook(hook) for m in model.modules()
+          if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    with torch.no_grad():
+        model(x)
+    for h in hs:
+        h.remove()
+    return 2 * sum(fwd) + sum(fwd[1:])
+
+
+def best_mac_rate(torch, n=2048, tries=5):
+    """The best fp32 multiply-adds per second of torch.mm on n x n x n, after a warm-up."""
+    a, b = torch.rand(n, n), torch.rand(n, n)
+    torch.mm(a, b)
+    best = min(timed(lambda: torch.mm(a, b)) for _ in range(tries))
+    return n ** 3 / best
+
+
+def timed(f):
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
 def spread(v):
     return f"median {statistics.median(v) * 1e3:8.2f} ms (rounds {min(v) * 1e3:.2f} to " \
            f"{max(v) * 1e3:.2f})"
@@ -188,6 +233,8 @@ def main():
     peers = [(name, Torch(torch, args, cl)) for name, cl in layouts]
     for _, p in peers:
         p.steps(args.warmup)
+    macs = step_macs(torch, peers[0][1].model, peers[0][1].x)
+    rate = best_mac_rate(torch)
     s_t, p_t, ratios = [], {name: [] for name, _ in peers}, []
     print(f"{args.model}: {what}")
     print(f"PyTorch {torch.__version__} on CPU: the same layers, global batch {args.batch}, "
@@ -228,6 +275,13 @@ def main():
           f"{max(ratios):.3f}; PyTorch per round: its faster layout); {verdict}")
     if args.model == "mlp":
         print(f"  the simulator's lead: {1 / ratio:.2f}x PyTorch's speed")
+    peer = min(statistics.median(p_t[name]) for name, _ in peers)
+    floor = macs / rate
+    print(f"  ceiling: the step's {macs / 1e6:.0f} M multiply-adds at this machine's best fp32 "
+          f"GEMM rate ({rate / 1e9:.1f} G/s, torch.mm 2048^3, {threads} threads, measured "
+          f"before the rounds) take {floor * 1e3:.2f} ms; no exact simulator's step is "
+          f"shorter, so its lead is at most {peer / floor:.2f}x PyTorch's speed "
+          f"({peer * 1e3:.2f} ms / {floor * 1e3:.2f} ms)")
     return 0 if ratio <= limit else 1
 
 
