@@ -1,9 +1,9 @@
 /* `mpirun -np N tpusim train --hosts N ...` (and evaluate, predict): the tpusim command as
- * one rank of a pod slice whose hosts are MPI ranks (host/mpi, include/tpusim/mpi.h). Rank h simulates host h: a
- * device of its host's chips linked to the other ranks' (settings.pod), and an estimator
- * with the same run configuration as every rank plus the rank's host group; the values,
- * losses and cycles are those of one process simulating the N hosts (tpusim train --hosts N),
- * bit for bit. This file is what differs for the command line:
+ * one rank of a pod slice whose hosts are MPI ranks (host/mpi, include/tpusim/mpi.h). Rank h
+ * simulates host h: a device of its host's chips linked to the other ranks' (settings.pod),
+ * and an estimator with the same run configuration as every rank plus the rank's host group;
+ * the values, losses, cycles and predictions are those of one process simulating the N hosts
+ * (tpusim train --hosts N), bit for bit. This file is what differs for the command line:
  *
  *   start     MPI is initialised only in a process Open MPI's mpirun started
  *             (OMPI_COMM_WORLD_SIZE); a world of one rank runs any command as usual. A

@@ -78,10 +78,10 @@ struct tpu__cli_pod {
                                                  agreement (tpu__cli_set_error_capture) */
 };
 
-/* train, evaluate and predict on ranks (cli_ranks.c): the options that cannot work when each host is
- * a process of its own, refused with the reason and the fix; --hosts against the world
- * size. Then the ranks agree (tpu__cli_ranks_outcome). Makes the pod link for the cores per
- * replica. */
+/* train, evaluate and predict on ranks (cli_ranks.c): the options that cannot work when
+ * each host is a process of its own, refused with the reason and the fix; --hosts against
+ * the world size. Then the ranks agree (tpu__cli_ranks_outcome). Makes the pod link for the
+ * cores per replica. */
 int tpu__cli_train_ranks_agree(const struct train_opts *o, struct tpu__cli_pod *pod, int rc);
 
 /* The ranks' agreement on their outcomes, every rank at the same point of the command

@@ -106,9 +106,9 @@ struct tpu_partition_dims {
  * hosts exchange what the loop's figures need (each replica's outfed values, the cores'
  * counters, the device's end cycle), so that every host computes the same loop info, the
  * same numbers as one process simulating all n hosts, bit for bit. Prediction exchanges the
- * loop's output rows too, and every host emits every real row of the pod (predict, below). Checkpoints and
- * metrics.jsonl are written by host 0 (which holds replica 0); every host restores from
- * them. At the start of each pass the hosts check that they run the same thing (chip,
+ * loop's output rows too, and every host emits every real row of the pod (predict, below).
+ * Checkpoints and metrics.jsonl are written by host 0 (which holds replica 0); every host
+ * restores from them. At the start of each pass the hosts check that they run the same thing (chip,
  * cores, program, batch, steps, global step) and refuse with a message naming the field and
  * both values if not. */
 struct tpu_host_group {
@@ -129,9 +129,9 @@ struct tpu_host_group {
      * reported and the job aborted). May return (then the runtime unwinds as usual) or not.
      *
      * Not called for an outcome that every host reaches alike, which train, evaluate and
-     * predict return on every host as one process returns it, the group still usable: a check that
-     * every host fails before the pass (a batch size that does not split, a missing
-     * batch size, no steps), a difference found by the agreement at a pass's start
+     * predict return on every host as one process returns it, the group still usable: a
+     * check that every host fails before the pass (a batch size that does not split, a
+     * missing batch size, no steps), a difference found by the agreement at a pass's start
      * (TPU_EINVAL, naming the host, the field and both values), a stop request
      * (TPU_ECANCELED), the training input's end under strict_input (TPU_EEND). A host whose
      * call fails because another host failed returns TPU_ECANCELED ("host H failed: ...")
