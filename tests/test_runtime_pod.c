@@ -6,8 +6,9 @@
  * every loop info field but wall_seconds, the evaluation, and every counter of every core
  * (and the device's end cycle), bit for bit, on every host.
  * Prediction: every host emits the one process's rows, in its order, bit for bit, with the
- * same count (BROADCAST and SLICED on 2 and 4 hosts, a final partial batch, loops that do
- * not divide the steps, a stop request, a failing input).
+ * same count (BROADCAST and SLICED on 2 and 4 hosts, PER_HOST_V1 and V2 on a pod of one
+ * host, a final partial batch, loops that do not divide the steps, a stop request, a
+ * failing input).
  * Also: resuming from host 0's checkpoints, the agreement check at a pass's start, a host
  * whose input fails (every host ends promptly, the last checkpoint loads), the refusals at
  * create, and the dataset input's skip.
@@ -1066,6 +1067,24 @@ static void test_predict_cores_per_replica_2(void **state)
     compare_predict(state, &sc, (const uint64_t[]){3, 2}, 2);
 }
 
+/* A pod of one host takes every input mode: PER_HOST_V2 (an input call per replica) and
+ * PER_HOST_V1 (one call, split over the host's 2 replicas), with a partial last batch. */
+static void test_predict_one_host_per_host_v2(void **state)
+{
+    const struct scenario sc = {.hosts = 1, .input = TPU_PER_HOST_V2,
+                                .eval_input = TPU_EVAL_PER_HOST_V1, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 45, .ipl = 2};
+    compare_predict(state, &sc, (const uint64_t[]){2, 1}, 2);
+}
+
+static void test_predict_one_host_per_host_v1(void **state)
+{
+    const struct scenario sc = {.hosts = 1, .input = TPU_PER_HOST_V1,
+                                .eval_input = TPU_EVAL_PER_HOST_V1, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 45};
+    compare_predict(state, &sc, (const uint64_t[]){3, 0}, 2);
+}
+
 /* PER_HOST_V2 prediction with several replicas on several hosts is TPUEstimator's refusal:
  * every host returns the one process's error (agreed: no host fails the others). */
 static void test_predict_refused_input_mode(void **state)
@@ -1582,6 +1601,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_predict_broadcast_2, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_predict_broadcast_4, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_predict_cores_per_replica_2, setup,
+                                        teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_one_host_per_host_v2, setup,
+                                        teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_one_host_per_host_v1, setup,
                                         teardown_state),
         cmocka_unit_test_setup_teardown(test_predict_refused_input_mode, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_predict_stop_on_one_host, setup, teardown_state),
