@@ -38,9 +38,10 @@ int tpu__cli_other_launcher(int argc, char **argv);
 
 /* main under mpirun (cli_ranks.c): initialises MPI, runs `dispatch` (main's table of
  * commands) as usual on a world of one rank, and on several: compares the ranks' command
- * lines, refuses every command but train and evaluate, runs them as rank h's host of the
- * pod slice, prints an error every rank has once and ends the job on an error of some ranks
- * only; a tpusim built without MPI refuses a world above one. Returns the exit code. */
+ * lines, refuses every command but train, evaluate and predict, runs them as rank h's host
+ * of the pod slice, prints an error every rank has once and ends the job on an error of
+ * some ranks only; a tpusim built without MPI refuses a world above one. Returns the exit
+ * code. */
 int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **argv));
 
 /* per_host_input_for_training's words (NULL-ended) and values, and

@@ -1,9 +1,9 @@
-/* `mpirun -np N tpusim train --hosts N ...`: the tpusim command as one rank of a pod slice
- * whose hosts are MPI ranks (host/mpi, include/tpusim/mpi.h). Rank h simulates host h: a
- * device of its host's chips linked to the other ranks' (settings.pod), and an estimator
- * with the same run configuration as every rank plus the rank's host group; the values,
- * losses and cycles are those of one process simulating the N hosts (tpusim train --hosts N),
- * bit for bit. This file is what differs for the command line:
+/* `mpirun -np N tpusim train --hosts N ...` (and evaluate, predict): the tpusim command as
+ * one rank of a pod slice whose hosts are MPI ranks (host/mpi, include/tpusim/mpi.h). Rank h
+ * simulates host h: a device of its host's chips linked to the other ranks' (settings.pod),
+ * and an estimator with the same run configuration as every rank plus the rank's host group;
+ * the values, losses, cycles and predictions are those of one process simulating the N hosts
+ * (tpusim train --hosts N), bit for bit. This file is what differs for the command line:
  *
  *   start     MPI is initialised only in a process Open MPI's mpirun started
  *             (OMPI_COMM_WORLD_SIZE); a world of one rank runs any command as usual. A
@@ -11,7 +11,7 @@
  *             launcher: PMIX_RANK, PMI_SIZE, SLURM_STEP_NUM_TASKS or SLURM_NTASKS in a step)
  *             is refused: it would run the whole job alone. On several ranks the ranks'
  *             command lines are compared first (a mismatch names the first differing
- *             argument), and only train and evaluate are taken.
+ *             argument), and only train, evaluate and predict are taken.
  *   output    rank 0 prints everything; the other ranks print nothing but their errors,
  *             each line after "rank h: " (their stdout and stderr go to /dev/null, their
  *             errors to the stderr mpirun gave them). Rank 0's errors carry "rank 0: ".
@@ -409,14 +409,16 @@ int tpu__cli_main_ranks(int argc, char **argv, int (*dispatch)(int argc, char **
         /* errors are kept until the ranks agree on their outcomes (tpu__cli_ranks_outcome) */
         tpu__cli_set_error_capture(pod.error_line, sizeof pod.error_line);
         if (!(rc = compare_argv(&pod, argc, argv))) {
-            if (argc < 2 || (strcmp(argv[1], "train") && strcmp(argv[1], "evaluate")))
+            if (argc < 2 || (strcmp(argv[1], "train") && strcmp(argv[1], "evaluate") &&
+                             strcmp(argv[1], "predict")))
                 rc = pod.rank ? TPU_CLI_USAGE
                      : tpu__cli_error_print(argc > 1 ? argv[1] : "", TPU_CLI_USAGE, "'tpusim"
-                                            "%s%s' on %u MPI ranks: only 'tpusim train' and "
-                                            "'tpusim evaluate' run the hosts of a pod slice "
-                                            "as ranks (mpirun -np %u tpusim train --hosts "
-                                            "%u ...); run it without mpirun (--hosts N "
-                                            "simulates N hosts in one process)",
+                                            "%s%s' on %u MPI ranks: only 'tpusim train', "
+                                            "'tpusim evaluate' and 'tpusim predict' run the "
+                                            "hosts of a pod slice as ranks (mpirun -np %u "
+                                            "tpusim train --hosts %u ...); run it without "
+                                            "mpirun (--hosts N simulates N hosts in one "
+                                            "process)",
                                             argc > 1 ? " " : "", argc > 1 ? argv[1] : "",
                                             pod.size, pod.size, pod.size);
             else

@@ -1002,35 +1002,41 @@ static void emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
     p->n = index + 1;
 }
 
+/* Predicts the test set (--limit examples). On ranks every rank emits every example's row
+ * (the runtime gathers them at each loop boundary), so every rank has the same figures;
+ * rank 0 alone keeps the rows and writes --output, as it alone writes checkpoints. */
 static int cmd_predict(struct run *r)
 {
-    int rc = setup(r, false);
-    if (rc)
+    int rc = agree(r, setup(r, false));
+    if (rc || (rc = agree(r, check_same_data(r))))
         return rc;
     struct tpu_diag d = {0};
     if (tpu_estimator_check_mode(r->est, TPU_MODE_PREDICT, &d))
-        return tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg);
+        return agree(r, tpu__cli_error(r->o.cmd, TPU_CLI_USAGE, "%s", d.msg));
     if (r->o.limit && r->o.limit < r->test.n_examples)
         r->test.n_examples = (uint32_t)r->o.limit;
-    struct tpu_dataset_input tin;
-    tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
     struct pred p = {.ds = &r->test, .cap = r->test.n_examples};
     enum tpu_loss loss;
     const size_t classes = r->net ? tpu__cli_net_outputs(r->net, &loss)
                                   : r->o.spec.sizes[r->o.spec.n_layers];
-    p.out = r->o.output[0] ? malloc((size_t)r->test.n_examples * classes * sizeof(float)) : NULL;
-    if (r->o.output[0] && !p.out) {
-        tpu_dataset_input_free(&tin);
-        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "out of memory for %u examples' logits "
-                              "(%zu bytes); give --limit", r->test.n_examples,
-                              (size_t)r->test.n_examples * classes * sizeof(float));
+    const bool writes = r->o.output[0] && (!r->pod || r->pod->rank == 0);
+    p.out = writes ? malloc((size_t)r->test.n_examples * classes * sizeof(float)) : NULL;
+    if (writes && !p.out)
+        rc = tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "out of memory for %u examples' logits "
+                            "(%zu bytes); give --limit", r->test.n_examples,
+                            (size_t)r->test.n_examples * classes * sizeof(float));
+    if ((rc = agree(r, rc))) {
+        free(p.out);
+        return rc;
     }
+    struct tpu_dataset_input tin;
+    tpu_dataset_input_init(&tin, &r->test, r->o.rc.seed);
     uint64_t n = 0;
     rc = tpu_estimator_predict(r->est, &tin.input, emit, &p, &n, &d);
     tpu_dataset_input_free(&tin);
     if (!rc && d.msg[0] && !r->o.json)
         fprintf(stderr, "tpusim %s: %s\n", r->o.cmd, d.msg); /* a warning */
-    if (!rc && r->o.output[0])
+    if (!rc && writes)
         rc = tpu_npy_write(r->o.output, TPU_F32, n, p.cols, p.out, &d);
     free(p.out);
     if (rc == TPU_ECANCELED && sigint_count)
@@ -1040,8 +1046,8 @@ static int cmd_predict(struct run *r)
         rc = tpu_int8_mlp_fp32_accuracy(r->q, r->test.x, r->test.y, r->test.n_examples, &fp32,
                                         &d);
     if (rc)
-        return tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg);
-    if ((rc = write_trace(r)))
+        return agree(r, tpu__cli_error(r->o.cmd, TPU_CLI_FAIL, "%s", d.msg));
+    if ((rc = agree(r, write_trace(r))))
         return rc;
     if (r->q && r->o.json)
         printf("{\"predictions\": %llu, \"int8\": true, \"accuracy\": %.6f, "

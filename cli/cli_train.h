@@ -78,10 +78,10 @@ struct tpu__cli_pod {
                                                  agreement (tpu__cli_set_error_capture) */
 };
 
-/* train and evaluate on ranks (cli_ranks.c): the options that cannot work when each host is
- * a process of its own, refused with the reason and the fix; --hosts against the world
- * size. Then the ranks agree (tpu__cli_ranks_outcome). Makes the pod link for the cores per
- * replica. */
+/* train, evaluate and predict on ranks (cli_ranks.c): the options that cannot work when
+ * each host is a process of its own, refused with the reason and the fix; --hosts against
+ * the world size. Then the ranks agree (tpu__cli_ranks_outcome). Makes the pod link for the
+ * cores per replica. */
 int tpu__cli_train_ranks_agree(const struct train_opts *o, struct tpu__cli_pod *pod, int rc);
 
 /* The ranks' agreement on their outcomes, every rank at the same point of the command
@@ -103,7 +103,7 @@ int tpu__cli_group_sum_u64(const struct tpu_host_group *g, const uint64_t *mine,
                            uint32_t n, struct tpu_diag *d);
 
 /* train, evaluate and predict as tpu__cli_train, on this rank's part of the pod (pod not
- * NULL: train and evaluate) (cli_train.c). */
+ * NULL: under mpirun) (cli_train.c). */
 int tpu__cli_train_on(int argc, char **argv, struct tpu__cli_pod *pod);
 
 /* The defaults of the options (train's; `tpusim fit` starts from them too). */

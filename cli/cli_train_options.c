@@ -403,9 +403,11 @@ const struct tpu__cli_opts tpu__cli_train_options = {
         "errors (\"rank h: ...\"); an error every rank has is printed once, an error on some\n"
         "ranks ends every rank. Every rank must read the same --data (checked). --trace FILE:\n"
         "rank h > 0 writes FILE.rank<h> (its own cores). `mpirun ... tpusim evaluate --hosts N`\n"
-        "evaluates the same way. Not on ranks: predict and the other commands,\n"
-        "--check-equivalence, --backend systemc, --host-time measured, a replica's cores on\n"
-        "several hosts (--cores-per-replica above --chips x the chip's cores per chip).\n",
+        "evaluates the same way, and `mpirun ... tpusim predict --hosts N` predicts: every\n"
+        "rank gets every example's row, the rows of one process, and rank 0 writes --output.\n"
+        "Not on ranks: the other commands (fit, gemm, ...), --check-equivalence, --backend\n"
+        "systemc, --host-time measured, a replica's cores on several hosts\n"
+        "(--cores-per-replica above --chips x the chip's cores per chip).\n",
     .help_column = 32,
     .text_max = OPT_TEXT_MAX,
     .scope_names = train_scopes,

@@ -18,7 +18,9 @@ simulates the N hosts (`tpusim train --hosts N ...`).
 - The options that cannot work on ranks are refused with their message; the others run.
   An error every rank has is printed once (rank 0's line) and ends every rank cleanly; an
   error of one rank keeps its rank and ends the job; ranks whose data differ are refused.
-- evaluate on ranks prints what one process prints; other launchers than mpirun are refused.
+- evaluate on ranks prints what one process prints; predict on 2 and 4 ranks writes the
+  --output file one process writes, byte for byte (rank 0 alone writes it), and prints the
+  same summary; other launchers than mpirun are refused.
 - The README's "Pod slices on MPI ranks" command lines run as written (on small data).
 
 usage: test_mpi.py PATH/TO/tpusim PATH/TO/mpi_pod_prog PATH/TO/mpirun
@@ -436,14 +438,100 @@ def evaluate_on_ranks_as_one_process():
         assert 'rank ' not in pn.stderr, pn.stderr
 
 
+def trained(tag, n):
+    """A model dir trained on n ranks (4 steps of the small set), made once."""
+    if not ckpts(tag):
+        mpirun(n, *base(tag, '--hosts', str(n), '--steps', '4', '--no-eval'))
+    return tag
+
+
+def predict_args(tag, n, out, *extra):
+    return ['predict', *base(tag, '--hosts', str(n), '--predict-batch-size', '16',
+                             '--output', out, *extra)[1:]]
+
+
+def read_bytes(path):
+    with open(path, 'rb') as f:
+        data = f.read()
+    os.remove(path)
+    return data
+
+
+def same_predictions(n, tag, *extra):
+    """`tpusim predict --hosts n --output F` in one process, then on n ranks: the same file,
+    byte for byte (every example's logits, in input order), and the same summary."""
+    out = os.path.join(TMP, f'{tag}-logits.npy')
+    args = predict_args(tag, n, out, *extra)
+    p1 = one(*args)
+    b1 = read_bytes(out)
+    pn = mpirun(n, *args)
+    bn = read_bytes(out)
+    assert bn == b1, f'{shlex.join(args)}: the ranks wrote other logits than one process'
+    assert pn.stdout == p1.stdout and pn.stdout, (p1.stdout, pn.stdout)
+    assert 'rank ' not in pn.stderr, pn.stderr
+    return pn
+
+
 @case
-def only_train_and_evaluate_run_on_ranks():
-    for cmd in ('predict', 'gemm', 'fit'):
+def predict_on_ranks_as_one_process():
+    """`tpusim predict --hosts 2` on 2 ranks writes the --output file one process writes,
+    byte for byte, and prints the same summary (the accuracy): SLICED and BROADCAST
+    prediction, a final partial batch (--limit 45: batches of 16, 16 and 13), loops of 2
+    that do not divide its 3 steps, the whole test set, --json."""
+    tag = trained('pr2', 2)
+    for extra in (('--eval-training-input-configuration', 'SLICED', '--limit', '45',
+                   '--iterations-per-loop', '2'),
+                  ('--per-host-input-for-training', 'BROADCAST', '--limit', '45'),
+                  ('--eval-training-input-configuration', 'SLICED', '--json')):
+        p = same_predictions(2, tag, *extra)
+        if '--json' in extra:
+            assert json.loads(p.stdout)['predictions'] == 64, p.stdout
+        else:
+            assert p.stdout.startswith('tpusim predict: 45 predictions (one per example; '
+                                       'accuracy '), p.stdout
+
+
+@case
+def predict_on_four_ranks_as_one_process():
+    """4 ranks of 2 replicas: batches of 16 give each replica 2 rows, and the last batch of
+    --limit 45 ends inside replica 6 (rank 3's)."""
+    tag = trained('pr4', 4)
+    for extra in (('--eval-training-input-configuration', 'SLICED', '--limit', '45',
+                   '--iterations-per-loop', '2'),
+                  ('--per-host-input-for-training', 'BROADCAST', '--limit', '45')):
+        p = same_predictions(4, tag, *extra)
+        assert p.stdout.startswith('tpusim predict: 45 predictions'), p.stdout
+
+
+@case
+def predict_output_is_written_by_rank_0_only():
+    """--output with a relative path, each rank in a directory of its own (-wdir): rank 0's
+    holds the file, rank 1's none; a prediction the input modes do not allow on several hosts
+    is refused once, as in one process."""
+    tag = trained('pr2', 2)
+    dirs = [os.path.join(TMP, f'po{i}') for i in (0, 1)]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    args = predict_args(tag, 2, 'logits.npy', '--eval-training-input-configuration', 'SLICED')
+    p = subprocess.run([MPIRUN, '--oversubscribe', '-np', '1', '-wdir', dirs[0], EXE, *args,
+                        ':', '-np', '1', '-wdir', dirs[1], EXE, *args],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert os.path.getsize(os.path.join(dirs[0], 'logits.npy')) > 0
+    assert not os.path.exists(os.path.join(dirs[1], 'logits.npy')), 'rank 1 wrote --output'
+    expect_refusal(2, predict_args(tag, 2, os.path.join(TMP, 'refused.npy')),
+                   'prediction on 2 hosts is only supported with per_host_input_for_training '
+                   'BROADCAST, eval_training_input_configuration SLICED')
+
+
+@case
+def only_train_evaluate_and_predict_run_on_ranks():
+    for cmd in ('gemm', 'fit'):
         p = mpirun(2, cmd, '--model-dir', TMP, expect=2)
         errs = [l for l in p.stderr.splitlines() if re.match(r'rank \d+: tpusim', l)]
         assert len(errs) == 1 and errs[0].startswith('rank 0: '), p.stderr
-        assert f"'tpusim {cmd}' on 2 MPI ranks: only 'tpusim train' and 'tpusim evaluate' " \
-               "run" in errs[0], errs
+        assert f"'tpusim {cmd}' on 2 MPI ranks: only 'tpusim train', 'tpusim evaluate' and " \
+               "'tpusim predict' run" in errs[0], errs
 
 
 @case
@@ -700,8 +788,9 @@ def readme_mpirun_lines():
 
 @case
 def readme_mpirun_lines_run():
-    """Each `mpirun -np N tpusim train ...` line of the README as written, with --data on the
-    small set (and --oversubscribe: this machine has fewer cores than ranks)."""
+    """Each `mpirun -np N tpusim train|predict ...` line of the README as written, in order
+    (predict reads the model dir the first line trains), with --data on the small set (and
+    --oversubscribe: this machine has fewer cores than ranks)."""
     argvs = readme_mpirun_lines()
     assert len(argvs) >= 2, argvs
     work = os.path.join(TMP, 'readme')
@@ -712,7 +801,10 @@ def readme_mpirun_lines_run():
         cmd = [MPIRUN, '--oversubscribe', *argv[1:i], EXE, *argv[i + 1:], '--data', DATA]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=work)
         assert p.returncode == 0, (argv, p.stdout, p.stderr)
-        assert p.stdout.startswith('tpusim train: ') or p.stdout.startswith('{'), p.stdout
+        assert p.stdout.startswith('tpusim train: ') or p.stdout.startswith('{') or \
+            p.stdout.startswith('tpusim predict: ') and 'logits in logits.npy' in p.stdout, \
+            p.stdout
+    assert os.path.getsize(os.path.join(work, 'logits.npy')) > 0
 
 
 if __name__ == '__main__':

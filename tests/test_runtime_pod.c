@@ -5,6 +5,10 @@
  * hosts on one device of every chip (num_hosts N, no group), which is the truth: params,
  * every loop info field but wall_seconds, the evaluation, and every counter of every core
  * (and the device's end cycle), bit for bit, on every host.
+ * Prediction: every host emits the one process's rows, in its order, bit for bit, with the
+ * same count (BROADCAST and SLICED on 2 and 4 hosts, PER_HOST_V1 and V2 on a pod of one
+ * host, a final partial batch, loops that do not divide the steps, a stop request, a
+ * failing input).
  * Also: resuming from host 0's checkpoints, the agreement check at a pass's start, a host
  * whose input fails (every host ends promptly, the last checkpoint loads), the refusals at
  * create, and the dataset input's skip.
@@ -42,6 +46,7 @@
 #define MAX_PARAMS 32
 #define MAX_PARAM_FLOATS 512
 #define MAX_CORES 8
+#define MAX_PRED_ROWS 128
 
 /* ---- what one run (one process, or one host of a pod) gives -------------------------------- */
 
@@ -63,6 +68,15 @@ struct outcome {
     uint32_t n_cores;
     struct tpu_core_counters counters[MAX_CORES];
     uint64_t end_cycle;
+    /* prediction (scenario's predict_examples): what emit got, in its calls' order */
+    int rc_pred;
+    uint64_t n_pred;           /* predict's *n */
+    uint64_t n_emitted;        /* emit's calls */
+    float pred[MAX_PRED_ROWS][TOY_CLASSES];
+    bool pred_bad_call;        /* an index out of order, or cols not TOY_CLASSES */
+    bool emit_on_caller;       /* every emit ran on the thread that called predict */
+    bool emit_off_caller;      /* some emit ran on another thread */
+    pthread_t caller;
 };
 
 static int record_loop(void *ctx, const struct tpu_loop_info *info, struct tpu_diag *d)
@@ -74,6 +88,21 @@ static int record_loop(void *ctx, const struct tpu_loop_info *info, struct tpu_d
     if (o->stop_after_loops && o->n_loops == o->stop_after_loops)
         tpu_estimator_request_stop(o->est);
     return 0;
+}
+
+/* predict's emit: keeps the rows in the order of the calls, and checks the index and width. */
+static void record_row(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    struct outcome *o = ctx;
+    if (index != o->n_emitted || cols != TOY_CLASSES || index >= MAX_PRED_ROWS)
+        o->pred_bad_call = true;
+    else
+        memcpy(o->pred[index], row, sizeof o->pred[index]);
+    if (pthread_equal(pthread_self(), o->caller))
+        o->emit_on_caller = true;
+    else
+        o->emit_off_caller = true;
+    o->n_emitted++;
 }
 
 /* An input over the toy dataset that can fail at its `fail_at`-th call (next or skip,
@@ -158,6 +187,9 @@ struct scenario {
     char model_dir_of_host1[128]; /* "": the same model_dir on every host */
     bool no_eval_batch;        /* eval_batch_size 0 (not set) */
     bool strict_input;
+    uint32_t predict_examples; /* > 0: predict over this many examples after the rest */
+    uint64_t pred_fail_at_host1; /* host 1's prediction input fails at this call (0: never) */
+    uint64_t ipl;              /* iterations_per_loop (0: 3) */
 };
 
 struct host_run {
@@ -173,7 +205,8 @@ static void base_config(const struct scenario *sc, struct tpu_run_config *c)
     tpu_run_config_default(c);
     c->train_batch_size = 16;
     c->eval_batch_size = 16;
-    c->iterations_per_loop = 3;
+    c->predict_batch_size = 16;
+    c->iterations_per_loop = sc->ipl ? sc->ipl : 3;
     c->seed = 7;
     c->num_hosts = sc->hosts;
     c->per_host_input_for_training = sc->input;
@@ -306,7 +339,7 @@ static void *host_main(void *arg)
     ti_init(&in, r->ds, sc->with_skip, r->rank == 1 ? sc->fail_at_host1 : 0);
     in.ds_in.max_examples = sc->max_examples;
     in.nan_shard = sc->nan_shard;
-    o->rc_train = o->rc_train2 = o->rc_eval = 1; /* not run */
+    o->rc_train = o->rc_train2 = o->rc_eval = o->rc_pred = 1; /* not run */
     o->rc_create = open_run(r, &spec, &model, &net, &ts, &dev, &est, &d);
     if (o->rc_create)
         goto out;
@@ -333,6 +366,17 @@ static void *host_main(void *arg)
         o->rc_eval = tpu_estimator_evaluate(est, &ein.input, 0, &o->eval, &d);
         tpu_dataset_input_free(&ein.ds_in);
         if (o->rc_eval)
+            goto out;
+    }
+    if (sc->predict_examples) {
+        struct test_input pin;
+        struct tpu_dataset pds = *r->ds;
+        pds.n_examples = sc->predict_examples;
+        ti_init(&pin, &pds, sc->with_skip, r->rank == 1 ? sc->pred_fail_at_host1 : 0);
+        o->caller = pthread_self();
+        o->rc_pred = tpu_estimator_predict(est, &pin.input, record_row, o, &o->n_pred, &d);
+        tpu_dataset_input_free(&pin.ds_in);
+        if (o->rc_pred)
             goto out;
     }
     o->global_step = tpu_estimator_global_step(est);
@@ -454,9 +498,9 @@ static void same_loop(const struct tpu_loop_info *a, const struct tpu_loop_info 
 static void expect_ok(const struct outcome *o, uint32_t h, const struct scenario *sc)
 {
     if (o->rc_create || o->rc_train || (sc->train2_steps && o->rc_train2) ||
-        (sc->evaluate && o->rc_eval))
-        fail_msg("host %u: create %d, train %d, train2 %d, evaluate %d: %s", h, o->rc_create,
-                 o->rc_train, o->rc_train2, o->rc_eval, o->msg);
+        (sc->evaluate && o->rc_eval) || (sc->predict_examples && o->rc_pred))
+        fail_msg("host %u: create %d, train %d, train2 %d, evaluate %d, predict %d: %s", h,
+                 o->rc_create, o->rc_train, o->rc_train2, o->rc_eval, o->rc_pred, o->msg);
 }
 
 /* Host h's device cores against the one process's cores h x C .. h x C + C - 1 (C the cores
@@ -894,6 +938,235 @@ static void test_stop_on_one_host(void **state)
     stop_case(state, false);
 }
 
+/* ---- prediction ---------------------------------------------------------------------------- */
+
+/* Host h emitted the one process's rows: as many, in the same order, bit for bit. */
+static void same_rows(const struct outcome *one, const struct outcome *o, uint32_t h)
+{
+    if (o->pred_bad_call)
+        fail_msg("host %u: emit got an index out of order, past %d rows, or a row of other "
+                 "than %d values", h, MAX_PRED_ROWS, TOY_CLASSES);
+    assert_int_equal(o->n_emitted, one->n_emitted);
+    for (uint64_t i = 0; i < one->n_emitted; i++)
+        if (memcmp(o->pred[i], one->pred[i], sizeof o->pred[i]))
+            fail_msg("host %u: row %llu is (%.9g %.9g %.9g %.9g), one process's (%.9g %.9g %.9g "
+                     "%.9g)", h, (unsigned long long)i, (double)o->pred[i][0],
+                     (double)o->pred[i][1], (double)o->pred[i][2], (double)o->pred[i][3],
+                     (double)one->pred[i][0], (double)one->pred[i][1],
+                     (double)one->pred[i][2], (double)one->pred[i][3]);
+}
+
+/* Training of 4 steps, then a prediction over `examples` examples in global batches of 16
+ * (the last one partial unless 16 divides them) with loops of `ipl` steps, on `hosts` hosts
+ * as threads and in one process of them all: every host emits the one process's rows, in
+ * its order, bit for bit, and returns its *n; the loops (training's and prediction's: steps,
+ * real examples, device time, ...), params and counters are the one process's too. One
+ * process emits from its outfeed thread, a pod's host from the thread that called predict.
+ * The prediction's loops have the steps `want` (n_want of them: the last one finds the
+ * input's end). */
+static void compare_predict(void **state, const struct scenario *sc, const uint64_t *want,
+                            uint32_t n_want)
+{
+    struct state *s = *state;
+    const uint32_t hosts = sc->hosts;
+    struct outcome *one = calloc(1, sizeof *one), *pod = calloc(hosts, sizeof *pod);
+    assert_non_null(one);
+    assert_non_null(pod);
+    run_one_process(sc, &s->ds, one);
+    run_pod(sc, &s->ds, pod, 120);
+    expect_same(sc, one, pod);
+    assert_false(one->pred_bad_call);
+    assert_int_equal(one->n_pred, sc->predict_examples);
+    assert_int_equal(one->n_emitted, sc->predict_examples);
+    assert_true(one->emit_off_caller && !one->emit_on_caller);
+    bool nonzero = false;
+    for (uint64_t i = 0; i < one->n_emitted; i++)
+        for (int j = 0; j < TOY_CLASSES; j++) {
+            assert_true(isfinite(one->pred[i][j]));
+            nonzero = nonzero || one->pred[i][j] != 0;
+        }
+    assert_true(nonzero);
+    for (uint32_t h = 0; h < hosts; h++) {
+        assert_int_equal(pod[h].n_pred, one->n_pred);
+        same_rows(one, &pod[h], h);
+        if (!pod[h].emit_on_caller || pod[h].emit_off_caller)
+            fail_msg("host %u: emit ran on another thread than the caller's", h);
+    }
+    /* the prediction's loops: the last n_want, over every example once */
+    assert_true(one->n_loops >= n_want);
+    uint64_t real = 0;
+    for (uint32_t i = 0; i < n_want; i++) {
+        const struct tpu_loop_info *li = &one->loops[one->n_loops - n_want + i];
+        assert_int_equal(li->mode, TPU_MODE_PREDICT);
+        assert_int_equal(li->steps, want[i]);
+        real += li->real_examples;
+    }
+    assert_int_equal(real, sc->predict_examples);
+    free(one);
+    free(pod);
+}
+
+/* SLICED: one input call a step on host 0, sliced over the replicas; the last batch of 77
+ * (13 of 16 real rows) leaves replica 3 (host 1's) with one real row; loops of 3 steps over
+ * 5 (3, then 2 and the input's end). */
+static void test_predict_sliced_2(void **state)
+{
+    const struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2,
+                                .eval_input = TPU_EVAL_SLICED, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 77};
+    compare_predict(state, &sc, (const uint64_t[]){3, 2}, 2);
+}
+
+/* 8 replicas of 2 rows: the last batch's 13 real rows end in replica 6 (host 3's), replica 7
+ * is all padding; loops of 2 over 5 steps. */
+static void test_predict_sliced_4(void **state)
+{
+    const struct scenario sc = {.hosts = 4, .input = TPU_PER_HOST_V1,
+                                .eval_input = TPU_EVAL_SLICED, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 77, .ipl = 2};
+    compare_predict(state, &sc, (const uint64_t[]){2, 2, 1}, 3);
+}
+
+/* Without skip (the runtime calls next for the calls of other hosts); loops of 4 over 4 steps
+ * (4, then one that finds the end at once). */
+static void test_predict_sliced_2_no_skip(void **state)
+{
+    const struct scenario sc = {.hosts = 2, .input = TPU_PER_SHARD_V1,
+                                .eval_input = TPU_EVAL_SLICED, .with_skip = false,
+                                .train_steps = 4, .predict_examples = 61, .ipl = 4};
+    compare_predict(state, &sc, (const uint64_t[]){4, 0}, 2);
+}
+
+/* BROADCAST: every replica computes the whole batch, replica 0's rows (host 0's) are emitted;
+ * loops of 2 over 3 steps. */
+static void test_predict_broadcast_2(void **state)
+{
+    const struct scenario sc = {.hosts = 2, .input = TPU_BROADCAST,
+                                .eval_input = TPU_EVAL_PER_HOST_V1, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 45, .ipl = 2};
+    compare_predict(state, &sc, (const uint64_t[]){2, 1}, 2);
+}
+
+/* 48 examples: three full batches, loops of 3 (3, then one that finds the end at once). */
+static void test_predict_broadcast_4(void **state)
+{
+    const struct scenario sc = {.hosts = 4, .input = TPU_BROADCAST,
+                                .eval_input = TPU_EVAL_PER_HOST_V1, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 48};
+    compare_predict(state, &sc, (const uint64_t[]){3, 0}, 2);
+}
+
+/* Two cores per replica (one replica per host): the replica's first core's rows are its
+ * rows, the second's are drained and dropped. */
+static void test_predict_cores_per_replica_2(void **state)
+{
+    const struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2,
+                                .eval_input = TPU_EVAL_SLICED, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 77, .cnn = true,
+                                .cores_per_replica = 2};
+    compare_predict(state, &sc, (const uint64_t[]){3, 2}, 2);
+}
+
+/* A pod of one host takes every input mode: PER_HOST_V2 (an input call per replica) and
+ * PER_HOST_V1 (one call, split over the host's 2 replicas), with a partial last batch. */
+static void test_predict_one_host_per_host_v2(void **state)
+{
+    const struct scenario sc = {.hosts = 1, .input = TPU_PER_HOST_V2,
+                                .eval_input = TPU_EVAL_PER_HOST_V1, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 45, .ipl = 2};
+    compare_predict(state, &sc, (const uint64_t[]){2, 1}, 2);
+}
+
+static void test_predict_one_host_per_host_v1(void **state)
+{
+    const struct scenario sc = {.hosts = 1, .input = TPU_PER_HOST_V1,
+                                .eval_input = TPU_EVAL_PER_HOST_V1, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 45};
+    compare_predict(state, &sc, (const uint64_t[]){3, 0}, 2);
+}
+
+/* PER_HOST_V2 prediction with several replicas on several hosts is TPUEstimator's refusal:
+ * every host returns the one process's error (agreed: no host fails the others). */
+static void test_predict_refused_input_mode(void **state)
+{
+    struct state *s = *state;
+    const struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2,
+                                .eval_input = TPU_EVAL_PER_HOST_V1, .with_skip = true,
+                                .train_steps = 4, .predict_examples = 45};
+    struct outcome *one = calloc(1, sizeof *one), *pod = calloc(2, sizeof *pod);
+    assert_non_null(one);
+    assert_non_null(pod);
+    run_one_process(&sc, &s->ds, one);
+    run_pod(&sc, &s->ds, pod, 60);
+    assert_int_equal(one->rc_pred, TPU_EINVAL);
+    assert_non_null(strstr(one->msg, "prediction on 2 hosts is only supported with "
+                                     "per_host_input_for_training BROADCAST"));
+    for (uint32_t h = 0; h < 2; h++) {
+        assert_int_equal(pod[h].rc_train, 0);
+        assert_int_equal(pod[h].rc_pred, TPU_EINVAL);
+        assert_string_equal(pod[h].msg, one->msg);
+        assert_int_equal(pod[h].n_emitted, 0);
+    }
+    free(one);
+    free(pod);
+}
+
+/* A stop requested by host 1's after_loop hook after the prediction's first loop (3 of 5
+ * steps; training took one loop): every host stops at that boundary with TPU_ECANCELED and
+ * "no result", having emitted the rows of those 3 steps, the rows one process emitted when
+ * its hook asked there. The one process's infeed thread may have read the whole input by
+ * then: the stop still ends it with TPU_ECANCELED, since steps it read never ran. */
+static void test_predict_stop_on_one_host(void **state)
+{
+    struct state *s = *state;
+    const struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2,
+                                .eval_input = TPU_EVAL_SLICED, .with_skip = true,
+                                .train_steps = 3, .predict_examples = 77};
+    struct outcome *one = calloc(1, sizeof *one), *pod = calloc(2, sizeof *pod);
+    assert_non_null(one);
+    assert_non_null(pod);
+    one->stop_after_loops = 2;
+    pod[1].stop_after_loops = 2;
+    run_one_process(&sc, &s->ds, one);
+    run_pod(&sc, &s->ds, pod, 60);
+    assert_int_equal(one->rc_pred, TPU_ECANCELED);
+    assert_non_null(strstr(one->msg, "prediction stopped on request after "));
+    assert_int_equal(one->n_emitted, 48);
+    assert_int_equal(one->n_loops, 2);
+    for (uint32_t h = 0; h < 2; h++) {
+        assert_int_equal(pod[h].rc_pred, TPU_ECANCELED);
+        assert_non_null(strstr(pod[h].msg, "prediction stopped on request after 3 batches; "
+                                           "no result"));
+        same_rows(one, &pod[h], h);
+        assert_int_equal(pod[h].n_loops, one->n_loops);
+        for (uint32_t i = 0; i < one->n_loops; i++)
+            same_loop(&pod[h].loops[i], &one->loops[i], h, i);
+    }
+    free(one);
+    free(pod);
+}
+
+/* Host 1's prediction input fails at its third call (step 2 of 5): host 1 returns that
+ * error, host 0 (waiting for host 1's rows at the boundary, or in its run) "host 1
+ * failed", both promptly. */
+static void test_predict_input_fails_on_host1(void **state)
+{
+    struct state *s = *state;
+    const struct scenario sc = {.hosts = 2, .input = TPU_PER_HOST_V2,
+                                .eval_input = TPU_EVAL_SLICED, .with_skip = true,
+                                .train_steps = 3, .predict_examples = 77,
+                                .pred_fail_at_host1 = 3};
+    struct outcome *pod = calloc(2, sizeof *pod);
+    assert_non_null(pod);
+    run_pod(&sc, &s->ds, pod, 60);
+    assert_int_equal(pod[1].rc_pred, TPU_EIO);
+    assert_non_null(strstr(pod[1].msg, "the input function failed at step "));
+    assert_non_null(strstr(pod[1].msg, "the test's input failed at its call 3"));
+    assert_true(pod[0].rc_pred < 0);
+    assert_non_null(strstr(pod[0].msg, "host 1 failed: "));
+    free(pod);
+}
+
 /* ---- errors every host reaches alike -------------------------------------------------------- */
 
 /* What a run of agreed_main gives: each call's result, in order. */
@@ -1251,49 +1524,6 @@ static void test_create_refusals(void **state)
     pod_threads_destroy(pt);
 }
 
-/* Prediction on a pod is refused (each host would emit only its replicas' rows). */
-static void test_predict_refused(void **state)
-{
-    (void)state;
-    struct pod_threads *pt = NULL;
-    assert_int_equal(pod_threads_create(1, &pt), 0);
-    struct tpu_chip_config chip;
-    assert_int_equal(tpu_config_load_preset("tiny", &chip, NULL), 0);
-    struct tpu_device_settings s;
-    tpu_device_default_settings(&s, &chip);
-    s.n_chips = 1;
-    s.n_threads = 1;
-    s.pod = pod_threads_link(pt, 0);
-    struct tpu_device *dev = NULL;
-    assert_int_equal(tpu_device_open(&s, &dev, NULL), 0);
-    struct scenario sc = {.hosts = 1, .input = TPU_PER_HOST_V2};
-    struct tpu_run_config cfg;
-    base_config(&sc, &cfg);
-    cfg.predict_batch_size = 16;
-    cfg.host_group = pod_threads_group(pt, 0);
-    struct tpu_mlp_spec spec;
-    struct tpu_model model;
-    mlp_spec(&spec, 12);
-    tpu_mlp_model(&model, &spec);
-    struct tpu_estimator *est = NULL;
-    struct tpu_diag d = {0};
-    assert_int_equal(tpu_estimator_create(dev, &cfg, &model, NULL, 0, &est, &d), 0);
-    struct tpu_dataset ds;
-    toy_dataset(&ds, 20, 1);
-    struct tpu_dataset_input in;
-    tpu_dataset_input_init(&in, &ds, 3);
-    uint64_t n = 0;
-    assert_int_equal(tpu_estimator_predict(est, &in.input, NULL, NULL, &n, &d),
-                     TPU_EUNSUPPORTED);
-    assert_non_null(strstr(d.msg, "prediction on a pod whose hosts run in separate processes "
-                                  "(host_group, host 0 of 1) is not supported"));
-    tpu_dataset_input_free(&in);
-    tpu_dataset_free(&ds);
-    tpu_estimator_destroy(&est);
-    tpu_device_close(&dev);
-    pod_threads_destroy(pt);
-}
-
 /* ---- the dataset input's skip ---------------------------------------------------------------- */
 
 /* skip then next reads what next then next reads, and skip gives next's real rows and end:
@@ -1347,7 +1577,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dataset_skip),
         cmocka_unit_test(test_create_refusals),
-        cmocka_unit_test(test_predict_refused),
         cmocka_unit_test_setup_teardown(test_per_host_v2_2, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_per_host_v2_4, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_per_host_v1_2, setup, teardown_state),
@@ -1366,6 +1595,21 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nan_on_host1, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_agreed_errors_do_not_abort, setup, teardown_state),
         cmocka_unit_test_setup_teardown(test_check_fails_on_one_host, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_sliced_2, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_sliced_4, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_sliced_2_no_skip, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_broadcast_2, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_broadcast_4, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_cores_per_replica_2, setup,
+                                        teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_one_host_per_host_v2, setup,
+                                        teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_one_host_per_host_v1, setup,
+                                        teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_refused_input_mode, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_stop_on_one_host, setup, teardown_state),
+        cmocka_unit_test_setup_teardown(test_predict_input_fails_on_host1, setup,
+                                        teardown_state),
         cmocka_unit_test(test_host_memory_counts_held_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1062,23 +1062,17 @@ int tpu_estimator_evaluate(struct tpu_estimator *e, const struct tpu_input *inpu
     return pod_call_end(e, evaluate(e, input, steps, out, d), d);
 }
 
-int tpu_estimator_predict(struct tpu_estimator *e, const struct tpu_input *input,
-                          void (*emit)(void *ctx, uint64_t index, const float *row,
-                                       uint32_t cols),
-                          void *emit_ctx, uint64_t *n, struct tpu_diag *d)
+static int predict(struct tpu_estimator *e, const struct tpu_input *input,
+                   void (*emit)(void *ctx, uint64_t index, const float *row, uint32_t cols),
+                   void *emit_ctx, uint64_t *n, struct tpu_diag *d)
 {
-    tpu_diag_clear(d);
-    if (e->group)
-        return tpu__fail(d, TPU_EUNSUPPORTED, "prediction on a pod whose hosts run in separate "
-                         "processes (host_group, host %u of %u) is not supported: each host "
-                         "would emit only its own replicas' rows; predict in one process "
-                         "(num_hosts hosts on one device), or from a checkpoint of this run",
-                         e->group->rank, e->group->n);
     int rc = tpu_estimator_check_mode(e, TPU_MODE_PREDICT, d);
-    if (rc || (rc = stopped_before(e, TPU_MODE_PREDICT, d)))
-        return rc;
-    rc = load_mode(e, TPU_MODE_PREDICT, d);
-    if (rc)
+    if (!rc)
+        rc = stopped_before(e, TPU_MODE_PREDICT, d);
+    if (!rc)
+        rc = load_mode(e, TPU_MODE_PREDICT, d);
+    /* a pod: every host comes to the agreement, failed or not (train, above) */
+    if ((rc = tpu__pod_agree(e, TPU_MODE_PREDICT, 0, rc, d)))
         return rc;
     struct tpu__pass p;
     rc = begin_pass(e, &p, input, TPU_MODE_PREDICT, UINT64_MAX, 0, d);
@@ -1093,4 +1087,14 @@ int tpu_estimator_predict(struct tpu_estimator *e, const struct tpu_input *input
         *n = p.emitted;
     tpu__pass_free(&p);
     return rc;
+}
+
+int tpu_estimator_predict(struct tpu_estimator *e, const struct tpu_input *input,
+                          void (*emit)(void *ctx, uint64_t index, const float *row,
+                                       uint32_t cols),
+                          void *emit_ctx, uint64_t *n, struct tpu_diag *d)
+{
+    tpu_diag_clear(d);
+    e->pod_end = TPU__POD_END_ABORT;
+    return pod_call_end(e, predict(e, input, emit, emit_ctx, n, d), d);
 }

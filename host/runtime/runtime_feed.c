@@ -637,11 +637,13 @@ void *tpu__pass_outfeed_thread(void *arg)
                 if (e->group) {
                     /* a pod: the sums need every host's replicas, and come at the loop
                      * boundary (runtime_pod.c); replica 0's checks and host calls run here,
-                     * on the host that holds it, as in one process */
+                     * on the host that holds it, as in one process. Prediction's rows are
+                     * kept for the boundary too, where every host emits every host's. */
                     if (p->mode == TPU_MODE_TRAIN && t == 0 && rep == 0 &&
                         outfeed_train_step(p, s, buf, &d))
                         goto out;
-                    if (tpu__pod_keep(p, s, rep, t, buf)) {
+                    if (p->mode == TPU_MODE_PREDICT ? tpu__pod_keep_rows(p, s, rep, t, buf)
+                                                    : tpu__pod_keep(p, s, rep, t, buf)) {
                         tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
                         goto out;
                     }

@@ -51,7 +51,7 @@ struct tpu_estimator {
     uint32_t core0, local_cores;
     const struct tpu_host_group *group; /* cfg.host_group (runtime_pod.c), or NULL */
     atomic_int group_aborted;   /* the group's abort was called (once: any thread) */
-    /* How the current train or evaluate call ends on a pod's host when it fails
+    /* How the current train, evaluate or predict call ends on a pod's host when it fails
      * (runtime.c's pod_call_end; the caller's thread sets it where the call's error is
      * known): TPU__POD_END_ABORT, a failure of this host alone: the group's abort tells the
      * others (the default); TPU__POD_END_AGREED, an outcome every host reached alike (from
@@ -154,6 +154,14 @@ struct tpu__pass {
         float loss, correct, count;
     } *pod_values;
     uint64_t pod_values_cap;      /* steps */
+    /* with a host group, prediction (runtime_pod.c): [lock] the output rows of this host's
+     * replicas for the steps of the current loop, [step - pod_rows_from][slot][tensor]
+     * [rows][cols] f32 (tpu__pod_keep_rows: a slot per replica this host holds, one under
+     * BROADCAST), padding rows included; the caller's thread gathers them at the loop's
+     * boundary, emits every host's real rows and starts the next loop's at its first step */
+    float *pod_rows;
+    uint64_t pod_rows_from;       /* the pass step of pod_rows' first step */
+    uint64_t pod_rows_cap;        /* steps pod_rows has room for */
     bool pod_stop;                /* a stop request on any host, as of the last exchange */
     uint64_t turn;                /* [lock] the next input_fn call, step * calls + call: the
                                      calls are made one at a time, in the plan's order */
@@ -298,13 +306,20 @@ int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps,
 /* At a pass's start (from == to) and at each loop boundary: every host's end cycle of the
  * launch (*end_cycle becomes the latest), counters of its own cores (*counters becomes the
  * pod's sum) and outfed values of the steps [from, to) of the pass, from which every host
- * fills the pass's per-step arrays and sums exactly as one process fills them. */
+ * fills the pass's per-step arrays and sums exactly as one process fills them. Prediction
+ * gathers the steps' output rows instead and calls the pass's emit (on the caller's thread)
+ * for every real row of those steps, in the order and with the index one process gives. */
 int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
                            uint64_t *end_cycle, struct tpu_core_counters *counters,
                            struct tpu_diag *d);
 /* The outfeed thread's share of a pod pass: keeps replica rep's tensor t of step s (a
  * replica this host holds) for the loop boundary's exchange. Returns 0 or TPU_ENOMEM. */
 int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf);
+/* Prediction's share of it: keeps replica rep's output tensor t of step s (all its rows,
+ * padding included) in p->pod_rows until the loop's boundary, where every host emits every
+ * host's real rows. Returns 0 or TPU_ENOMEM. */
+int tpu__pod_keep_rows(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t,
+                       const float *buf);
 /* After a boundary's hooks: every host's stop word (tpu_estimator_request_stop on any
  * host, from a hook or any thread), so that every host stops at this boundary, as one
  * process stops at the boundary whose hook asked. */

@@ -593,6 +593,7 @@ static int pass_result(struct tpu_estimator *e, struct tpu__pass *p, const struc
     struct tpu_diag pd = p->diag;
     bool input_ended = p->input_ended;
     bool stopped = p->stopped || L->stop;
+    const uint64_t fed = p->fed;
     pthread_mutex_unlock(&p->lock);
     if (perr) {
         if (d)
@@ -604,8 +605,14 @@ static int pass_result(struct tpu_estimator *e, struct tpu__pass *p, const struc
     /* from here on, every host of a pod returns the same (a stop and the input's end are
      * known to all alike): no abort (runtime.c, pod_call_end) */
     e->pod_end = TPU__POD_END_AGREED;
-    /* a stop that came after the last batch was read cost nothing: the result stands */
-    if (!training && stopped && !input_ended && L->done < p->steps)
+    /* a stop that came once every batch of the input had run cost nothing: the result
+     * stands. In one process: the input ended and every step it fed ran (a stop between
+     * launches after the infeed thread read the last batch, but before the device ran it,
+     * has emitted or counted only part of the input). On a pod's host: the device found the
+     * input's end, which every host finds at the same launch (each host's infeed thread
+     * runs ahead by its own amount, so its view of the end is not the others') */
+    const bool all_ran = e->group ? L->ended : input_ended && L->done >= fed;
+    if (!training && stopped && !all_ran && L->done < p->steps)
         return tpu__fail(d, TPU_ECANCELED, "%s stopped on request after %llu batches; no "
                          "result", p->mode == TPU_MODE_EVAL ? "evaluation" : "prediction",
                          (unsigned long long)L->done);
@@ -819,6 +826,7 @@ void tpu__pass_free(struct tpu__pass *p)
     free(p->sums);
     free(p->input_phases);
     free(p->pod_values);
+    free(p->pod_rows);
     free(p->slices);
     for (uint32_t i = 0; p->feeders && i < p->n_feeders; i++)
         free(p->feeders[i].calls);

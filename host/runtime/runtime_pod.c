@@ -19,7 +19,9 @@
  *                call's checks so far, so that every host comes to it), then the counters
  *                and any stop request (from == to)
  *   boundary     a head per host (the launch's end cycle, the steps, the counters), then
- *                the outfed values of the loop's steps, then, after the hooks, a stop word
+ *                the outfed values of the loop's steps (prediction: their output rows, from
+ *                which every host emits every real row, in one process's order), then,
+ *                after the hooks, a stop word
  *                (tpu__pod_stop_exchange: a stop a hook asked for at this boundary stops
  *                every host at it, as it stops one process there)
  *   call end     a word per host (tpu__pod_end_pass): no host returns while another still
@@ -350,6 +352,133 @@ int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, con
     return 0;
 }
 
+/* ---- prediction's rows -------------------------------------------------------------------- */
+
+/* A step's rows in pod_rows: a slot per replica this host holds (BROADCAST: one, the first:
+ * every replica computes the whole global batch and only replica 0's rows, host 0's first
+ * slot, are emitted), each slot the outfeed tensors in program order, padding rows
+ * included. The same on every host, so every host gives the same bytes to the gather. */
+static uint32_t pod_row_slots(const struct tpu__pass *p)
+{
+    const struct tpu_estimator *e = p->e;
+    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
+    return broadcast ? 1 : e->local_cores / (e->n_cores / e->n_replicas);
+}
+
+/* The bytes of the outfeed tensors before tensor `t` in a slot (t = n_outfeed: the slot's
+ * size). */
+static size_t pod_row_offset(const struct tpu__pass *p, uint32_t t)
+{
+    const struct tpu_model_program *mp = &p->e->mp;
+    size_t off = 0;
+    for (uint32_t i = 0; i < t && i < mp->n_outfeed; i++)
+        off += tpu_buffer_bytes(tpu_program_buffer(mp->prog, mp->outfeed[i]));
+    return off;
+}
+
+int tpu__pod_keep_rows(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t,
+                       const float *buf)
+{
+    struct tpu_estimator *e = p->e;
+    const uint32_t cpr = e->n_cores / e->n_replicas, slots = pod_row_slots(p);
+    const uint32_t j = rep - e->core0 / cpr;
+    if (j >= slots)
+        return 0; /* BROADCAST: another replica of the same rows */
+    const size_t slot_bytes = pod_row_offset(p, e->mp.n_outfeed);
+    const size_t step_bytes = (size_t)slots * slot_bytes;
+    const size_t at = (size_t)j * slot_bytes + pod_row_offset(p, t);
+    const size_t bytes = tpu_buffer_bytes(tpu_program_buffer(e->mp.prog, e->mp.outfeed[t]));
+    pthread_mutex_lock(&p->lock);
+    /* the loop's k-th step; the room grows to the longest loop's steps, and no further:
+     * the caller's thread starts the next loop's rows at its first step */
+    const uint64_t k = s - p->pod_rows_from;
+    if (k >= p->pod_rows_cap) {
+        float *nr = k + 1 <= SIZE_MAX / step_bytes
+                        ? realloc(p->pod_rows, (size_t)(k + 1) * step_bytes) : NULL;
+        if (!nr) {
+            pthread_mutex_unlock(&p->lock);
+            return TPU_ENOMEM;
+        }
+        p->pod_rows = nr;
+        p->pod_rows_cap = k + 1;
+    }
+    memcpy((char *)p->pod_rows + (size_t)k * step_bytes + at, buf, bytes);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* Prediction at the boundary of the loop of steps [from, to): every host's rows of those
+ * steps (the same bytes from every host: steps x slots x the outfeed tensors), then, on
+ * every host, emit for every real row, as runtime_feed.c's outfeed thread emits them in
+ * one process (outfeed_predict_rows): step by step, the replicas in pod order (BROADCAST:
+ * replica 0's only), each replica's tensors, its rows while within the step's real rows
+ * (row i of replica r is the step's example r x per_replica + i), with one running index.
+ * The steps' real rows are every host's to know: its one infeed thread makes or skips
+ * every call of the plan. */
+static int pod_emit_rows(struct tpu__pass *p, uint64_t from, uint64_t to, struct tpu_diag *d)
+{
+    struct tpu_estimator *e = p->e;
+    const struct tpu_host_group *g = e->group;
+    const struct tpu_model_program *mp = &e->mp;
+    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
+    const uint32_t cpr = e->n_cores / e->n_replicas, local = e->local_cores / cpr;
+    const uint32_t slots = pod_row_slots(p);
+    const size_t slot_bytes = pod_row_offset(p, mp->n_outfeed);
+    const size_t step_bytes = (size_t)slots * slot_bytes;
+    const uint64_t n = to - from;
+    if (!step_bytes || n > SIZE_MAX / step_bytes / g->n)
+        return tpu__fail(d, TPU_ENOMEM, "prediction on a pod: a loop of %llu steps holds more "
+                         "output rows than this host can address (%zu bytes a step on each of "
+                         "%u hosts); use a smaller iterations_per_loop",
+                         (unsigned long long)n, step_bytes, g->n);
+    const size_t bytes = (size_t)n * step_bytes;
+    uint32_t *real = malloc((size_t)n * sizeof *real);
+    char *all = malloc((size_t)g->n * bytes);
+    if (!real || !all) {
+        free(real);
+        free(all);
+        return tpu__fail(d, TPU_ENOMEM, "out of memory for the output rows of a loop of %llu "
+                         "prediction steps on %u hosts (%zu bytes); use a smaller "
+                         "iterations_per_loop", (unsigned long long)n, g->n,
+                         (size_t)g->n * bytes);
+    }
+    /* the steps' real rows are known once the infeed thread has passed every call of them
+     * (the device may finish a step before the thread skipped the other hosts' calls) */
+    pthread_mutex_lock(&p->lock);
+    while (p->fed < to && !p->error)
+        pthread_cond_wait(&p->cv, &p->lock);
+    const int failed = p->error;
+    if (!failed)
+        memcpy(real, p->real_rows + from, (size_t)n * sizeof *real);
+    /* every step of the loop is kept: the outfeed thread drained them, and it writes no more
+     * before the next launch */
+    const void *mine = p->pod_rows;
+    pthread_mutex_unlock(&p->lock);
+    int rc = failed ? failed : g->allgather(g->ctx, mine, bytes, all, d);
+    for (uint64_t k = 0; k < n && !rc; k++) {
+        for (uint32_t rep = 0; rep < (broadcast ? 1 : e->n_replicas); rep++) {
+            const uint32_t h = rep / local, j = broadcast ? 0 : rep % local;
+            const char *slot = all + (size_t)h * bytes + (size_t)k * step_bytes +
+                               (size_t)j * slot_bytes;
+            for (uint32_t t = 0; t < mp->n_outfeed; t++) {
+                const struct tpu_buffer_desc *b = tpu_program_buffer(mp->prog, mp->outfeed[t]);
+                const float *rows = (const float *)(const void *)(slot + pod_row_offset(p, t));
+                for (uint32_t i = 0; i < b->rows; i++)
+                    if ((uint64_t)rep * p->per_replica + i < real[k])
+                        p->emit(p->emit_ctx, p->emitted++, rows + (size_t)i * b->cols, b->cols);
+            }
+        }
+    }
+    free(real);
+    free(all);
+    if (!rc) {
+        pthread_mutex_lock(&p->lock);
+        p->pod_rows_from = to; /* the next loop's rows start at its first step */
+        pthread_mutex_unlock(&p->lock);
+    }
+    return rc;
+}
+
 /* ---- the loop boundary's exchange -------------------------------------------------------- */
 
 struct pod_head {
@@ -455,8 +584,10 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
     if (p->pod_stop)
         atomic_store(&e->stop, 1); /* the request stays on every host, as on the one asked */
     *end_cycle = end;
-    if (to == from || p->mode == TPU_MODE_PREDICT)
+    if (to == from)
         return 0;
+    if (p->mode == TPU_MODE_PREDICT)
+        return pod_emit_rows(p, from, to, d);
     /* the outfed values of the loop's steps: this host's replicas, then everyone's */
     const uint32_t cpr = e->n_cores / e->n_replicas, local = e->local_cores / cpr;
     const size_t bytes = (size_t)(to - from) * local * sizeof(struct tpu__pod_value);

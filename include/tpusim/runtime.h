@@ -105,9 +105,10 @@ struct tpu_partition_dims {
  * skip), feeds and drains its own cores, writes params to them; at each loop boundary the
  * hosts exchange what the loop's figures need (each replica's outfed values, the cores'
  * counters, the device's end cycle), so that every host computes the same loop info, the
- * same numbers as one process simulating all n hosts, bit for bit. Checkpoints and
- * metrics.jsonl are written by host 0 (which holds replica 0); every host restores from
- * them. At the start of each pass the hosts check that they run the same thing (chip,
+ * same numbers as one process simulating all n hosts, bit for bit. Prediction exchanges the
+ * loop's output rows too, and every host emits every real row of the pod (predict, below).
+ * Checkpoints and metrics.jsonl are written by host 0 (which holds replica 0); every host
+ * restores from them. At the start of each pass the hosts check that they run the same thing (chip,
  * cores, program, batch, steps, global step) and refuse with a message naming the field and
  * both values if not. */
 struct tpu_host_group {
@@ -127,10 +128,10 @@ struct tpu_host_group {
      * this host will never join: the group ends every host's run now (MPI: the error is
      * reported and the job aborted). May return (then the runtime unwinds as usual) or not.
      *
-     * Not called for an outcome that every host reaches alike, which train and evaluate
-     * return on every host as one process returns it, the group still usable: a check that
-     * every host fails before the pass (a batch size that does not split, a missing
-     * batch size, no steps), a difference found by the agreement at a pass's start
+     * Not called for an outcome that every host reaches alike, which train, evaluate and
+     * predict return on every host as one process returns it, the group still usable: a
+     * check that every host fails before the pass (a batch size that does not split, a
+     * missing batch size, no steps), a difference found by the agreement at a pass's start
      * (TPU_EINVAL, naming the host, the field and both values), a stop request
      * (TPU_ECANCELED), the training input's end under strict_input (TPU_EEND). A host whose
      * call fails because another host failed returns TPU_ECANCELED ("host H failed: ...")
@@ -427,7 +428,15 @@ int tpu_estimator_evaluate(struct tpu_estimator *est, const struct tpu_input *in
                            uint64_t steps, struct tpu_eval_result *out, struct tpu_diag *d);
 
 /* Predicts: calls `emit` once per real example, in input order, with the model's output
- * row. Returns the number of examples through *n. */
+ * row (padding rows of a final partial batch are never emitted; index counts from 0).
+ * Returns the number of examples through *n. One process calls emit from the pass's outfeed
+ * thread, as the rows come off the device. A pod's host (host_group) calls it from the
+ * caller's thread, at each loop boundary before the after_loop hooks, for the loop's steps:
+ * the hosts gather the loop's output rows (only one loop's are held at a time), and every
+ * host emits every real example of the pod, the same rows in the same order as one process
+ * simulating all the hosts, bit for bit, with the same *n. A stop request ends prediction
+ * with TPU_ECANCELED ("no result"): the rows of the steps that ran were emitted, and on a
+ * pod every host stops at the same loop boundary. */
 int tpu_estimator_predict(struct tpu_estimator *est, const struct tpu_input *input,
                           void (*emit)(void *ctx, uint64_t index, const float *row,
                                        uint32_t cols),
