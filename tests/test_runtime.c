@@ -870,6 +870,14 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static void count_emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
+{
+    (void)ctx;
+    (void)index;
+    (void)row;
+    (void)cols;
+}
+
 static void test_errors_stop_the_run(void **state)
 {
     (void)state;
@@ -902,6 +910,25 @@ static void test_errors_stop_the_run(void **state)
     assert_int_equal(tpu_estimator_train(e->est, &in, 20, 0, &d), TPU_ERANGE);
     assert_true(now_s() - t0 < 10);
     assert_non_null(strstr(d.msg, "the training loss is NaN at global step 3"));
+    env_free(e);
+
+    /* evaluation and prediction do not advance the global step: a failing input names the
+     * pass's own batch, not global step + batch (two input calls a batch here: one per
+     * replica, as the training's step 7 above) */
+    e = env_new();
+    snprintf(e->cfg.model_dir, sizeof e->cfg.model_dir, "%s", dir);
+    assert_int_equal(env_open(e, NULL), 0);
+    train_ok(e, 3, 0);
+    struct tpu_eval_result ev;
+    bi = (struct bad_input){.base = &e->in, .fail_at = 5};
+    assert_int_equal(tpu_estimator_evaluate(e->est, &in, 0, &ev, &d), TPU_EIO);
+    assert_string_equal(d.msg, "the input function failed at the evaluation's batch 3: disk on "
+                               "fire");
+    bi = (struct bad_input){.base = &e->in, .fail_at = 4};
+    uint64_t n = 0;
+    assert_int_equal(tpu_estimator_predict(e->est, &in, count_emit, NULL, &n, &d), TPU_EIO);
+    assert_string_equal(d.msg, "the input function failed at the prediction's batch 2: disk "
+                               "on fire");
     env_free(e);
 
     /* a host call that fails */
@@ -1066,14 +1093,6 @@ static void test_timing_only_training_runs(void **state)
     env_free(e);
     remove_dir(dir);
     free(dir);
-}
-
-static void count_emit(void *ctx, uint64_t index, const float *row, uint32_t cols)
-{
-    (void)ctx;
-    (void)index;
-    (void)row;
-    (void)cols;
 }
 
 /* Every core of a replica outfeeds: with 2 cores per replica the second core's outfeed must

@@ -467,8 +467,15 @@ void *tpu__pass_infeed_thread(void *arg)
             if (rc < 0) {
                 struct tpu_diag why = d;
                 why.msg[TPU_DIAG_MAX - 80] = '\0'; /* room for the prefix */
-                tpu__fail(&d, rc, "the input function failed at step %llu: %s",
-                          (unsigned long long)(p->step0 + s), why.msg);
+                /* training names the global step; evaluation and prediction, which do
+                 * not advance it, their own batch (the first is 1) */
+                if (p->mode == TPU_MODE_TRAIN)
+                    tpu__fail(&d, rc, "the input function failed at step %llu: %s",
+                              (unsigned long long)(p->step0 + s), why.msg);
+                else
+                    tpu__fail(&d, rc, "the input function failed at the %s's batch %llu: %s",
+                              p->mode == TPU_MODE_EVAL ? "evaluation" : "prediction",
+                              (unsigned long long)s + 1, why.msg);
                 tpu__pass_fail(p, rc, &d);
                 goto out;
             }
