@@ -928,6 +928,20 @@ static int begin_pass(struct tpu_estimator *e, struct tpu__pass *p, const struct
     return rc;
 }
 
+/* What train, evaluate and predict do before their pass after their own checks (rc: 0 or
+ * their first error): a stop asked before the call, then the mode's program loaded (which
+ * may restore the global step from a checkpoint). Then each comes to the pod's agreement
+ * (tpu__pod_agree), failed or not, so that no host waits for one that returned. */
+static int ready_for_pass(struct tpu_estimator *e, enum tpu_mode mode, int rc,
+                          struct tpu_diag *d)
+{
+    if (!rc)
+        rc = stopped_before(e, mode, d);
+    if (!rc)
+        rc = load_mode(e, mode, d);
+    return rc;
+}
+
 static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_t steps,
                  uint64_t max_steps, struct tpu_diag *d)
 {
@@ -935,14 +949,10 @@ static int train(struct tpu_estimator *e, const struct tpu_input *input, uint64_
     if (!rc && steps == 0 && max_steps == 0)
         rc = tpu__fail(d, TPU_EINVAL, "give steps (more steps to train) or max_steps (the "
                        "global step to train up to)");
-    if (!rc)
-        rc = stopped_before(e, TPU_MODE_TRAIN, d);
-    if (!rc)
-        rc = load_mode(e, TPU_MODE_TRAIN, d);
+    rc = ready_for_pass(e, TPU_MODE_TRAIN, rc, d);
     const uint64_t target = steps ? e->global_step + steps : max_steps;
     /* a pod: every host runs the same thing from the same step (runtime_pod.c), checked
-     * before host 0 writes anything; every host comes here, failed or not, so that none
-     * waits for one that returned */
+     * before host 0 writes anything */
     if ((rc = tpu__pod_agree(e, TPU_MODE_TRAIN, target, rc, d)))
         return rc;
     if (e->global_step >= target) {
@@ -1026,11 +1036,7 @@ static int evaluate(struct tpu_estimator *e, const struct tpu_input *input, uint
                     struct tpu_eval_result *out, struct tpu_diag *d)
 {
     int rc = tpu_estimator_check_mode(e, TPU_MODE_EVAL, d);
-    if (!rc)
-        rc = stopped_before(e, TPU_MODE_EVAL, d);
-    if (!rc)
-        rc = load_mode(e, TPU_MODE_EVAL, d);
-    /* a pod: every host comes to the agreement, failed or not (train, above) */
+    rc = ready_for_pass(e, TPU_MODE_EVAL, rc, d);
     if ((rc = tpu__pod_agree(e, TPU_MODE_EVAL, steps, rc, d)))
         return rc;
     struct tpu__pass p;
@@ -1067,11 +1073,7 @@ static int predict(struct tpu_estimator *e, const struct tpu_input *input,
                    void *emit_ctx, uint64_t *n, struct tpu_diag *d)
 {
     int rc = tpu_estimator_check_mode(e, TPU_MODE_PREDICT, d);
-    if (!rc)
-        rc = stopped_before(e, TPU_MODE_PREDICT, d);
-    if (!rc)
-        rc = load_mode(e, TPU_MODE_PREDICT, d);
-    /* a pod: every host comes to the agreement, failed or not (train, above) */
+    rc = ready_for_pass(e, TPU_MODE_PREDICT, rc, d);
     if ((rc = tpu__pod_agree(e, TPU_MODE_PREDICT, 0, rc, d)))
         return rc;
     struct tpu__pass p;

@@ -619,7 +619,7 @@ void *tpu__pass_outfeed_thread(void *arg)
         return NULL;
     }
     const uint32_t cpr = e->n_cores / e->n_replicas;
-    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
+    const bool broadcast = tpu__pass_broadcast(p);
     const bool train_counts = p->mode == TPU_MODE_TRAIN && e->shape.train_counts;
     for (uint64_t s = 0; s < p->steps; s++) {
         double global_loss = 0; /* training: the replicas' shares, in replica order */
@@ -649,8 +649,7 @@ void *tpu__pass_outfeed_thread(void *arg)
                     if (p->mode == TPU_MODE_TRAIN && t == 0 && rep == 0 &&
                         outfeed_train_step(p, s, buf, &d))
                         goto out;
-                    if (p->mode == TPU_MODE_PREDICT ? tpu__pod_keep_rows(p, s, rep, t, buf)
-                                                    : tpu__pod_keep(p, s, rep, t, buf)) {
+                    if (tpu__pod_keep(p, s, rep, t, buf)) {
                         tpu__pass_fail(p, tpu__fail(&d, TPU_ENOMEM, "out of memory"), &d);
                         goto out;
                     }

@@ -156,7 +156,7 @@ struct tpu__pass {
     uint64_t pod_values_cap;      /* steps */
     /* with a host group, prediction (runtime_pod.c): [lock] the output rows of this host's
      * replicas for the steps of the current loop, [step - pod_rows_from][slot][tensor]
-     * [rows][cols] f32 (tpu__pod_keep_rows: a slot per replica this host holds, one under
+     * [rows][cols] f32 (tpu__pod_keep: a slot per replica this host holds, one under
      * BROADCAST), padding rows included; the caller's thread gathers them at the loop's
      * boundary, emits every host's real rows and starts the next loop's at its first step */
     float *pod_rows;
@@ -208,6 +208,13 @@ struct tpu__pass {
     struct tpu__host_phase *input_phases;
     uint64_t n_input_phases, input_phases_cap;
 };
+
+/* The pass's input is BROADCAST: every replica computes the whole global batch, and only
+ * replica 0's outfeed counts. */
+static inline bool tpu__pass_broadcast(const struct tpu__pass *p)
+{
+    return p->plan.n_calls && p->plan.calls[0].broadcast;
+}
 
 /* Grows *arr (of *cap elements of elem bytes, doubling from 64) to hold at least need;
  * 0 or TPU_ENOMEM (*arr and *cap unchanged). (runtime_feed.c) */
@@ -313,13 +320,10 @@ int tpu__pod_loop_exchange(struct tpu__pass *p, uint64_t from, uint64_t to,
                            uint64_t *end_cycle, struct tpu_core_counters *counters,
                            struct tpu_diag *d);
 /* The outfeed thread's share of a pod pass: keeps replica rep's tensor t of step s (a
- * replica this host holds) for the loop boundary's exchange. Returns 0 or TPU_ENOMEM. */
+ * replica this host holds) for the loop boundary's exchange: its figures, or in prediction
+ * all its rows, padding included (p->pod_rows), from which every host emits every host's
+ * real rows. Returns 0 or TPU_ENOMEM. */
 int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf);
-/* Prediction's share of it: keeps replica rep's output tensor t of step s (all its rows,
- * padding included) in p->pod_rows until the loop's boundary, where every host emits every
- * host's real rows. Returns 0 or TPU_ENOMEM. */
-int tpu__pod_keep_rows(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t,
-                       const float *buf);
 /* After a boundary's hooks: every host's stop word (tpu_estimator_request_stop on any
  * host, from a hook or any thread), so that every host stops at this boundary, as one
  * process stops at the boundary whose hook asked. */

@@ -319,39 +319,6 @@ int tpu__pod_agree(struct tpu_estimator *e, enum tpu_mode mode, uint64_t steps, 
     return rc;
 }
 
-/* ---- the outfeed thread's values --------------------------------------------------------- */
-
-int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf)
-{
-    struct tpu_estimator *e = p->e;
-    const uint32_t cpr = e->n_cores / e->n_replicas;
-    const uint32_t local = e->local_cores / cpr, j = rep - e->core0 / cpr;
-    pthread_mutex_lock(&p->lock);
-    if (s >= p->pod_values_cap) {
-        uint64_t cap = p->pod_values_cap ? p->pod_values_cap : 64;
-        while (cap <= s)
-            cap *= 2;
-        struct tpu__pod_value *nv = realloc(p->pod_values, cap * local * sizeof *nv);
-        if (!nv) {
-            pthread_mutex_unlock(&p->lock);
-            return TPU_ENOMEM;
-        }
-        memset(nv + p->pod_values_cap * local, 0,
-               (cap - p->pod_values_cap) * local * sizeof *nv);
-        p->pod_values = nv;
-        p->pod_values_cap = cap;
-    }
-    struct tpu__pod_value *v = &p->pod_values[s * local + j];
-    if (t == 0)
-        v->loss = buf[0];
-    else if (t == 1) {
-        v->correct = buf[0];
-        v->count = p->mode == TPU_MODE_EVAL ? buf[1] : 0;
-    }
-    pthread_mutex_unlock(&p->lock);
-    return 0;
-}
-
 /* ---- prediction's rows -------------------------------------------------------------------- */
 
 /* A step's rows in pod_rows: a slot per replica this host holds (BROADCAST: one, the first:
@@ -361,8 +328,7 @@ int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, con
 static uint32_t pod_row_slots(const struct tpu__pass *p)
 {
     const struct tpu_estimator *e = p->e;
-    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
-    return broadcast ? 1 : e->local_cores / (e->n_cores / e->n_replicas);
+    return tpu__pass_broadcast(p) ? 1 : e->local_cores / (e->n_cores / e->n_replicas);
 }
 
 /* The bytes of the outfeed tensors before tensor `t` in a slot (t = n_outfeed: the slot's
@@ -376,8 +342,9 @@ static size_t pod_row_offset(const struct tpu__pass *p, uint32_t t)
     return off;
 }
 
-int tpu__pod_keep_rows(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t,
-                       const float *buf)
+/* Prediction's share of tpu__pod_keep: replica rep's output tensor t of step s, all its rows,
+ * padding included, into p->pod_rows until the loop's boundary. */
+static int keep_rows(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf)
 {
     struct tpu_estimator *e = p->e;
     const uint32_t cpr = e->n_cores / e->n_replicas, slots = pod_row_slots(p);
@@ -407,6 +374,41 @@ int tpu__pod_keep_rows(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t
     return 0;
 }
 
+/* ---- the outfeed thread's values --------------------------------------------------------- */
+
+int tpu__pod_keep(struct tpu__pass *p, uint64_t s, uint32_t rep, uint32_t t, const float *buf)
+{
+    if (p->mode == TPU_MODE_PREDICT)
+        return keep_rows(p, s, rep, t, buf);
+    struct tpu_estimator *e = p->e;
+    const uint32_t cpr = e->n_cores / e->n_replicas;
+    const uint32_t local = e->local_cores / cpr, j = rep - e->core0 / cpr;
+    pthread_mutex_lock(&p->lock);
+    if (s >= p->pod_values_cap) {
+        uint64_t cap = p->pod_values_cap ? p->pod_values_cap : 64;
+        while (cap <= s)
+            cap *= 2;
+        struct tpu__pod_value *nv = realloc(p->pod_values, cap * local * sizeof *nv);
+        if (!nv) {
+            pthread_mutex_unlock(&p->lock);
+            return TPU_ENOMEM;
+        }
+        memset(nv + p->pod_values_cap * local, 0,
+               (cap - p->pod_values_cap) * local * sizeof *nv);
+        p->pod_values = nv;
+        p->pod_values_cap = cap;
+    }
+    struct tpu__pod_value *v = &p->pod_values[s * local + j];
+    if (t == 0)
+        v->loss = buf[0];
+    else if (t == 1) {
+        v->correct = buf[0];
+        v->count = p->mode == TPU_MODE_EVAL ? buf[1] : 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
 /* Prediction at the boundary of the loop of steps [from, to): every host's rows of those
  * steps (the same bytes from every host: steps x slots x the outfeed tensors), then, on
  * every host, emit for every real row, as runtime_feed.c's outfeed thread emits them in
@@ -420,7 +422,7 @@ static int pod_emit_rows(struct tpu__pass *p, uint64_t from, uint64_t to, struct
     struct tpu_estimator *e = p->e;
     const struct tpu_host_group *g = e->group;
     const struct tpu_model_program *mp = &e->mp;
-    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
+    const bool broadcast = tpu__pass_broadcast(p);
     const uint32_t cpr = e->n_cores / e->n_replicas, local = e->local_cores / cpr;
     const uint32_t slots = pod_row_slots(p);
     const size_t slot_bytes = pod_row_offset(p, mp->n_outfeed);
@@ -497,7 +499,7 @@ static int fill_steps(struct tpu__pass *p, const struct tpu__pod_value *all, uin
     struct tpu_estimator *e = p->e;
     const uint32_t cpr = e->n_cores / e->n_replicas, local = e->local_cores / cpr;
     const bool training = p->mode == TPU_MODE_TRAIN;
-    const bool broadcast = p->plan.n_calls && p->plan.calls[0].broadcast;
+    const bool broadcast = tpu__pass_broadcast(p);
     const bool train_counts = training && e->shape.train_counts;
     const uint64_t n = to - from;
     if (tpu__grow((void **)&p->sums, &p->sums_cap, to, sizeof *p->sums) ||
